@@ -1,0 +1,18 @@
+"""edgepe: positional encodings for small devices.
+
+Importing ``edgepe`` is light (no torch, onnx or onnxruntime); they load when first used.
+"""
+
+from __future__ import annotations
+
+from edgepe.errors import EdgepeError
+
+__version__ = "0.1.0"
+__all__ = ["EdgepeError", "__version__", "load"]
+
+
+def load(path, providers=None):
+    """Open an artifact for encoding: ``edgepe.load(path).encode(positions) -> np.ndarray``."""
+    from edgepe.runtime import load as _load
+
+    return _load(path, providers=providers)

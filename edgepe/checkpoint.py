@@ -1,0 +1,86 @@
+"""Loading weights into a reference module, safely.
+
+Checkpoints are read with ``torch.load(weights_only=True)``: a pickle that would run code is
+refused by torch's restricted unpickler, never executed. The state_dict must hold exactly the
+module's keys with the module's shapes (the message lists expected vs found), and finite values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from edgepe.errors import CheckpointError
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_state_dict(path: str | Path) -> dict:
+    """The state_dict in ``path`` (a bare one, or under a ``state_dict`` key)."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was refused by the safe loader (weights_only=True): {first}"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is not a readable torch checkpoint "
+            f"({type(exc).__name__})"
+        ) from None
+    if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
+        loaded = loaded["state_dict"]
+    if not isinstance(loaded, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()
+    ):
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not hold a state_dict (a mapping of names to tensors)"
+        )
+    return loaded
+
+
+def load_into(module, path: str | Path) -> None:
+    """Load ``path`` into ``module`` after checking keys, shapes and finiteness."""
+    import torch
+
+    state = read_state_dict(path)
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    scheme = module.config.scheme
+    if expected != found:
+        def fmt(d: dict) -> str:
+            return ", ".join(f"{k} {list(s)}" for k, s in sorted(d.items())) or "nothing"
+
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not fit scheme '{scheme}' "
+            f"(max_len {module.config.max_len}, d_model {module.config.d_model}): "
+            f"expected {fmt(expected)}; found {fmt(found)}"
+        )
+    for key, value in state.items():
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise CheckpointError(f"checkpoint {str(path)!r}: {key} holds NaN or Inf values")
+    reference = module.state_dict()
+    for key, value in reference.items():
+        # Buffers derived from the configuration (the demo's pe_binary table) must match it.
+        if key not in dict(module.named_parameters()) and not torch.equal(
+            state[key].to(value.dtype), value
+        ):
+            raise CheckpointError(
+                f"checkpoint {str(path)!r}: buffer {key} differs from what scheme '{scheme}' "
+                "computes for this configuration"
+            )
+    module.load_state_dict({k: v.to(reference[k].dtype) for k, v in state.items()})

@@ -1,0 +1,52 @@
+"""Exporters: a scheme's reference module -> an artifact file and its manifest.
+
+``export(config)`` validates, builds the reference module, hands it to the format's
+``prepare`` (ONNX graph, npy/bin table, C header) and writes the result safely. It never runs
+a runtime: checking parity is the verifier's job (``edgepe.api.export`` does both).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgepe.export.artifact import (
+    ExportConfig,
+    ExportResult,
+    Prepared,
+    check_replace,
+    check_writable,
+    default_out,
+    read_manifest,
+    validate_choices,
+    write_artifact,
+)
+
+__all__ = ["ExportConfig", "ExportResult", "Prepared", "export", "prepare"]
+
+
+def prepare(config: ExportConfig, module=None) -> Prepared:
+    """The artifact for ``config`` in memory (manifest + writer), without touching the disk."""
+    from edgepe.schemes import build
+
+    validate_choices(config)
+    if module is None:
+        module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint)
+    if config.format == "onnx":
+        from edgepe.export.onnx_export import prepare as prepare_format
+    elif config.format in ("npy", "bin"):
+        from edgepe.export.tables import prepare as prepare_format
+    else:
+        from edgepe.export.c_header import prepare as prepare_format
+    return prepare_format(config, module)
+
+
+def export(config: ExportConfig, force: bool = False) -> ExportResult:
+    """Write the artifact for ``config`` (to ``config.out`` or under ``models/``)."""
+    validate_choices(config)
+    out = Path(config.out) if config.out is not None else default_out(config)
+    check_writable(out)
+    if check_replace(out, config, force):
+        return ExportResult(out, read_manifest(out), unchanged=True)
+    prepared = prepare(config)
+    manifest = write_artifact(out, prepared.write, prepared.manifest)
+    return ExportResult(out, manifest)

@@ -1,0 +1,103 @@
+"""The base class of every reference module, and the vectorised helpers the schemes share.
+
+Conventions (DESIGN.md):
+- positions are int64 tensors ``[N]`` (``[N, k]`` for multi-index schemes);
+- bit order is LSB-first: column ``k`` holds ``(pos >> k) & 1``;
+- bit schemes wrap: the bits are those of ``pos mod 2^n`` (two's complement for negatives),
+  which is what ``Cast(int64 -> uint64)``, ``BitShift`` and ``BitwiseAnd`` compute in a graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from edgepe.errors import BadParameterError, PositionError
+from edgepe.schemes._registry import SchemeConfig, SchemeSpec
+
+
+class Scheme(nn.Module):
+    """A reference positional encoding. Subclasses implement ``encode``."""
+
+    spec: ClassVar[SchemeSpec]
+    config: SchemeConfig
+
+    @classmethod
+    def from_config(cls, config: SchemeConfig) -> Scheme:
+        module = cls(config)
+        return module
+
+    def __init__(self, config: SchemeConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    @property
+    def d_out(self) -> int:
+        """Width of the encoding (``H`` for bias schemes)."""
+        return self.config.heads if self.spec.kind == "bias" else self.config.d_model
+
+    def encode(self, positions: torch.Tensor, *args: Any) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``x [B, S, D] + encode(offset .. offset + S - 1)``, as the demo's forward adds it."""
+        positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.int64)
+        return x + self.encode(positions).to(x.dtype)
+
+
+def check_positions(positions: torch.Tensor, arity: int | None = None) -> torch.Tensor:
+    """Positions as int64 ``[N]`` (or ``[N, arity]``); anything else is a ``PositionError``."""
+    if not isinstance(positions, torch.Tensor):
+        positions = torch.as_tensor(positions)
+    if positions.dtype.is_floating_point or positions.dtype in (torch.bool, torch.complex64):
+        raise PositionError(f"positions must be integers, got dtype {positions.dtype}")
+    expected = 1 if arity is None else 2
+    if positions.dim() != expected or (arity is not None and positions.shape[-1] != arity):
+        shape = "[N]" if arity is None else f"[N, {arity}]"
+        raise PositionError(f"positions must have shape {shape}, got {list(positions.shape)}")
+    return positions.to(torch.int64)
+
+
+def bits(positions: torch.Tensor, width: int, n: int) -> torch.Tensor:
+    """``[..., width]`` float32 bits of ``positions mod 2^n``, LSB-first; columns ``>= n`` are 0."""
+    return bit_select(positions, torch.arange(width, dtype=torch.int64), n)
+
+
+def bit_select(positions: torch.Tensor, shifts: torch.Tensor, n: int) -> torch.Tensor:
+    """``[..., len(shifts)]`` float32: column ``j`` is bit ``shifts[j]`` of ``positions mod 2^n``.
+
+    Columns whose shift is ``>= n`` are 0. Negative positions are read in two's complement
+    (``>>`` on int64 is arithmetic), matching ``Cast(int64 -> uint64)`` then ``BitShift``.
+    """
+    shifted = positions.unsqueeze(-1) >> shifts.clamp(max=63)
+    return ((shifted & 1) * (shifts < n)).to(torch.float32)
+
+
+def wrap(positions: torch.Tensor, n: int) -> torch.Tensor:
+    """``positions mod 2^n`` (two's complement low ``n`` bits), as ``BitwiseAnd`` with a mask."""
+    return positions & ((1 << n) - 1)
+
+
+def require_bits(config: SchemeConfig, width: int, what: str = "d_model") -> None:
+    """Refuse a bit width that cannot keep positions ``0 .. max_len - 1`` distinct."""
+    if width < config.n_bits:
+        raise BadParameterError(
+            f"scheme '{config.scheme}': {what} {width} is too narrow for max_len "
+            f"{config.max_len}, which needs {config.n_bits} bits; use at least {config.n_bits}"
+        )
+
+
+def normalised(positions: torch.Tensor, max_len: int) -> torch.Tensor:
+    """``pos / (L - 1)`` in float32, as ``Cast`` then ``Div`` compute it (``L = 1`` divides by 1)."""
+    return positions.to(torch.float32) / torch.tensor(float(max(max_len - 1, 1)))
+
+
+def check_float_positions(positions: torch.Tensor, limit: int) -> None:
+    """Refuse positions whose float32 conversion would round (``|pos| > limit``)."""
+    if positions.numel() and positions.abs().max().item() > limit:
+        raise PositionError(
+            f"positions must be within +-{limit} for this scheme (float32 is exact only up to "
+            f"there), got {positions.abs().max().item()}"
+        )

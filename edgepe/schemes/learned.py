@@ -1,0 +1,35 @@
+"""``learned``: a learned ``[max_len, d]`` table (principles: learned absolute encodings).
+
+Positions past the end clamp to the last row and negative ones to the first: "the most common
+strategy, clamping, reuses the vector for the last known position". The table is a parameter
+(init normal, std 0.02, from the seed); only a table export exists.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgepe.schemes._base import Scheme
+from edgepe.schemes._registry import SchemeConfig, SchemeSpec, register
+
+
+@register(
+    SchemeSpec(
+        id="learned",
+        source="principles",
+        summary="learned table; positions past the end clamp to the last row",
+        modes=("table",),
+        tolerance=(0.0, 0.0),
+        tolerance_why="rows are copied, never computed: bitwise equal",
+        oob="clamp",
+        learnable=True,
+    )
+)
+class Learned(Scheme):
+    def __init__(self, config: SchemeConfig) -> None:
+        super().__init__(config)
+        self.table = nn.Parameter(torch.randn(config.max_len, config.d_model) * 0.02)
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions.clamp(0, self.config.max_len - 1)]
