@@ -1,0 +1,40 @@
+"""Graph builders: ``(ExportConfig, module, manifest) -> onnx.ModelProto``, one family a file.
+
+``COMPUTE`` maps every scheme id with a compute mode to ``(module, function)`` in this package;
+``--mode table`` uses ``table.build`` for every scheme. Modules import onnx, so they load lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+COMPUTE = {
+    "binary": ("bits", "binary"),
+    "binary-bits": ("bits", "binary_bits"),
+    "binary-signed": ("bits", "binary_signed"),
+    "binary-smooth": ("bits", "binary_smooth"),
+    "gray": ("bits", "gray"),
+    "binary-multilevel": ("bits", "binary_multilevel"),
+    "integer": ("integer", "integer"),
+    "integer-norm": ("integer", "integer_norm"),
+    "integer-multiscale": ("integer", "integer_multiscale"),
+    "integer-learnable": ("integer", "integer_learnable"),
+    "hybrid-int-binary": ("bits", "hybrid_int_binary"),
+    "binary-gated": ("bits", "binary_gated"),
+    "fourier-binary": ("bits", "fourier_binary"),
+    "binary-2d": ("bits", "binary_2d"),
+    "hierarchical": ("bits", "hierarchical"),
+    "sinusoidal": ("trig", "sinusoidal"),
+    "sinusoidal-learned": ("trig", "sinusoidal_learned"),
+    "rope": ("trig", "rope"),
+    "alibi": ("bias", "alibi"),
+    "gaussian": ("bias", "gaussian"),
+}
+
+
+def builder(scheme_id: str, mode: str):
+    """The builder function for ``scheme_id`` in ``mode``."""
+    if mode == "table":
+        return importlib.import_module("edgepe.export.graphs.table").build
+    module_name, function = COMPUTE[scheme_id]
+    return getattr(importlib.import_module(f"edgepe.export.graphs.{module_name}"), function)
