@@ -1,0 +1,85 @@
+"""The precomputed table of a scheme: its layout, and its rows computed in chunks.
+
+Every table is 2-D, ``[rows, cols]``, row-major, one row per index:
+
+- ``pe``/``rope`` schemes with positions ``[N]``: row ``p`` is ``encode(p)``, ``[max_len, D]``;
+- multi-index schemes (``binary-2d``, ``hierarchical``): row ``p`` holds the bits of one
+  coordinate ``p``, ``[max_len, W]`` (``W = n`` for 2-D, ``max(widths)`` for hierarchical); a
+  graph gathers each coordinate's row and places its columns;
+- bias schemes: row ``r`` is the bias of the distance ``t - u = r - (max_len - 1)`` for every
+  head, ``[2 max_len - 1, H]``.
+
+Table artifacts clamp each position (and key position) to ``[0, max_len - 1]``;
+``table_reference`` is the reference under that policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from edgepe.schemes._registry import SchemeConfig
+
+CHUNK_ROWS = 4096
+
+
+def table_shape(config: SchemeConfig) -> tuple[int, int]:
+    spec = config.spec
+    if spec.kind == "bias":
+        return (2 * config.max_len - 1, config.heads)
+    if config.scheme == "binary-2d":
+        return (config.max_len, config.n_bits)
+    if config.scheme == "hierarchical":
+        return (config.max_len, max(config.params["widths"]))
+    return (config.max_len, config.d_model)
+
+
+def table_bytes(config: SchemeConfig, itemsize: float) -> int:
+    """Bytes of the table at ``itemsize`` bytes an entry (1/8 for bit-packed)."""
+    rows, cols = table_shape(config)
+    return int(np.ceil(rows * cols * itemsize))
+
+
+def table_rows(config: SchemeConfig, module, start: int, stop: int) -> np.ndarray:
+    """Rows ``start .. stop - 1`` of the table as float32 ``[stop - start, cols]``."""
+    import torch
+
+    index = torch.arange(start, stop, dtype=torch.int64)
+    with torch.no_grad():
+        if config.spec.kind == "bias":
+            distance = index - (config.max_len - 1)
+            rows = module.encode(distance, torch.zeros(1, dtype=torch.int64))[:, :, 0].T
+        elif config.scheme in ("binary-2d", "hierarchical"):
+            width = table_shape(config)[1]
+            from edgepe.schemes import bits
+
+            rows = bits(index, width, 64)
+        else:
+            rows = module.encode(index)
+    return rows.detach().to(torch.float32).contiguous().numpy()
+
+
+def iter_table(config: SchemeConfig, module, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+    """The whole table in chunks of at most ``chunk_rows`` rows (bounded memory)."""
+    rows = table_shape(config)[0]
+    for start in range(0, rows, chunk_rows):
+        yield table_rows(config, module, start, min(start + chunk_rows, rows))
+
+
+def full_table(config: SchemeConfig, module) -> np.ndarray:
+    """The whole table at once (for small tables and tests)."""
+    return table_rows(config, module, 0, table_shape(config)[0])
+
+
+def table_reference(config: SchemeConfig, module, positions, key_positions=None):
+    """The reference output of a table artifact: ``encode`` at positions clamped to the table."""
+    import torch
+
+    hi = config.max_len - 1
+    positions = torch.as_tensor(positions, dtype=torch.int64).clamp(0, hi)
+    with torch.no_grad():
+        if config.spec.kind == "bias":
+            keys = torch.as_tensor(key_positions, dtype=torch.int64).clamp(0, hi)
+            return module.encode(positions, keys)
+        return module.encode(positions)
