@@ -1,0 +1,95 @@
+"""Safe writing of artifacts: atomic replace, manifest last, --force, stale temporary files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgepe.errors import OutputPathError
+from edgepe.export.artifact import (
+    TMP_MARK,
+    ExportConfig,
+    atomic_write,
+    check_replace,
+    check_writable,
+    clean_stale,
+    manifest_path,
+    write_artifact,
+)
+from edgepe.schemes import resolve
+
+
+def _config(**kw) -> ExportConfig:
+    return ExportConfig(scheme=resolve("gray", 16), mode="compute", **kw)
+
+
+def test_atomic_write_leaves_old_file_when_the_writer_fails(tmp_path):
+    out = tmp_path / "a.bin"
+    out.write_bytes(b"old")
+
+    def broken(f):
+        f.write(b"new and half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(out, broken)
+    assert out.read_bytes() == b"old"
+    assert not [p for p in tmp_path.iterdir() if TMP_MARK in p.name]
+
+
+def test_write_artifact_puts_the_file_hash_in_the_manifest(tmp_path):
+    import hashlib
+
+    out = tmp_path / "x.onnx"
+    manifest = write_artifact(out, lambda f: f.write(b"payload"), {"scheme": "gray"})
+    assert manifest["sha256"] == hashlib.sha256(b"payload").hexdigest()
+    assert json.loads(manifest_path(out).read_text()) == manifest
+
+
+def test_stale_temporaries_of_the_target_are_cleaned(tmp_path):
+    out = tmp_path / "t.npy"
+    stale = tmp_path / f".{out.name}{TMP_MARK}abc123"
+    other = tmp_path / f".other.npy{TMP_MARK}abc123"
+    stale.write_bytes(b"half")
+    other.write_bytes(b"someone else's")
+    clean_stale(out)
+    assert not stale.exists()
+    assert other.exists()
+
+
+def test_identical_reexport_is_a_noop_and_other_inputs_need_force(tmp_path):
+    out = tmp_path / "g.onnx"
+    config = _config(out=out)
+    from edgepe.export.artifact import base_manifest
+
+    manifest = base_manifest(config, [16, 4], "float32")
+    write_artifact(out, lambda f: f.write(b"graph"), manifest)
+    assert check_replace(out, config, force=False) is True
+
+    other = ExportConfig(scheme=resolve("gray", 32), mode="compute", out=out)
+    with pytest.raises(OutputPathError, match="--force"):
+        check_replace(out, other, force=False)
+    assert check_replace(out, other, force=True) is False
+
+    # A tampered artifact is not "identical" even with the same inputs.
+    out.write_bytes(b"tampered")
+    with pytest.raises(OutputPathError):
+        check_replace(out, config, force=False)
+
+
+def test_a_foreign_file_is_not_replaced_without_force(tmp_path):
+    out = tmp_path / "notes.onnx"
+    out.write_text("mine")
+    with pytest.raises(OutputPathError, match="did not write"):
+        check_replace(out, _config(out=out), force=False)
+    assert out.read_text() == "mine"
+
+
+def test_output_under_a_regular_file_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputPathError, match="is a file"):
+        check_writable(blocker / "sub" / "out.onnx")
+    with pytest.raises(OutputPathError, match="folder"):
+        check_writable(tmp_path)
