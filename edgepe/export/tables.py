@@ -1,0 +1,201 @@
+"""Table artifacts: ``--format npy`` and ``--format bin``, plain or bit-packed (``--dtype bit``).
+
+The table is ``table_values``'s ``[rows, cols]`` layout, row-major, streamed chunk by chunk from
+``iter_table`` (never held whole). What is stored:
+
+- ``float32`` / ``float16``: the values, little-endian (``float16`` rounds to nearest);
+- ``uint8``: the 0/1 entries of a bit scheme (``BIT_SCHEMES``), one byte each;
+- ``int8``: ``--quantize int8`` (``edgepe.quant``; scale and zero point in the manifest's
+  ``quant``);
+- ``bit`` (``--dtype bit``, bit schemes only): one bit an entry. Entry ``(r, c)`` is bit
+  ``i = r * cols + c`` of the stream; byte ``i // 8`` holds it at bit ``i % 8`` (LSB first,
+  ``numpy.packbits(..., bitorder="little")``); the last byte is zero-padded. The file is exactly
+  ``ceil(rows * cols / 8)`` bytes (``bin``), or a 1-D ``uint8`` array of that length (``npy``).
+
+``bin`` is the raw data and nothing else; ``npy`` is the same data after a NumPy 1.0 header. The
+manifest says everything needed to read either without edgepe (``table_fields``).
+
+Only tables live in these formats: ``--mode compute`` with npy/bin is refused (a computed
+encoding needs code, which the ``onnx`` and ``c`` formats carry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from edgepe.errors import BadParameterError
+from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
+from edgepe.export.table_values import iter_table, table_shape
+
+# Schemes whose table entries are exactly 0 or 1 (the only ones that fit one bit or a uint8).
+BIT_SCHEMES = ("binary-bits", "gray", "binary-multilevel", "binary-2d", "hierarchical")
+BITORDER = "little"  # numpy.packbits bitorder: entry i at bit i % 8 of byte i // 8
+
+# Manifest dtype -> NumPy dtype string of what is in the file (explicit byte order).
+NUMPY_DTYPES = {"float32": "<f4", "float16": "<f2", "uint8": "|u1", "int8": "|i1", "bit": "|u1"}
+ITEMSIZE = {"float32": 4, "float16": 2, "uint8": 1, "int8": 1}
+
+
+def stored_dtype(config: ExportConfig) -> str:
+    """The dtype a table of ``config`` is stored in (``NUMPY_DTYPES`` keys); refuses the rest."""
+    scheme = config.scheme.scheme
+    if config.quantize == "int8":
+        if config.dtype != "float32":
+            raise BadParameterError(
+                f"--quantize int8 stores int8: it does not combine with --dtype {config.dtype}"
+            )
+        return "int8"
+    if config.dtype in ("bit", "uint8") and scheme not in BIT_SCHEMES:
+        raise BadParameterError(
+            f"--dtype {config.dtype} stores 0/1 entries; scheme '{scheme}' has other values. "
+            f"Schemes with 0/1 tables: {', '.join(BIT_SCHEMES)}"
+        )
+    return config.dtype
+
+
+def check_table_size(config: ExportConfig, dtype: str) -> int:
+    """The table's size in bytes; refuses one over ``config.max_table_bytes`` (before any work)."""
+    rows, cols = table_shape(config.scheme)
+    size = -(-rows * cols // 8) if dtype == "bit" else rows * cols * ITEMSIZE[dtype]
+    if size > config.max_table_bytes:
+        spec = config.scheme.spec
+        ways = []
+        if "compute" in spec.modes:
+            ways.append("--mode compute (stores no table; formats onnx or c)")
+        if config.scheme.scheme in BIT_SCHEMES and dtype != "bit":
+            ways.append("--dtype bit (one bit an entry)")
+        elif dtype in ("float32", "float16") and config.quantize == "none":
+            ways.append("--quantize int8")
+        ways.append("--max-table-bytes to raise the cap")
+        raise BadParameterError(
+            f"the {rows} x {cols} {dtype} table of '{config.scheme.scheme}' is {size} bytes, over "
+            f"the cap of {config.max_table_bytes} bytes; use {' or '.join(ways)}"
+        )
+    return size
+
+
+def row_meaning(config: ExportConfig) -> str:
+    """What row ``r`` of the table holds, in words (the manifest's ``layout.rows``)."""
+    s = config.scheme
+    if s.spec.kind == "bias":
+        return (
+            f"row r is the bias at distance t - u = r - {s.max_len - 1} (clamped to the table), "
+            "one column per head"
+        )
+    if s.arity is not None:
+        return (
+            "row p holds the bits of one coordinate p, LSB first (coordinates clamped to "
+            f"[0, {s.max_len - 1}]); an encoding takes each coordinate's row and places its columns"
+        )
+    return f"row p is the encoding of position p (positions clamped to [0, {s.max_len - 1}])"
+
+
+def table_fields(
+    config: ExportConfig, dtype: str, size: int, quant: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The manifest of a table artifact: ``base_manifest`` plus how to read the bytes."""
+    rows, cols = table_shape(config.scheme)
+    manifest = base_manifest(config, [rows, cols], dtype)
+    manifest.update(
+        {
+            "quant": quant,
+            "numpy_dtype": NUMPY_DTYPES[dtype],
+            "byte_order": "little",
+            "bitorder": BITORDER if dtype == "bit" else None,
+            "layout": {
+                "order": "row-major",
+                "rows": row_meaning(config),
+                "data_bytes": size,
+                "packed": dtype == "bit",
+            },
+        }
+    )
+    return manifest
+
+
+def stored_chunks(config: ExportConfig, module, dtype: str) -> Iterator[np.ndarray]:
+    """The table in ``dtype`` (``bit`` as 0/1 ``uint8``, not yet packed), chunk by chunk."""
+    if dtype == "int8":
+        yield from quantised_chunks(config, module)[1]
+        return
+    for chunk in iter_table(config.scheme, module):
+        if dtype in ("bit", "uint8"):
+            # Bit schemes are exactly 0/1 (their specs say exact); a cast cannot lose anything.
+            assert np.isin(chunk, (0.0, 1.0)).all(), config.scheme.scheme
+            yield chunk.astype(np.uint8)
+        else:
+            yield chunk.astype(NUMPY_DTYPES[dtype])
+
+
+def quantised_chunks(config: ExportConfig, module) -> tuple[dict[str, Any], Iterator[np.ndarray]]:
+    """``(quant manifest, int8 chunks)`` of the table, from ``edgepe.quant``."""
+    try:
+        from edgepe.quant import quantize_table
+    except ImportError:
+        raise BadParameterError(
+            "--quantize int8 is not available in this build (edgepe.quant is missing)"
+        ) from None
+    return quantize_table(config, module)
+
+
+def pack_bits(chunks: Iterable[np.ndarray]) -> Iterator[bytes]:
+    """Pack a row-major stream of 0/1 chunks into bytes, carrying leftover bits across chunks.
+
+    The stream is packed as one flat bit sequence, so chunk boundaries that fall inside a byte
+    (``rows * cols`` of a chunk not a multiple of 8) change nothing; the last byte is zero-padded.
+    """
+    carry = np.zeros(0, dtype=np.uint8)
+    for chunk in chunks:
+        flat = np.concatenate([carry, chunk.reshape(-1).astype(np.uint8)])
+        whole = flat.size - flat.size % 8
+        if whole:
+            yield np.packbits(flat[:whole], bitorder=BITORDER).tobytes()
+        carry = flat[whole:]
+    if carry.size:
+        yield np.packbits(carry, bitorder=BITORDER).tobytes()
+
+
+def data_chunks(config: ExportConfig, module, dtype: str) -> Iterator[bytes]:
+    """The bytes of the table as stored (what a ``bin`` file holds), chunk by chunk."""
+    chunks = stored_chunks(config, module, dtype)
+    if dtype == "bit":
+        yield from pack_bits(chunks)
+    else:
+        for chunk in chunks:
+            yield chunk.tobytes()
+
+
+def prepared_table(config: ExportConfig, module) -> tuple[dict[str, Any], str]:
+    """``(manifest, dtype)`` of the table of ``config``, after every check (nothing computed)."""
+    dtype = stored_dtype(config)
+    size = check_table_size(config, dtype)
+    quant = quantised_chunks(config, module)[0] if dtype == "int8" else None
+    return table_fields(config, dtype, size, quant), dtype
+
+
+def prepare(config: ExportConfig, module) -> Prepared:
+    """The npy or bin artifact of ``config``'s table (``--mode table`` only)."""
+    if config.mode != "table":
+        raise BadParameterError(
+            f"--format {config.format} stores a table: use --mode table "
+            "(a computed encoding needs --format onnx or c)"
+        )
+    manifest, dtype = prepared_table(config, module)
+    rows, cols = manifest["shape"]
+
+    def write(f: BinaryIO) -> None:
+        if config.format == "npy":
+            shape = (manifest["layout"]["data_bytes"],) if dtype == "bit" else (rows, cols)
+            header = {"descr": NUMPY_DTYPES[dtype], "fortran_order": False, "shape": shape}
+            np.lib.format.write_array_header_1_0(f, header)
+        for data in data_chunks(config, module, dtype):
+            f.write(data)
+
+    if config.format == "npy":
+        manifest["layout"]["npy_shape"] = (
+            [manifest["layout"]["data_bytes"]] if dtype == "bit" else [rows, cols]
+        )
+    return Prepared(manifest, write)
