@@ -116,12 +116,16 @@ def table_fields(
     return manifest
 
 
-def stored_chunks(config: ExportConfig, module, dtype: str) -> Iterator[np.ndarray]:
-    """The table in ``dtype`` (``bit`` as 0/1 ``uint8``, not yet packed), chunk by chunk."""
+def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Iterator[np.ndarray]:
+    """The table in ``dtype`` (``bit`` as 0/1 ``uint8``, not yet packed), chunk by chunk.
+
+    ``quant`` is the ``edgepe.quant.int8.TableQuant`` of an ``int8`` table (from ``quantised``).
+    """
+    chunks = iter_table(config.scheme, module)
     if dtype == "int8":
-        yield from quantised_chunks(config, module)[1]
+        yield from quant.chunks(chunks)
         return
-    for chunk in iter_table(config.scheme, module):
+    for chunk in chunks:
         if dtype in ("bit", "uint8"):
             # Bit schemes are exactly 0/1 (their specs say exact); a cast cannot lose anything.
             assert np.isin(chunk, (0.0, 1.0)).all(), config.scheme.scheme
@@ -130,10 +134,10 @@ def stored_chunks(config: ExportConfig, module, dtype: str) -> Iterator[np.ndarr
             yield chunk.astype(NUMPY_DTYPES[dtype])
 
 
-def quantised_chunks(config: ExportConfig, module) -> tuple[dict[str, Any], Iterator[np.ndarray]]:
-    """``(quant manifest, int8 chunks)`` of the table, from ``edgepe.quant``."""
+def quantised(config: ExportConfig, module):
+    """The ``TableQuant`` of the table (``edgepe.quant.int8``: two passes over ``iter_table``)."""
     try:
-        from edgepe.quant import quantize_table
+        from edgepe.quant.int8 import quantize_table
     except ImportError:
         raise BadParameterError(
             "--quantize int8 is not available in this build (edgepe.quant is missing)"
@@ -158,9 +162,9 @@ def pack_bits(chunks: Iterable[np.ndarray]) -> Iterator[bytes]:
         yield np.packbits(carry, bitorder=BITORDER).tobytes()
 
 
-def data_chunks(config: ExportConfig, module, dtype: str) -> Iterator[bytes]:
+def data_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Iterator[bytes]:
     """The bytes of the table as stored (what a ``bin`` file holds), chunk by chunk."""
-    chunks = stored_chunks(config, module, dtype)
+    chunks = stored_chunks(config, module, dtype, quant)
     if dtype == "bit":
         yield from pack_bits(chunks)
     else:
@@ -168,12 +172,17 @@ def data_chunks(config: ExportConfig, module, dtype: str) -> Iterator[bytes]:
             yield chunk.tobytes()
 
 
-def prepared_table(config: ExportConfig, module) -> tuple[dict[str, Any], str]:
-    """``(manifest, dtype)`` of the table of ``config``, after every check (nothing computed)."""
+def prepared_table(config: ExportConfig, module) -> tuple[dict[str, Any], str, Any]:
+    """``(manifest, dtype, quant)`` of ``config``'s table, after every check.
+
+    Only an int8 table is computed here (the quantiser's two measuring passes); ``quant`` is
+    its ``TableQuant`` (else ``None``), to hand to ``data_chunks``.
+    """
     dtype = stored_dtype(config)
     size = check_table_size(config, dtype)
-    quant = quantised_chunks(config, module)[0] if dtype == "int8" else None
-    return table_fields(config, dtype, size, quant), dtype
+    quant = quantised(config, module) if dtype == "int8" else None
+    section = quant.manifest() if quant is not None else None
+    return table_fields(config, dtype, size, section), dtype, quant
 
 
 def prepare(config: ExportConfig, module) -> Prepared:
@@ -183,7 +192,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
             f"--format {config.format} stores a table: use --mode table "
             "(a computed encoding needs --format onnx or c)"
         )
-    manifest, dtype = prepared_table(config, module)
+    manifest, dtype, quant = prepared_table(config, module)
     rows, cols = manifest["shape"]
 
     def write(f: BinaryIO) -> None:
@@ -191,7 +200,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
             shape = (manifest["layout"]["data_bytes"],) if dtype == "bit" else (rows, cols)
             header = {"descr": NUMPY_DTYPES[dtype], "fortran_order": False, "shape": shape}
             np.lib.format.write_array_header_1_0(f, header)
-        for data in data_chunks(config, module, dtype):
+        for data in data_chunks(config, module, dtype, quant):
             f.write(data)
 
     if config.format == "npy":
