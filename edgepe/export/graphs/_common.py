@@ -186,7 +186,8 @@ def make_model(
         "outputs": _io(outputs),
     }
     helper.set_model_props(
-        model, {MANIFEST_KEY: json.dumps({**manifest, "onnx": section}, sort_keys=True)}
+        model, {MANIFEST_KEY: json.dumps({**manifest, "onnx": section}, sort_keys=True,
+                                 separators=(",", ":"))}
     )
     onnx.checker.check_model(model, full_check=True)
     return model

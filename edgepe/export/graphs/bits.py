@@ -1,0 +1,222 @@
+"""Compute graphs of the bit family: integer ops on the position, one cast, one float step.
+
+Two lowerings of the same integer function (``--lowering``):
+
+- ``bitwise`` (default): ``Cast(int64 -> uint64)`` (two's complement: ``-1`` becomes
+  ``2^64 - 1``, so the bits are those of ``pos mod 2^n``), ``BitShift`` right by a constant
+  vector of shift counts, ``BitwiseAnd`` with a mask (``BitwiseXor`` for Gray), then ONE ``Cast``
+  to float. onnxruntime's CPU BitShift takes uint8/uint32/uint64 only (DESIGN.md), hence uint64.
+- ``arith``: no bitwise op at all, for runtimes without bitwise kernels (onnxruntime's CUDA
+  provider has none: such nodes fall back to the CPU). ``Mod(pos, 2^n)`` with ``fmod=0`` takes
+  the sign of the divisor, so it is the non-negative ``pos mod 2^n`` (two's complement wrap)
+  for every int64; integer ``Div`` of that non-negative value by ``2^k`` is
+  ``floor(r / 2^k) = r >> k``; ``Mod(., 2)`` is its low bit. Exact for every int64 position and
+  every bit width up to 62 (``2^62`` is the largest power of two Div/Mod take as an int64 divisor
+  with its sign bit clear), i.e. the same domain and the same outputs as ``bitwise``.
+
+Every graph reuses the module's buffers (projection weight, ``lo``/``hi``, gates, Fourier basis,
+shift vectors), in the reference's op order, so float parity is bitwise where the reference is.
+Source: integer-and-binary-pe-guide sections 3.2-3.7, 5.1-5.4, 6.2, 6.4; DESIGN.md for the ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgepe.errors import BadParameterError
+from edgepe.export.artifact import ExportConfig
+from edgepe.export.graphs._common import POSITIONS, Graph, output, positions_input
+
+# BitShift of a uint64 by 64 or more is undefined in C++ (onnxruntime shifts with ">>"): counts
+# are clamped to 63 and those columns masked to 0 instead.
+MAX_SHIFT = 63
+# Largest power of two used as an int64 Div/Mod divisor in the arith lowering.
+MAX_ARITH_BITS = 62
+
+
+def _columns(g: Graph, config: ExportConfig, index: np.ndarray | None) -> str:
+    """``[N, W]`` int64 positions, one column per output bit (``[N, 1]`` when ``index`` is None).
+
+    Multi-index schemes pick coordinate ``index[j]`` for column ``j`` (Gather on axis 1).
+    """
+    if index is None:
+        return g.op("Unsqueeze", POSITIONS, g.const([-1], np.int64))
+    return g.op("Gather", POSITIONS, g.const(index, np.int64), axis=1)
+
+
+def bit_columns(g: Graph, config: ExportConfig, x: str, shifts, wrap, gray: bool = False) -> str:
+    """``[N, W]`` integer 0/1: column ``j`` is bit ``shifts[j]`` of ``x mod 2^wrap``.
+
+    ``x`` is int64 ``[N, 1]`` or ``[N, W]``; ``wrap`` a bit width (scalar, or one per column);
+    ``gray`` reads the Gray code ``p ^ (p >> 1)`` of ``p = x mod 2^wrap`` instead (scalar wrap).
+    Columns with ``shifts[j] >= wrap`` are 0. The result is uint64 (``bitwise``) or int64
+    (``arith``), never float.
+    """
+    shifts = np.asarray(shifts, dtype=np.int64)
+    wrap = np.asarray(wrap, dtype=np.int64)
+    inside = (shifts < wrap).astype(np.uint64)
+    if config.lowering == "bitwise":
+        u = g.cast(x, "uint64")  # two's complement: the low bits of a negative int64 survive
+        if gray:
+            p = g.op("BitwiseAnd", u, g.const((1 << int(wrap)) - 1, np.uint64))  # pos mod 2^n
+            u = g.op("BitwiseXor", p, g.op("BitShift", p, g.const(1, np.uint64),
+                                             direction="RIGHT"))
+        shifted = g.op("BitShift", u, g.const(np.minimum(shifts, MAX_SHIFT), np.uint64),
+                       direction="RIGHT")
+        return g.op("BitwiseAnd", shifted, g.const(inside, np.uint64))  # 0 past the width
+    if int(wrap.max()) > MAX_ARITH_BITS:
+        raise BadParameterError(
+            f"--lowering arith supports bit widths up to {MAX_ARITH_BITS}; this configuration "
+            f"needs {int(wrap.max())}: use --lowering bitwise"
+        )
+    # fmod=0: the remainder takes the divisor's sign, so r = x mod 2^wrap is in [0, 2^wrap).
+    r = g.op("Mod", x, g.const(np.left_shift(1, wrap), np.int64), fmod=0)
+    # r < 2^wrap <= 2^shift for masked columns, so their quotient is 0 without a mask.
+    quotient = g.op("Div", r, g.const(np.left_shift(1, np.minimum(shifts, MAX_ARITH_BITS)),
+                                      np.int64))
+    if gray:
+        # Gray bit k = b_k xor b_(k+1); floor(r/2^k) + floor(r/2^(k+1)) = 3 floor(r/2^(k+1)) + b_k,
+        # whose parity is b_(k+1) + b_k mod 2.
+        above = g.op("Div", r, g.const(np.left_shift(1, np.minimum(shifts + 1, MAX_ARITH_BITS)),
+                                       np.int64))
+        quotient = g.op("Add", quotient, above)
+    return g.op("Mod", quotient, g.const(2, np.int64), fmod=0)
+
+
+def _bits_model(config: ExportConfig, module, manifest: dict, name: str, shifts, wrap,
+                float_step=None, index=None, gray: bool = False):
+    """The shared pipeline: columns, integer bits, then uint8 output or one Cast and a float step.
+
+    ``float_step(g, bits_f, x) -> name`` maps the float32 bits ``[N, W]`` (and the int64
+    positions ``x [N, 1]``) to the float32 output.
+    """
+    g = Graph(name)
+    x = _columns(g, config, index)
+    b = bit_columns(g, config, x, shifts, wrap, gray)
+    arity = config.scheme.arity
+    width = config.scheme.d_model
+    if config.dtype == "uint8":
+        g.cast(b, "uint8", out="pe")  # exact 0/1 bits: no float anywhere
+    else:
+        y = g.cast(b, "float32")  # the one cast to float
+        g.finish(float_step(g, y, x) if float_step else y, config.dtype)
+    return g.model([positions_input(arity)], [output("pe", config.dtype, ["N", width])],
+                   config.opset, manifest)
+
+
+def _f32(value) -> np.ndarray:
+    return np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value,
+                      dtype=np.float32)
+
+
+def _normalised(g: Graph, config: ExportConfig, x: str) -> str:
+    """float32 ``x / (L - 1)`` (``L = 1`` divides by 1): Cast then Div, as the reference."""
+    return g.op("Div", g.cast(x, "float32"),
+                g.const(float(max(config.scheme.max_len - 1, 1)), np.float32))
+
+
+def _plain(config: ExportConfig):
+    s = config.scheme
+    return np.arange(s.d_model), s.n_bits
+
+
+def binary(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: ``bits(pos mod 2^n) @ W.T`` (the demo)."""
+    weight_t = _f32(module.projection.weight).T.copy()  # [n, d]: Linear's y = x W^T
+    n = config.scheme.n_bits
+
+    def step(g, bits_f, x):
+        return g.op("MatMul", bits_f, g.const(weight_t, np.float32, "projection_weight_t"))
+
+    return _bits_model(config, module, manifest, "binary", np.arange(n), n, step)
+
+
+def binary_bits(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: bit ``k`` of ``pos mod 2^n`` (0 past n)."""
+    return _bits_model(config, module, manifest, "binary_bits", *_plain(config))
+
+
+def binary_signed(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: ``2 b - 1`` (exact in float32)."""
+
+    def step(g, bits_f, x):
+        doubled = g.op("Mul", bits_f, g.const(2.0, np.float32))
+        return g.op("Sub", doubled, g.const(1.0, np.float32))
+
+    return _bits_model(config, module, manifest, "binary_signed", *_plain(config), step)
+
+
+def binary_smooth(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: ``hi`` where the bit is 1, else ``lo``."""
+    lo, hi = _f32(module.lo), _f32(module.hi)
+
+    def step(g, bits_f, x):
+        one = g.op("Greater", bits_f, g.const(0.0, np.float32))
+        return g.op("Where", one, g.const(hi, np.float32, "hi"), g.const(lo, np.float32, "lo"))
+
+    return _bits_model(config, module, manifest, "binary_smooth", *_plain(config), step)
+
+
+def gray(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: bits of ``p ^ (p >> 1)``, ``p = pos mod 2^n``."""
+    return _bits_model(config, module, manifest, "gray", *_plain(config), gray=True)
+
+
+def binary_multilevel(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: column ``g k + i`` is bit ``g + i``."""
+    shifts = module.shifts.cpu().numpy()
+    return _bits_model(config, module, manifest, "binary_multilevel", shifts,
+                       config.scheme.n_bits)
+
+
+def hybrid_int_binary(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: ``[pos / (L - 1)] * (d//2)`` then the bits."""
+    s = config.scheme
+    half = s.d_model // 2
+
+    def step(g, bits_f, x):
+        if half == 0:
+            return bits_f
+        lin = _normalised(g, config, x)
+        lin = g.op("Expand", lin, g.const([1, half], np.int64))
+        return g.op("Concat", lin, bits_f, axis=1)
+
+    return _bits_model(config, module, manifest, "hybrid_int_binary",
+                       np.arange(s.d_model - half), s.n_bits, step)
+
+
+def binary_gated(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: ``b g + (pos / (L - 1)) (1 - g)``."""
+    gate, rest = (_f32(t) for t in module.gates())  # folded: no Exp in the graph
+
+    def step(g, bits_f, x):
+        lin = _normalised(g, config, x)
+        gated = g.op("Mul", bits_f, g.const(gate, np.float32, "gate"))
+        return g.op("Add", gated, g.op("Mul", lin, g.const(rest, np.float32, "one_minus_gate")))
+
+    return _bits_model(config, module, manifest, "binary_gated", *_plain(config), step)
+
+
+def fourier_binary(config: ExportConfig, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d_model]``: ``bits(pos mod 2^n) @ [cos | -sin]``."""
+    basis = _f32(module.basis)  # [n, d], computed in float64 by the module: no trig here
+    n = config.scheme.n_bits
+
+    def step(g, bits_f, x):
+        return g.op("MatMul", bits_f, g.const(basis, np.float32, "fourier_basis"))
+
+    return _bits_model(config, module, manifest, "fourier_binary", np.arange(n), n, step)
+
+
+def binary_2d(config: ExportConfig, module, manifest: dict):
+    """``positions [N, 2] int64 -> pe [N, d_model]``: ``[x0, y0, x1, y1, ...]``."""
+    return _bits_model(config, module, manifest, "binary_2d", module.shifts.cpu().numpy(),
+                       config.scheme.n_bits, index=module.axis.cpu().numpy())
+
+
+def hierarchical(config: ExportConfig, module, manifest: dict):
+    """``positions [N, levels] int64 -> pe [N, sum(widths)]``: each level's bits, concatenated."""
+    level = module.level.cpu().numpy()
+    widths = np.asarray(config.scheme.params["widths"], dtype=np.int64)
+    return _bits_model(config, module, manifest, "hierarchical", module.shifts.cpu().numpy(),
+                       widths[level], index=level)

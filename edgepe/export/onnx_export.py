@@ -1,0 +1,81 @@
+"""ONNX artifacts: a scheme's reference module -> a checked graph and its manifest.
+
+``prepare`` checks the options an ONNX file can take (``--dtype``, ``--lowering``,
+``--quantize``), builds the graph with the scheme's builder (``graphs.builder``; the int8
+builder of ``edgepe.quant`` for ``--quantize int8``) and serialises it once. The manifest written
+next to the file is the one stored in the graph's ``metadata_props`` (plus the file's sha256).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgepe.errors import BadParameterError
+from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
+from edgepe.export.graphs import COMPUTE, builder
+from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES, read_manifest_prop
+
+
+def output_shape(config: ExportConfig) -> list[Any]:
+    """The graph output's shape: ``["N", D]``, or ``[H, "N", "M"]`` for bias schemes."""
+    s = config.scheme
+    if s.spec.kind == "bias":
+        return [s.heads, "N", "M"]
+    return ["N", s.d_model]
+
+
+def check_options(config: ExportConfig) -> None:
+    """Refuse ``--dtype``/``--lowering``/``--quantize`` values this scheme's graph cannot take."""
+    scheme = config.scheme.scheme
+    if config.dtype == "bit":
+        raise BadParameterError(
+            "--dtype bit packs tables: use --format npy, bin or c (ONNX outputs float32, "
+            "float16 or uint8)"
+        )
+    if config.dtype == "uint8" and scheme not in BIT_OUTPUT_SCHEMES:
+        raise BadParameterError(
+            f"--dtype uint8 needs outputs that are exactly 0 or 1; scheme '{scheme}' has other "
+            f"values. uint8 schemes: {', '.join(BIT_OUTPUT_SCHEMES)}"
+        )
+    if config.quantize == "int8" and config.dtype != "float32":
+        raise BadParameterError(
+            f"--quantize int8 graphs output float32 (dequantised), not {config.dtype}"
+        )
+    if config.lowering != "bitwise":
+        if config.mode != "compute":
+            raise BadParameterError(
+                f"--lowering {config.lowering} applies to compute graphs; a table graph has no "
+                "bitwise ops"
+            )
+        if COMPUTE.get(scheme, ("",))[0] != "bits":
+            bit_family = ", ".join(k for k, (family, _) in COMPUTE.items() if family == "bits")
+            raise BadParameterError(
+                f"--lowering {config.lowering} applies to the bit family ({bit_family}); "
+                f"scheme '{scheme}' has no bitwise ops to lower"
+            )
+
+
+def _int8_builder():
+    try:
+        from edgepe.quant.graphs import build_int8
+    except ImportError:
+        raise BadParameterError(
+            "--quantize int8 for ONNX is not available in this build (edgepe.quant.graphs."
+            "build_int8 is missing); use --quantize none"
+        ) from None
+    return build_int8
+
+
+def prepare(config: ExportConfig, module) -> Prepared:
+    """The ONNX artifact for ``config``: manifest (all but sha256) and a writer of its bytes."""
+    check_options(config)
+    manifest = base_manifest(config, output_shape(config), config.dtype)
+    if config.quantize == "int8":
+        build = _int8_builder()
+    else:
+        build = builder(config.scheme.scheme, config.mode)
+    model = build(config, module, manifest)
+    # SerializeToString is deterministic for a given ModelProto (no maps, fixed field order).
+    data = model.SerializeToString()
+    stored = read_manifest_prop(model)
+    return Prepared(stored, lambda f: f.write(data))
