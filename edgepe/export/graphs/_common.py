@@ -130,9 +130,15 @@ class Graph:
         """
         if dtype == "float16":
             self.cast(x, "float16", out=name)
-            return
+        else:
+            self.rename(x, name)
+
+    def rename(self, x: str, name: str) -> None:
+        """Give the output ``x`` of a node the name ``name`` (a graph output's name)."""
         producer = next(n for n in self.nodes if x in n.output)
         producer.output[list(producer.output).index(x)] = name
+        for node in self.nodes:
+            node.input[:] = [name if i == x else i for i in node.input]
 
     def model(self, inputs: Sequence[onnx.ValueInfoProto],
               outputs: Sequence[onnx.ValueInfoProto], opset: int,

@@ -1,0 +1,121 @@
+"""Table graphs for every scheme: the precomputed table stored once, rows gathered by position.
+
+The stored initializer ``table`` has the layout of ``edgepe.export.table_values`` (``[L, D]``;
+per-coordinate bit rows ``[L, W]`` for binary-2d/hierarchical; ``[2L - 1, H]`` by distance for
+bias schemes), in the output dtype (float32, float16, or uint8 for 0/1 schemes), so a float16
+graph is half the size rather than a float32 table plus a Cast. Every position (and key
+position) is clipped to ``[0, L - 1]`` first: table artifacts clamp (DESIGN.md), and Gather with
+an index out of range is an error in onnxruntime, so no input can make the graph fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgepe.errors import BadParameterError
+from edgepe.export.artifact import ExportConfig
+from edgepe.export.graphs._common import (
+    BIAS,
+    KEY_POSITIONS,
+    PE,
+    POSITIONS,
+    Graph,
+    output,
+    positions_input,
+)
+from edgepe.export.table_values import iter_table, table_bytes, table_shape
+
+# A protobuf message cannot exceed 2 GiB; leave room for the rest of the model.
+ONNX_TABLE_LIMIT = 2**31 - 2**20
+NP_DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8}
+
+
+def check_table_size(config: ExportConfig) -> None:
+    """Refuse a table over ``--max-table-bytes`` (or protobuf's 2 GiB) before allocating it."""
+    s = config.scheme
+    itemsize = np.dtype(NP_DTYPES[config.dtype]).itemsize
+    size = table_bytes(s, itemsize)
+    rows, cols = table_shape(s)
+    limit = min(config.max_table_bytes, ONNX_TABLE_LIMIT)
+    if size > limit:
+        hints = []
+        if "compute" in s.spec.modes:
+            hints.append("--mode compute (no table)")
+        hints.append("--format bin --dtype bit (bit-packed)" if s.spec.exact
+                     else "--dtype float16 or --quantize int8")
+        if limit == config.max_table_bytes:
+            hints.append("a larger --max-table-bytes")
+        why = ("--max-table-bytes" if limit == config.max_table_bytes
+               else "the 2 GiB limit of an ONNX file")
+        raise BadParameterError(
+            f"the table of scheme '{s.scheme}' is {rows} x {cols} {config.dtype} = {size} bytes, "
+            f"over {why} ({limit}); use {' or '.join(hints)}"
+        )
+
+
+def stored_table(config: ExportConfig, module) -> np.ndarray:
+    """The whole table in the output dtype, filled chunk by chunk (one allocation)."""
+    check_table_size(config)
+    table = np.empty(table_shape(config.scheme), dtype=NP_DTYPES[config.dtype])
+    start = 0
+    for chunk in iter_table(config.scheme, module):
+        table[start:start + len(chunk)] = chunk  # float32 -> dtype (0/1 exact in uint8)
+        start += len(chunk)
+    return table
+
+
+def _clip(g: Graph, x: str, high: int) -> str:
+    """int64 ``x`` clipped to ``[0, high]`` (Clip takes integer tensors from opset 12 on)."""
+    return g.op("Clip", x, g.const(0, np.int64, f"{x}_low"), g.const(high, np.int64, f"{x}_high"))
+
+
+def _columns(config: ExportConfig) -> tuple[np.ndarray, np.ndarray]:
+    """For multi-index schemes: column ``j``'s index in the flattened ``[k * W]`` gathered rows,
+    and whether it holds a bit at all (binary-2d columns past ``2 n`` are 0)."""
+    s = config.scheme
+    width = table_shape(s)[1]
+    column = np.arange(s.d_model)
+    if s.scheme == "binary-2d":
+        axis, shift = column % 2, column // 2
+    else:
+        widths = np.asarray(s.params["widths"])
+        axis = np.repeat(np.arange(len(widths)), widths)
+        shift = np.concatenate([np.arange(w) for w in widths])
+    inside = shift < width
+    return axis * width + np.minimum(shift, width - 1), inside
+
+
+def build(config: ExportConfig, module, manifest: dict):
+    """``positions [N] (or [N, k]) int64 -> pe [N, D]``, or ``bias [H, N, M]``: table rows.
+
+    Positions are clipped to ``[0, L - 1]``, then ``Gather`` reads the stored rows; bias schemes
+    gather by the distance ``clip(t) - clip(u) + L - 1``; multi-index schemes gather one row per
+    coordinate and place its bits in the output columns.
+    """
+    s = config.scheme
+    g = Graph(f"{s.scheme.replace('-', '_')}_table")
+    table = g.const(stored_table(config, module), NP_DTYPES[config.dtype], "table")
+    high = s.max_len - 1
+    if s.spec.kind == "bias":
+        q = g.op("Unsqueeze", _clip(g, POSITIONS, high), g.const([-1], np.int64))  # [N, 1]
+        distance = g.op("Sub", q, _clip(g, KEY_POSITIONS, high))  # [N, M] in [-(L-1), L-1]
+        rows = g.op("Gather", table, g.op("Add", distance, g.const(high, np.int64)), axis=0)
+        g.rename(g.op("Transpose", rows, perm=[2, 0, 1]), BIAS)  # [H, N, M]
+        inputs = [positions_input(None), positions_input(None, KEY_POSITIONS)]
+        outputs = [output(BIAS, config.dtype, [s.heads, "N", "M"])]
+    elif s.arity is None:
+        g.rename(g.op("Gather", table, _clip(g, POSITIONS, high), axis=0), PE)
+        inputs = [positions_input(None)]
+        outputs = [output(PE, config.dtype, ["N", s.d_model])]
+    else:
+        rows = g.op("Gather", table, _clip(g, POSITIONS, high), axis=0)  # [N, k, W]
+        flat = g.op("Reshape", rows, g.const([0, -1], np.int64))  # [N, k W]
+        index, inside = _columns(config)
+        y = g.op("Gather", flat, g.const(index, np.int64), axis=1)  # [N, d]
+        if not inside.all():
+            zero = g.const(0, NP_DTYPES[config.dtype])
+            y = g.op("Where", g.const(inside, np.bool_), y, zero)
+        g.rename(y, PE)
+        inputs = [positions_input(s.arity)]
+        outputs = [output(PE, config.dtype, ["N", s.d_model])]
+    return g.model(inputs, outputs, config.opset, manifest)
