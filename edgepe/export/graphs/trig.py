@@ -1,0 +1,154 @@
+"""Compute graphs of the trig schemes: sinusoidal, sinusoidal-learned and rope.
+
+Every graph recomputes the reference's float32 angle op for op, ``Cast(positions) * inv_freq``
+with the module's own ``inv_freq`` buffer (``edgepe.schemes.sinusoidal.angles``), so the angle is
+bitwise the reference's and only the Sin/Cos kernels differ (measured gap: each scheme's
+``tolerance_why``). The schemes extrapolate, so the graphs hold no position-indexed table, except
+the learned residual of sinusoidal-learned, which is zero outside ``0 .. max_len - 1``.
+
+rope has three graphs, chosen by ``config.extra`` (``--rope-graph``, ``--rope-lowering``):
+
+- ``rope_graph="encode"`` (default): ``positions [N] -> pe [N, d] = [cos(theta) | sin(theta)]``;
+- ``rope_graph="apply"``: ``x [B, N, d], positions [N] -> y [B, N, d]``, pairs ``(2i, 2i+1)``
+  rotated with plain ONNX ops, as ``Rope.apply``;
+- ``rope_graph="apply", rope_lowering="ort"``: the same rotation by onnxruntime's fused
+  ``com.microsoft.RotaryEmbedding`` kernel (CPU and CUDA providers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from edgepe.errors import BadParameterError
+from edgepe.export.artifact import ExportConfig
+from edgepe.export.graphs._common import (
+    POSITIONS,
+    Graph,
+    make_model,
+    output,
+    positions_input,
+)
+
+X = "x"
+Y = "y"
+ROPE_GRAPHS = ("encode", "apply")
+ROPE_LOWERINGS = ("onnx", "ort")
+MS_DOMAIN = "com.microsoft"
+
+
+def _angles(g: Graph, module) -> str:
+    """``theta [N, d/2]`` float32 ``= Cast(positions) * inv_freq``, as ``sinusoidal.angles``."""
+    column = g.op("Unsqueeze", g.cast(POSITIONS, "float32"), g.const([-1], np.int64))
+    inv_freq = module.inv_freq.detach().numpy().reshape(1, -1)
+    return g.op("Mul", column, g.const(inv_freq, np.float32, name="inv_freq"), out="theta")
+
+
+def _sin_cos(g: Graph, module) -> tuple[str, str]:
+    theta = _angles(g, module)
+    return g.op("Sin", theta, out="sin"), g.op("Cos", theta, out="cos")
+
+
+def _interleaved(g: Graph, module) -> str:
+    """``[N, d]`` float32 with ``sin`` in the even columns and ``cos`` in the odd ones."""
+    sin, cos = _sin_cos(g, module)
+    last = g.const([-1], np.int64)
+    pairs = g.op("Concat", g.op("Unsqueeze", sin, last), g.op("Unsqueeze", cos, last), axis=-1)
+    return g.op("Reshape", pairs, g.const([-1, 2 * module.inv_freq.numel()], np.int64))
+
+
+def _pe_model(config: ExportConfig, g: Graph, pe: str, manifest: dict) -> onnx.ModelProto:
+    g.finish(pe, config.dtype)
+    out = output("pe", config.dtype, ["N", config.scheme.d_model])
+    return g.model([positions_input(None)], [out], config.opset, manifest)
+
+
+def sinusoidal(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+    """``positions [N] int64 -> pe [N, d]``: Cast, Mul by ``inv_freq``, Sin/Cos, interleave."""
+    g = Graph("edgepe_sinusoidal")
+    return _pe_model(config, g, _interleaved(g, module), manifest)
+
+
+def sinusoidal_learned(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+    """``positions [N] int64 -> pe [N, d]``: sinusoidal + residual row, zero outside the table.
+
+    As the reference: ``fixed + residual[clip(pos, 0, L - 1)] * inside``, where ``inside`` is
+    ``Clip(pos) == pos`` as 0/1, so the fixed part extrapolates and the residual switches off.
+    """
+    g = Graph("edgepe_sinusoidal_learned")
+    fixed = _interleaved(g, module)
+    last = config.scheme.max_len - 1
+    row = g.op("Clip", POSITIONS, g.const(0, np.int64), g.const(last, np.int64))
+    residual = g.const(module.residual.detach().numpy(), np.float32, name="residual")
+    rows = g.op("Gather", residual, row, axis=0)
+    inside = g.cast(g.op("Equal", row, POSITIONS), "float32")
+    kept = g.op("Mul", rows, g.op("Unsqueeze", inside, g.const([-1], np.int64)))
+    return _pe_model(config, g, g.op("Add", fixed, kept), manifest)
+
+
+def rope_choice(config: ExportConfig) -> tuple[str, str]:
+    """``(graph, lowering)`` from ``config.extra``, validated (defaults: encode, onnx)."""
+    graph = config.extra.get("rope_graph", "encode")
+    lowering = config.extra.get("rope_lowering", "onnx")
+    if graph not in ROPE_GRAPHS:
+        raise BadParameterError(f"--rope-graph {graph!r} is not one of: {', '.join(ROPE_GRAPHS)}")
+    if lowering not in ROPE_LOWERINGS:
+        raise BadParameterError(
+            f"--rope-lowering {lowering!r} is not one of: {', '.join(ROPE_LOWERINGS)}"
+        )
+    if lowering == "ort" and graph != "apply":
+        raise BadParameterError("--rope-lowering ort lowers the rotation: add --rope-graph apply")
+    return graph, lowering
+
+
+def rope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+    """``positions [N] int64 -> pe [N, d] = [cos | sin]``; apply: ``x [B, N, d], positions -> y``.
+
+    The apply graphs take float32 ``x`` and give ``y`` of ``x``'s shape (in ``--dtype``); a
+    ``[B, H, N, d]`` tensor goes in reshaped to ``[B * H, N, d]`` (the rotation depends only on
+    the position and the pair). ``manifest["shape"]`` becomes ``["B", "N", d]`` for them.
+    """
+    graph, lowering = rope_choice(config)
+    d = config.scheme.d_model
+    if graph == "encode":
+        g = Graph("edgepe_rope")
+        sin, cos = _sin_cos(g, module)
+        return _pe_model(config, g, g.op("Concat", cos, sin, axis=1), manifest)
+    g = Graph(f"edgepe_rope_apply_{lowering}")
+    sin, cos = _sin_cos(g, module)
+    y = _ort_rotary(g, sin, cos) if lowering == "ort" else _onnx_rotary(g, d, sin, cos)
+    g.finish(y, config.dtype, name=Y)
+    shape = ["B", "N", d]
+    x_in = output(X, "float32", shape)
+    extra = {MS_DOMAIN: 1} if lowering == "ort" else None
+    return make_model(g.nodes, [x_in, positions_input(None)], [output(Y, config.dtype, shape)],
+                      g.initializers, config.opset, {**manifest, "shape": shape}, g.name,
+                      extra_opsets=extra)
+
+
+def _onnx_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
+    """``x`` with pairs ``(x_2i, x_2i+1)`` rotated by ``theta_i``, op for op as ``Rope.apply``."""
+    last = g.const([-1], np.int64)
+    end, step = g.const([d], np.int64), g.const([2], np.int64)
+    even = g.op("Slice", X, g.const([0], np.int64), end, last, step)
+    odd = g.op("Slice", X, g.const([1], np.int64), end, last, step)
+    # even cos - odd sin, even sin + odd cos: the reference's order (separate roundings)
+    first = g.op("Sub", g.op("Mul", even, cos), g.op("Mul", odd, sin))
+    second = g.op("Add", g.op("Mul", even, sin), g.op("Mul", odd, cos))
+    pairs = g.op("Concat", g.op("Unsqueeze", first, last), g.op("Unsqueeze", second, last),
+                 axis=-1)
+    return g.op("Reshape", pairs, g.op("Shape", X))
+
+
+def _ort_rotary(g: Graph, sin: str, cos: str) -> str:
+    """``com.microsoft.RotaryEmbedding(x, position_ids=0, cos, sin)``, interleaved.
+
+    The caches are ``cos(theta)``, ``sin(theta)`` of exactly the requested positions, computed
+    in the graph, and ``position_ids`` is the scalar offset 0, so the kernel reads cache row
+    ``s`` for sequence index ``s``. A constant ``[max_len, d/2]`` cache indexed by position would
+    turn the artifact into a table, and onnxruntime's CPU kernel does not bounds-check the ids
+    (``contrib_ops/cpu/bert/rotary_embedding.cc``: ``cache_offset = position_id * half``): an
+    id past the cache reads other memory instead of extrapolating like the reference.
+    """
+    return g.op("RotaryEmbedding", X, g.const([0], np.int64), cos, sin, domain=MS_DOMAIN,
+                interleaved=1)
