@@ -1,0 +1,489 @@
+"""The runtime: ``edgepe.load(path)`` opens an artifact and encodes positions with it.
+
+``load`` reads the manifest at ``PATH + ".json"``, checks the file against its ``sha256`` and
+returns a ``Runtime``:
+
+- ONNX artifacts (compute or table graphs) run in one ``onnxruntime.InferenceSession``, made
+  once and reused by every call;
+- npy and bin tables (float, uint8, int8-quantised or bit-packed) are read with numpy and
+  indexed as the table graphs index them: every position, and key position, clamps to
+  ``[0, max_len - 1]`` (``edgepe.export.table_values``);
+- C headers are refused: they are compiled into firmware, not loaded (see ``models/README.md``).
+
+``encode(positions)`` returns what the artifact outputs (``[N, D]``, or ``[H, N, M]`` for bias
+schemes given ``key_positions``) as a numpy array, in the artifact's dtype (float32 unless it was
+exported with ``--dtype``; int8 tables come back dequantised). ``apply(x, offset)`` adds the
+encoding to ``x [..., S, D]`` at positions ``offset .. offset + S - 1`` as the reference modules'
+``forward`` does (rotates pairs for rope; adds the bias to ``scores [..., H, N, M]`` for bias
+schemes), so a streaming decoder passes the number of tokens already seen as ``offset``.
+
+Positions are checked before anything runs: integers only (never floats or bools), shape ``[N]``
+(``[N, k]`` for multi-index schemes), ``|pos| <= positions.limit`` when the manifest sets one.
+Inside that domain every position is defined by ``positions.out_of_range`` (wrap, clamp or
+extrapolate), so nothing else is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgepe.errors import ArtifactError, BadParameterError, PositionError, did_you_mean
+
+INT64_MAX = 2**63 - 1
+REQUIRED = ("scheme", "format", "mode", "dtype", "shape", "kind", "max_len", "positions", "sha256")
+
+# Short names people type, as polygraphy accepts them (STYLE 6); matched case-insensitively.
+PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "xnnpack": "XnnpackExecutionProvider",
+}
+
+
+def _short(provider: str) -> str:
+    return re.sub(r"executionprovider$", "", provider.lower())
+
+
+def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
+    """onnxruntime provider names from forgiving ones: ``"cpu"``, ``"CUDA"``, ``"cuda,cpu"``.
+
+    ``None`` means CPU only. A name onnxruntime does not know, or one this install lacks, is a
+    ``BadParameterError`` that lists the available providers.
+    """
+    import onnxruntime as ort
+
+    if providers is None:
+        return ["CPUExecutionProvider"]
+    names = providers.split(",") if isinstance(providers, str) else list(providers)
+    available = ort.get_available_providers()
+    by_short = {_short(p): p for p in ort.get_all_providers()}
+    by_short.update({alias: full for alias, full in PROVIDER_ALIASES.items()})
+    have = ", ".join(_short(p) for p in available)
+    resolved = []
+    for raw in names:
+        key = _short(str(raw).strip())
+        full = by_short.get(key)
+        if full is None:
+            raise BadParameterError(
+                f"Unknown provider {raw!r}.{did_you_mean(key, by_short)} Available here: {have}"
+            )
+        if full not in available:
+            raise BadParameterError(
+                f"provider {raw!r} ({full}) is not available in this onnxruntime; available "
+                f"here: {have}" + (" (install onnxruntime-gpu for cuda)" if key == "cuda" else "")
+            )
+        if full not in resolved:
+            resolved.append(full)
+    if not resolved:
+        raise BadParameterError(f"no provider given; available here: {have}")
+    return resolved
+
+
+def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runtime:
+    """Open the artifact at ``path`` (any format but C) for ``encode``/``apply``.
+
+    ``providers`` (ONNX only; tables run in numpy): onnxruntime providers in priority order,
+    forgiving names (``"cpu"``, ``"cuda"``); default CPU. Raises ``ArtifactError`` for a file
+    that is missing, has no manifest, or does not match its manifest.
+    """
+    path = Path(path)
+    manifest = read_artifact_manifest(path)
+    fmt = manifest["format"]
+    if fmt == "onnx":
+        return OnnxRuntime(path, manifest, providers)
+    if fmt in ("npy", "bin"):
+        if providers is not None:
+            resolve_providers(providers)  # a misspelt name is still an error
+        return TableRuntime(path, manifest)
+    if fmt == "c":
+        raise ArtifactError(
+            f"{str(path)!r} is a C header: it is compiled into firmware, not loaded; #include it "
+            "(models/README.md), or export --format npy or onnx to use the table from Python"
+        )
+    raise ArtifactError(f"{str(path)!r}: unknown format {fmt!r} in its manifest")
+
+
+def read_artifact_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the artifact at ``path``, checked to describe that very file."""
+    from edgepe.export.artifact import manifest_path, read_manifest
+
+    if not path.exists():
+        raise ArtifactError(f"{str(path)!r} does not exist")
+    if not path.is_file():
+        raise ArtifactError(f"{str(path)!r} is not a file")
+    manifest = read_manifest(path)
+    if not isinstance(manifest, dict):
+        raise ArtifactError(
+            f"{str(path)!r} is not an edgepe artifact: no readable manifest at "
+            f"{str(manifest_path(path))!r} (artifacts come from 'edgepe export')"
+        )
+    missing = [key for key in REQUIRED if key not in manifest]
+    if missing:
+        raise ArtifactError(
+            f"{str(manifest_path(path))!r} is not an edgepe manifest: it lacks {', '.join(missing)}"
+        )
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != manifest["sha256"]:
+        raise ArtifactError(
+            f"{str(path)!r} does not match its manifest (sha256 differs): it was changed or "
+            "truncated after export; export it again"
+        )
+    return manifest
+
+
+def check_positions(
+    value: Any, arity: int | None, limit: int | None, what: str = "positions"
+) -> np.ndarray:
+    """``value`` as int64 ``[N]`` (``[N, arity]``), or a one-line ``PositionError``."""
+    shape = "[N]" if arity is None else f"[N, {arity}]"
+    if isinstance(value, str | bytes):
+        raise PositionError(f"{what} must be an integer array {shape}, got the string {value!r}")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise PositionError(f"{what} must be an integer array {shape}: {exc}") from None
+    if array.dtype.kind not in "iu":
+        raise PositionError(
+            f"{what} must be integers (int64), got dtype {array.dtype}; floats and bools are "
+            "refused because they do not name a position exactly"
+        )
+    if array.ndim != (1 if arity is None else 2) or (arity is not None and array.shape[1] != arity):
+        raise PositionError(f"{what} must have shape {shape}, got {list(array.shape)}")
+    if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
+        raise PositionError(f"{what} must fit in int64, got {int(array.max())}")
+    array = array.astype(np.int64, copy=False)
+    if limit is not None and array.size:
+        # Compare without abs(): |int64 min| overflows.
+        low, high = int(array.min()), int(array.max())
+        if high > limit or low < -limit:
+            worst = high if high > limit else low
+            raise PositionError(
+                f"{what} must be within +-{limit} for this artifact (its manifest's "
+                f"positions.limit: float32 is exact only up to there), got {worst}"
+            )
+    return array
+
+
+def _offset(offset: Any) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
+        raise PositionError(f"offset must be an integer, got {offset!r}")
+    return int(offset)
+
+
+def _float_input(x: Any, what: str, min_ndim: int) -> np.ndarray:
+    if isinstance(x, str | bytes):
+        raise BadParameterError(f"{what} must be a float array, got a string")
+    try:
+        array = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise BadParameterError(f"{what} must be a float array: {exc}") from None
+    if array.dtype.kind != "f":
+        raise BadParameterError(f"{what} must be a float array, got dtype {array.dtype}")
+    if array.ndim < min_ndim:
+        raise BadParameterError(
+            f"{what} must have at least {min_ndim} dimensions, got shape {list(array.shape)}"
+        )
+    return array
+
+
+class Runtime:
+    """An artifact ready to encode positions. Made by ``edgepe.load``; see the module docstring.
+
+    Subclasses implement ``_encode(positions, key_positions)`` on checked int64 arrays.
+    """
+
+    rotates = False  # True for rope's apply graph, which rotates x itself
+
+    def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self._manifest = dict(manifest)
+        domain = manifest["positions"] or {}
+        self._arity = domain.get("arity")
+        self._limit = domain.get("limit")
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The artifact's manifest (a copy)."""
+        return dict(self._manifest)
+
+    @property
+    def scheme(self) -> str:
+        return self._manifest["scheme"]
+
+    @property
+    def kind(self) -> str:
+        """``pe``, ``rope`` or ``bias`` (see ``edgepe.schemes.SchemeSpec``)."""
+        return self._manifest["kind"]
+
+    @property
+    def shape(self) -> tuple:
+        """The artifact's shape from its manifest (a table's ``[rows, cols]``, or a graph's)."""
+        return tuple(self._manifest["shape"])
+
+    @property
+    def arity(self) -> int | None:
+        """``k`` when positions are ``[N, k]``, else ``None``."""
+        return self._arity
+
+    @property
+    def width(self) -> int:
+        """``D`` of ``encode``'s ``[N, D]``, or ``H`` of a bias ``[H, N, M]``."""
+        m = self._manifest
+        return m["heads"] if self.kind == "bias" else m["d_model"]
+
+    def __repr__(self) -> str:
+        m = self._manifest
+        size = f"heads={m.get('heads')}" if self.kind == "bias" else f"d_model={m.get('d_model')}"
+        return (
+            f"<edgepe {type(self).__name__} {self.scheme} {m['mode']} {m['format']} "
+            f"max_len={m['max_len']} {size} dtype={m['dtype']} path={str(self.path)!r}>"
+        )
+
+    def encode(self, positions: Any, key_positions: Any = None) -> np.ndarray:
+        """Encodings of ``positions`` (int64 ``[N]`` or ``[N, k]``): ``[N, D]``.
+
+        Bias schemes take ``key_positions`` (int64 ``[M]``) too and return ``[H, N, M]``.
+        """
+        positions = check_positions(positions, self._arity, self._limit)
+        if self.kind == "bias":
+            if key_positions is None:
+                raise PositionError(
+                    f"scheme '{self.scheme}' is a bias: encode(positions, key_positions) needs "
+                    "key_positions [M] too"
+                )
+            key_positions = check_positions(key_positions, None, self._limit, "key_positions")
+        elif key_positions is not None:
+            raise PositionError(
+                f"scheme '{self.scheme}' takes no key_positions (only bias schemes do)"
+            )
+        return self._encode(positions, key_positions)
+
+    def _encode(self, positions: np.ndarray, key_positions: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError  # pragma: no cover - every subclass implements it
+
+    def apply(self, x: Any, offset: int = 0, positions: Any = None) -> np.ndarray:
+        """``x`` with the encoding applied at positions ``offset .. offset + S - 1``.
+
+        - ``pe``: ``x [..., S, D] + encode(positions)`` (cast to ``x``'s dtype), as the demo's
+          forward adds it;
+        - ``rope``: ``x [..., S, d]`` with pair ``(2i, 2i + 1)`` rotated by ``theta_i``;
+        - ``bias``: ``x`` are attention scores ``[..., H, N, M]``: queries at
+          ``offset .. offset + N - 1``, keys at ``0 .. M - 1``.
+
+        ``positions`` (``[S]`` or ``[S, k]``) replaces ``offset``; multi-index schemes need it.
+        """
+        what = "scores" if self.kind == "bias" else "x"
+        x = _float_input(x, what, 3 if self.kind == "bias" else 2)
+        if x.shape[-3 if self.kind == "bias" else -1] != self.width:
+            axis = "H (axis -3)" if self.kind == "bias" else "D (last axis)"
+            raise BadParameterError(
+                f"{what} has {axis} = {x.shape[-3 if self.kind == 'bias' else -1]}, but this "
+                f"artifact's is {self.width}; {what} shape {list(x.shape)}"
+            )
+        steps = x.shape[-2]
+        if positions is None:
+            if self._arity is not None:
+                raise PositionError(
+                    f"scheme '{self.scheme}' takes positions [S, {self._arity}]: pass "
+                    "apply(x, positions=...) instead of an offset"
+                )
+            start = _offset(offset)
+            positions = np.arange(start, start + steps, dtype=np.int64)
+        positions = check_positions(positions, self._arity, self._limit)
+        if len(positions) != steps:
+            raise PositionError(
+                f"positions has {len(positions)} rows but {what} has {steps} steps (axis -2)"
+            )
+        if self.kind == "bias":
+            keys = np.arange(x.shape[-1], dtype=np.int64)
+            return x + self._encode(positions, keys).astype(x.dtype, copy=False)
+        if self.kind == "rope" and self.rotates:
+            return self._rotate(x, positions)
+        pe = self._encode(positions, None)
+        if self.kind == "rope":
+            return rotate(x, pe)
+        return x + pe.astype(x.dtype, copy=False)
+
+
+def rotate(x: np.ndarray, pe: np.ndarray) -> np.ndarray:
+    """RoPE: rotate pairs ``(x_{2i}, x_{2i+1})`` of ``x [..., S, d]`` by ``pe = [cos | sin]``.
+
+    The same op order as ``edgepe.schemes.rope.Rope.apply`` (products, then one subtraction or
+    addition, each rounded in ``x``'s dtype), so float32 results match it bitwise.
+    """
+    cos, sin = np.split(pe.astype(x.dtype, copy=False), 2, axis=-1)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out
+
+
+class OnnxRuntime(Runtime):
+    """An ONNX artifact in one onnxruntime session, created here and reused by every call."""
+
+    def __init__(self, path: Path, manifest: Mapping[str, Any], providers=None) -> None:
+        super().__init__(path, manifest)
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # warnings about node placement are the verifier's job
+        try:
+            self.session = ort.InferenceSession(
+                str(path), sess_options=options, providers=resolve_providers(providers)
+            )
+        except BadParameterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactError(f"{str(path)!r} does not load in onnxruntime: {first}") from None
+        self._inputs = [i.name for i in self.session.get_inputs()]
+        self._output = self.session.get_outputs()[0].name
+        # rope's apply graph (export --rope-graph apply) rotates x itself: x, positions -> y.
+        self.rotates = self.kind == "rope" and self._inputs == ["x", "positions"]
+        expected = ["positions", "key_positions"] if self.kind == "bias" else ["positions"]
+        if self._inputs != expected and not self.rotates:
+            raise ArtifactError(
+                f"{str(path)!r} has inputs {self._inputs}; a '{self.kind}' artifact has {expected}"
+            )
+
+    @property
+    def providers(self) -> list[str]:
+        """The providers the session runs on, in priority order."""
+        return self.session.get_providers()
+
+    def _encode(self, positions, key_positions):
+        if self.rotates:
+            raise BadParameterError(
+                f"{str(self.path)!r} is rope's apply graph (x, positions -> y): use apply(x, "
+                "offset); encode needs the encode graph (export without --rope-graph apply)"
+            )
+        feeds = {"positions": positions}
+        if key_positions is not None:
+            feeds["key_positions"] = key_positions
+        return self.session.run([self._output], feeds)[0]
+
+    def _rotate(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The apply graph on ``x [..., S, d]``: leading axes folded into its batch axis."""
+        batch = x.reshape(-1, *x.shape[-2:]).astype(np.float32, copy=False)
+        y = self.session.run([self._output], {"x": batch, "positions": positions})[0]
+        return y.reshape(x.shape)
+
+
+class TableRuntime(Runtime):
+    """A stored table (npy or bin), indexed in numpy the way table graphs index it.
+
+    Layout (``edgepe.export.table_values``): ``pe``/``rope`` rows are positions; ``binary-2d`` and
+    ``hierarchical`` rows hold the bits of one coordinate, placed per column here; bias rows are
+    distances ``t - u = row - (max_len - 1)``. Positions clamp to ``[0, max_len - 1]``.
+    """
+
+    def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        super().__init__(path, manifest)
+        self.table = read_table(path, manifest)
+        self._quant = manifest.get("quant")
+        self._hi = int(manifest["max_len"]) - 1
+        if self._arity is not None:
+            self._columns = _index_columns(manifest, self.table.shape[1])
+
+    def _rows(self, index: np.ndarray) -> np.ndarray:
+        """Table rows at ``index`` (any shape), dequantised when the table is int8."""
+        rows = np.asarray(self.table[index])
+        return rows if not self._quant else dequantize(rows, self._quant)
+
+    def _encode(self, positions, key_positions):
+        positions = np.clip(positions, 0, self._hi)
+        if self.kind == "bias":
+            keys = np.clip(key_positions, 0, self._hi)
+            distance = positions[:, None] - keys[None, :] + self._hi  # [N, M] row numbers
+            return np.ascontiguousarray(np.moveaxis(self._rows(distance), -1, 0))  # [H, N, M]
+        if self._arity is None:
+            return self._rows(positions)
+        axis, bit, valid = self._columns
+        rows = self._rows(positions[:, axis])  # [N, d, W]: each column's coordinate row
+        picked = np.take_along_axis(rows, bit[None, :, None], axis=2)[..., 0]
+        return picked * np.asarray(valid, dtype=picked.dtype)
+
+
+def _index_columns(manifest: Mapping[str, Any], width: int):
+    """Per output column of a multi-index table: (coordinate, bit, column-is-used)."""
+    d = int(manifest["d_model"])
+    if manifest["scheme"] == "binary-2d":
+        column = np.arange(d)
+        axis, bit = column % 2, column // 2
+    elif manifest["scheme"] == "hierarchical":
+        widths = [int(w) for w in manifest["params"]["widths"]]
+        axis = np.repeat(np.arange(len(widths)), widths)
+        bit = np.concatenate([np.arange(w) for w in widths])
+    else:
+        raise ArtifactError(f"no table layout known for multi-index scheme {manifest['scheme']!r}")
+    valid = bit < width  # binary-2d: columns past 2n are zero (DESIGN: width d_model >= 2n)
+    return axis, np.minimum(bit, width - 1), valid
+
+
+def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
+    """The table ``[rows, cols]`` of an npy or bin artifact (memory-mapped unless bit-packed).
+
+    The manifest's ``numpy_dtype`` (explicit byte order) says what the file holds; a bit-packed
+    table (``dtype`` ``bit``) is unpacked to 0/1 ``uint8`` (``edgepe.export.tables``).
+    """
+    shape = tuple(int(s) for s in manifest["shape"])
+    if len(shape) != 2:
+        raise ArtifactError(f"{str(path)!r}: a table's manifest shape is [rows, cols], got {shape}")
+    stored = np.dtype(manifest.get("numpy_dtype") or manifest["dtype"])
+    try:
+        if manifest["format"] == "npy":
+            data = np.load(path, mmap_mode="r", allow_pickle=False)
+        elif manifest["dtype"] == "bit":
+            data = np.fromfile(path, dtype=np.uint8)
+        else:
+            data = np.memmap(path, dtype=stored, mode="r", shape=shape)
+    except (OSError, ValueError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ArtifactError(
+            f"{str(path)!r} is not a readable {manifest['format']} table: {first}"
+        ) from None
+    if manifest["dtype"] == "bit":
+        data = _unpack(np.asarray(data), shape, manifest.get("bitorder") or "little", path)
+    if tuple(data.shape) != shape or data.dtype != stored:
+        raise ArtifactError(
+            f"{str(path)!r} holds {data.dtype} {list(data.shape)} but its manifest says "
+            f"{stored} {list(shape)}"
+        )
+    return data
+
+
+def _unpack(packed: np.ndarray, shape: tuple[int, int], bitorder: str, path: Path) -> np.ndarray:
+    """0/1 ``uint8 [rows, cols]`` from a bit stream: entry ``(r, c)`` is bit ``r * cols + c``."""
+    rows, cols = shape
+    if bitorder not in ("little", "big"):
+        raise ArtifactError(f"{str(path)!r}: bitorder must be 'little' or 'big', got {bitorder!r}")
+    if packed.ndim != 1 or packed.dtype != np.uint8 or packed.size != -(-rows * cols // 8):
+        raise ArtifactError(
+            f"{str(path)!r}: a bit-packed [{rows}, {cols}] table is {-(-rows * cols // 8)} "
+            f"bytes, got {packed.dtype} {list(packed.shape)}"
+        )
+    return np.unpackbits(packed, count=rows * cols, bitorder=bitorder).reshape(rows, cols)
+
+
+def dequantize(q: np.ndarray, quant: Mapping[str, Any]) -> np.ndarray:
+    """float32 ``(q - zero_point) * scale``, per column along ``axis`` 1 (as DequantizeLinear)."""
+    scale = np.asarray(quant["scale"], dtype=np.float32)
+    zero = np.asarray(quant.get("zero_point", 0), dtype=np.int32)
+    return (q.astype(np.int32) - zero).astype(np.float32) * scale
