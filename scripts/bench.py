@@ -1,0 +1,950 @@
+"""Benchmark edgepe's artifacts against a plain ``torch.onnx.export`` and the runtime floor.
+
+    .venv/bin/python scripts/bench.py [--quick] [--out docs/bench.json]
+
+Writes the figures as JSON (``--out``), a markdown report (``--md``, default ``BENCHMARKS.md``
+next to the JSON) and a plot (``--png``, default the JSON path with ``.png``). ``--quick`` runs
+tiny sizes with 3 repetitions into a temporary folder (the test suite's smoke run).
+
+What is measured (issue 8), all in one run so every target is a ratio of two numbers taken
+side by side:
+
+- latency: onnxruntime CPU, one thread (intra and inter op), sessions built once, every call
+  with ``N = max_len`` positions. Candidates are timed round-robin inside each repetition (the
+  starting candidate rotates) so machine drift hits all of them alike; medians and IQR.
+  Candidates: the peer (``torch.onnx.export`` of the module as a user writes it, TorchScript and
+  dynamo exporters), edgepe's compute, table and int8 graphs, and the floor (an ``Identity``
+  graph returning an output of the same size);
+- bytes: artifact files, against the information floor ``n_bits x d_model`` float32 weights;
+- wall time and peak memory (``wait4`` maxrss) of ``edgepe export`` and of a bare
+  ``python -c "import torch, onnx, onnxruntime"`` in alternating subprocesses, ``edgepe --help``;
+- scale: exporting and verifying sinusoidal tables up to ``65536 x 512``, one subprocess each.
+
+Every candidate's output is checked against the torch reference before it is timed, so a fast
+but wrong graph shows up as such. An exporter that fails is recorded with its message, not
+hidden. This script is never imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+BARE_IMPORT = "import torch, onnx, onnxruntime"
+DEMO = {"scheme": "binary", "max_len": 512, "d_model": 64}
+
+# Targets of issue 8 (demo scheme unless stated).
+COMPUTE_LATENCY_VS_PEER = 1.0
+COMPUTE_BYTES_VS_PEER = 1 / 8
+COMPUTE_BYTES_FLOOR_FACTOR, COMPUTE_BYTES_FLOOR_SLACK = 1.25, 600
+TABLE_LATENCY_VS_IDENTITY = 1.2
+EXPORT_VS_BARE_IMPORT = 1.3
+HELP_SECONDS = 0.5
+SCALE_PEAK_VS_TABLE = 3.0
+SCALE_LINEAR_R2 = 0.98
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scheme configuration and the candidates timed on it (``N = max_len`` per call)."""
+
+    scheme: str
+    max_len: int
+    d_model: int | None = None
+    heads: int | None = None
+    peers: tuple[str, ...] = ("torchscript",)
+    edgepe: tuple[tuple[str, str], ...] = (("compute", "none"), ("table", "none"))
+
+    @property
+    def name(self) -> str:
+        width = f"h{self.heads}" if self.d_model is None else f"d{self.d_model}"
+        return f"{self.scheme}-L{self.max_len}-{width}"
+
+    @property
+    def is_demo(self) -> bool:
+        return (self.scheme, self.max_len, self.d_model) == tuple(DEMO.values())
+
+
+BOTH_PEERS = ("torchscript", "dynamo")
+INT8 = (("compute", "none"), ("table", "none"), ("compute", "int8"), ("table", "int8"))
+
+
+def grid(quick: bool) -> list[Case]:
+    if quick:
+        return [
+            Case("binary", 512, 64, peers=BOTH_PEERS, edgepe=INT8),
+            Case("binary", 64, 64, edgepe=INT8),
+            Case("alibi", 64, heads=8),
+        ]
+    cases = [Case("binary", 512, 64, peers=BOTH_PEERS, edgepe=INT8)]
+    cases += [Case("binary", L, 64, peers=BOTH_PEERS, edgepe=INT8) for L in (64, 4096, 65536)]
+    cases += [Case("binary", 512, d, edgepe=INT8) for d in (16, 512)]
+    cases += [Case(s, L, 64) for s in ("binary-bits", "gray") for L in (512, 65536)]
+    cases += [Case("sinusoidal", L, d) for L, d in ((512, 64), (4096, 64), (4096, 512))]
+    cases += [Case("alibi", L, heads=8) for L in (64, 512, 1024)]
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates: an ONNX file, its session and inputs
+
+
+@dataclass
+class Candidate:
+    name: str  # peer-torchscript, peer-dynamo, edgepe-compute, ..., floor-identity
+    role: str  # peer | edgepe | floor
+    path: Path | None = None
+    error: str | None = None
+    export_s: float | None = None  # in-process export wall time (informational)
+    session: Any = None
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    samples: list[float] = field(default_factory=list)  # seconds per call
+    inner: int = 1
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def session(path: Path):
+    """An onnxruntime CPU session on one thread (default graph optimisations, as users get)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def file_bytes(path: Path) -> int:
+    """The artifact's bytes, with an external-data file if the exporter wrote one."""
+    extra = Path(str(path) + ".data")
+    return path.stat().st_size + (extra.stat().st_size if extra.exists() else 0)
+
+
+def graph_info(path: Path) -> dict[str, Any]:
+    """Bytes, node count, op histogram and where the bytes go (weights, metadata, the rest)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    weights = sum(len(t.SerializeToString()) for t in model.graph.initializer)
+    weights += sum(
+        len(n.SerializeToString()) for n in model.graph.node if n.op_type == "Constant"
+    )
+    metadata = sum(len(p.SerializeToString()) for p in model.metadata_props)
+    total = file_bytes(path)
+    return {
+        "bytes": total,
+        "nodes": len(model.graph.node),
+        "ops": dict(sorted(ops.items())),
+        "bytes_weights": weights,
+        "bytes_metadata": metadata,
+        "bytes_other": total - weights - metadata,
+        "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                     default=None),
+    }
+
+
+class _Peer:
+    """Factories for the peer modules: what a user writes before calling ``torch.onnx.export``."""
+
+    @staticmethod
+    def module(reference, case: Case):
+        import torch
+        from torch import nn
+
+        if case.scheme == "binary":
+
+            class DemoPeer(nn.Module):
+                """The demo's stored bit table rows ``pe_binary[0, positions]``, then projected."""
+
+                def __init__(self) -> None:
+                    super().__init__()
+                    self.register_buffer("pe_binary", reference.pe_binary.detach().clone())
+                    self.projection = reference.projection
+
+                def forward(self, positions: torch.Tensor) -> torch.Tensor:
+                    return self.projection(self.pe_binary[0, positions])
+
+            return DemoPeer().eval()
+
+        class EncodePeer(nn.Module):
+            """The reference module's own ``encode``, exported as it is."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.reference = reference
+
+            def forward(self, *positions: torch.Tensor) -> torch.Tensor:
+                return self.reference.encode(*positions)
+
+        return EncodePeer().eval()
+
+
+def export_peer(reference, case: Case, exporter: str, feeds, path: Path) -> Candidate:
+    import torch
+
+    candidate = Candidate(f"peer-{exporter}", "peer", path)
+    peer = _Peer.module(reference, case)
+    names = list(feeds)
+    args = tuple(torch.from_numpy(feeds[n]) for n in names)
+    out_name = "bias" if len(names) == 2 else "pe"
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            if exporter == "torchscript":
+                axes = {n: {0: f"N{i}"} for i, n in enumerate(names)}
+                torch.onnx.export(
+                    peer, args, str(path), dynamo=False, opset_version=18, input_names=names,
+                    output_names=[out_name], dynamic_axes=axes,
+                )
+            else:
+                dims = tuple({0: torch.export.Dim(f"N{i}", max=case.max_len)}
+                             for i in range(len(names)))
+                torch.onnx.export(
+                    peer, args, str(path), dynamo=True, opset_version=18, input_names=names,
+                    output_names=[out_name], dynamic_shapes=dims, external_data=False,
+                    verbose=False,
+                )
+    except Exception as exc:  # noqa: BLE001 - a peer export failure is a result, recorded
+        candidate.error = one_line(exc)
+    candidate.export_s = time.perf_counter() - start
+    return candidate
+
+
+def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate:
+    from edgepe.export import ExportConfig, export
+    from edgepe.schemes import resolve
+
+    name = "edgepe-" + ("int8-" if quantize == "int8" else "") + mode
+    candidate = Candidate(name, "edgepe", path)
+    start = time.perf_counter()
+    try:
+        scheme = resolve(case.scheme, case.max_len, case.d_model, case.heads)
+        config = ExportConfig(scheme=scheme, mode=mode, quantize=quantize, out=path)
+        result = export(config, force=True)
+        candidate.info["quant"] = result.manifest.get("quant")
+    except Exception as exc:  # noqa: BLE001 - a missing or failing exporter is recorded
+        candidate.error = one_line(exc)
+    candidate.export_s = time.perf_counter() - start
+    return candidate
+
+
+def identity_floor(shape: tuple[int, ...], path: Path) -> Candidate:
+    """The runtime floor: float32 ``x`` of the output's shape -> ``Identity`` -> output."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [f"d{i}" for i in range(len(shape))])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"d{i}" for i in range(len(shape))])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "floor", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    candidate = Candidate("floor-identity", "floor", path)
+    candidate.feeds = {"x": np.random.default_rng(0).random(shape, dtype=np.float32)}
+    return candidate
+
+
+def reference_output(reference, case: Case, feeds) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return reference.encode(*(torch.from_numpy(v) for v in feeds.values())).numpy()
+
+
+def check_output(candidate: Candidate, expected: np.ndarray, tolerance) -> None:
+    """Run once and record the error against the torch reference (timing a wrong graph is moot)."""
+    got = candidate.session.run(None, candidate.feeds)[0]
+    if got.shape != expected.shape:
+        candidate.info.update(max_abs_err=None, matches=False,
+                              mismatch=f"shape {list(got.shape)} != {list(expected.shape)}")
+        return
+    err = float(np.max(np.abs(got.astype(np.float64) - expected))) if got.size else 0.0
+    rtol, atol = tolerance
+    quant = candidate.info.get("quant")
+    if quant and quant.get("bound") is not None:
+        allowed = float(quant["bound"]) * (1 + 1e-6) + 1e-7
+        ok = err <= allowed
+    else:
+        ok = bool(np.all(np.abs(got - expected) <= atol + rtol * np.abs(expected)))
+    candidate.info.update(max_abs_err=err, matches=ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    q = np.percentile(samples, [25, 50, 75])
+    return {"median_s": float(q[1]), "q1_s": float(q[0]), "q3_s": float(q[2]),
+            "iqr_s": float(q[2] - q[0]), "reps": len(samples)}
+
+
+def time_round_robin(candidates: list[Candidate], reps: int, min_sample_s: float) -> None:
+    """Median-ready samples of seconds per call, candidates alternating within each repetition.
+
+    Each sample is ``inner`` back-to-back calls (calibrated so a sample lasts ``min_sample_s``,
+    above timer noise); the first candidate of a repetition rotates so none always runs first.
+    """
+    live = [c for c in candidates if c.session is not None]
+    for c in live:
+        for _ in range(3):
+            c.session.run(None, c.feeds)
+        start = time.perf_counter()
+        c.session.run(None, c.feeds)
+        once = max(time.perf_counter() - start, 1e-7)
+        c.inner = max(1, min(1000, math.ceil(min_sample_s / once)))
+    for rep in range(reps):
+        for k in range(len(live)):
+            c = live[(rep + k) % len(live)]
+            run, feeds, inner = c.session.run, c.feeds, c.inner
+            start = time.perf_counter()
+            for _ in range(inner):
+                run(None, feeds)
+            c.samples.append((time.perf_counter() - start) / inner)
+
+
+def bench_case(case: Case, work: Path, reps: int, min_sample_s: float) -> dict[str, Any]:
+    from edgepe.schemes import build, resolve
+
+    cfg = resolve(case.scheme, case.max_len, case.d_model, case.heads)
+    reference = build(cfg)
+    positions = np.arange(case.max_len, dtype=np.int64)
+    feeds = {"positions": positions}
+    if cfg.spec.kind == "bias":
+        feeds["key_positions"] = positions.copy()
+    expected = reference_output(reference, case, feeds)
+
+    folder = work / case.name
+    folder.mkdir(parents=True, exist_ok=True)
+    candidates = [export_peer(reference, case, p, feeds, folder / f"peer-{p}.onnx")
+                  for p in case.peers]
+    for mode, quantize in case.edgepe:
+        suffix = "-int8" if quantize == "int8" else ""
+        candidates.append(export_edgepe(case, mode, quantize, folder / f"{mode}{suffix}.onnx"))
+    candidates.append(identity_floor(expected.shape, folder / "identity.onnx"))
+
+    for c in candidates:
+        if c.error is not None:
+            continue
+        try:
+            c.info.update(graph_info(c.path))
+            c.session = session(c.path)
+            if c.role != "floor":
+                c.feeds = feeds
+                check_output(c, expected, cfg.spec.tolerance)
+        except Exception as exc:  # noqa: BLE001 - a graph onnxruntime rejects is a result
+            c.error = one_line(exc)
+            c.session = None
+    time_round_robin(candidates, reps, min_sample_s)
+
+    floor = next(c for c in candidates if c.role == "floor")
+    floor_median = statistics.median(floor.samples)
+    result: dict[str, Any] = {
+        "case": case.name, "scheme": case.scheme, "max_len": case.max_len,
+        "d_model": case.d_model, "heads": case.heads, "n_per_call": case.max_len,
+        "output_shape": list(expected.shape), "output_bytes": int(expected.nbytes),
+        "n_bits": cfg.n_bits, "candidates": {},
+    }
+    if case.d_model is not None:
+        result["information_floor_bytes"] = cfg.n_bits * case.d_model * 4
+    for c in candidates:
+        entry: dict[str, Any] = {"role": c.role, "error": c.error}
+        if c.export_s is not None:
+            entry["export_s"] = c.export_s
+        if c.samples:
+            entry.update(stats(c.samples), inner=c.inner)
+            entry["ns_per_position"] = entry["median_s"] / case.max_len * 1e9
+            entry["vs_floor"] = entry["median_s"] / floor_median
+        entry.update(c.info)
+        result["candidates"][c.name] = entry
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Subprocesses: wall time and peak memory
+
+
+def edgepe_cli() -> list[str]:
+    script = Path(PYTHON).parent / "edgepe"
+    if script.exists():
+        return [str(script)]
+    return [PYTHON, "-c", "from edgepe.cli import main; main()"]
+
+
+# The measured command is started by this small launcher, not by the benchmark process: Linux
+# keeps a process's peak RSS across exec (exec_mmap records the old mm's high-water mark), so a
+# child forked from this torch-sized process would report at least its size.
+LAUNCHER = """
+import json, os, subprocess, sys, time
+start = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=sys.stderr)
+_, status, usage = os.wait4(proc.pid, 0)
+wall = time.perf_counter() - start
+print(json.dumps({"wall_s": wall, "maxrss_bytes": usage.ru_maxrss * 1024,
+                  "rc": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def measure(cmd: list[str], cwd: Path = ROOT) -> dict[str, Any]:
+    """Wall seconds, peak RSS (bytes, ``wait4``) and exit code of one subprocess."""
+    done = subprocess.run([PYTHON, "-c", LAUNCHER, *cmd], cwd=cwd, capture_output=True,
+                          text=True, check=True)
+    result = json.loads(done.stdout)
+    tail = done.stderr.strip().splitlines()[-1:]
+    result["stderr_tail"] = tail[0][:300] if tail else ""
+    return result
+
+
+def alternate(commands: dict[str, Any], runs: int) -> dict[str, Any]:
+    """Run each command ``runs`` times, alternating (rotating start); medians per command.
+
+    ``commands`` maps a name to a function ``i -> argv`` (a fresh output path per run).
+    """
+    runs_by: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
+    names = list(commands)
+    for i in range(runs):
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            runs_by[name].append(measure(commands[name](i)))
+    out = {}
+    for name, results in runs_by.items():
+        ok = [r for r in results if r["rc"] == 0]
+        walls = [r["wall_s"] for r in ok]
+        out[name] = {
+            "argv": commands[name]("N"),
+            "runs": len(results),
+            "failed": len(results) - len(ok),
+            "error": next((r["stderr_tail"] for r in results if r["rc"] != 0), None),
+            **({"median_s": statistics.median(walls), "min_s": min(walls),
+                "max_s": max(walls), "samples_s": walls,
+                "maxrss_bytes": max(r["maxrss_bytes"] for r in ok)} if ok else {}),
+        }
+    return out
+
+
+def bench_export(work: Path, runs: int) -> dict[str, Any]:
+    cli = edgepe_cli()
+    folder = work / "export"
+    folder.mkdir(exist_ok=True)
+    return alternate(
+        {
+            "edgepe export --scheme binary --max-len 512": lambda i: cli + [
+                "export", "--scheme", "binary", "--max-len", "512",
+                "--out", str(folder / f"binary-{i}.onnx")],
+            f'python -c "{BARE_IMPORT}"': lambda i: [PYTHON, "-c", BARE_IMPORT],
+        },
+        runs,
+    )
+
+
+def bench_help(runs: int) -> dict[str, Any]:
+    cli = edgepe_cli()
+    return alternate(
+        {"edgepe --help": lambda i: cli + ["--help"],
+         'python -c "pass"': lambda i: [PYTHON, "-c", "pass"]},
+        runs,
+    )
+
+
+def linear_fit(x: list[float], y: list[float]) -> dict[str, float]:
+    """Least squares ``y = a + b x`` with R^2 (the scale test: is time linear in bytes?)."""
+    if len(x) < 2:
+        return {}
+    b, a = np.polyfit(x, y, 1)
+    pred = a + b * np.asarray(x)
+    ss_res = float(np.sum((np.asarray(y) - pred) ** 2))
+    ss_tot = float(np.sum((np.asarray(y) - np.mean(y)) ** 2)) or 1e-30
+    return {"intercept_s": float(a), "s_per_mib": float(b) * 2**20, "r2": 1 - ss_res / ss_tot}
+
+
+def bench_scale(work: Path, sizes: list[tuple[int, int]], formats: list[str]) -> dict[str, Any]:
+    """Export then verify a sinusoidal table per size, each in its own subprocess (clean maxrss)."""
+    cli = edgepe_cli()
+    folder = work / "scale"
+    folder.mkdir(exist_ok=True)
+    rows = []
+    for fmt in formats:
+        for max_len, d_model in sizes:
+            path = folder / f"sinusoidal-L{max_len}-d{d_model}.{fmt}"
+            table_bytes = max_len * d_model * 4
+            export = measure(cli + [
+                "export", "--scheme", "sinusoidal", "--max-len", str(max_len), "--d-model",
+                str(d_model), "--mode", "table", "--format", fmt, "--out", str(path),
+                "--max-table-bytes", str(max(2 * table_bytes, 2**28))])
+            if export["rc"] != 0 and "max-table-bytes" in export["stderr_tail"]:
+                export = measure(cli + [  # an exporter without the option: the default cap
+                    "export", "--scheme", "sinusoidal", "--max-len", str(max_len), "--d-model",
+                    str(d_model), "--mode", "table", "--format", fmt, "--out", str(path)])
+            verify = (measure(cli + ["verify", str(path)]) if export["rc"] == 0
+                      else {"rc": None, "stderr_tail": "not run: export failed"})
+            rows.append({
+                "format": fmt, "max_len": max_len, "d_model": d_model,
+                "table_bytes": table_bytes,
+                "file_bytes": path.stat().st_size if path.exists() else None,
+                "export": export, "verify": verify,
+                "export_peak_vs_table": export.get("maxrss_bytes", 0) / table_bytes,
+                "verify_peak_vs_table": (verify["maxrss_bytes"] / table_bytes
+                                         if verify.get("rc") == 0 else None),
+            })
+            for p in folder.glob("*"):
+                p.unlink()
+    fits = {}
+    for fmt in formats:
+        ok = [r for r in rows if r["format"] == fmt and r["export"]["rc"] == 0]
+        mib = [r["table_bytes"] / 2**20 for r in ok]
+        fits[fmt] = {"export": linear_fit([m * 2**20 for m in mib],
+                                          [r["export"]["wall_s"] for r in ok])}
+        okv = [r for r in ok if r["verify"].get("rc") == 0]
+        fits[fmt]["verify"] = linear_fit([r["table_bytes"] for r in okv],
+                                         [r["verify"]["wall_s"] for r in okv])
+    return {"rows": rows, "fits": fits}
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets, report, plot
+
+
+def target(name: str, measured: float | None, limit: float, how: str, bound: str = "",
+           lower_is_better: bool = True) -> dict[str, Any]:
+    if measured is None:
+        status = "N/A"
+    else:
+        status = "PASS" if (measured <= limit if lower_is_better else measured >= limit) else "MISS"
+    return {"target": name, "measured": measured, "limit": limit, "status": status,
+            "how": how, "bound": bound if status != "PASS" else ""}
+
+
+def median_of(entry: dict[str, Any] | None) -> float | None:
+    return entry.get("median_s") if entry and entry.get("error") is None else None
+
+
+def evaluate(cases: list[dict[str, Any]], export: dict[str, Any], cli_help: dict[str, Any],
+             scale: dict[str, Any], baseline_rss: int | None) -> list[dict[str, Any]]:
+    demo = next(c for c in cases if (c["scheme"], c["max_len"], c["d_model"])
+                == tuple(DEMO.values()))
+    cand = demo["candidates"]
+    compute, table = cand.get("edgepe-compute"), cand.get("edgepe-table")
+    peers = {k: v for k, v in cand.items() if v["role"] == "peer" and v.get("error") is None}
+    floor = cand["floor-identity"]
+    out = []
+
+    compute_ok = compute is not None and compute.get("error") is None
+    why_missing = "" if compute_ok else f"edgepe compute graph: {(compute or {}).get('error')}"
+    for name, peer in sorted(peers.items()):
+        lat = median_of(compute) / peer["median_s"] if compute_ok else None
+        out.append(target(
+            f"compute latency <= {COMPUTE_LATENCY_VS_PEER}x {name} (demo)", lat,
+            COMPUTE_LATENCY_VS_PEER, "median edgepe-compute / median peer, same run",
+            why_missing or (
+                f"compute {compute['median_s'] * 1e6:.1f} us ({compute.get('nodes')} nodes: "
+                f"{compute.get('ops')}), peer {peer['median_s'] * 1e6:.1f} us "
+                f"({peer.get('nodes')} nodes: {peer.get('ops')}); identity floor "
+                f"{floor['median_s'] * 1e6:.1f} us")))
+        size = compute["bytes"] / peer["bytes"] if compute_ok else None
+        out.append(target(
+            f"compute bytes <= 1/8 of {name} (demo)", size, COMPUTE_BYTES_VS_PEER,
+            "edgepe-compute file bytes / peer file bytes",
+            why_missing or _bytes_bound(compute, demo)))
+    info_floor = demo["information_floor_bytes"]
+    limit = COMPUTE_BYTES_FLOOR_FACTOR * info_floor + COMPUTE_BYTES_FLOOR_SLACK
+    out.append(target(
+        f"compute bytes <= 1.25 x information floor ({info_floor} B) + 600 B (demo)",
+        compute["bytes"] if compute_ok else None, limit,
+        "edgepe-compute file bytes vs n_bits x d_model x 4",
+        why_missing or _bytes_bound(compute, demo)))
+    table_ok = table is not None and table.get("error") is None
+    out.append(target(
+        f"table latency <= {TABLE_LATENCY_VS_IDENTITY}x Identity floor (demo)",
+        table["median_s"] / floor["median_s"] if table_ok else None, TABLE_LATENCY_VS_IDENTITY,
+        "median edgepe-table / median Identity (same output size), same run",
+        f"edgepe table graph: {(table or {}).get('error')}" if not table_ok else (
+            f"table {table['median_s'] * 1e6:.1f} us ({table.get('nodes')} nodes: "
+            f"{table.get('ops')}) vs Identity {floor['median_s'] * 1e6:.1f} us; the fixed "
+            "per-run cost of onnxruntime's Python binding is in both")))
+
+    ex = export.get("edgepe export --scheme binary --max-len 512", {})
+    bare = export.get(f'python -c "{BARE_IMPORT}"', {})
+    ratio = (ex["median_s"] / bare["median_s"]
+             if "median_s" in ex and "median_s" in bare else None)
+    out.append(target(
+        f"`edgepe export --scheme binary --max-len 512` <= {EXPORT_VS_BARE_IMPORT}x bare import",
+        ratio, EXPORT_VS_BARE_IMPORT, "median wall of alternating subprocesses",
+        ex.get("error") or (f"export {ex.get('median_s', 0):.2f} s vs bare import "
+                            f"{bare.get('median_s', 0):.2f} s")))
+    h = cli_help.get("edgepe --help", {})
+    out.append(target("`edgepe --help` < 0.5 s", h.get("median_s"), HELP_SECONDS,
+                      "median wall of subprocesses", h.get("error") or ""))
+
+    rows = scale["rows"]
+    for fmt, fit in scale["fits"].items():
+        for step in ("export", "verify"):
+            r2 = fit[step].get("r2")
+            sized = [r for r in rows if r["format"] == fmt and r[step].get("rc") == 0]
+            what = ", ".join(f"{r['table_bytes'] / 2**20:.0f} MiB {r[step]['wall_s']:.2f} s"
+                             for r in sized)
+            failed = next((r[step]["stderr_tail"] for r in rows
+                           if r["format"] == fmt and r[step].get("rc") != 0), "")
+            out.append(target(
+                f"scale: {step} {fmt} sinusoidal table wall time linear in size (R^2 >= "
+                f"{SCALE_LINEAR_R2})", r2 if len(sized) >= 3 else None, SCALE_LINEAR_R2,
+                "least-squares fit of wall time vs table bytes over the sizes",
+                failed or what, lower_is_better=False))
+            largest = max(sized, key=lambda r: r["table_bytes"], default=None)
+            peak = largest[step]["maxrss_bytes"] / largest["table_bytes"] if largest else None
+            bound = failed
+            if largest:
+                bound = (f"{largest[step]['maxrss_bytes'] / 2**20:.0f} MiB peak for a "
+                         f"{largest['table_bytes'] / 2**20:.0f} MiB table")
+                if baseline_rss:
+                    bound += (f"; the bare `{BARE_IMPORT}` alone peaks at "
+                              f"{baseline_rss / 2**20:.0f} MiB, leaving "
+                              f"{(largest[step]['maxrss_bytes'] - baseline_rss) / 2**20:.0f} MiB"
+                              " for the table work")
+            out.append(target(
+                f"scale: {step} {fmt} peak memory <= {SCALE_PEAK_VS_TABLE}x table bytes "
+                f"(largest: {largest['max_len'] if largest else '?'} x "
+                f"{largest['d_model'] if largest else '?'})",
+                peak, SCALE_PEAK_VS_TABLE, "subprocess maxrss (wait4) / table bytes", bound))
+    return out
+
+
+def _bytes_bound(compute: dict[str, Any], demo: dict[str, Any]) -> str:
+    return (f"{compute['bytes']} B = weights {compute['bytes_weights']} B (information floor "
+            f"{demo['information_floor_bytes']} B) + metadata {compute['bytes_metadata']} B "
+            f"(the manifest in metadata_props) + graph {compute['bytes_other']} B "
+            f"({compute['nodes']} nodes)")
+
+
+def machine() -> dict[str, Any]:
+    import onnx
+    import onnxruntime
+    import torch
+
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu, "cores": os.cpu_count(), "loadavg_at_start": load,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
+        "onnx": onnx.__version__, "numpy": np.__version__,
+    }
+
+
+def fmt_us(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "-"
+    if entry.get("error"):
+        return "failed"
+    if "median_s" not in entry:
+        return "-"
+    return f"{entry['median_s'] * 1e6:,.1f} ({entry['iqr_s'] * 1e6:,.1f})"
+
+
+def fmt_measured(t: dict[str, Any]) -> str:
+    m = t["measured"]
+    if m is None:
+        return "n/a"
+    if "bytes <= 1.25" in t["target"]:
+        return f"{m:,.0f} B (limit {t['limit']:,.0f} B)"
+    if "--help" in t["target"]:
+        return f"{m:.3f} s"
+    if "R^2" in t["target"]:
+        return f"R^2 {m:.4f}"
+    return f"{m:.3f}x"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        "# edgepe benchmarks",
+        "",
+        f"Generated by `{report['command']}` on {m['date_utc']}.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['loadavg_at_start'] or [])}; Python {m['python']}, "
+        f"onnxruntime {m['onnxruntime']}, torch {m['torch']}, onnx {m['onnx']}, numpy "
+        f"{m['numpy']}. {report['conditions']}",
+        "",
+        "Latency: onnxruntime CPU provider, one thread (intra_op = inter_op = 1), sessions built "
+        "once, `N = max_len` positions per call (`positions = arange(max_len)`), candidates "
+        f"timed round-robin within each of {report['reps']} repetitions; median per call in "
+        "microseconds with the IQR in brackets. Every timed graph was first checked against "
+        "the torch reference (`ok`).",
+        "",
+        "## Targets (issue 8)",
+        "",
+        "| target | measured | limit | status | what bounds it |",
+        "|---|---|---|---|---|",
+    ]
+    for t in report["targets"]:
+        limit = f"{t['limit']:,.0f} B" if "bytes <= 1.25" in t["target"] else f"{t['limit']:g}"
+        lines.append(f"| {t['target']} | {fmt_measured(t)} | {limit} | **{t['status']}** | "
+                     f"{t['bound'] or t['how']} |")
+
+    demo = next(c for c in report["cases"] if c["case"] == "binary-L512-d64")
+    lines += [
+        "",
+        f"## Demo scheme ({demo['case']}): bytes and latency",
+        "",
+        f"Information floor: n_bits x d_model float32 weights = {demo['n_bits']} x "
+        f"{demo['d_model']} x 4 = {demo['information_floor_bytes']} B. Output per call "
+        f"{demo['output_bytes']:,} B.",
+        "",
+        "| candidate | bytes | weights B | metadata B | nodes | ops | latency us (IQR) | "
+        "x floor | ok | export s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in demo["candidates"].items():
+        if e.get("error"):
+            lines.append(f"| {name} | failed: {e['error']} | | | | | | | | |")
+            continue
+        ops = ", ".join(f"{k} {v}" for k, v in (e.get("ops") or {}).items())
+        export_s = f"{e['export_s']:.2f}" if "export_s" in e else "-"
+        lines.append(
+            f"| {name} | {e.get('bytes', 0):,} | {e.get('bytes_weights', 0):,} | "
+            f"{e.get('bytes_metadata', 0):,} | {e.get('nodes')} | {ops} | {fmt_us(e)} | "
+            f"{e.get('vs_floor', 0):.2f} | {_ok(e)} | {export_s} |")
+
+    names = []
+    for c in report["cases"]:
+        for n in c["candidates"]:
+            if n not in names:
+                names.append(n)
+    lines += [
+        "",
+        "## Latency per call, every configuration (us, median (IQR))",
+        "",
+        "| case | N | out bytes | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for c in report["cases"]:
+        cells = [fmt_us(c["candidates"].get(n)) for n in names]
+        lines.append(f"| {c['case']} | {c['n_per_call']:,} | {c['output_bytes']:,} | "
+                     + " | ".join(cells) + " |")
+    big = [c for c in report["cases"] if c["n_per_call"] >= 4096]
+    if big:
+        lines += ["", "## Per position at large N (ns / position)", "",
+                  "| case | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for c in big:
+            cells = []
+            for n in names:
+                e = c["candidates"].get(n)
+                cells.append(f"{e['ns_per_position']:.2f}" if e and "ns_per_position" in e
+                             else ("failed" if e and e.get("error") else "-"))
+            lines.append(f"| {c['case']} | " + " | ".join(cells) + " |")
+    lines += ["", "## Artifact bytes, every configuration", "",
+              "| case | info floor B | " + " | ".join(n for n in names if n != "floor-identity")
+              + " |", "|---|---|" + "---|" * (len(names) - 1)]
+    for c in report["cases"]:
+        cells = []
+        for n in names:
+            if n == "floor-identity":
+                continue
+            e = c["candidates"].get(n)
+            cells.append("-" if not e else "failed" if e.get("error") else f"{e['bytes']:,}")
+        lines.append(f"| {c['case']} | {c.get('information_floor_bytes', '-')} | "
+                     + " | ".join(cells) + " |")
+
+    lines += ["", "## Export and CLI wall time (alternating subprocesses)", "",
+              "| command | runs | median s | min s | max s | peak RSS MiB | failed |",
+              "|---|---|---|---|---|---|---|"]
+    for group in (report["export"], report["cli_help"]):
+        for name, e in group.items():
+            if "median_s" in e:
+                lines.append(f"| `{name}` | {e['runs']} | {e['median_s']:.3f} | "
+                             f"{e['min_s']:.3f} | {e['max_s']:.3f} | "
+                             f"{e['maxrss_bytes'] / 2**20:.0f} | {e['failed']} |")
+            else:
+                lines.append(f"| `{name}` | {e['runs']} | failed: {e['error']} | | | | "
+                             f"{e['failed']} |")
+
+    lines += ["", "## Scale: sinusoidal tables (`--mode table`), export then `edgepe verify`", "",
+              "| format | rows x cols | table MiB | file MiB | export s | export peak MiB "
+              "(x table) | verify s | verify peak MiB (x table) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in report["scale"]["rows"]:
+        ex, ve = r["export"], r["verify"]
+        exs = (f"{ex['wall_s']:.2f} | {ex['maxrss_bytes'] / 2**20:.0f} "
+               f"({r['export_peak_vs_table']:.2f}x)" if ex["rc"] == 0
+               else f"failed: {ex['stderr_tail']} | ")
+        ves = (f"{ve['wall_s']:.2f} | {ve['maxrss_bytes'] / 2**20:.0f} "
+               f"({r['verify_peak_vs_table']:.2f}x)" if ve.get("rc") == 0
+               else f"failed: {ve['stderr_tail']} | ")
+        fb = f"{r['file_bytes'] / 2**20:.1f}" if r["file_bytes"] else "-"
+        lines.append(f"| {r['format']} | {r['max_len']} x {r['d_model']} | "
+                     f"{r['table_bytes'] / 2**20:.1f} | {fb} | {exs} | {ves} |")
+    for fmt, fit in report["scale"]["fits"].items():
+        for step, f in fit.items():
+            if f:
+                lines.append(f"\n{fmt} {step}: wall = {f['intercept_s']:.2f} s + "
+                             f"{f['s_per_mib'] * 1e3:.1f} ms/MiB, R^2 = {f['r2']:.4f}.")
+    if report.get("plot"):
+        lines += ["", "## Plot", "", f"![latency and bytes]({report['plot']})"]
+    failures = [(c["case"], n, e["error"]) for c in report["cases"]
+                for n, e in c["candidates"].items() if e.get("error")]
+    if failures:
+        lines += ["", "## Failures recorded", ""]
+        lines += [f"- {case} {name}: {err}" for case, name, err in failures]
+    lines += ["", f"Total benchmark wall time: {report['total_s']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def _ok(e: dict[str, Any]) -> str:
+    if e["role"] == "floor":
+        return "-"
+    if e.get("matches") is None:
+        return "?"
+    return "ok" if e["matches"] else f"NO (err {e.get('max_abs_err')})"
+
+
+def plot(report: dict[str, Any], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, list[tuple[int, float]]] = {}
+    for c in report["cases"]:
+        if c["scheme"] != "binary" or c["d_model"] != 64:
+            continue
+        for name, e in c["candidates"].items():
+            if "median_s" in e:
+                series.setdefault(name, []).append((c["max_len"], e["median_s"] * 1e6))
+    demo = next(c for c in report["cases"] if c["case"] == "binary-L512-d64")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, points in series.items():
+        points.sort()
+        style = "--" if name.startswith("peer") else ":" if name.startswith("floor") else "-"
+        ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=name)
+    ax.set(xscale="log", yscale="log", xlabel="max_len = positions per call (N)",
+           ylabel="latency per call (us, median)",
+           title="binary, d_model 64: onnxruntime CPU, 1 thread")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    names = [n for n, e in demo["candidates"].items() if "bytes" in e and e["role"] != "floor"]
+    values = [demo["candidates"][n]["bytes"] for n in names]
+    names.append("information floor")
+    values.append(demo["information_floor_bytes"])
+    bx.barh(names, values, color=["C1" if n.startswith("peer") else "C0" for n in names[:-1]]
+            + ["C7"])
+    bx.set(xscale="log", xlabel="bytes (log)", title="artifact bytes, demo (binary L512 d64)")
+    for i, v in enumerate(values):
+        bx.text(v, i, f" {v:,}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 3 repetitions")
+    parser.add_argument("--out", type=Path, help="JSON path (default docs/bench.json; "
+                        "--quick: a temporary folder)")
+    parser.add_argument("--md", type=Path, help="markdown path (default BENCHMARKS.md next "
+                        "to --out)")
+    parser.add_argument("--png", type=Path, help="plot path (default --out with .png)")
+    parser.add_argument("--reps", type=int, help="latency repetitions (default 25, quick 3)")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    if args.out is None:
+        args.out = (Path(tempfile.mkdtemp(prefix="edgepe-bench-")) / "bench.json" if args.quick
+                    else ROOT / "docs" / "bench.json")
+    md = args.md or args.out.parent / "BENCHMARKS.md"
+    png = args.png or args.out.with_suffix(".png")
+    reps = args.reps or (3 if args.quick else 25)
+    min_sample = 0.0005 if args.quick else 0.002
+
+    import torch
+
+    torch.set_num_threads(1)  # the reference and the peer exports stay off the timed core
+    sys.path.insert(0, str(ROOT))
+    report: dict[str, Any] = {
+        "command": "scripts/bench.py" + (" --quick" if args.quick else ""),
+        "machine": machine(),
+        "conditions": "Taken on a shared machine: other processes used the CPU during the "
+                      "run, so absolute figures are noisy; the targets are ratios of "
+                      "candidates timed alternately in the same run.",
+        "reps": reps,
+        "demo": DEMO,
+    }
+    work = Path(tempfile.mkdtemp(prefix="edgepe-bench-work-"))
+    try:
+        cases = []
+        for case in grid(args.quick):
+            print(f"latency: {case.name}", file=sys.stderr, flush=True)
+            cases.append(bench_case(case, work, reps, min_sample))
+        report["cases"] = cases
+        print("export wall time", file=sys.stderr, flush=True)
+        report["export"] = bench_export(work, 1 if args.quick else 5)
+        report["cli_help"] = bench_help(1 if args.quick else 5)
+        sizes = ([(256, 64), (1024, 64)] if args.quick else
+                 [(8192, 512), (16384, 512), (32768, 512), (65536, 512)])
+        print("scale", file=sys.stderr, flush=True)
+        report["scale"] = bench_scale(work, sizes, ["npy"] if args.quick else ["npy", "onnx"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    bare = report["export"].get(f'python -c "{BARE_IMPORT}"', {})
+    report["targets"] = evaluate(report["cases"], report["export"], report["cli_help"],
+                                 report["scale"], bare.get("maxrss_bytes"))
+    report["total_s"] = time.perf_counter() - started
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report["plot"] = None
+    try:
+        if plot(report, png):
+            report["plot"] = os.path.relpath(png, md.parent)
+    except Exception as exc:  # noqa: BLE001 - no plot is not a reason to lose the figures
+        report["plot_error"] = one_line(exc)
+    args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    md.write_text(markdown(report))
+    for t in report["targets"]:
+        print(f"{t['status']:4}  {fmt_measured(t):>24}  {t['target']}")
+    print(f"wrote {args.out}, {md}, {png} in {report['total_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The benchmark script runs end to end (``--quick``) and writes its JSON, markdown and plot.
+
+This checks that ``scripts/bench.py`` works, not what it measures: timings on a shared 2-core
+machine are not a test. It does check that every figure the report promises is there, that the
+targets are evaluated from the run's own numbers, and that the timed graphs were checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATUSES = {"PASS", "MISS", "N/A"}
+
+
+def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+
+    assert {"machine", "cases", "export", "cli_help", "scale", "targets", "reps"} <= set(report)
+    assert report["reps"] == 3
+    machine = report["machine"]
+    assert machine["cores"] >= 1 and machine["onnxruntime"] and machine["torch"]
+
+    demo = next(c for c in report["cases"] if c["case"] == "binary-L512-d64")
+    assert demo["information_floor_bytes"] == 10 * 64 * 4  # n_bits x d_model float32
+    candidates = demo["candidates"]
+    assert {"peer-torchscript", "peer-dynamo", "edgepe-compute", "edgepe-table",
+            "edgepe-int8-compute", "edgepe-int8-table", "floor-identity"} <= set(candidates)
+    floor = candidates["floor-identity"]
+    assert floor["reps"] == 3 and floor["median_s"] > 0 and floor["vs_floor"] == 1.0
+    for name, entry in candidates.items():
+        # Every candidate is either measured (and, unless it is the floor, checked against the
+        # torch reference) or carries the one-line reason it could not be.
+        if entry["error"] is None:
+            assert entry["median_s"] > 0 and entry["bytes"] > 0, name
+            assert entry["q1_s"] <= entry["median_s"] <= entry["q3_s"], name
+            if entry["role"] != "floor":
+                assert entry["matches"] is True, (name, entry.get("max_abs_err"))
+        else:
+            assert isinstance(entry["error"], str) and "\n" not in entry["error"], name
+
+    assert all(t["status"] in STATUSES for t in report["targets"])
+    assert any("Identity" in t["target"] for t in report["targets"])
+    assert any("--help" in t["target"] for t in report["targets"])
+    assert "edgepe --help" in report["cli_help"]
+    assert report["scale"]["rows"], "the scale section ran no size"
+
+    md = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## Targets (issue 8)" in md and machine["cpu"] in md and machine["date_utc"] in md
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
