@@ -1,0 +1,355 @@
+"""The parity verifier: an artifact against its PyTorch reference, on every runtime it targets.
+
+``verify_artifact(path)`` reads the manifest (``PATH.json``), checks that the file is the format
+it claims (else ``ArtifactError``, exit 2), checks its sha256 (a mismatch is its own failure),
+rebuilds the reference from the manifest, runs the artifact over every position
+``0 .. max_len - 1`` plus an extrapolation probe on each runtime, and returns a ``Report``.
+Bad input raises an ``EdgepeError``; a failed comparison does not raise: the report is falsy.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgepe.errors import ArtifactError
+from edgepe.verify.compare import CompareResult, Comparison, Tolerance
+
+__all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
+
+REQUIRED = ("scheme", "max_len", "format", "mode", "dtype", "shape", "sha256")
+GPU_PROVIDERS = {"cuda", "trt", "trt-rtx", "rocm", "migraphx", "dml", "webgpu", "coreml",
+                 "openvino", "qnn"}
+
+
+@dataclass
+class Report:
+    """The outcome of one verification: truthy iff the sha256 matched and every runtime passed."""
+
+    artifact: str
+    manifest: dict[str, Any]
+    sha256_expected: str
+    sha256_actual: str
+    results: list[CompareResult] = field(default_factory=list)
+    quick: bool = False
+
+    @property
+    def sha256_ok(self) -> bool:
+        return self.sha256_expected == self.sha256_actual
+
+    @property
+    def passed(self) -> bool:
+        return self.sha256_ok and bool(self.results) and all(self.results)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        parts = []
+        if not self.sha256_ok:
+            parts.append(
+                f"sha256 {self.sha256_actual[:12]} != manifest {self.sha256_expected[:12]}"
+            )
+        for r in self.results:
+            if r.passed:
+                parts.append(f"{r.runtime} ok (max abs {r.max_abs_err:.3g})")
+            elif r.error or r.placement_error:
+                parts.append(f"{r.runtime} FAILED: {r.error or r.placement_error}")
+            else:
+                first = f", first at {r.first_mismatches[0].where}" if r.first_mismatches else ""
+                parts.append(f"{r.runtime} FAILED: {r.mismatches} of {r.elements} elements "
+                             f"beyond {r.tolerance}{first}")
+        verdict = "PASSED" if self.passed else "FAILED"
+        return f"parity {verdict} for {self.artifact}: " + "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The contract's JSON report (``passed``, ``results``) plus what identifies the run."""
+        m = self.manifest
+        return {
+            "passed": self.passed,
+            "artifact": self.artifact,
+            "scheme": m.get("scheme"),
+            "mode": m.get("mode"),
+            "format": m.get("format"),
+            "dtype": m.get("dtype"),
+            "max_len": m.get("max_len"),
+            "quick": self.quick,
+            "sha256": {"expected": self.sha256_expected, "actual": self.sha256_actual,
+                       "passed": self.sha256_ok},
+            "results": [r.as_dict() for r in self.results],
+        }
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest at ``PATH.json`` with the fields verification needs, else ``ArtifactError``."""
+    import json
+
+    from edgepe.export.artifact import manifest_path
+
+    mpath = manifest_path(path)
+    if not path.is_file():
+        raise ArtifactError(f"{str(path)!r} does not exist or is not a file")
+    if not mpath.is_file():
+        raise ArtifactError(
+            f"{str(path)!r} has no manifest at {str(mpath)!r}: it is not an edgepe artifact "
+            "(export it with 'edgepe export')"
+        )
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactError(f"manifest {str(mpath)!r} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"manifest {str(mpath)!r} is not a JSON object")
+    missing = [k for k in REQUIRED if k not in manifest]
+    if missing:
+        raise ArtifactError(f"manifest {str(mpath)!r} lacks {', '.join(missing)}")
+    if manifest["format"] not in ("onnx", "npy", "bin", "c"):
+        raise ArtifactError(
+            f"manifest {str(mpath)!r} has format {manifest['format']!r}; "
+            "edgepe verifies onnx, npy, bin and c"
+        )
+    return manifest
+
+
+def tolerance_for(manifest: dict[str, Any]) -> Tolerance:
+    """The tolerance a verification uses: the manifest's (0 for exact schemes); for int8
+    artifacts the manifest's proven ``quant.bound`` (plus the scheme's own float tolerance and
+    one float32 rounding of the dequantised value); float16 outputs add one float16 step where
+    the float32 tolerance is not zero (rounding both sides to float16 can split them by one)."""
+    tol = manifest.get("tolerance") or {}
+    rtol, atol = float(tol.get("rtol", 0.0)), float(tol.get("atol", 0.0))
+    quant = manifest.get("quant")
+    if quant and quant.get("bound") is not None:
+        return Tolerance(rtol + 2.0**-23, atol + float(quant["bound"]), source="quant.bound")
+    ulps = 1 if manifest.get("dtype") == "float16" and (rtol or atol) else 0
+    return Tolerance(rtol, atol, ulps, source="manifest")
+
+
+def _as_stored(expected: np.ndarray, manifest: dict[str, Any]) -> np.ndarray:
+    """The reference in the artifact's output dtype (float16 outputs round the reference too)."""
+    if manifest.get("dtype") == "float16" and not manifest.get("quant"):
+        return expected.astype(np.float16)
+    return expected
+
+
+def _check_file(path: Path, manifest: dict[str, Any]) -> bytes | None:
+    """Refuse a file that is not what its manifest says (truncated, not ONNX, wrong table)."""
+    fmt = manifest["format"]
+    if fmt == "onnx":
+        import onnx
+
+        data = path.read_bytes()
+        try:
+            model = onnx.load_from_string(data)
+            onnx.checker.check_model(model)
+        except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ArtifactError(
+                f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
+            ) from None
+        if not model.graph.output or "positions" not in [i.name for i in model.graph.input]:
+            raise ArtifactError(f"{str(path)!r} is an ONNX model but not an edgepe graph: "
+                                "it has no 'positions' input")
+        return data
+    rows, cols = (int(s) for s in manifest["shape"])
+    if fmt == "npy":
+        try:
+            table = np.load(path, mmap_mode="r", allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001
+            raise ArtifactError(f"{str(path)!r} is not a readable .npy table "
+                                f"(truncated?): {exc}") from None
+        if tuple(table.shape) != (rows, cols):
+            raise ArtifactError(f"{str(path)!r} holds shape {list(table.shape)}, the manifest "
+                                f"says {[rows, cols]}")
+    elif fmt == "bin":
+        dtype = manifest["dtype"]
+        size = -(-rows * cols // 8) if dtype == "bit" else rows * cols * np.dtype(dtype).itemsize
+        actual = path.stat().st_size
+        if actual != size:
+            raise ArtifactError(f"{str(path)!r} is {actual} bytes; a {rows} x {cols} {dtype} "
+                                f"table is {size} (truncated or another file?)")
+    else:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        if manifest.get("symbol") and manifest["symbol"] not in text:
+            raise ArtifactError(f"{str(path)!r} does not define {manifest['symbol']!r}, "
+                                "the symbol its manifest names")
+    return None
+
+
+def verify_artifact(
+    path,
+    providers=None,
+    quick: bool = False,
+    json_path=None,
+    progress: bool = False,
+    strict_placement: bool = False,
+) -> Report:
+    """Verify the artifact at ``path`` against its reference; see the module docstring.
+
+    ``providers``: runtime names (``cpu``, ``cuda``, ``ref``, ``c``, ``file``, ...); ``None``
+    means the format's defaults (ONNX: ``cpu`` and ``ref``; tables: ``file``; C: ``c``).
+    ``quick``: onnxruntime CPU (or the table's own runtime) over positions
+    ``0 .. min(max_len, 4096) - 1`` and a small probe, as ``edgepe export`` runs after writing.
+    ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr
+    (shown anyway when stderr is a terminal). ``strict_placement``: fail a GPU provider on which
+    some nodes ran on the CPU.
+    """
+    from edgepe.checkpoint import sha256_file
+    from edgepe.verify import runtimes as rt
+
+    path = Path(path)
+    manifest = read_manifest(path)
+    fmt = manifest["format"]
+    names = rt.resolve_runtimes(
+        list(providers) if providers else rt.default_runtimes(fmt, quick), fmt
+    )
+    model_bytes = _check_file(path, manifest)
+    report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
+    config, module = sweep_reference(manifest, path)
+    tolerance = tolerance_for(manifest)
+
+    show = progress or sys.stderr.isatty()
+    with _progress(show) as bar:
+        if fmt == "onnx":
+            report.results = _verify_onnx(names, model_bytes, config, module, manifest, quick,
+                                          tolerance, bar, strict_placement)
+        else:
+            report.results = _verify_table(names, path, config, module, manifest, quick,
+                                           tolerance, bar)
+    if json_path is not None:
+        from edgepe.verify.report import write_json
+
+        write_json(report, json_path)
+    return report
+
+
+def sweep_reference(manifest, path):
+    from edgepe.verify.sweep import reference_module
+
+    return reference_module(manifest, path)
+
+
+def _verify_onnx(names, model_bytes, config, module, manifest, quick, tolerance, bar,
+                 strict) -> list[CompareResult]:
+    from edgepe.verify import runtimes as rt
+    from edgepe.verify.sweep import onnx_chunks
+
+    sessions, comparisons, started = {}, {}, {}
+    for name in names:
+        comparisons[name] = Comparison(name, tolerance)
+        started[name] = time.perf_counter()
+        try:
+            sessions[name] = rt.open_onnx(name, model_bytes)
+        except Exception as exc:  # noqa: BLE001 - a runtime that refuses the graph fails it
+            comparisons[name].fail(f"could not load the graph: {_first_line(exc)}")
+        started[name] = time.perf_counter() - started[name]
+    chunks = onnx_chunks(config, module, manifest, quick)
+    task = bar.add_task("verifying", total=None) if bar else None
+    for chunk in chunks:
+        expected = _as_stored(chunk.expected, manifest)
+        for name, session in list(sessions.items()):
+            t0 = time.perf_counter()
+            try:
+                actual = session.run(chunk.feeds)
+            except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
+                comparisons[name].fail(f"run failed: {_first_line(exc)}")
+                del sessions[name]
+                continue
+            comparisons[name].update(actual, expected, chunk.where, chunk.positions)
+            started[name] += time.perf_counter() - t0
+        if bar:
+            bar.advance(task, chunk.positions)
+    results = []
+    for name in names:
+        result = comparisons[name].finish()
+        result.seconds = started[name]
+        placement = getattr(sessions.get(name), "placement", None)
+        if placement is not None:
+            _audit_placement(result, placement, strict)
+        results.append(result)
+    return results
+
+
+def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> None:
+    """Record where the nodes ran; on a GPU provider, CPU-placed nodes are noted (or failed)."""
+    from edgepe.verify.runtimes import CPU_PROVIDER
+
+    result.placement = placement
+    if result.runtime not in GPU_PROVIDERS:
+        return
+    on_cpu = placement.get(CPU_PROVIDER, {})
+    if not on_cpu:
+        result.placement_note = "every node ran on the GPU provider"
+        return
+    ops = ", ".join(f"{op} x{n}" for op, n in on_cpu.items())
+    total = sum(sum(v.values()) for v in placement.values())
+    note = (f"{sum(on_cpu.values())} of {total} nodes ran on the CPU ({ops}): onnxruntime's "
+            f"{result.runtime} provider has no kernel for them; export with --lowering arith "
+            "to keep the graph on the GPU")
+    result.placement_note = note
+    if strict:
+        result.placement_error = "--strict-placement: " + note
+
+
+def _verify_table(names, path, config, module, manifest, quick, tolerance, bar):
+    from edgepe.verify import runtimes as rt
+    from edgepe.verify.sweep import table_chunks
+
+    shape = tuple(int(s) for s in manifest["shape"])
+    results = []
+    for name in names:
+        comparison = Comparison(name, tolerance)
+        t0 = time.perf_counter()
+        try:
+            if name == rt.C:
+                runtime = rt.CRuntime(path, manifest)
+            else:
+                runtime = rt.FileRuntime(path, manifest)
+        except Exception as exc:  # noqa: BLE001 - could not read or build: a failed result
+            comparison.fail(f"could not open: {_first_line(exc)}")
+            runtime = None
+        task = bar.add_task(f"verifying on {name}", total=None) if bar else None
+        if runtime is not None:
+            for start, stop, chunk in table_chunks(config, module, shape, quick):
+                try:
+                    actual = runtime.rows(start, stop)
+                except Exception as exc:  # noqa: BLE001
+                    comparison.fail(f"reading rows {start}..{stop - 1} failed: "
+                                    f"{_first_line(exc)}")
+                    break
+                comparison.update(actual, _as_stored(chunk.expected, manifest), chunk.where,
+                                  chunk.positions)
+                if bar:
+                    bar.advance(task, chunk.positions)
+        result = comparison.finish()
+        result.seconds = time.perf_counter() - t0
+        results.append(result)
+    return results
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+class _NoBar:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _progress(show: bool):
+    if not show:
+        return _NoBar()
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)

@@ -1,0 +1,255 @@
+"""The runtimes an artifact is verified on, behind one small interface each.
+
+- ONNX artifacts: every installed onnxruntime execution provider (``OrtRuntime``, with a
+  placement audit from its profiler) and the ONNX reference evaluator (``RefRuntime``, an
+  independent reading of the operator spec in Python).
+- Table files (npy, bin): ``FileRuntime`` reads the rows back as a consumer would, from the
+  manifest alone (dtype, shape, bitorder, quant).
+- C headers: ``CRuntime`` compiles and runs them through ``edgepe.verify.c_runner``.
+
+Names are forgiving (STYLE 6): ``cpu``, ``CUDA``, ``trt``/``tensorrt``, ``openvino``, ``dml``
+match case-insensitively; an unknown or unavailable one is a ``BadParameterError`` that lists
+what this artifact can run on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgepe.errors import BadParameterError
+
+# Short names for onnxruntime's providers; anything else matches its full name or the name
+# without "ExecutionProvider" (case-insensitive).
+ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt-rtx": "NvTensorRTRTXExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "ov": "OpenVINOExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "dnnl": "DnnlExecutionProvider",
+    "xnnpack": "XnnpackExecutionProvider",
+    "webgpu": "WebGpuExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+}
+# Azure's provider calls remote endpoints and runs no node itself: nothing to verify on it.
+NOT_COMPUTE = {"AzureExecutionProvider"}
+CPU_PROVIDER = "CPUExecutionProvider"
+REF = "ref"
+FILE = "file"
+C = "c"
+
+
+def short_name(provider: str) -> str:
+    """``CUDAExecutionProvider`` -> ``cuda`` (the name reports and ``--providers`` use)."""
+    for alias, full in ALIASES.items():
+        if full == provider:
+            return alias
+    return provider.removesuffix("ExecutionProvider").lower()
+
+
+def ort_providers() -> list[str]:
+    """The installed onnxruntime providers that execute nodes, in onnxruntime's priority order."""
+    import onnxruntime as ort
+
+    return [p for p in ort.get_available_providers() if p not in NOT_COMPUTE]
+
+
+def available(fmt: str) -> list[str]:
+    """Runtime names that can run an artifact of format ``fmt``."""
+    if fmt == "onnx":
+        return [short_name(p) for p in ort_providers()] + [REF]
+    if fmt == "c":
+        return [C]
+    return [FILE]
+
+
+def default_runtimes(fmt: str, quick: bool = False) -> list[str]:
+    """What ``edgepe verify`` runs when ``--providers`` is not given."""
+    if fmt == "onnx":
+        return ["cpu"] if quick else ["cpu", REF]
+    return [C] if fmt == "c" else [FILE]
+
+
+def resolve_runtimes(names: list[str] | tuple[str, ...], fmt: str) -> list[str]:
+    """Canonical runtime names for ``names`` (deduplicated, in order); unknown ones are refused."""
+    allowed = available(fmt)
+    resolved: list[str] = []
+    for raw in names:
+        name = str(raw).strip()
+        key = name.lower()
+        if not key:
+            continue
+        if fmt == "onnx" and key not in (REF,):
+            full = ALIASES.get(key)
+            if full is None:
+                full = next(
+                    (p for p in _all_ort_providers()
+                     if key in (p.lower(), p.lower().removesuffix("executionprovider"))),
+                    None,
+                )
+            key = short_name(full) if full else key
+        if key not in allowed:
+            raise BadParameterError(
+                f"runtime {name!r} is not available for {fmt} artifacts here; "
+                f"available: {', '.join(allowed)}"
+                + (" (GPU providers need the [gpu] install: see the README)"
+                   if fmt == "onnx" and key in ("cuda", "trt") else "")
+            )
+        if key not in resolved:
+            resolved.append(key)
+    if not resolved:
+        raise BadParameterError(f"--providers is empty; available: {', '.join(allowed)}")
+    return resolved
+
+
+def _all_ort_providers() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_all_providers())
+
+
+class OrtRuntime:
+    """An onnxruntime session on one execution provider (with CPU as onnxruntime's fallback).
+
+    The first ``run`` is profiled: ``placement`` then says how many nodes of each op type ran
+    on each provider (the ``args.provider`` of the trace's ``Node`` events).
+    """
+
+    def __init__(self, name: str, model_bytes: bytes) -> None:
+        import onnxruntime as ort
+
+        self.name = name
+        self.provider = ALIASES.get(name) or next(
+            p for p in ort_providers() if short_name(p) == name
+        )
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self._profile_dir = tempfile.mkdtemp(prefix="edgepe-profile-")
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(self._profile_dir, "ort")
+        providers = [self.provider] + ([CPU_PROVIDER] if self.provider != CPU_PROVIDER else [])
+        self.session = ort.InferenceSession(model_bytes, options, providers=providers)
+        self.output = self.session.get_outputs()[0].name
+        self.placement: dict[str, dict[str, int]] | None = None
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        out = self.session.run([self.output], feeds)[0]
+        if self.placement is None:
+            self.placement = self._read_profile()
+        return out
+
+    def _read_profile(self) -> dict[str, dict[str, int]]:
+        # end_profiling writes the trace and stops profiling: later runs are not slowed down.
+        trace = Path(self.session.end_profiling())
+        try:
+            events = json.loads(trace.read_text())
+        finally:
+            trace.unlink(missing_ok=True)
+            Path(self._profile_dir).rmdir()
+        return placement_from_trace(events)
+
+
+def placement_from_trace(events: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """``{provider: {op_type: node count}}`` from an onnxruntime profiling trace."""
+    seen: dict[str, tuple[str, str]] = {}
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("cat") == "Node" and "provider" in args:
+            node = str(event.get("name", "")).removesuffix("_kernel_time")
+            seen[node] = (args["provider"], args.get("op_name", "?"))
+    placement: dict[str, Counter] = {}
+    for provider, op in seen.values():
+        placement.setdefault(provider, Counter())[op] += 1
+    return {p: dict(sorted(c.items())) for p, c in sorted(placement.items())}
+
+
+class RefRuntime:
+    """``onnx.reference.ReferenceEvaluator``: the ONNX spec's own Python reading of the graph."""
+
+    name = REF
+    placement = None
+
+    def __init__(self, model_bytes: bytes) -> None:
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        model = onnx.load_from_string(model_bytes)
+        self.session = ReferenceEvaluator(model)
+        self.output = model.graph.output[0].name
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(self.session.run([self.output], feeds)[0])
+
+
+def open_onnx(name: str, model_bytes: bytes):
+    """The runtime called ``name`` (a canonical name from ``resolve_runtimes``) for a graph."""
+    return RefRuntime(model_bytes) if name == REF else OrtRuntime(name, model_bytes)
+
+
+class FileRuntime:
+    """A table file (npy or bin) read back from its manifest alone, rows as float64.
+
+    ``rows(start, stop)`` decodes only those rows (the file is memory-mapped): float16/uint8
+    as stored, ``bit`` unpacked with the manifest's ``bitorder`` (one bit an entry, row-major,
+    no padding between rows), int8 dequantised as ``scale * (q - zero_point)``.
+    """
+
+    name = FILE
+    placement = None
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
+        self.shape = tuple(int(s) for s in manifest["shape"])
+        self.dtype = manifest["dtype"]
+        rows, cols = self.shape
+        if manifest["format"] == "npy":
+            self.data = np.load(path, mmap_mode="r", allow_pickle=False)
+        elif self.dtype == "bit":
+            self.data = np.memmap(path, dtype=np.uint8, mode="r")
+        else:
+            self.data = np.memmap(path, dtype=np.dtype(self.dtype).newbyteorder("<"), mode="r",
+                                  shape=self.shape)
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        cols = self.shape[1]
+        if self.dtype == "bit":
+            first, last = start * cols, stop * cols
+            chunk = np.asarray(self.data[first // 8: -(-last // 8)])
+            bits = np.unpackbits(chunk, bitorder=self.manifest.get("bitorder", "little"))
+            offset = first - (first // 8) * 8
+            values = bits[offset: offset + last - first].reshape(stop - start, cols)
+        else:
+            values = np.asarray(self.data[start:stop])
+        return dequantise(values, self.manifest.get("quant"), start)
+
+
+def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) -> np.ndarray:
+    """``scale * (q - zero_point)`` in float64 (per-tensor, or per channel along ``axis``)."""
+    if not quant or not np.issubdtype(values.dtype, np.integer) or "scale" not in quant:
+        return values.astype(np.float64)
+    scale = np.asarray(quant["scale"], dtype=np.float64)
+    zero = np.asarray(quant.get("zero_point", 0), dtype=np.float64)
+    axis = quant.get("axis")
+    if scale.ndim and axis is not None:
+        shape = [1] * values.ndim
+        shape[axis] = -1
+        if axis == 0:  # per-row parameters: only this chunk's rows
+            scale = scale[row0: row0 + values.shape[0]]
+            zero = zero[row0: row0 + values.shape[0]] if zero.ndim else zero
+        scale = scale.reshape(shape)
+        zero = zero.reshape(shape) if zero.ndim else zero
+    return scale * (values.astype(np.float64) - zero)

@@ -1,0 +1,234 @@
+"""What a verification checks: the reference, the inputs in chunks, the extrapolation probe.
+
+- ``reference_module`` rebuilds the PyTorch reference from a manifest (scheme, sizes, params,
+  seed, and the checkpoint at the manifest's path, checked against its sha256).
+- ``onnx_chunks`` yields the graph's inputs over every position ``0 .. max_len - 1`` (bias
+  schemes: the query x key grid, or every distance when the grid is too big; multi-index schemes:
+  the full coordinate grid when small, else every coordinate value in every column), then the
+  extrapolation probe, each with the reference outputs under the artifact's out-of-range policy
+  (tables clamp: ``table_reference``; compute graphs follow the scheme).
+- ``table_chunks`` yields row ranges of a table with the reference rows (``table_rows``).
+
+Every chunk holds at most ``CHUNK_ELEMENTS`` output elements and ``CHUNK_POSITIONS`` positions,
+so memory stays bounded whatever ``max_len`` is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgepe.errors import ArtifactError, CheckpointError
+
+CHUNK_ELEMENTS = 1 << 20
+CHUNK_POSITIONS = 65536
+QUICK_POSITIONS = 4096
+GRID_LIMIT = 1 << 16  # multi-index and bias grids up to this many cells are checked in full
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass
+class Chunk:
+    """Inputs for one run, the reference outputs, and how to name an element of them."""
+
+    feeds: dict[str, np.ndarray]
+    expected: np.ndarray
+    where: Callable[[tuple[int, ...]], str]
+    positions: int
+    probe: bool = False
+
+
+def reference_module(manifest: dict[str, Any], artifact: Path):
+    """The scheme config and reference module the manifest describes."""
+    from edgepe.checkpoint import sha256_file
+    from edgepe.schemes import build, resolve
+
+    config = resolve(manifest["scheme"], manifest["max_len"], manifest.get("d_model"),
+                     manifest.get("heads"), manifest.get("params") or {})
+    checkpoint = manifest.get("checkpoint")
+    path = None
+    if checkpoint:
+        path = Path(checkpoint["path"])
+        if not path.is_absolute() and not path.exists() and (artifact.parent / path).exists():
+            path = artifact.parent / path  # a checkpoint shipped next to the artifact
+        if not path.is_file():
+            raise CheckpointError(
+                f"the manifest's checkpoint {checkpoint['path']!r} does not exist: the reference "
+                "cannot be rebuilt without it"
+            )
+        expected = checkpoint.get("sha256")
+        if expected and sha256_file(path) != expected:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} does not match the manifest's sha256 "
+                f"{expected[:12]}...: it is not the checkpoint this artifact was exported from"
+            )
+    return config, build(config, seed=int(manifest.get("seed") or 0),
+                         checkpoint=None if path is None else str(path))
+
+
+def probe_values(config, limit: int | None, count: int, seed: int = 0) -> np.ndarray:
+    """Positions outside ``0 .. max_len - 1``: negatives, just past the end, around ``2^n``, the
+    float-exact edge ``2^24``, int64's extremes, and ``count`` seeded random ones of every
+    magnitude; all within ``|p| <= limit`` when the scheme has a limit."""
+    length, n = config.max_len, config.n_bits
+    fixed = {-1, -2, -3, -length, -length - 1, length, length + 1, length + 2, 2 * length - 1,
+             2 * length, 2**n - 1, 2**n, 2**n + 1, 2 ** (n + 1) + 3, 3 * 2**n + 5, 2**24 - 1,
+             2**24, 2**24 + 1, -(2**24), 2**31 - 1, 2**31, 2**32 + 3, 2**53 + 1, 2**62,
+             INT64_MAX, INT64_MIN, INT64_MIN + 1}
+    rng = np.random.default_rng(seed)
+    magnitude = np.exp2(rng.uniform(0, 63, count)).astype(np.float64)
+    sign = rng.choice([-1, 1], count)
+    randoms = {int(min(m, 2.0**62)) * int(s) for m, s in zip(magnitude, sign, strict=True)}
+    values = sorted(v for v in fixed | randoms if not 0 <= v < length)
+    if limit is not None:
+        values = [v for v in values if abs(v) <= limit]
+        values += [v for v in (limit, -limit) if not 0 <= v < length and v not in values]
+    return np.asarray(sorted(values), dtype=np.int64)
+
+
+def _reference(config, module, table: bool) -> Callable[..., np.ndarray]:
+    import torch
+
+    from edgepe.export.table_values import table_reference
+
+    def compute(positions: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
+        p = torch.from_numpy(np.ascontiguousarray(positions))
+        k = None if keys is None else torch.from_numpy(np.ascontiguousarray(keys))
+        with torch.no_grad():
+            if table:
+                out = table_reference(config, module, p, k)
+            else:
+                out = module.encode(p) if k is None else module.encode(p, k)
+        return out.detach().to(torch.float32).numpy()
+
+    return compute
+
+
+def unit(config, dtype: str) -> str:
+    """What a column of the output is called in mismatch reports."""
+    return "bit" if config.spec.exact or dtype in ("uint8", "bit") else "column"
+
+
+def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool) -> Iterator[Chunk]:
+    """Inputs and reference outputs for a graph artifact, in bounded chunks (see module doc)."""
+    table = manifest["mode"] == "table"
+    ref = _reference(config, module, table)
+    length = config.max_len
+    stop = min(length, QUICK_POSITIONS) if quick else length
+    # Table graphs clamp every int64; compute graphs are defined up to the scheme's limit.
+    limit = None if table else config.spec.position_limit
+    probe = probe_values(config, limit, 16 if quick else 128)
+    col = unit(config, manifest["dtype"])
+    if config.spec.kind == "bias":
+        yield from _bias_chunks(config, ref, stop, probe, quick)
+    elif config.arity is not None:
+        yield from _multi_chunks(config, ref, stop, probe, col, module)
+    else:
+        width = max(1, config.d_model)
+        step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // width))
+        for start in range(0, stop, step):
+            positions = np.arange(start, min(start + step, stop), dtype=np.int64)
+            yield _pe_chunk(ref, positions, col)
+        yield _pe_chunk(ref, probe, col, probe=True)
+
+
+def _pe_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chunk:
+    def where(index: tuple[int, ...]) -> str:
+        row, column = index
+        return f"position {positions[row]} {col} {column}"
+
+    return Chunk({"positions": positions}, ref(positions), where, len(positions), probe)
+
+
+def _multi_chunks(config, ref, stop, probe, col, module) -> Iterator[Chunk]:
+    k = config.arity
+    if stop**k <= GRID_LIMIT:  # every combination of coordinates
+        grids = np.meshgrid(*[np.arange(stop, dtype=np.int64)] * k, indexing="ij")
+        rows = np.stack([g.ravel() for g in grids], axis=1)
+    else:  # every value in every column, each column a different shift of 0..stop-1
+        base = np.arange(stop, dtype=np.int64)
+        rows = np.stack([(base + j * (stop // k + 1)) % stop for j in range(k)], axis=1)
+    # Probe: each column takes the probe values while the others hold in-range ones.
+    inside = np.arange(len(probe), dtype=np.int64) % max(stop, 1)
+    probes = []
+    for j in range(k):
+        block = np.repeat(inside[:, None], k, axis=1)
+        block[:, j] = probe
+        probes.append(block)
+    probes.append(np.stack([np.roll(probe, j) for j in range(k)], axis=1))
+    step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // max(1, config.d_model)))
+    for start in range(0, len(rows), step):
+        yield _multi_chunk(ref, rows[start: start + step], col)
+    yield _multi_chunk(ref, np.concatenate(probes), col, probe=True)
+
+
+def _multi_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chunk:
+    def where(index: tuple[int, ...]) -> str:
+        row, column = index
+        return f"position {tuple(int(v) for v in positions[row])} {col} {column}"
+
+    positions = np.ascontiguousarray(positions)
+    return Chunk({"positions": positions}, ref(positions), where, len(positions), probe)
+
+
+def _bias_chunks(config, ref, stop, probe, quick) -> Iterator[Chunk]:
+    heads = config.heads
+    all_keys = np.arange(stop, dtype=np.int64)
+    if stop * stop <= GRID_LIMIT * 16:  # the full query x key grid, in query chunks
+        step = max(1, CHUNK_ELEMENTS // max(1, heads * stop))
+        for start in range(0, stop, step):
+            queries = np.arange(start, min(start + step, stop), dtype=np.int64)
+            yield _bias_chunk(ref, queries, all_keys)
+    else:  # too big for the grid: every distance -(L-1)..L-1 is still covered
+        step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // (2 * heads)))
+        edges = np.asarray([0, stop - 1], dtype=np.int64)
+        for start in range(0, stop, step):
+            queries = np.arange(start, min(start + step, stop), dtype=np.int64)
+            yield _bias_chunk(ref, queries, edges)
+    # Probe: out-of-range queries against in-range keys, and both out of range.
+    inside = np.linspace(0, stop - 1, num=min(stop, 16)).astype(np.int64)
+    yield _bias_chunk(ref, probe, inside, probe=True)
+    yield _bias_chunk(ref, inside, probe, probe=True)
+    yield _bias_chunk(ref, probe, probe, probe=True)
+
+
+def _bias_chunk(ref, queries: np.ndarray, keys: np.ndarray, probe: bool = False) -> Chunk:
+    def where(index: tuple[int, ...]) -> str:
+        head, i, j = index
+        return f"head {head} query {queries[i]} key {keys[j]}"
+
+    return Chunk({"positions": queries, "key_positions": keys}, ref(queries, keys), where,
+                 len(queries) * len(keys), probe)
+
+
+def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterator[tuple[int, int,
+                                                                                       Chunk]]:
+    """``(start, stop, chunk)`` row ranges of a table with its reference rows."""
+    from edgepe.export.table_values import table_rows, table_shape
+
+    expected_shape = table_shape(config)
+    if tuple(shape) != tuple(expected_shape):
+        raise ArtifactError(
+            f"the manifest's shape {list(shape)} is not the table of scheme "
+            f"'{config.scheme}' (expected {list(expected_shape)})"
+        )
+    rows, cols = shape
+    stop = min(rows, QUICK_POSITIONS) if quick else rows
+    step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // max(1, cols)))
+    bias = config.spec.kind == "bias"
+    for start in range(0, stop, step):
+        end = min(start + step, stop)
+
+        def where(index: tuple[int, ...], start: int = start) -> str:
+            row, column = index
+            row += start
+            if bias:
+                return f"row {row} (distance {row - (config.max_len - 1)}) head {column}"
+            return f"row {row} column {column}"
+
+        chunk = Chunk({}, table_rows(config, module, start, end), where, end - start)
+        yield start, end, chunk
