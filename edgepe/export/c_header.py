@@ -1,0 +1,446 @@
+"""C99 headers (``--format c``): a constant table, or a function that computes the encoding.
+
+A header is self-contained (only ``<stdint.h>``), compiles with
+``gcc -std=c99 -Wall -Wextra -Werror -pedantic`` (``edgepe.verify.c_runner`` proves it), and is
+named by the manifest: ``symbol`` (the array), ``function`` (compute mode), ``accessor``
+(bit-packed tables), ``macro_prefix``. Identifiers are ``{c_prefix}_{scheme}_...`` with every
+character outside ``[A-Za-z0-9_]`` replaced by ``_``.
+
+``--mode table`` (any scheme; the table of ``table_values``, positions clamped to its rows):
+
+    static EDGEPE_GRAY_TABLE_ATTR const uint8_t edgepe_gray_table[512][10] = {{0, 0, ...}, ...};
+
+in the stored dtype of ``tables.stored_dtype``: ``float`` (float32), ``uint8_t`` (0/1 tables),
+``int8_t`` (``--quantize int8``, with ``..._ZERO_POINT`` and ``..._scale[]``: a value is
+``scale[c] * q``), or ``--dtype bit``: ``uint8_t edgepe_gray_table[BYTES]`` packed as the bin
+format packs it, read through ``uint8_t edgepe_gray_table_bit(uint32_t p, uint32_t k)``.
+float16 has no C99 type and is refused.
+
+``--mode compute`` (the bit family and ``binary``): ``static inline void
+edgepe_gray_encode(int64_t pos, float out[D])`` (``const int64_t pos[K]`` for multi-index
+schemes) computes one position with shifts and masks, wrapping like the reference: the bits are
+those of ``pos mod 2^n`` in two's complement (``(uint64_t)pos`` is exactly that in C99, 6.3.1.3).
+``binary`` adds its projection as ``const float edgepe_binary_weights[n][D]`` (row ``k`` = the
+weights of bit ``k``) and sums the rows of the set bits in bit order: a device stores
+``n x D`` weights instead of ``max_len x D`` values.
+
+Floats are printed with ``%.9g`` (9 significant digits round-trip every float32; a C compiler
+converts the decimal literal with ``f`` suffix straight to the nearest float, C99 6.4.4.2), so
+the compiled array holds exactly the reference's float32 bits. The array is aligned to
+``c_align`` bytes (for DMA/SIMD) with the GNU attribute, C11 ``_Alignas`` or MSVC
+``__declspec``, whichever the compiler has. The sha256 of the array's bytes (little-endian,
+row-major: the same bytes as the ``bin`` export) is in the closing comment, since the file's own
+sha256 (in the manifest) cannot be inside the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from edgepe.errors import BadParameterError
+from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
+from edgepe.export.tables import data_chunks, prepared_table, stored_chunks
+
+# Schemes with a C compute function: the bit family (shifts and masks) and the demo's binary.
+COMPUTE_SCHEMES = (
+    "binary",
+    "binary-bits",
+    "binary-signed",
+    "binary-smooth",
+    "gray",
+    "binary-multilevel",
+    "binary-2d",
+    "hierarchical",
+)
+C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "bit": "uint8_t"}
+
+
+def c_identifier(text: str) -> str:
+    """``text`` as a C identifier: other characters become ``_``, a leading digit gets ``_``."""
+    name = re.sub(r"[^0-9A-Za-z_]", "_", text)
+    return f"_{name}" if not name or name[0].isdigit() else name
+
+
+def c_floats(values: np.ndarray) -> np.ndarray:
+    """C ``float`` literals that the compiler reads back as exactly ``values`` (float32)."""
+    values = np.asarray(values, dtype=np.float32)
+    if not np.isfinite(values).all():
+        raise BadParameterError("cannot write a C header: the values include inf or nan")
+    text = np.char.mod("%.9g", values.astype(np.float64))
+    # "%.9g" prints 1.0 as "1": give integral values a ".0" so that "f" makes a float literal.
+    plain = (np.char.find(text, ".") < 0) & (np.char.find(text, "e") < 0)
+    return np.char.add(np.where(plain, np.char.add(text, ".0"), text), "f")
+
+
+def c_literals(values: np.ndarray) -> np.ndarray:
+    """C literals of a float32 or integer array, elementwise."""
+    if values.dtype.kind == "f":
+        return c_floats(values)
+    return np.char.mod("%d", values)
+
+
+def c_rows(cells: np.ndarray, indent: str = "    ") -> str:
+    """One ``{a, b, c},`` line per row of a 2-D array of literals."""
+    rows, cols = cells.shape
+    grid = np.empty((rows, 2 * cols + 1), dtype=object)
+    grid[:, 0] = indent + "{"
+    grid[:, 1::2] = cells
+    grid[:, 2::2] = ", "
+    grid[:, -1] = "},\n"
+    return "".join(grid.ravel())
+
+
+def c_bytes(data: bytes, per_line: int = 16) -> str:
+    """``0x..`` byte literals, ``per_line`` a line."""
+    cells = np.char.mod("0x%02x", np.frombuffer(data, dtype=np.uint8))
+    lines = [", ".join(cells[i : i + per_line]) for i in range(0, cells.size, per_line)]
+    return "".join(f"    {line},\n" for line in lines)
+
+
+def names(config: ExportConfig) -> dict[str, str]:
+    """The header's identifiers: ``base`` (``{prefix}_{scheme}``) and the macro prefix."""
+    base = c_identifier(f"{config.c_prefix}_{config.scheme.scheme}")
+    return {"base": base, "macro": base.upper()}
+
+
+def check_c_choices(config: ExportConfig) -> None:
+    """Refuse what a C header cannot hold, naming what it can."""
+    align = config.c_align
+    if align < 1 or align & (align - 1):
+        raise BadParameterError(f"--c-align must be a power of two (bytes), got {align}")
+    if config.mode == "table":
+        if config.dtype == "float16":
+            raise BadParameterError(
+                "--format c has no float16 (C99 has no half type); use --dtype float32, "
+                "--quantize int8, or --dtype uint8/bit for a 0/1 table"
+            )
+        return
+    scheme = config.scheme.scheme
+    if scheme not in COMPUTE_SCHEMES:
+        raise BadParameterError(
+            f"--format c --mode compute has no function for scheme '{scheme}'; use --mode table, "
+            f"or a scheme with one: {', '.join(COMPUTE_SCHEMES)}"
+        )
+    if config.dtype != "float32":
+        raise BadParameterError(
+            f"C compute functions write float32 (--dtype float32), got --dtype {config.dtype}; "
+            "for a uint8 or bit table use --mode table"
+        )
+    if config.quantize != "none" and scheme != "binary":
+        raise BadParameterError(
+            f"--quantize int8 applies to a compute header only for 'binary' (its weights); "
+            f"'{scheme}' has no weights"
+        )
+
+
+def prepare(config: ExportConfig, module) -> Prepared:
+    """The C header of ``config``: a table (``--mode table``) or a compute function."""
+    check_c_choices(config)
+    if config.mode == "table":
+        return _table_header(config, module)
+    return _compute_header(config, module)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+def _opening(config: ExportConfig, what: str, lines: Iterable[str]) -> str:
+    s = config.scheme
+    spec = s.spec
+    params = json.dumps(s.as_dict()["params"], sort_keys=True)
+    guard = f"{names(config)['macro']}_{'TABLE' if config.mode == 'table' else 'ENCODE'}_H"
+    body = [
+        f"edgepe: {what}",
+        f"scheme {s.scheme} ({spec.source}): {spec.summary}",
+        f"max_len {s.max_len}, "
+        + (f"heads {s.heads}" if s.d_model is None else f"d_model {s.d_model}")
+        + f", params {params}",
+        *lines,
+        "Generated by edgepe (edgepe export ... --format c); do not edit.",
+    ]
+    comment = "/*\n" + "".join(f" * {line}\n" if line else " *\n" for line in body) + " */\n"
+    return (
+        f"{comment}#ifndef {guard}\n#define {guard}\n\n#include <stdint.h>\n\n"
+    )
+
+
+def _attribute(macro: str, align: int) -> str:
+    """``macro``: alignment (and GNU ``unused``, so a unit that does not read it stays quiet)."""
+    return (
+        f"/* {align}-byte alignment for DMA/SIMD loads, in the compiler's own spelling. */\n"
+        "#if defined(__GNUC__) || defined(__clang__)\n"
+        f"#define {macro} __attribute__((aligned({align}), unused))\n"
+        "#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L\n"
+        f"#define {macro} _Alignas({align})\n"
+        "#elif defined(_MSC_VER)\n"
+        f"#define {macro} __declspec(align({align}))\n"
+        "#else\n"
+        f"#define {macro}\n"
+        "#endif\n\n"
+    )
+
+
+def _closing(config: ExportConfig, what: str, digest: str | None, size: int) -> str:
+    """The end of the header: the sha256 of the array's bytes (if any) and the guard's end."""
+    guard = f"{names(config)['macro']}_{'TABLE' if config.mode == 'table' else 'ENCODE'}_H"
+    text = ""
+    if digest is not None:
+        same = "; the same bytes as the --format bin export" if config.mode == "table" else ""
+        text = (
+            f"\n/* sha256 of the {size} bytes of {what} as laid out in memory (little-endian, "
+            f"row-major{same}):\n * {digest} */\n"
+        )
+    return f"{text}\n#endif /* {guard} */\n"
+
+
+def _quant_constants(macro: str, base: str, section: dict[str, Any]) -> str:
+    """``ZERO_POINT`` and the float32 ``scale[]`` of an int8 array (``value = scale * q``)."""
+    scale = np.atleast_1d(np.asarray(section["scale"], dtype=np.float32))
+    axis = "per column" if section["axis"] is not None else "for the whole array"
+    return (
+        f"/* int8 symmetric: value = {base}_scale[c] * q ({axis}; zero point 0); "
+        f"|value - reference| <= {section['bound']!r} (measured {section['max_abs_err']!r}). */\n"
+        f"#define {macro}_ZERO_POINT 0\n"
+        f"#define {macro}_SCALES {scale.size}\n"
+        f"static const float {base}_scale[{macro}_SCALES] = {{{', '.join(c_floats(scale))}}};\n\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# --mode table
+
+
+def _table_header(config: ExportConfig, module) -> Prepared:
+    table, dtype, quant = prepared_table(config, module)
+    rows, cols = table["shape"]
+    n = names(config)
+    symbol = f"{n['base']}_table"
+    macro = symbol.upper()
+    packed = dtype == "bit"
+    manifest = {
+        **base_manifest(config, [rows, cols], dtype),
+        **{k: table[k] for k in ("quant", "numpy_dtype", "byte_order", "bitorder", "layout")},
+        "symbol": symbol,
+        "accessor": f"{symbol}_bit" if packed else None,
+        "function": None,
+        "macro_prefix": macro,
+        "c_type": C_TYPES[dtype],
+    }
+    size = table["layout"]["data_bytes"]
+
+    def write(f: BinaryIO) -> None:
+        lines = [
+            f"{symbol}: the {rows} x {cols} table, {dtype}"
+            + (" (bit-packed, one bit an entry)" if packed else ""),
+            table["layout"]["rows"] + ".",
+        ]
+        if packed:
+            lines.append(
+                f"Entry (p, k) is bit i = p * {cols} + k: bit i % 8 of byte i / 8 (LSB first)."
+            )
+        f.write(_opening(config, f"{config.scheme.scheme} table", lines).encode())
+        head = f"#define {macro}_ROWS {rows}\n#define {macro}_COLS {cols}\n"
+        head += f"#define {macro}_BYTES {size}\n\n"
+        if quant is not None:
+            head += _quant_constants(macro, symbol, table["quant"])
+        head += _attribute(f"{macro}_ATTR", config.c_align)
+        shape = f"[{macro}_BYTES]" if packed else f"[{macro}_ROWS][{macro}_COLS]"
+        head += f"static {macro}_ATTR const {C_TYPES[dtype]} {symbol}{shape} = {{\n"
+        f.write(head.encode())
+        digest = hashlib.sha256()
+        if packed:
+            for data in data_chunks(config, module, dtype):
+                digest.update(data)
+                f.write(c_bytes(data).encode())
+        else:
+            for chunk in stored_chunks(config, module, dtype, quant):
+                digest.update(chunk.astype(chunk.dtype.newbyteorder("<")).tobytes())
+                f.write(c_rows(c_literals(chunk)).encode())
+        f.write(b"};\n")
+        if packed:
+            index = "uint32_t" if rows * cols <= 2**32 else "uint64_t"
+            f.write(
+                (
+                    f"\n/* Entry (p, k) of the table, 0 or 1 (p < {macro}_ROWS, "
+                    f"k < {macro}_COLS). */\n"
+                    f"static inline uint8_t {symbol}_bit(uint32_t p, uint32_t k)\n{{\n"
+                    f"    const {index} i = ({index})p * {macro}_COLS + k;\n"
+                    f"    return (uint8_t)(({symbol}[i >> 3] >> (i & 7u)) & 1u);\n}}\n"
+                ).encode()
+            )
+        f.write(_closing(config, symbol, digest.hexdigest(), size).encode())
+
+    return Prepared(manifest, write)
+
+
+# ---------------------------------------------------------------------------------------------
+# --mode compute
+
+
+def _compute_header(config: ExportConfig, module) -> Prepared:
+    s = config.scheme
+    n = names(config)
+    macro, base = n["macro"], n["base"]
+    function = f"{base}_encode"
+    d, nb = s.d_model, s.n_bits
+    weights = None
+    quant = None
+    if s.scheme == "binary":
+        # projection.weight is [d, n]; the header stores W^T [n][d]: row k = weights of bit k.
+        weights = module.projection.weight.detach().float().numpy().T.copy()
+        if config.quantize == "int8":
+            quant = _quantised_weights(config, weights)
+    symbol = None if weights is None else f"{base}_weights"
+    dtype = "int8" if quant is not None else "float32"
+    manifest = {
+        **base_manifest(config, [s.max_len, d], "float32"),
+        "quant": None if quant is None else quant.manifest(),
+        "symbol": symbol,
+        "symbol_shape": None if weights is None else [nb, d],
+        "symbol_dtype": None if weights is None else dtype,
+        "accessor": None,
+        "function": function,
+        "macro_prefix": macro,
+        "n_bits": nb,
+        "byte_order": "little",
+    }
+    arity = s.arity
+    signature = (
+        f"static inline void {function}(const int64_t pos[{macro}_ARITY], float out[{macro}_D])"
+        if arity is not None
+        else f"static inline void {function}(int64_t pos, float out[{macro}_D])"
+    )
+
+    def write(f: BinaryIO) -> None:
+        lines = [
+            f"{function}: the encoding of one position, computed (no table); "
+            f"out[{d}] float32.",
+            "Every int64 position is defined, as in the reference: the bits are those of "
+            "pos mod 2^n (two's complement).",
+        ]
+        if weights is not None:
+            lines.append(f"{symbol}: [{nb}][{d}] {dtype} projection, row k = weights of bit k.")
+        f.write(_opening(config, f"{s.scheme} compute function", lines).encode())
+        head = f"#define {macro}_D {d}\n#define {macro}_N_BITS {nb}\n"
+        if arity is not None:
+            head += f"#define {macro}_ARITY {arity}\n"
+        f.write((head + "\n").encode())
+        if weights is not None:
+            f.write(_weights_block(config, macro, symbol, weights, quant).encode())
+        f.write(f"{signature}\n{{\n{_body(config, module, macro, symbol, quant)}}}\n".encode())
+        digest, size = None, 0
+        if weights is not None:
+            stored = quant.quantize(weights) if quant is not None else weights
+            data = np.ascontiguousarray(stored).tobytes()
+            digest, size = hashlib.sha256(data).hexdigest(), len(data)
+        f.write(_closing(config, symbol, digest, size).encode())
+
+    return Prepared(manifest, write)
+
+
+def _quantised_weights(config: ExportConfig, weights: np.ndarray):
+    """int8 weights ``[n][d]``, one scale per output column (``edgepe.quant.int8``)."""
+    from edgepe.quant.int8 import measure_table
+
+    return measure_table(config.quant_granularity, lambda: iter([weights]))
+
+
+def _weights_block(config, macro: str, symbol: str, weights: np.ndarray, quant) -> str:
+    text = ""
+    if quant is not None:
+        text += _quant_constants(macro, symbol, quant.manifest())
+        cells = c_literals(quant.quantize(weights))
+        ctype = "int8_t"
+    else:
+        cells = c_literals(weights)
+        ctype = "float"
+    text += _attribute(f"{macro}_ATTR", config.c_align)
+    text += f"static {macro}_ATTR const {ctype} {symbol}[{macro}_N_BITS][{macro}_D] = {{\n"
+    return text + c_rows(cells) + "};\n\n"
+
+
+def _body(config: ExportConfig, module, macro: str, symbol: str | None, quant) -> str:
+    """The statements of the compute function (one position, shifts and masks)."""
+    s = config.scheme
+    nb, d = s.n_bits, s.d_model
+    bit = "(u >> k) & 1u"
+    loop = f"    uint32_t k;\n    for (k = 0; k < {macro}_D; ++k) {{\n"
+    if s.scheme in ("binary-bits", "binary-signed", "binary-smooth", "gray"):
+        if s.scheme == "binary-smooth":
+            lo, hi = c_floats(np.array([module.lo.item(), module.hi.item()], dtype=np.float32))
+            one, zero = hi, lo
+        elif s.scheme == "binary-signed":
+            one, zero = "1.0f", "-1.0f"  # 2b - 1, exactly
+        else:
+            one, zero = "1.0f", "0.0f"
+        head = "    const uint64_t u = (uint64_t)pos"
+        if s.scheme == "gray":
+            mask = (1 << nb) - 1
+            head += f" & UINT64_C(0x{mask:x});  /* pos mod 2^{nb} */\n"
+            head += "    const uint64_t g = u ^ (u >> 1);  /* Gray code */\n"
+            bit = "(g >> k) & 1u"
+        else:
+            head += ";  /* two's complement: pos mod 2^64 */\n"
+        # Columns k >= n hold the zero bit (the reference's bits(): shifts past n are 0).
+        return (
+            head + loop
+            + f"        out[k] = (k < {macro}_N_BITS && ({bit})) ? {one} : {zero};\n    }}\n"
+        )
+    if s.scheme == "binary-multilevel":
+        per = d // s.params["groups"]
+        return (
+            "    const uint64_t u = (uint64_t)pos;\n" + loop
+            + f"        /* group k / {per} holds the bits of pos >> (k / {per}) */\n"
+            + f"        const uint32_t b = k / {per}u + k % {per}u;\n"
+            + f"        out[k] = (b < {macro}_N_BITS && ((u >> b) & 1u)) ? 1.0f : 0.0f;\n    }}\n"
+        )
+    if s.scheme == "binary-2d":
+        return (
+            "    const uint64_t u[2] = {(uint64_t)pos[0], (uint64_t)pos[1]};\n" + loop
+            + "        /* column 2i is bit i of x, column 2i + 1 bit i of y */\n"
+            + "        const uint32_t b = k >> 1;\n"
+            + f"        out[k] = (b < {macro}_N_BITS && ((u[k & 1u] >> b) & 1u)) ? 1.0f : 0.0f;"
+            + "\n    }\n"
+        )
+    if s.scheme == "hierarchical":
+        text = "    uint32_t k;\n"
+        offset = 0
+        for level, width in enumerate(s.params["widths"]):
+            text += (
+                f"    for (k = 0; k < {width}u; ++k) {{  /* level {level}: bits of pos mod "
+                f"2^{width} */\n"
+                f"        out[{offset} + k] = (((uint64_t)pos[{level}] >> k) & 1u) ? 1.0f : 0.0f;"
+                "\n    }\n"
+            )
+            offset += width
+        return text
+    assert s.scheme == "binary", s.scheme
+    # Sum the weight rows of the set bits in bit order (float32 adds: the reference's matmul may
+    # add in another order, within the scheme's tolerance). With int8 weights the sum is exact
+    # in int32 (|sum| <= 41 * 127) and one float32 multiply by the column's scale dequantises.
+    if quant is None:
+        return (
+            "    const uint64_t u = (uint64_t)pos;\n    uint32_t j, k;\n"
+            f"    for (j = 0; j < {macro}_D; ++j) out[j] = 0.0f;\n"
+            f"    for (k = 0; k < {macro}_N_BITS; ++k) {{\n"
+            "        if ((u >> k) & 1u) {\n"
+            f"            for (j = 0; j < {macro}_D; ++j) out[j] += {symbol}[k][j];\n"
+            "        }\n    }\n"
+        )
+    scale = "j" if quant.granularity == "channel" else "0"
+    return (
+        "    const uint64_t u = (uint64_t)pos;\n    uint32_t j, k;\n"
+        f"    for (j = 0; j < {macro}_D; ++j) {{\n"
+        "        int32_t acc = 0;\n"
+        f"        for (k = 0; k < {macro}_N_BITS; ++k) {{\n"
+        f"            if ((u >> k) & 1u) acc += {symbol}[k][j];\n"
+        "        }\n"
+        f"        out[j] = {symbol}_scale[{scale}] * (float)acc;\n    }}\n"
+    )
