@@ -132,10 +132,10 @@ def check_c_choices(config: ExportConfig) -> None:
             f"C compute functions write float32 (--dtype float32), got --dtype {config.dtype}; "
             "for a uint8 or bit table use --mode table"
         )
-    if config.quantize != "none" and scheme != "binary":
+    if config.quantize != "none":
         raise BadParameterError(
-            f"--quantize int8 applies to a compute header only for 'binary' (its weights); "
-            f"'{scheme}' has no weights"
+            "--format c --mode compute has no int8 variant yet; use --format onnx --quantize int8 "
+            "(int8 projection), or --format c --mode table --quantize int8"
         )
 
 
@@ -203,13 +203,15 @@ def _closing(config: ExportConfig, what: str, digest: str | None, size: int) -> 
 def _quant_constants(macro: str, base: str, section: dict[str, Any]) -> str:
     """``ZERO_POINT`` and the float32 ``scale[]`` of an int8 array (``value = scale * q``)."""
     scale = np.atleast_1d(np.asarray(section["scale"], dtype=np.float32))
-    axis = "per column" if section["axis"] is not None else "for the whole array"
+    which = "[c], one per column c" if section["axis"] is not None else "[0], one for every entry"
     return (
-        f"/* int8 symmetric: value = {base}_scale[c] * q ({axis}; zero point 0); "
-        f"|value - reference| <= {section['bound']!r} (measured {section['max_abs_err']!r}). */\n"
+        f"/* int8, symmetric: value = {base}_scale{which}, times q (zero point 0).\n"
+        f" * |value - float32 reference| <= {section['bound']!r} (proven; measured "
+        f"{section['max_abs_err']!r}). */\n"
         f"#define {macro}_ZERO_POINT 0\n"
         f"#define {macro}_SCALES {scale.size}\n"
-        f"static const float {base}_scale[{macro}_SCALES] = {{{', '.join(c_floats(scale))}}};\n\n"
+        f"static {macro}_ATTR const float {base}_scale[{macro}_SCALES] = "
+        f"{{{', '.join(c_floats(scale))}}};\n\n"
     )
 
 
@@ -248,9 +250,9 @@ def _table_header(config: ExportConfig, module) -> Prepared:
         f.write(_opening(config, f"{config.scheme.scheme} table", lines).encode())
         head = f"#define {macro}_ROWS {rows}\n#define {macro}_COLS {cols}\n"
         head += f"#define {macro}_BYTES {size}\n\n"
+        head += _attribute(f"{macro}_ATTR", config.c_align)
         if quant is not None:
             head += _quant_constants(macro, symbol, table["quant"])
-        head += _attribute(f"{macro}_ATTR", config.c_align)
         shape = f"[{macro}_BYTES]" if packed else f"[{macro}_ROWS][{macro}_COLS]"
         head += f"static {macro}_ATTR const {C_TYPES[dtype]} {symbol}{shape} = {{\n"
         f.write(head.encode())

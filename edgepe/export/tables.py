@@ -5,8 +5,9 @@ The table is ``table_values``'s ``[rows, cols]`` layout, row-major, streamed chu
 
 - ``float32`` / ``float16``: the values, little-endian (``float16`` rounds to nearest);
 - ``uint8``: the 0/1 entries of a bit scheme (``BIT_SCHEMES``), one byte each;
-- ``int8``: ``--quantize int8`` (``edgepe.quant``; scale and zero point in the manifest's
-  ``quant``);
+- ``int8``: ``--quantize int8`` (``edgepe.quant.table_quant``: symmetric, zero point 0, a float32
+  scale per column or per table; ``value = scale * q``; the manifest's ``quant`` holds the scales,
+  the proven bound and the error measured over every row);
 - ``bit`` (``--dtype bit``, bit schemes only): one bit an entry. Entry ``(r, c)`` is bit
   ``i = r * cols + c`` of the stream; byte ``i // 8`` holds it at bit ``i % 8`` (LSB first,
   ``numpy.packbits(..., bitorder="little")``); the last byte is zero-padded. The file is exactly
@@ -119,7 +120,7 @@ def table_fields(
 def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Iterator[np.ndarray]:
     """The table in ``dtype`` (``bit`` as 0/1 ``uint8``, not yet packed), chunk by chunk.
 
-    ``quant`` is the ``edgepe.quant.int8.TableQuant`` of an ``int8`` table (from ``quantised``).
+    ``quant`` is the ``edgepe.quant.TableQuant`` of an ``int8`` table (from ``quantised``).
     """
     chunks = iter_table(config.scheme, module)
     if dtype == "int8":
@@ -135,14 +136,10 @@ def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Itera
 
 
 def quantised(config: ExportConfig, module):
-    """The ``TableQuant`` of the table (``edgepe.quant.int8``: two passes over ``iter_table``)."""
-    try:
-        from edgepe.quant.int8 import quantize_table
-    except ImportError:
-        raise BadParameterError(
-            "--quantize int8 is not available in this build (edgepe.quant is missing)"
-        ) from None
-    return quantize_table(config, module)
+    """The ``TableQuant`` of the table (``edgepe.quant``: two passes over ``iter_table``)."""
+    from edgepe.quant import table_quant
+
+    return table_quant(config, module)
 
 
 def pack_bits(chunks: Iterable[np.ndarray]) -> Iterator[bytes]:
