@@ -1,0 +1,321 @@
+"""``edgepe run PATH --positions SPEC``: encode positions with an artifact; print or save them.
+
+``--positions`` is a comma-separated list of items, each an integer or a Python-style range
+``START:STOP[:STEP]`` (STOP excluded):
+
+- schemes with positions ``[N]``: the items are concatenated (``0:4,10`` is 0, 1, 2, 3, 10);
+- multi-index schemes (positions ``[N, k]``, e.g. binary-2d): exactly ``k`` items, one per
+  coordinate, and the rows are their grid, last coordinate fastest (``0:2,5:7`` is (0, 5),
+  (0, 6), (1, 5), (1, 6));
+- any scheme: a JSON array, ``[3, 5, 8]`` or ``[[0, 1], [4, 2]]``, for arbitrary rows.
+
+Bias schemes also take ``--key-positions`` (same syntax, ``[M]``; default: the positions) and
+give ``[H, N, M]``. Without ``--out`` the encodings print as a table (long or wide ones are cut
+in the middle, saying so); ``--out FILE.npy`` or ``FILE.csv`` writes every value, streamed in
+chunks with a progress bar when that takes a while.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from edgepe.errors import BadParameterError, PositionError
+
+MAX_POSITIONS = 2**24  # rows one run encodes; past this a user wants a table export instead
+MAX_VALUES = 2**28  # values of a bias [H, N, M] (1 GiB of float32), computed at once
+CHUNK_ROWS = 65536  # rows encoded and written per step (bounded memory for --out)
+SHOW_ROWS = 20  # printed rows at each end of a long table
+OUT_SUFFIXES = (".npy", ".csv")
+
+
+def _item(text: str, option: str):
+    """One item: an int, or ``range(START, STOP[, STEP])`` from ``START:STOP[:STEP]``."""
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError:
+        raise PositionError(
+            f"{option}: {text!r} is not an integer or START:STOP[:STEP]"
+        ) from None
+    if len(parts) == 1:
+        return range(parts[0], parts[0] + 1)
+    if len(parts) > 3:
+        raise PositionError(f"{option}: {text!r} has more than START:STOP:STEP")
+    if len(parts) == 3 and parts[2] == 0:
+        raise PositionError(f"{option}: {text!r} has STEP 0")
+    return range(*parts)
+
+
+def parse_positions(text: str, arity: int | None, option: str = "--positions"):
+    """int64 ``[N]`` (or ``[N, arity]``) from the ``--positions`` syntax (module docstring)."""
+    import numpy as np
+
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            rows = json.loads(text)
+        except ValueError as exc:
+            raise PositionError(f"{option}: not valid JSON: {exc}") from None
+        from edgepe.runtime import check_positions
+
+        return check_positions(rows, arity, None, option)
+    items = [_item(part.strip(), option) for part in text.split(",")]
+    if arity is None:
+        count = sum(len(r) for r in items)
+    else:
+        if len(items) != arity:
+            raise PositionError(
+                f"{option}: this scheme takes {arity} coordinates a position; give {arity} "
+                f"comma-separated items (one per coordinate), got {len(items)} in {text!r}"
+            )
+        count = 1
+        for r in items:
+            count *= len(r)
+    if count == 0:
+        raise PositionError(f"{option}: {text!r} selects no positions")
+    if count > MAX_POSITIONS:
+        raise PositionError(
+            f"{option}: {text!r} selects {count} positions; at most {MAX_POSITIONS} a run "
+            "(export a table for more)"
+        )
+    arrays = [np.arange(r.start, r.stop, r.step, dtype=np.int64) for r in items]
+    if arity is None:
+        return np.concatenate(arrays)
+    grid = np.meshgrid(*arrays, indexing="ij")
+    return np.stack([g.reshape(-1) for g in grid], axis=1)
+
+
+def _labels(arity: int | None) -> list[str]:
+    if arity is None:
+        return ["pos"]
+    return ["x", "y"] if arity == 2 else [f"p{i}" for i in range(arity)]
+
+
+def _formatter(values):
+    """A cell formatter: integers for integer-valued outputs, else 4 decimals (or 4 digits)."""
+    import numpy as np
+
+    finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+    if values.dtype.kind in "iub" or (finite.size and np.all(finite == np.round(finite))):
+        return lambda v: f"{v + 0:.0f}" if np.isfinite(v) else str(v)
+    big = finite.size and np.abs(finite).max() >= 1e4
+    # + 0.0 turns -0.0 (alibi's bias at distance 0) into 0.0
+    return (lambda v: f"{v + 0.0:.4g}") if big else (lambda v: f"{v + 0.0:.4f}")
+
+
+def _cut(count: int, room: int) -> list[int | None]:
+    """Indices to show out of ``count``: all when they fit, else both ends with ``None`` between."""
+    if count <= room:
+        return list(range(count))
+    head = (room + 1) // 2
+    return [*range(head), None, *range(count - (room - head), count)]
+
+
+def render(console, values, row_labels, label_names, column_names, title) -> None:
+    """Print ``values [R, C]`` as a rich table, cut to the console's width and to 40 rows."""
+    from rich.table import Table
+
+    fmt = _formatter(values)
+    rows = _cut(values.shape[0], 2 * SHOW_ROWS)
+    shown = [r for r in rows if r is not None]
+    cells = [[fmt(v) for v in values[r]] for r in shown]
+    labels = [[str(v) for v in row_labels[r]] for r in shown]
+    label_width = sum(max(len(n), *(len(x[i]) for x in labels)) + 2
+                      for i, n in enumerate(label_names))
+    cell_width = max(len(c) for c in [*column_names, *(x for row in cells for x in row)]) + 2
+    columns = _cut(values.shape[1], max(2, (console.width - label_width - 3) // cell_width))
+    table = Table(box=None, pad_edge=False)
+    for name in label_names:
+        table.add_column(name, justify="right", style="bold", no_wrap=True)
+    for c in columns:
+        table.add_column("…" if c is None else column_names[c], justify="right", no_wrap=True)
+    for r in rows:
+        if r is None:
+            table.add_row(*(["⋮"] * (len(label_names) + len(columns))))
+            continue
+        i = shown.index(r)
+        table.add_row(*labels[i], *("…" if c is None else cells[i][c] for c in columns))
+    console.print(title, highlight=False, soft_wrap=True)
+    console.print(table)
+    cut = []
+    if None in rows:
+        cut.append(f"{len(rows) - 1} of {values.shape[0]} rows")
+    if None in columns:
+        cut.append(f"{len(columns) - 1} of {values.shape[1]} columns")
+    if cut:
+        console.print(f"showing {' and '.join(cut)}; --out FILE.npy or FILE.csv writes all",
+                      style="dim", highlight=False, soft_wrap=True)
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    return Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+        TimeRemainingColumn(), disable=not enabled, transient=True,
+    )
+
+
+def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple[int, ...]:
+    """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
+    import numpy as np
+
+    from edgepe.export.artifact import atomic_write
+
+    if runtime.kind == "bias":
+        whole = runtime.encode(positions, keys)
+        shape, dtype, starts = whole.shape, whole.dtype, [0]
+    else:
+        first = runtime.encode(positions[:1])
+        shape, dtype = (len(positions), first.shape[1]), first.dtype
+        starts = list(range(0, len(positions), CHUNK_ROWS))
+
+    def block(start: int):
+        if runtime.kind == "bias":
+            return whole
+        return runtime.encode(positions[start : start + CHUNK_ROWS])
+
+    def write(f) -> None:
+        if out.suffix.lower() == ".npy":
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                      "shape": tuple(shape)}
+            np.lib.format.write_array_header_1_0(f, header)
+        else:
+            f.write(_csv_header(runtime, shape, keys).encode())
+        with _progress(show_progress and len(starts) > 1) as bar:
+            task = bar.add_task(f"encoding {len(positions)} positions", total=len(starts))
+            for start in starts:
+                values = block(start)
+                if out.suffix.lower() == ".npy":
+                    f.write(np.ascontiguousarray(values).tobytes())
+                else:
+                    f.write(_csv_rows(runtime, positions, start, values).encode())
+                bar.advance(task)
+
+    atomic_write(out, write)
+    return tuple(shape)
+
+
+def _csv_header(runtime, shape, keys) -> str:
+    if runtime.kind == "bias":
+        return ",".join(["head", "pos", *(f"key{int(k)}" for k in keys)]) + "\n"
+    return ",".join([*_labels(runtime.arity), *(f"d{i}" for i in range(shape[1]))]) + "\n"
+
+
+def _csv_rows(runtime, positions, start, values) -> str:
+    """CSV lines: labels as exact integers, floats with 9 significant digits (float32 round-trips).
+
+    Bias blocks ``[H, N, M]`` become ``H * N`` lines ``head, pos, bias...``.
+    """
+    import io
+
+    import numpy as np
+
+    if runtime.kind == "bias":
+        heads, n, m = values.shape
+        labels = np.stack([np.repeat(np.arange(heads), n), np.tile(positions, heads)], axis=1)
+        values = values.reshape(heads * n, m)
+    else:
+        labels = positions[start : start + len(values)].reshape(len(values), -1)
+    parts = []
+    for array, fmt in ((labels, "%d"), (values, "%d" if values.dtype.kind in "iub" else "%.9g")):
+        buffer = io.StringIO()
+        np.savetxt(buffer, array, fmt=fmt, delimiter=",")
+        parts.append(buffer.getvalue().splitlines())
+    return "".join(f"{a},{b}\n" for a, b in zip(*parts, strict=True))
+
+
+def command(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="An artifact (onnx, npy or bin) with its manifest.")],
+    positions: Annotated[
+        str,
+        typer.Option(
+            "--positions", "-p",
+            help="START:STOP[:STEP], a list 0,5,9, one item a coordinate for multi-index schemes "
+            "(0:4,0:2 is a grid), or JSON [[x, y], ...].",
+        ),
+    ],
+    key_positions: Annotated[
+        str | None,
+        typer.Option("--key-positions", "-k",
+                     help="Bias schemes: key positions, same syntax (default: --positions)."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write every value to FILE.npy or FILE.csv instead."),
+    ] = None,
+    providers: Annotated[
+        str | None,
+        typer.Option(help="onnxruntime providers for ONNX artifacts, e.g. cpu or cuda,cpu."),
+    ] = None,
+) -> None:
+    """Encode positions with an artifact: print them as a table, or save them (npy, csv)."""
+    options = ctx.obj or {}
+    quiet, verbose = options.get("quiet", False), options.get("verbose", False)
+    if out is not None:
+        from edgepe.export.artifact import check_writable
+
+        if out.suffix.lower() not in OUT_SUFFIXES:
+            raise BadParameterError(
+                f"--out {str(out)!r}: the file name must end in .npy or .csv"
+            )
+        check_writable(out)
+
+    import edgepe
+    from edgepe.runtime import check_positions
+
+    runtime = edgepe.load(path, providers=providers)
+    limit = (runtime.manifest["positions"] or {}).get("limit")
+    rows = check_positions(parse_positions(positions, runtime.arity), runtime.arity, limit)
+    keys = None
+    if runtime.kind == "bias":
+        keys = rows if key_positions is None else parse_positions(
+            key_positions, None, "--key-positions")
+        keys = check_positions(keys, None, limit, "--key-positions")
+        size = runtime.width * len(rows) * len(keys)
+        if size > MAX_VALUES:
+            raise PositionError(
+                f"[{runtime.width}, {len(rows)}, {len(keys)}] is {size} values; at most "
+                f"{MAX_VALUES} a run: ask for fewer positions or key positions"
+            )
+    elif key_positions is not None:
+        raise BadParameterError(
+            f"--key-positions is for bias schemes; '{runtime.scheme}' is a {runtime.kind} scheme"
+        )
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    if verbose:
+        where = f" on {', '.join(runtime.providers)}" if hasattr(runtime, "providers") else ""
+        err.print(f"{runtime!r}{where}", highlight=False, soft_wrap=True)
+
+    if out is not None:
+        shape = write_out(out, runtime, rows, keys, show_progress=not quiet)
+        if not quiet:
+            err.print(f"wrote {out} {list(shape)}", highlight=False, soft_wrap=True)
+        return
+
+    if runtime.rotates:
+        raise BadParameterError(
+            f"{str(path)!r} is rope's apply graph (x, positions -> y): it has no encodings "
+            "to print; run the encode graph (export without --rope-graph apply)"
+        )
+    m = runtime.manifest
+    what = f"{m['scheme']} ({m['mode']} {m['format']}, {m['dtype']})"
+    console = Console()
+    labels = _labels(runtime.arity)
+    row_labels = rows.reshape(len(rows), -1)
+    if runtime.kind == "bias":
+        values = runtime.encode(rows, keys)
+        names = [f"k{int(k)}" for k in keys]
+        for h in range(values.shape[0]):
+            render(console, values[h], row_labels, labels, names,
+                   f"{what} head {h}: bias[{h}, pos, key]")
+        return
+    values = runtime.encode(rows)
+    render(console, values, row_labels, labels, [f"d{i}" for i in range(values.shape[1])],
+           f"{what}: {list(values.shape)}")
