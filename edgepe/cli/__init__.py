@@ -83,6 +83,13 @@ def _options(
 from edgepe.cli import list_cmd  # noqa: E402
 
 app.command("list")(list_cmd.command)
+from edgepe.cli import export_cmd, inspect_cmd  # noqa: E402
+
+app.command("export")(export_cmd.command)
+app.command("inspect")(inspect_cmd.command)
+from edgepe.cli import run_cmd  # noqa: E402
+
+app.command("run")(run_cmd.command)
 
 
 def main() -> None:

@@ -40,8 +40,8 @@ def _columns(g: Graph, config: ExportConfig, index: np.ndarray | None) -> str:
     Multi-index schemes pick coordinate ``index[j]`` for column ``j`` (Gather on axis 1).
     """
     if index is None:
-        return g.op("Unsqueeze", POSITIONS, g.const([-1], np.int64))
-    return g.op("Gather", POSITIONS, g.const(index, np.int64), axis=1)
+        return g.op("Unsqueeze", POSITIONS, g.const([-1], np.int64, "last_axis"))
+    return g.op("Gather", POSITIONS, g.const(index, np.int64, "coordinate"), axis=1)
 
 
 def bit_columns(g: Graph, config: ExportConfig, x: str, shifts, wrap, gray: bool = False) -> str:
@@ -58,34 +58,39 @@ def bit_columns(g: Graph, config: ExportConfig, x: str, shifts, wrap, gray: bool
     if config.lowering == "bitwise":
         u = g.cast(x, "uint64")  # two's complement: the low bits of a negative int64 survive
         if gray:
-            p = g.op("BitwiseAnd", u, g.const((1 << int(wrap)) - 1, np.uint64))  # pos mod 2^n
-            u = g.op("BitwiseXor", p, g.op("BitShift", p, g.const(1, np.uint64),
+            # p = pos mod 2^n, then p ^ (p >> 1)
+            p = g.op("BitwiseAnd", u, g.const((1 << int(wrap)) - 1, np.uint64, "wrap_mask"))
+            u = g.op("BitwiseXor", p, g.op("BitShift", p, g.const(1, np.uint64, "one"),
                                              direction="RIGHT"))
-        shifted = g.op("BitShift", u, g.const(np.minimum(shifts, MAX_SHIFT), np.uint64),
+        shifted = g.op("BitShift", u, g.const(np.minimum(shifts, MAX_SHIFT), np.uint64, "shifts"),
                        direction="RIGHT")
-        return g.op("BitwiseAnd", shifted, g.const(inside, np.uint64))  # 0 past the width
+        # the mask is 0 for columns past the width
+        return g.op("BitwiseAnd", shifted, g.const(inside, np.uint64, "bit_mask"))
     if int(wrap.max()) > MAX_ARITH_BITS:
         raise BadParameterError(
             f"--lowering arith supports bit widths up to {MAX_ARITH_BITS}; this configuration "
             f"needs {int(wrap.max())}: use --lowering bitwise"
         )
     # fmod=0: the remainder takes the divisor's sign, so r = x mod 2^wrap is in [0, 2^wrap).
-    r = g.op("Mod", x, g.const(np.left_shift(1, wrap), np.int64), fmod=0)
+    r = g.op("Mod", x, g.const(np.left_shift(1, wrap), np.int64, "modulus"), fmod=0)
     # r < 2^wrap <= 2^shift for masked columns, so their quotient is 0 without a mask.
     quotient = g.op("Div", r, g.const(np.left_shift(1, np.minimum(shifts, MAX_ARITH_BITS)),
-                                      np.int64))
+                                      np.int64, "powers"))
     if gray:
         # Gray bit k = b_k xor b_(k+1); floor(r/2^k) + floor(r/2^(k+1)) = 3 floor(r/2^(k+1)) + b_k,
         # whose parity is b_(k+1) + b_k mod 2.
         above = g.op("Div", r, g.const(np.left_shift(1, np.minimum(shifts + 1, MAX_ARITH_BITS)),
-                                       np.int64))
+                                       np.int64, "powers_next"))
         quotient = g.op("Add", quotient, above)
-    return g.op("Mod", quotient, g.const(2, np.int64), fmod=0)
+    return g.op("Mod", quotient, g.const(2, np.int64, "two"), fmod=0)
 
 
 def _bits_model(config: ExportConfig, module, manifest: dict, name: str, shifts, wrap,
-                float_step=None, index=None, gray: bool = False):
+                float_step=None, index=None, gray: bool = False, select=None):
     """The shared pipeline: columns, integer bits, then uint8 output or one Cast and a float step.
+
+    ``select=(hi, lo)`` replaces the cast: ``Where(bit, hi, lo)`` picks one of two float32
+    constants per bit (the reference's ``torch.where``), so no float arithmetic rounds.
 
     ``float_step(g, bits_f, x) -> name`` maps the float32 bits ``[N, W]`` (and the int64
     positions ``x [N, 1]``) to the float32 output.
@@ -97,6 +102,11 @@ def _bits_model(config: ExportConfig, module, manifest: dict, name: str, shifts,
     width = config.scheme.d_model
     if config.dtype == "uint8":
         g.cast(b, "uint8", out="pe")  # exact 0/1 bits: no float anywhere
+    elif select is not None:
+        hi, lo = select
+        y = g.op("Where", g.cast(b, "bool"), g.const(hi, np.float32, "hi"),
+                 g.const(lo, np.float32, "lo"))
+        g.finish(y, config.dtype)
     else:
         y = g.cast(b, "float32")  # the one cast to float
         g.finish(float_step(g, y, x) if float_step else y, config.dtype)
@@ -112,7 +122,7 @@ def _f32(value) -> np.ndarray:
 def _normalised(g: Graph, config: ExportConfig, x: str) -> str:
     """float32 ``x / (L - 1)`` (``L = 1`` divides by 1): Cast then Div, as the reference."""
     return g.op("Div", g.cast(x, "float32"),
-                g.const(float(max(config.scheme.max_len - 1, 1)), np.float32))
+                g.const(float(max(config.scheme.max_len - 1, 1)), np.float32, "l_minus_1"))
 
 
 def _plain(config: ExportConfig):
@@ -140,8 +150,8 @@ def binary_signed(config: ExportConfig, module, manifest: dict):
     """``positions [N] int64 -> pe [N, d_model]``: ``2 b - 1`` (exact in float32)."""
 
     def step(g, bits_f, x):
-        doubled = g.op("Mul", bits_f, g.const(2.0, np.float32))
-        return g.op("Sub", doubled, g.const(1.0, np.float32))
+        doubled = g.op("Mul", bits_f, g.const(2.0, np.float32, "two_f"))
+        return g.op("Sub", doubled, g.const(1.0, np.float32, "one_f"))
 
     return _bits_model(config, module, manifest, "binary_signed", *_plain(config), step)
 
@@ -150,11 +160,8 @@ def binary_smooth(config: ExportConfig, module, manifest: dict):
     """``positions [N] int64 -> pe [N, d_model]``: ``hi`` where the bit is 1, else ``lo``."""
     lo, hi = _f32(module.lo), _f32(module.hi)
 
-    def step(g, bits_f, x):
-        one = g.op("Greater", bits_f, g.const(0.0, np.float32))
-        return g.op("Where", one, g.const(hi, np.float32, "hi"), g.const(lo, np.float32, "lo"))
-
-    return _bits_model(config, module, manifest, "binary_smooth", *_plain(config), step)
+    return _bits_model(config, module, manifest, "binary_smooth", *_plain(config),
+                       select=(hi, lo))
 
 
 def gray(config: ExportConfig, module, manifest: dict):
@@ -178,7 +185,7 @@ def hybrid_int_binary(config: ExportConfig, module, manifest: dict):
         if half == 0:
             return bits_f
         lin = _normalised(g, config, x)
-        lin = g.op("Expand", lin, g.const([1, half], np.int64))
+        lin = g.op("Expand", lin, g.const([1, half], np.int64, "half_shape"))
         return g.op("Concat", lin, bits_f, axis=1)
 
     return _bits_model(config, module, manifest, "hybrid_int_binary",

@@ -24,10 +24,10 @@ def _affine_model(config: ExportConfig, manifest: dict, name: str, divisor: floa
     """
     g = Graph(name)
     d = config.scheme.d_model
-    x = g.op("Unsqueeze", POSITIONS, g.const([-1], np.int64))  # [N, 1]
+    x = g.op("Unsqueeze", POSITIONS, g.const([-1], np.int64, "last_axis"))  # [N, 1]
     y = g.op("Div", g.cast(x, "float32"), g.const(divisor, np.float32, "divisor"))
     if scale is None:
-        y = g.op("Expand", y, g.const([1, d], np.int64))
+        y = g.op("Expand", y, g.const([1, d], np.int64, "width"))
     else:
         y = g.op("Mul", y, g.const(scale, np.float32, "scale"))
     if shift is not None:

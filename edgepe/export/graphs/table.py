@@ -97,9 +97,11 @@ def build(config: ExportConfig, module, manifest: dict):
     table = g.const(stored_table(config, module), NP_DTYPES[config.dtype], "table")
     high = s.max_len - 1
     if s.spec.kind == "bias":
-        q = g.op("Unsqueeze", _clip(g, POSITIONS, high), g.const([-1], np.int64))  # [N, 1]
+        last = g.const([-1], np.int64, "last_axis")
+        q = g.op("Unsqueeze", _clip(g, POSITIONS, high), last)  # [N, 1]
         distance = g.op("Sub", q, _clip(g, KEY_POSITIONS, high))  # [N, M] in [-(L-1), L-1]
-        rows = g.op("Gather", table, g.op("Add", distance, g.const(high, np.int64)), axis=0)
+        row = g.op("Add", distance, g.const(high, np.int64, "row_offset"))
+        rows = g.op("Gather", table, row, axis=0)  # [N, M, H]
         g.rename(g.op("Transpose", rows, perm=[2, 0, 1]), BIAS)  # [H, N, M]
         inputs = [positions_input(None), positions_input(None, KEY_POSITIONS)]
         outputs = [output(BIAS, config.dtype, [s.heads, "N", "M"])]
@@ -109,12 +111,12 @@ def build(config: ExportConfig, module, manifest: dict):
         outputs = [output(PE, config.dtype, ["N", s.d_model])]
     else:
         rows = g.op("Gather", table, _clip(g, POSITIONS, high), axis=0)  # [N, k, W]
-        flat = g.op("Reshape", rows, g.const([0, -1], np.int64))  # [N, k W]
+        flat = g.op("Reshape", rows, g.const([0, -1], np.int64, "flat_shape"))  # [N, k W]
         index, inside = _columns(config)
-        y = g.op("Gather", flat, g.const(index, np.int64), axis=1)  # [N, d]
+        y = g.op("Gather", flat, g.const(index, np.int64, "columns"), axis=1)  # [N, d]
         if not inside.all():
-            zero = g.const(0, NP_DTYPES[config.dtype])
-            y = g.op("Where", g.const(inside, np.bool_), y, zero)
+            zero = g.const(0, NP_DTYPES[config.dtype], "zero")
+            y = g.op("Where", g.const(inside, np.bool_, "has_bit"), y, zero)
         g.rename(y, PE)
         inputs = [positions_input(s.arity)]
         outputs = [output(PE, config.dtype, ["N", s.d_model])]

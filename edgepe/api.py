@@ -1,0 +1,109 @@
+"""The Python API the CLI is a thin layer over: configure, export (+ quick parity), verify.
+
+    from edgepe import api
+    config = api.make_config("binary", 512)
+    result, report = api.export(config)       # models/binary-compute-L512-d64.onnx (+ .json)
+    assert report                              # truthy when the quick parity check passed
+    print(result.path, report)
+
+Every function validates its input and raises an ``EdgepeError`` naming the bad value (the CLI
+turns it into one line and exit code 2); a failed parity check is a falsy report, not an
+exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from edgepe.errors import CheckpointError
+from edgepe.export.artifact import (
+    DEFAULT_OPSET,
+    DEFAULT_TABLE_CAP,
+    ExportConfig,
+    ExportResult,
+    validate_choices,
+)
+
+
+def make_config(
+    scheme: str,
+    max_len: int,
+    d_model: int | None = None,
+    heads: int | None = None,
+    params: Mapping[str, Any] | None = None,
+    mode: str | None = None,
+    format: str = "onnx",
+    dtype: str = "float32",
+    quantize: str = "none",
+    quant_granularity: str = "channel",
+    lowering: str = "bitwise",
+    checkpoint: str | Path | None = None,
+    seed: int = 0,
+    opset: int = DEFAULT_OPSET,
+    c_prefix: str = "edgepe",
+    c_align: int = 16,
+    max_table_bytes: int = DEFAULT_TABLE_CAP,
+    out: str | Path | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> ExportConfig:
+    """A validated ``ExportConfig`` from user values (strings from the CLI are fine).
+
+    ``mode`` defaults to the scheme's default (compute where it has one). A ``checkpoint`` must
+    be an existing file; its sha256 goes into the config (and so into the manifest).
+    """
+    from edgepe.checkpoint import sha256_file
+    from edgepe.schemes import resolve
+
+    resolved = resolve(scheme, max_len, d_model=d_model, heads=heads, params=params)
+    checkpoint_sha256 = None
+    if checkpoint is not None:
+        if not Path(checkpoint).is_file():
+            raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a file")
+        checkpoint_sha256 = sha256_file(checkpoint)
+    config = ExportConfig(
+        scheme=resolved,
+        mode=mode or resolved.spec.default_mode,
+        format=format,
+        dtype=dtype,
+        quantize=quantize,
+        quant_granularity=quant_granularity,
+        lowering=lowering,
+        seed=int(seed),
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        checkpoint_sha256=checkpoint_sha256,
+        opset=int(opset),
+        c_prefix=c_prefix,
+        c_align=int(c_align),
+        max_table_bytes=int(max_table_bytes),
+        out=None if out is None else Path(out),
+        extra=dict(extra or {}),
+    )
+    validate_choices(config)
+    return config
+
+
+def export(config: ExportConfig, force: bool = False, verify: bool = True):
+    """Write the artifact for ``config``; then, unless ``verify=False``, check its parity.
+
+    Returns ``(ExportResult, report)``: the report of a quick check on onnxruntime CPU (tables:
+    their own reader; C headers: the compiler) over positions ``0 .. min(L, 4096) - 1`` and an
+    extrapolation probe, truthy when it passed, one line as ``str``; ``None`` when not verified.
+    """
+    from edgepe.export import export as export_artifact
+
+    result: ExportResult = export_artifact(config, force=force)
+    if not verify:
+        return result, None
+    return result, verify_artifact(result.path, quick=True)
+
+
+def verify_artifact(path: str | Path, providers=None, quick: bool = False, **options):
+    """Verify an artifact against its reference (``edgepe.verify.verify_artifact``)."""
+    from edgepe.verify import verify_artifact as run
+
+    return run(path, providers=providers, quick=quick, **options)
+
+
+verify = verify_artifact

@@ -1,0 +1,90 @@
+"""``edgepe inspect PATH``: what an artifact holds, and an audit of what its graph computes with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _yes(flag: bool) -> str:
+    return "[green]yes[/]" if flag else "[red]no[/]"
+
+
+def command(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="An artifact: .onnx, .npy, .bin or .h.")],
+) -> None:
+    """Show an artifact's ops, sizes, inputs/outputs, manifest and graph audit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from edgepe.audit import describe
+
+    info = describe(path)
+    console = Console(width=120, highlight=False)
+    manifest = info["manifest"] or {}
+    sha = {True: "matches the manifest", False: "[red]DIFFERS from the manifest[/]",
+           None: "(no manifest sha256)"}[info["sha256_ok"]]
+    console.print(f"[bold]{info['path']}[/]  {info['bytes']} bytes  sha256 "
+                  f"{info['sha256'][:12]} {sha}")
+    if manifest:
+        params = ", ".join(f"{k}={v}" for k, v in sorted((manifest.get("params") or {}).items()))
+        width = (f"d_model {manifest.get('d_model')}" if manifest.get("d_model") is not None
+                 else f"heads {manifest.get('heads')}")
+        quant = manifest.get("quant")
+        console.print(
+            f"scheme {manifest.get('scheme')} ({params or 'no params'})  mode "
+            f"{manifest.get('mode')}  format {manifest.get('format')}  max_len "
+            f"{manifest.get('max_len')}  {width}  dtype {manifest.get('dtype')}  shape "
+            f"{manifest.get('shape')}"
+            + (f"  lowering {manifest['lowering']}" if manifest.get("lowering") else "")
+            + ("  quant int8" if quant else "")
+        )
+        positions = manifest.get("positions") or {}
+        if positions:
+            console.print(f"positions: out of range -> {positions.get('out_of_range')}, "
+                          f"limit {positions.get('limit') or 'none'}")
+    else:
+        console.print("manifest: none (not exported by edgepe)")
+    graph = info.get("graph")
+    if graph is None:
+        return
+    opsets = ", ".join(f"{d} {v}" for d, v in graph["opsets"].items())
+    console.print(f"opset {opsets}  IR version {graph['ir_version']}  producer "
+                  f"{graph['producer']}  {graph['nodes']} nodes")
+
+    io = Table(title="inputs / outputs", title_justify="left")
+    for column in ("", "name", "dtype", "shape"):
+        io.add_column(column)
+    for kind, rows in (("input", graph["inputs"]), ("output", graph["outputs"])):
+        for name, dtype, dims in rows:
+            io.add_row(kind, name, dtype, str(dims))
+    console.print(io)
+
+    ops = Table(title="ops", title_justify="left")
+    ops.add_column("op")
+    ops.add_column("count", justify="right")
+    for op, count in graph["ops"].items():
+        ops.add_row(op, str(count))
+    console.print(ops)
+
+    inits = Table(title=f"initializers: {len(graph['initializers'])}, "
+                  f"{graph['initializer_bytes']} bytes", title_justify="left")
+    for column in ("name", "shape", "dtype"):
+        inits.add_column(column)
+    for name, dims, dtype in graph["initializers"]:
+        inits.add_row(name, str(dims), dtype)
+    console.print(inits)
+
+    a = info["audit"]
+    boundary = ", ".join(a.float_boundaries) or "none (no float)"
+    detail = f" (float from: {boundary})" if a.integer_only else f" ({'; '.join(a.violations)})"
+    console.print(f"audit: integer-only up to the first float cast: {_yes(a.integer_only)}"
+                  f"{detail}")
+    console.print(f"audit: trig-free: {_yes(a.trig_free)}"
+                  + (f" ({', '.join(a.transcendental)})" if a.transcendental else ""))
+    tables = ", ".join(f"{name} {dims}" for name, dims in a.tables) or "none"
+    console.print(f"audit: position-indexed tables: {tables}")
+    console.print(f"audit: bitwise ops: {'yes' if a.bitwise else 'none'}")
