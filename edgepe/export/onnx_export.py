@@ -78,4 +78,6 @@ def prepare(config: ExportConfig, module) -> Prepared:
     # SerializeToString is deterministic for a given ModelProto (no maps, fixed field order).
     data = model.SerializeToString()
     stored = read_manifest_prop(model)
+    if config.quantize == "int8":  # the int8 graph embeds a slim copy (edgepe.quant.graphs)
+        stored = {**stored, "inputs": manifest["inputs"], "quant": manifest["quant"]}
     return Prepared(stored, lambda f: f.write(data))

@@ -1,0 +1,302 @@
+"""int8 ONNX graphs (``--quantize int8``), both modes, each with its proven bound in the manifest.
+
+Three constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in):
+
+1. **Tables** (``--mode table``, every float scheme): the float table graph of
+   ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table; each
+   ``Gather`` of the table reads int8 rows and a ``DequantizeLinear`` (per-axis on the last axis,
+   one scale per column) follows it. Bound: half a step (``edgepe.quant.int8``).
+2. **Integer projection** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
+   float step is ``bits @ W``): the bit front end of ``graphs.bits`` (integer ops only), ``Cast``
+   to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0, int32 accumulation), then
+   ONE dequantise: ``Cast(int32 -> float32)`` and ``Mul`` by the per-output-column scale.
+3. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
+   smooth, sinusoidal*, rope, alibi, gaussian): their float graph has no weight matrix worth
+   quantising (a few constants per channel), so what becomes int8 is the tensor the device
+   receives: the float graph's output goes through ``QuantizeLinear`` -> int8 ->
+   ``DequantizeLinear`` with static per-channel scales ``max|x| / 127`` taken from the in-range
+   table (positions 0 .. L-1; every distance for bias schemes). Bound: half a step, plus the float
+   graph's own tolerance (``spec.tolerance``), plus the two float32 roundings of Q/DQ.
+
+Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones) the integer sum
+``acc_j = sum_{k in A} q_kj`` is exact (``|acc_j| <= 127 P < 2^24``, so the Cast is exact too) and
+
+    |s_j acc_j - sum_{k in A} W_kj| <= sum_{k in A} |s_j q_kj - W_kj| <= P s_j / 2.
+
+The final ``Mul`` rounds once (``<= u |s_j acc_j| <= 127 P u s_j``, ``u = 2^-24``), and the float32
+reference itself rounds its dot product (``<= gamma_n sum_{k in A} |W_kj|``,
+``gamma_n = n u / (1 - n u)``, any summation order; ``|W_kj| <= 127 s_j (1 + u)``). So
+
+    |out_j - ref_j| <= P s_j (1/2 + 127 u + 127 (1 + u) gamma_n)
+
+and the manifest's ``bound`` takes ``P = max popcount over positions 0 .. L-1`` (``<= n - 1``,
+since ``2^n - 1 >= L``), per channel, maxed over channels: below the theoretical ``n s_j / 2``.
+Positions outside ``0 .. L-1`` wrap to ``pos mod 2^n`` and are covered by ``P <= n``.
+
+Why not ``onnxruntime.quantization``: ``quantize_static`` needs a float-input graph and a
+calibration reader and quantises the activation (here the 0/1 bits) with a calibrated float scale
+and requantises the output, adding roundings we could not bound exactly; ``quantize_dynamic``
+picks the activation scale at run time, so no bound is known before deployment. Their
+conventions (symmetric int8 ``[-127, 127]``, zero point 0, ``scale = 2 max|x| / 254``, per-axis
+``DequantizeLinear``) are followed and cross-checked in the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepe.export.artifact import ExportConfig
+from edgepe.export.graphs import builder
+from edgepe.export.graphs._common import Graph, make_model, output, positions_input
+from edgepe.export.table_values import iter_table, table_shape
+from edgepe.quant.int8 import (
+    QMAX,
+    U32,
+    TableQuant,
+    absmax,
+    check_quantizable,
+    measure_table,
+    quant_section,
+    quantize,
+    scales,
+)
+
+# Schemes whose compute graph is ``bits @ M`` (M the module's buffer): int8 MatMulInteger.
+PROJECTIONS = {"binary": "projection", "fourier-binary": "basis"}
+# QuantizeLinear/DequantizeLinear with ``axis`` (per-axis scales) exist from opset 13.
+QDQ_OPSET = 13
+# The quant fields a graph carries in its own metadata (the rest is in the sidecar JSON).
+EMBEDDED_QUANT = ("granularity", "zero_point", "axis", "max_abs_err", "bound", "tensor",
+                  "scale_tensor")
+
+
+def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """``positions [N] int64 -> pe [N, D] float32`` (bias ``[H, N, M]``), through int8.
+
+    Fills ``manifest["quant"]`` (scale, zero_point, axis, max_abs_err over every in-range
+    position, bound) and returns the checked model carrying that manifest. Refuses exact schemes
+    and ``--dtype`` other than float32 (``check_quantizable``).
+    """
+    check_quantizable(config)
+    if config.mode == "table":
+        return _table(config, module, manifest)
+    if config.scheme.scheme in PROJECTIONS:
+        return _projection(config, module, manifest)
+    return _quantised_output(config, module, manifest)
+
+
+def _float_model(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """The scheme's float32 graph in ``config.mode``, as ``--quantize none`` would export it."""
+    plain = replace(config, quantize="none")
+    return builder(config.scheme.scheme, config.mode)(plain, module, dict(manifest))
+
+
+def _rebuild(config: ExportConfig, float_model: onnx.ModelProto, nodes, initializers,
+             manifest: dict[str, Any]) -> onnx.ModelProto:
+    graph = float_model.graph
+    opset = max(config.opset, QDQ_OPSET)
+    return make_model(nodes, graph.input, graph.output, initializers, opset, embedded(manifest),
+                      f"{graph.name}_int8")
+
+
+def embedded(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest stored in the int8 graph's ``metadata_props``: all but the export record
+    (``inputs``) and all of ``quant`` but ``EMBEDDED_QUANT``, which the sidecar JSON keeps
+    (``onnx_export.prepare`` writes the full manifest there). The graph holds the scales as an
+    initializer (``quant.scale_tensor``); on the demo's small graph repeating them as JSON would
+    cost more bytes than int8 saves (docs/readme/quant.md has the figures)."""
+    quant = {k: v for k, v in manifest["quant"].items() if k in EMBEDDED_QUANT}
+    return {**{k: v for k, v in manifest.items() if k != "inputs"}, "quant": quant}
+
+
+def _zero_points(scale: np.ndarray, per_channel: bool) -> np.ndarray:
+    return np.zeros(scale.shape if per_channel else (), dtype=np.int8)
+
+
+def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """The table graph with an int8 table: ``Gather`` int8 rows, then ``DequantizeLinear``."""
+    tq = measure_table(config.quant_granularity, lambda: iter_table(config.scheme, module))
+    float_model = _float_model(config, module, manifest)
+    graph = float_model.graph
+    shape = list(table_shape(config.scheme))
+    table = [t for t in graph.initializer
+             if t.data_type == TensorProto.FLOAT and list(t.dims) == shape]
+    if len(table) != 1:
+        raise RuntimeError(f"table graph of {config.scheme.scheme}: expected one float32 "
+                           f"{shape} initializer, found {len(table)}")  # a builder change
+    name = table[0].name
+    per_channel = config.quant_granularity == "channel"
+    q_name, s_name, z_name = f"{name}_int8", f"{name}_scale", f"{name}_zero_point"
+    scale = tq.scale if per_channel else tq.scale.reshape(())
+    q_table = numpy_helper.to_array(table[0])
+    # Quantise the stored initializer itself (it is the table iter_table measured: same rows).
+    q = quantize(q_table, tq.scale)
+    initializers = [t for t in graph.initializer if t.name != name] + [
+        numpy_helper.from_array(q, q_name),
+        numpy_helper.from_array(scale.astype(np.float32), s_name),
+        numpy_helper.from_array(_zero_points(scale, per_channel), z_name),
+    ]
+    axis = {"axis": -1} if per_channel else {}
+    nodes: list[onnx.NodeProto] = []
+    whole = False
+    for node in graph.node:
+        if node.op_type == "Gather" and node.input[0] == name and _attr(node, "axis", 0) == 0:
+            # Gather the int8 rows, dequantise only those: the columns are the last axis.
+            rows = f"{node.output[0]}_int8"
+            nodes.append(helper.make_node("Gather", [q_name, node.input[1]], [rows],
+                                          name=node.name, axis=0))
+            nodes.append(helper.make_node("DequantizeLinear", [rows, s_name, z_name],
+                                          [node.output[0]], name=f"{node.name}_dq", **axis))
+        else:
+            whole = whole or name in node.input
+            nodes.append(node)
+    if whole:  # some other consumer reads the table itself: dequantise it once, in front
+        nodes.insert(0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [name],
+                                         name="table_dq", **({"axis": 1} if per_channel else {})))
+    manifest["quant"] = {**tq.manifest(tensor=q_name), "scale_tensor": s_name}
+    return _rebuild(config, float_model, nodes, initializers, manifest)
+
+
+def _attr(node: onnx.NodeProto, key: str, default: Any) -> Any:
+    for a in node.attribute:
+        if a.name == key:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def max_popcount(max_len: int) -> int:
+    """The most ones of any position in ``0 .. max_len - 1`` (exact, no enumeration).
+
+    For ``m = max_len - 1``: either ``m`` itself, or ``m`` with its top one cleared and every
+    bit below it set (``bit_length(m) - 1`` ones).
+    """
+    m = max_len - 1
+    return max(bin(m).count("1"), m.bit_length() - 1, 0)
+
+
+def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """``positions [N] int64 -> pe [N, d] float32``: uint8 bits x int8 weights in int32, one
+    dequantise (Cast, Mul by the per-column scale)."""
+    from edgepe.export.graphs.bits import _columns, bit_columns
+
+    s = config.scheme
+    n = s.n_bits
+    weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
+    per_channel = config.quant_granularity == "channel"
+    peak = absmax([weight], config.quant_granularity)
+    scale = scales(peak)
+    q = quantize(weight, scale)
+
+    g = Graph(f"{s.scheme.replace('-', '_')}_int8")
+    x = _columns(g, config, None)
+    b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
+    acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"))  # int32, exact
+    # One dequantise: float32(acc) * s_j, the Cast exact (|acc| <= 127 n < 2^24) and one rounding
+    # of the product; DequantizeLinear takes int32 (zero point 0) and is Cast+Mul bit for bit.
+    g.op("DequantizeLinear", acc, g.const(scale if per_channel else scale.reshape(()), np.float32,
+                                          "weight_scale"), out="pe",
+         **({"axis": 1} if per_channel else {}))
+
+    p = max_popcount(s.max_len)
+    gamma = n * U32 / (1 - n * U32)
+    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + QMAX * (1 + U32) * gamma)
+    bound = np.where(peak > 0, p * per_bit, 0.0)
+    manifest["quant"] = quant_section(
+        config.quant_granularity, scale, axis=1,
+        max_abs_err=_replay_projection(config, module, q, scale),
+        bound=bound,
+        bound_why=f"sum over the active bits of half a step: popcount <= {p} over positions "
+        f"0..{s.max_len - 1} (<= n = {n}), times s_j (1/2 + 127u + 127(1+u) gamma_n) for the "
+        "final float32 Mul and the float32 reference's own dot product (u = 2^-24)",
+        measured_over=f"every position 0..{s.max_len - 1}, replaying the integer arithmetic",
+        float32_bytes=4 * weight.size,
+        int8_bytes=weight.size + 4 * scale.size,
+        tensor="weight_int8",
+        scale_tensor="weight_scale",
+        bound_all_positions=float((n * per_bit * (peak > 0)).max()),
+        max_popcount=p,
+        bytes_of="projection weights",
+    )
+    return make_model(g.nodes, [positions_input(None)], [output("pe", "float32", ["N", s.d_model])],
+                      g.initializers, max(config.opset, QDQ_OPSET), embedded(manifest), g.name)
+
+
+def _weight(config: ExportConfig, module) -> np.ndarray:
+    if PROJECTIONS[config.scheme.scheme] == "projection":
+        return module.projection.weight.detach().numpy().T.astype(np.float32)  # Linear: x W^T
+    return module.basis.detach().numpy().astype(np.float32)
+
+
+def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray) -> float:
+    """max |out - ref| over every position 0..L-1, out computed as the graph does (int32 sum,
+    float32 Cast and Mul), ref the float32 reference; chunk by chunk."""
+    n = config.scheme.n_bits
+    shifts = np.arange(n, dtype=np.int64)
+    q32 = q.astype(np.int32)
+    err, start = 0.0, 0
+    for ref in iter_table(config.scheme, module):
+        pos = np.arange(start, start + len(ref), dtype=np.int64)
+        bits = ((pos[:, None] >> shifts) & 1).astype(np.int32)
+        out = (bits @ q32).astype(np.float32) * scale.astype(np.float32)
+        err = max(err, float(np.abs(out.astype(np.float64) - ref).max(initial=0.0)))
+        start += len(ref)
+    return err
+
+
+def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """The float graph, its output through QuantizeLinear -> int8 -> DequantizeLinear."""
+    spec = config.scheme.spec
+    tq: TableQuant = measure_table(config.quant_granularity,
+                                   lambda: iter_table(config.scheme, module))
+    float_model = _float_model(config, module, manifest)
+    graph = float_model.graph
+    if len(graph.output) != 1:
+        raise RuntimeError(f"{config.scheme.scheme}: expected one graph output")  # builder change
+    out = graph.output[0].name
+    per_channel = config.quant_granularity == "channel"
+    scale = tq.scale if per_channel else tq.scale.reshape(())
+    axis = 0 if spec.kind == "bias" else 1  # the channel axis of [H, N, M] / [N, D]
+    nodes = []
+    for node in graph.node:
+        node = onnx.NodeProto.FromString(node.SerializeToString())
+        node.output[:] = [f"{out}_float32" if o == out else o for o in node.output]
+        nodes.append(node)
+    attrs = {"axis": axis} if per_channel else {}
+    nodes += [
+        helper.make_node("QuantizeLinear", [f"{out}_float32", "out_scale", "out_zero_point"],
+                         [f"{out}_int8"], name="quantize_out", **attrs),
+        helper.make_node("DequantizeLinear", [f"{out}_int8", "out_scale", "out_zero_point"],
+                         [out], name="dequantize_out", **attrs),
+    ]
+    initializers = list(graph.initializer) + [
+        numpy_helper.from_array(scale.astype(np.float32), "out_scale"),
+        numpy_helper.from_array(_zero_points(scale, per_channel), "out_zero_point"),
+    ]
+    rtol, atol = spec.tolerance
+    s64 = tq.scale.astype(np.float64)
+    # Q rounds x/s in float32 (a division or a reciprocal multiply: <= 2 roundings of <= 128 in
+    # q units), DQ rounds s q once (<= 127 u s): s (1/2 + 256 u + 127 u) = s (1/2 + 383 u).
+    bound = np.where(tq.peak > 0, s64 * (0.5 + 383 * U32), 0.0) + atol + rtol * tq.peak
+    width = tq.cols
+    manifest["quant"] = quant_section(
+        config.quant_granularity, tq.scale, axis=axis,
+        max_abs_err=tq.max_abs_err,
+        bound=bound,
+        bound_why="half a step of the output's static scale (max|x|/127 over the in-range "
+        "table), plus the float graph's tolerance atol + rtol |x| (spec.tolerance), plus the "
+        "float32 roundings of QuantizeLinear and DequantizeLinear (<= 383 u s, u = 2^-24); "
+        "holds for in-range positions (out-of-range values saturate at +-127 steps)",
+        measured_over=f"every row of the in-range [{tq.rows}, {tq.cols}] table, quantising "
+        "the reference values as the graph's Q/DQ does",
+        float32_bytes=4 * width,
+        int8_bytes=width,
+        tensor=f"{out}_int8",
+        scale_tensor="out_scale",
+        bytes_of="one output row (the int8 tensor the device receives)",
+    )
+    return _rebuild(config, float_model, nodes, initializers, manifest)
