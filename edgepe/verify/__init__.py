@@ -163,9 +163,11 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> bytes | None:
         except Exception as exc:  # noqa: BLE001
             raise ArtifactError(f"{str(path)!r} is not a readable .npy table "
                                 f"(truncated?): {exc}") from None
-        if tuple(table.shape) != (rows, cols):
-            raise ArtifactError(f"{str(path)!r} holds shape {list(table.shape)}, the manifest "
-                                f"says {[rows, cols]}")
+        # A bit-packed npy is the 1-D uint8 stream of ceil(rows * cols / 8) bytes.
+        shape = (-(-rows * cols // 8),) if manifest["dtype"] == "bit" else (rows, cols)
+        if tuple(table.shape) != shape:
+            raise ArtifactError(f"{str(path)!r} holds shape {list(table.shape)}; its manifest "
+                                f"describes {list(shape)}")
     elif fmt == "bin":
         dtype = manifest["dtype"]
         size = -(-rows * cols // 8) if dtype == "bit" else rows * cols * np.dtype(dtype).itemsize
@@ -209,15 +211,19 @@ def verify_artifact(
         list(providers) if providers else rt.default_runtimes(fmt, quick), fmt
     )
     model_bytes = _check_file(path, manifest)
+    if not providers and rt.REF in names and _custom_domains(model_bytes):
+        # The reference evaluator implements the ONNX standard only; a graph using
+        # onnxruntime's contrib ops (com.microsoft.RotaryEmbedding) is checked on onnxruntime.
+        names.remove(rt.REF)
     report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
     config, module = sweep_reference(manifest, path)
     tolerance = tolerance_for(manifest)
 
     show = progress or sys.stderr.isatty()
     with _progress(show) as bar:
-        if fmt == "onnx":
-            report.results = _verify_onnx(names, model_bytes, config, module, manifest, quick,
-                                          tolerance, bar, strict_placement)
+        if fmt == "onnx" or manifest["mode"] == "compute":
+            report.results = _verify_positions(names, path, model_bytes, config, module,
+                                               manifest, quick, tolerance, bar, strict_placement)
         else:
             report.results = _verify_table(names, path, config, module, manifest, quick,
                                            tolerance, bar)
@@ -234,8 +240,9 @@ def sweep_reference(manifest, path):
     return reference_module(manifest, path)
 
 
-def _verify_onnx(names, model_bytes, config, module, manifest, quick, tolerance, bar,
-                 strict) -> list[CompareResult]:
+def _verify_positions(names, path, model_bytes, config, module, manifest, quick, tolerance,
+                      bar, strict) -> list[CompareResult]:
+    """Graphs and C compute headers: every runtime evaluates the same chunks of positions."""
     from edgepe.verify import runtimes as rt
     from edgepe.verify.sweep import onnx_chunks
 
@@ -244,26 +251,17 @@ def _verify_onnx(names, model_bytes, config, module, manifest, quick, tolerance,
         comparisons[name] = Comparison(name, tolerance)
         started[name] = time.perf_counter()
         try:
-            sessions[name] = rt.open_onnx(name, model_bytes)
-        except Exception as exc:  # noqa: BLE001 - a runtime that refuses the graph fails it
-            comparisons[name].fail(f"could not load the graph: {_first_line(exc)}")
+            sessions[name] = rt.open_positions_runtime(name, path, manifest, model_bytes)
+        except Exception as exc:  # noqa: BLE001 - a runtime that refuses the artifact fails it
+            _reraise_bad_input(exc)
+            comparisons[name].fail(f"could not load the artifact: {_first_line(exc)}")
         started[name] = time.perf_counter() - started[name]
-    chunks = onnx_chunks(config, module, manifest, quick)
-    task = bar.add_task("verifying", total=None) if bar else None
-    for chunk in chunks:
-        expected = _as_stored(chunk.expected, manifest)
-        for name, session in list(sessions.items()):
-            t0 = time.perf_counter()
-            try:
-                actual = session.run(chunk.feeds)
-            except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
-                comparisons[name].fail(f"run failed: {_first_line(exc)}")
-                del sessions[name]
-                continue
-            comparisons[name].update(actual, expected, chunk.where, chunk.positions)
-            started[name] += time.perf_counter() - t0
-        if bar:
-            bar.advance(task, chunk.positions)
+    try:
+        chunks = onnx_chunks(config, module, manifest, quick, _input_names(model_bytes))
+        _run_chunks(sessions, comparisons, started, chunks, manifest, bar)
+    finally:
+        for session in sessions.values():
+            getattr(session, "close", lambda: None)()
     results = []
     for name in names:
         result = comparisons[name].finish()
@@ -273,6 +271,43 @@ def _verify_onnx(names, model_bytes, config, module, manifest, quick, tolerance,
             _audit_placement(result, placement, strict)
         results.append(result)
     return results
+
+
+def _custom_domains(model_bytes: bytes | None) -> set[str]:
+    import onnx
+
+    if model_bytes is None:
+        return set()
+    graph = onnx.load_from_string(model_bytes).graph
+    return {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
+
+
+def _input_names(model_bytes: bytes | None) -> tuple[str, ...]:
+    if model_bytes is None:  # a C compute header: positions only
+        return ("positions",)
+    import onnx
+
+    graph = onnx.load_from_string(model_bytes).graph
+    initializers = {t.name for t in graph.initializer}
+    return tuple(i.name for i in graph.input if i.name not in initializers)
+
+
+def _run_chunks(sessions, comparisons, started, chunks, manifest, bar) -> None:
+    task = bar.add_task("verifying", total=None) if bar else None
+    for chunk in chunks:
+        expected = _as_stored(chunk.expected, manifest)
+        for name, session in list(sessions.items()):
+            t0 = time.perf_counter()
+            try:
+                actual = session.run(chunk.feeds)
+            except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
+                comparisons[name].fail(f"run failed: {_first_line(exc)}")
+                getattr(sessions.pop(name), "close", lambda: None)()
+                continue
+            comparisons[name].update(actual, expected, chunk.where, chunk.positions)
+            started[name] += time.perf_counter() - t0
+        if bar:
+            bar.advance(task, chunk.positions)
 
 
 def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> None:
@@ -311,6 +346,7 @@ def _verify_table(names, path, config, module, manifest, quick, tolerance, bar):
             else:
                 runtime = rt.FileRuntime(path, manifest)
         except Exception as exc:  # noqa: BLE001 - could not read or build: a failed result
+            _reraise_bad_input(exc)
             comparison.fail(f"could not open: {_first_line(exc)}")
             runtime = None
         task = bar.add_task(f"verifying on {name}", total=None) if bar else None
@@ -326,10 +362,19 @@ def _verify_table(names, path, config, module, manifest, quick, tolerance, bar):
                                   chunk.positions)
                 if bar:
                     bar.advance(task, chunk.positions)
+        getattr(runtime, "close", lambda: None)()
         result = comparison.finish()
         result.seconds = time.perf_counter() - t0
         results.append(result)
     return results
+
+
+def _reraise_bad_input(exc: BaseException) -> None:
+    """A missing tool (no C compiler) is bad input for the whole run, not a parity failure."""
+    from edgepe.errors import EdgepeError
+
+    if isinstance(exc, EdgepeError) and exc.exit_code == 2:
+        raise exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -253,3 +253,42 @@ def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) 
         scale = scale.reshape(shape)
         zero = zero.reshape(shape) if zero.ndim else zero
     return scale * (values.astype(np.float64) - zero)
+
+
+class CRuntime:
+    """A C header compiled (once, ``-O2`` plus edgepe's strict warning flags) into a program that
+    prints its values (``edgepe.verify.c_runner``): a compute header evaluates positions
+    (``run``), a table header gives rows (``rows``, int8 dequantised like ``FileRuntime``)."""
+
+    name = C
+    placement = None
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        from edgepe.verify import c_runner
+
+        self.manifest = manifest
+        self._tmp = tempfile.TemporaryDirectory(prefix="edgepe-verify-c-")
+        try:
+            self._exe = c_runner.compile_program(path, manifest, self._tmp.name)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        self._run = c_runner.run_program
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self._run(self._exe, self.manifest, feeds["positions"])
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        values = self._run(self._exe, self.manifest, np.arange(start, stop, dtype=np.int64))
+        return dequantise(values, self.manifest.get("quant"), start)
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
+def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], model_bytes):
+    """A runtime that evaluates positions: an onnxruntime provider, ``ref``, or a C compute
+    header (``c``)."""
+    if name == C:
+        return CRuntime(path, manifest)
+    return open_onnx(name, model_bytes)

@@ -113,8 +113,18 @@ def unit(config, dtype: str) -> str:
     return "bit" if config.spec.exact or dtype in ("uint8", "bit") else "column"
 
 
-def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool) -> Iterator[Chunk]:
-    """Inputs and reference outputs for a graph artifact, in bounded chunks (see module doc)."""
+def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
+                inputs: tuple[str, ...] = ("positions",)) -> Iterator[Chunk]:
+    """Inputs and reference outputs for a graph artifact, in bounded chunks (see module doc).
+
+    A rope apply graph (an input ``x``) gets ``x [2, N, d]`` drawn uniformly from
+    ``[-0.5, 0.5)`` (seeded) with the reference ``module.apply(x, positions)``: with
+    ``|x_2i| + |x_2i+1| <= 1`` a cos/sin error within the manifest's atol moves a rotated value
+    by at most that atol too, so the same tolerance applies.
+    """
+    if "x" in inputs:
+        yield from _apply_chunks(config, module, manifest, quick)
+        return
     table = manifest["mode"] == "table"
     ref = _reference(config, module, table)
     length = config.max_len
@@ -134,6 +144,27 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool) -> Iterat
             positions = np.arange(start, min(start + step, stop), dtype=np.int64)
             yield _pe_chunk(ref, positions, col)
         yield _pe_chunk(ref, probe, col, probe=True)
+
+
+def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
+    import torch
+
+    length, d = config.max_len, config.d_model
+    stop = min(length, QUICK_POSITIONS) if quick else length
+    rng = np.random.default_rng(0)
+    step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // (2 * d)))
+    ranges = [np.arange(a, min(a + step, stop), dtype=np.int64) for a in range(0, stop, step)]
+    probe = probe_values(config, config.spec.position_limit, 16 if quick else 128)
+    for positions, is_probe in [(r, False) for r in ranges] + [(probe, True)]:
+        x = rng.uniform(-0.5, 0.5, (2, len(positions), d)).astype(np.float32)
+        with torch.no_grad():
+            y = module.apply(torch.from_numpy(x), torch.from_numpy(positions)).numpy()
+
+        def where(index: tuple[int, ...], positions: np.ndarray = positions) -> str:
+            batch, row, column = index
+            return f"x[{batch}] position {positions[row]} column {column}"
+
+        yield Chunk({"x": x, "positions": positions}, y, where, len(positions), is_probe)
 
 
 def _pe_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chunk:

@@ -1,0 +1,51 @@
+"""``edgepe verify PATH``: prove an artifact equal to its reference on every runtime it targets.
+
+Prints one table row per runtime (max/mean absolute and max relative error, mismatching elements,
+tolerance, where the nodes ran, pass/fail), the first mismatching elements, and placement notes.
+Exit 0 when everything passed, 1 when a comparison, the sha256 or ``--strict-placement`` failed,
+2 on bad input (no manifest, a truncated or non-ONNX file, an unknown runtime).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def command(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The artifact (its manifest is PATH.json).",
+                                         show_default=False)],
+    providers: Annotated[str | None, typer.Option(
+        "--providers", metavar="LIST",
+        help="Comma-separated runtimes: onnxruntime providers (cpu, cuda, trt, openvino, dml, "
+             "...), ref (ONNX reference evaluator), c (C compiler), file (npy/bin). Default: "
+             "cpu,ref for ONNX, file for tables, c for C headers.")] = None,
+    json_file: Annotated[Path | None, typer.Option(
+        "--json", metavar="FILE", help="Also write the report as JSON.")] = None,
+    strict_placement: Annotated[bool, typer.Option(
+        "--strict-placement",
+        help="Fail a GPU provider on which some nodes ran on the CPU.")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="Only the first 4096 positions and a small probe, on the default "
+                        "runtime.")] = False,
+) -> None:
+    """Verify an artifact against its PyTorch reference on each runtime."""
+    from rich.console import Console
+
+    from edgepe.verify import verify_artifact
+    from edgepe.verify.report import render
+
+    names = providers.split(",") if providers is not None else None
+    report = verify_artifact(path, providers=names, quick=quick, json_path=json_file,
+                             strict_placement=strict_placement)
+    quiet = (ctx.obj or {}).get("quiet")
+    if not quiet:
+        render(report, Console(width=max(120, Console().width), highlight=False))
+    if not report:
+        typer.echo(str(report), err=True)  # the one line that says what failed, even with -q
+        raise typer.Exit(1)
+    if not quiet:
+        typer.echo(str(report))
