@@ -23,8 +23,9 @@ from edgepe.schemes.sinusoidal import BASE, angles, inverse_frequencies
         summary="sinusoidal + learned residual that is zero past max_len",
         params=(BASE,),
         even_d_model=True,
-        tolerance=(0.0, 1e-5),
-        tolerance_why="as sinusoidal (sin/cos implementations), plus one float32 addition",
+        tolerance=(0.0, 1e-6),
+        tolerance_why="as sinusoidal (sin/cos kernels, measured 1.19e-7 onnxruntime CPU vs "
+        "torch for |pos| <= 2^24), plus one float32 addition rounded the same on both sides",
         oob="mixed",
         position_limit=FLOAT_EXACT_POSITIONS,
         learnable=True,
