@@ -1,0 +1,80 @@
+"""``edgepe plot``: pictures of a scheme (or of an int8 artifact) as PNG or SVG, headless.
+
+Kinds: ``heatmap`` (the demo's raw bits next to the encoding), ``similarity`` (``PE(t).PE(u)``),
+``hamming`` (bits changed between neighbours: binary against Gray), ``quant-error`` (an int8
+artifact's error per dimension against its proven bound; takes ``--artifact``). See
+``edgepe.plot``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from edgepe.errors import BadParameterError
+
+KIND_HELP = "heatmap | similarity | hamming | quant-error (with --artifact)"
+
+
+def command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", "-o", help="FILE.png or FILE.svg to write.")],
+    scheme: Annotated[str | None, typer.Option(help="Scheme id (see 'edgepe list').")] = None,
+    max_len: Annotated[int | None, typer.Option("--max-len", help="Positions 0 .. L-1.")] = None,
+    d_model: Annotated[int | None, typer.Option("--d-model", help="Width D.")] = None,
+    heads: Annotated[int | None, typer.Option(help="Heads (bias schemes).")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", metavar="KEY=VALUE",
+                                                    help="Scheme parameter; repeatable.")] = None,
+    kind: Annotated[str, typer.Option(help=KIND_HELP)] = "heatmap",
+    artifact: Annotated[Path | None, typer.Option(
+        help="An int8 artifact, for --kind quant-error.")] = None,
+    positions: Annotated[str | None, typer.Option(
+        "--positions", "-p", help="START:STOP[:STEP] or a list (default: 0 .. min(L, 256)-1).",
+    )] = None,
+    seed: Annotated[int, typer.Option(help="Seed of learned weights.")] = 0,
+    checkpoint: Annotated[Path | None, typer.Option(help="Weights to load (learned schemes).")]
+    = None,
+) -> None:
+    """Draw a scheme's encodings (or an int8 artifact's error) to a PNG or SVG file."""
+    from edgepe.plot import KINDS, image_format
+
+    image_format(out)
+    if kind not in KINDS:
+        raise BadParameterError(f"--kind {kind!r} is not one of: {', '.join(KINDS)}")
+    config = None
+    if kind == "quant-error":
+        if artifact is None:
+            raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
+        if scheme is not None or max_len is not None:
+            raise BadParameterError(
+                "--kind quant-error takes the scheme from --artifact's manifest: drop --scheme "
+                "and --max-len"
+            )
+    else:
+        if artifact is not None:
+            raise BadParameterError(f"--artifact is for --kind quant-error, not {kind}")
+        if scheme is None or max_len is None:
+            raise BadParameterError(f"--kind {kind} needs --scheme and --max-len")
+        from edgepe.cli.export_cmd import parse_params
+        from edgepe.schemes import resolve
+
+        config = resolve(scheme, max_len, d_model=d_model, heads=heads,
+                         params=parse_params(param))
+    span = None
+    if positions is not None:
+        from edgepe.cli.run_cmd import parse_positions
+
+        span = parse_positions(positions, None)
+    if checkpoint is not None and not checkpoint.is_file():
+        from edgepe.errors import CheckpointError
+
+        raise CheckpointError(f"--checkpoint {str(checkpoint)!r} is not a file")
+
+    from edgepe.plot import plot
+
+    written = plot(kind, out, config, artifact=artifact, positions=span, seed=seed,
+                   checkpoint=None if checkpoint is None else str(checkpoint))
+    if not (ctx.obj or {}).get("quiet"):
+        typer.echo(f"wrote {written} ({written.stat().st_size} bytes)", err=True)

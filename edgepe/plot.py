@@ -1,0 +1,293 @@
+"""Pictures of an encoding, headless (matplotlib's object API, Agg; no pyplot, no display).
+
+Kinds (``KINDS``):
+
+- ``heatmap``: the demo notebook's figure. Left, the raw bits of each position (LSB, bit 0, at
+  the bottom; ``cmap="binary"``); right, the scheme's encoding (``cmap="RdYlBu"``) with a colour
+  bar. Bias schemes show head 0's ``bias[t, u]``; multi-index schemes use position ``(p, p, ..)``.
+- ``similarity``: ``PE(t) . PE(u)`` for every pair of plotted positions.
+- ``hamming``: how many bits change between neighbours ``p`` and ``p + 1``: plain binary (up to
+  ``n``, at every carry) against Gray code (always 1, guide 3.6), and the scheme's own encoding
+  when its entries are 0/1.
+- ``quant-error``: an int8 artifact against its float32 reference: the largest ``|error|`` per
+  dimension next to the proven bound from the manifest's ``quant``, and the error of every entry.
+
+Files are deterministic: the PNG carries no ``Software`` text chunk, the SVG no date and a fixed
+``svg.hashsalt`` for its ids, so the same command writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgepe.errors import BadParameterError
+
+KINDS = ("heatmap", "similarity", "hamming", "quant-error")
+FORMATS = {".png": "png", ".svg": "svg"}
+MAX_POSITIONS = 4096  # a similarity matrix of 4096^2 is 16M cells: already more than a screen
+DEFAULT_POSITIONS = 256
+DPI = 100
+METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
+
+
+def default_positions(max_len: int) -> np.ndarray:
+    """Positions ``0 .. min(max_len, 256) - 1``: the plotted span when none is given."""
+    return np.arange(min(max_len, DEFAULT_POSITIONS), dtype=np.int64)
+
+
+def check_span(positions: np.ndarray) -> np.ndarray:
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if not 2 <= positions.size <= MAX_POSITIONS:
+        raise BadParameterError(
+            f"a plot shows 2 to {MAX_POSITIONS} positions, got {positions.size}"
+        )
+    return positions
+
+
+def _encode(module, config, positions: np.ndarray) -> np.ndarray:
+    """The reference encoding ``[S, D]`` (bias: head 0's ``[S, S]``) as float64."""
+    import torch
+
+    p = torch.as_tensor(positions)
+    with torch.no_grad():
+        if config.spec.kind == "bias":
+            return module.encode(p, p)[0].double().numpy()
+        if config.arity is not None:
+            p = p.unsqueeze(1).expand(-1, config.arity).contiguous()
+        return module.encode(p).double().numpy()
+
+
+def _bits(positions: np.ndarray, n: int) -> np.ndarray:
+    """``[S, n]`` bits of ``positions mod 2^n``, LSB first (as ``edgepe.schemes.bits``)."""
+    return ((positions[:, None] >> np.arange(n)) & 1).astype(np.float64)
+
+
+def _where(config, positions: np.ndarray) -> str:
+    span = f"positions {positions[0]}..{positions[-1]}" if np.all(
+        np.diff(positions) == 1) else f"{positions.size} positions"
+    if config.arity is not None:
+        span += f" (each as ({', '.join(['p'] * config.arity)}))"
+    return span
+
+
+def heatmap(config, module, positions: np.ndarray):
+    """The demo's figure: raw bits (left) and the encoding (right), positions along x."""
+    from matplotlib.figure import Figure
+
+    positions = check_span(positions)
+    fig = Figure(figsize=(16, 4), dpi=DPI)
+    left, right = fig.subplots(1, 2)
+    extent_x = (positions[0] - 0.5, positions[-1] + 0.5)
+    raw = _bits(positions, config.n_bits)
+    left.imshow(raw.T, aspect="auto", cmap="binary", origin="lower", interpolation="nearest",
+                extent=(*extent_x, -0.5, raw.shape[1] - 0.5))
+    left.set_xlabel("Position")
+    left.set_ylabel("Bit index (LSB = 0)")
+    left.set_title(f"Binary patterns (raw bits, n = {config.n_bits})")
+    values = _encode(module, config, positions)
+    if config.spec.kind == "bias":
+        image = right.imshow(values, aspect="auto", cmap="RdYlBu", origin="lower",
+                             interpolation="nearest", extent=(*extent_x, *extent_x))
+        right.set_xlabel("Key position u")
+        right.set_ylabel("Query position t")
+        right.set_title(f"{config.scheme}: bias[head 0, t, u]")
+    else:
+        image = right.imshow(values.T, aspect="auto", cmap="RdYlBu", origin="lower",
+                             interpolation="nearest",
+                             extent=(*extent_x, -0.5, values.shape[1] - 0.5))
+        right.set_xlabel("Position")
+        right.set_ylabel("Dimension")
+        what = "[cos | sin]" if config.spec.kind == "rope" else "encoding"
+        right.set_title(f"{config.scheme} {what} (d_model = {config.d_model})")
+    fig.colorbar(image, ax=right)
+    fig.suptitle(f"{config.scheme}, max_len {config.max_len}: {_where(config, positions)}")
+    return fig
+
+
+def similarity(config, module, positions: np.ndarray):
+    """``PE(t) . PE(u)`` over the plotted positions."""
+    from matplotlib.figure import Figure
+
+    if config.spec.kind == "bias":
+        raise BadParameterError(
+            f"--kind similarity compares encodings; '{config.scheme}' is a bias with none: "
+            "use --kind heatmap"
+        )
+    positions = check_span(positions)
+    values = _encode(module, config, positions)
+    gram = values @ values.T
+    fig = Figure(figsize=(7, 6), dpi=DPI)
+    ax = fig.subplots()
+    extent = (positions[0] - 0.5, positions[-1] + 0.5) * 2
+    image = ax.imshow(gram, cmap="viridis", origin="lower", interpolation="nearest",
+                      extent=extent)
+    fig.colorbar(image, ax=ax)
+    ax.set_xlabel("Position u")
+    ax.set_ylabel("Position t")
+    ax.set_title(f"{config.scheme}: PE(t) . PE(u)\n{_where(config, positions)}")
+    return fig
+
+
+def hamming(config, module, positions: np.ndarray):
+    """Bits that change from ``p`` to ``p + 1``: binary against Gray (and the scheme's own)."""
+    from matplotlib.figure import Figure
+
+    positions = check_span(positions)
+    n = config.n_bits
+    plain = _bits(positions, n)
+    gray_code = positions ^ (positions >> 1)
+    curves = [("binary (raw bits)", plain), ("Gray code", _bits(gray_code, n))]
+    if config.spec.kind != "bias" and config.scheme not in ("binary-bits", "gray"):
+        own = _encode(module, config, positions)
+        if np.isin(own, (0.0, 1.0)).all():
+            curves.append((config.scheme, own))
+    fig = Figure(figsize=(10, 4), dpi=DPI)
+    ax = fig.subplots()
+    steps = positions[:-1]
+    for (label, values), style in zip(curves, ("-", "--", ":"), strict=False):
+        distance = np.abs(np.diff(values, axis=0)).sum(axis=1)
+        ax.step(steps, distance, where="post", linestyle=style,
+                label=f"{label}: mean {distance.mean():.2f}, max {distance.max():.0f}")
+    ax.set_xlabel("Position p")
+    ax.set_ylabel("Hamming distance to p + 1")
+    ax.set_ylim(0, n + 0.5)
+    ax.legend(loc="upper left")
+    ax.set_title(f"Neighbours: bits changed from p to p + 1 (n = {n}, max_len {config.max_len})")
+    return fig
+
+
+def quant_error(runtime, config, module):
+    """An int8 artifact's error against its float32 reference, per dimension and per entry."""
+    import torch
+    from matplotlib.figure import Figure
+
+    quant = runtime.manifest.get("quant")
+    if not quant:
+        raise BadParameterError(
+            f"{str(runtime.path)!r} is not quantised (its manifest's quant is null): export "
+            "it with --quantize int8"
+        )
+    bias = config.spec.kind == "bias"
+    count = min(config.max_len, 1024 if bias else 65536)
+    positions = np.arange(count, dtype=np.int64)
+    p = torch.as_tensor(positions)
+    with torch.no_grad():
+        if bias:
+            got = runtime.encode(positions, positions).astype(np.float64)
+            want = module.encode(p, p).double().numpy()
+            err = np.abs(got - want).reshape(got.shape[0], -1).T  # [N * M, H]
+        else:
+            if config.arity is not None:
+                p = p.unsqueeze(1).expand(-1, config.arity).contiguous()
+                positions = p.numpy()
+            got = runtime.encode(positions).astype(np.float64)
+            err = np.abs(got - module.encode(p).double().numpy())  # [N, D]
+    per_dim = err.max(axis=0)
+    fig = Figure(figsize=(14, 4), dpi=DPI)
+    left, right = fig.subplots(1, 2)
+    dims = np.arange(per_dim.size)
+    left.bar(dims, per_dim, width=0.8, color="tab:blue", label="measured max |error|")
+    per_channel = quant.get("bound_per_channel")
+    if per_channel and len(per_channel) == per_dim.size:
+        left.step(dims, per_channel, where="mid", color="tab:red", label="proven bound")
+    else:
+        left.axhline(quant["bound"], color="tab:red", label="proven bound")
+    left.set_xlabel("Head" if bias else "Dimension")
+    left.set_ylabel("max |int8 - float32|")
+    left.legend(loc="upper right")
+    left.set_title(
+        f"measured {per_dim.max():.3g} <= bound {quant['bound']:.3g} "
+        f"({quant.get('granularity', 'per ' + str(quant.get('axis')))} scales)"
+    )
+    image = right.imshow(err.T, aspect="auto", cmap="magma", origin="lower",
+                         interpolation="nearest")
+    fig.colorbar(image, ax=right)
+    right.set_xlabel("query x key pair" if bias else "Position")
+    right.set_ylabel("Head" if bias else "Dimension")
+    right.set_title("|error| of every entry")
+    m = runtime.manifest
+    fig.suptitle(f"{m['scheme']} {m['mode']} {m['format']} int8, max_len {m['max_len']}: "
+                 f"{count} positions")
+    return fig
+
+
+def render(fig, fmt: str) -> bytes:
+    """The figure's bytes in ``fmt`` (png or svg), reproducibly."""
+    import matplotlib
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "edgepe", "svg.fonttype": "path"}):
+        fig.savefig(buffer, format=fmt, dpi=DPI, bbox_inches="tight", metadata=METADATA[fmt])
+    return buffer.getvalue()
+
+
+def image_format(out: Path) -> str:
+    fmt = FORMATS.get(Path(out).suffix.lower())
+    if fmt is None:
+        raise BadParameterError(f"--out {str(out)!r}: the file name must end in .png or .svg")
+    return fmt
+
+
+def plot(
+    kind: str,
+    out: str | Path,
+    config=None,
+    *,
+    artifact: str | Path | None = None,
+    positions: Any = None,
+    seed: int = 0,
+    checkpoint: str | None = None,
+) -> Path:
+    """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``), or for ``artifact``
+    (``quant-error``; the scheme then comes from its manifest), and write ``out`` (.png/.svg).
+
+    The file is written atomically; bad input raises before anything is written.
+    """
+    from edgepe.export.artifact import atomic_write, check_writable
+
+    out = Path(out)
+    fmt = image_format(out)
+    if kind not in KINDS:
+        raise BadParameterError(f"--kind {kind!r} is not one of: {', '.join(KINDS)}")
+    check_writable(out)
+    from edgepe.schemes import build
+
+    if kind == "quant-error":
+        if artifact is None:
+            raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
+        import edgepe
+
+        runtime = edgepe.load(artifact)
+        config, seed, checkpoint = config_of(runtime.manifest)
+        fig = quant_error(runtime, config, build(config, seed=seed, checkpoint=checkpoint))
+    else:
+        if config is None:
+            raise BadParameterError(f"--kind {kind} draws a scheme: give --scheme and --max-len")
+        span = default_positions(config.max_len) if positions is None else positions
+        module = build(config, seed=seed, checkpoint=checkpoint)
+        fig = {"heatmap": heatmap, "similarity": similarity, "hamming": hamming}[kind](
+            config, module, span
+        )
+    data = render(fig, fmt)
+    atomic_write(out, lambda f: f.write(data))
+    return out
+
+
+def config_of(manifest: dict) -> tuple[Any, int, str | None]:
+    """``(SchemeConfig, seed, checkpoint)`` that made an artifact, from its manifest."""
+    from edgepe.errors import CheckpointError
+    from edgepe.schemes import resolve
+
+    config = resolve(manifest["scheme"], manifest["max_len"], d_model=manifest.get("d_model"),
+                     heads=manifest.get("heads"), params=manifest.get("params") or {})
+    checkpoint = (manifest.get("checkpoint") or {}).get("path")
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise CheckpointError(
+            f"the artifact was exported from checkpoint {checkpoint!r}, which is not there any "
+            "more: the float32 reference cannot be rebuilt without it"
+        )
+    return config, int(manifest.get("seed") or 0), checkpoint
