@@ -270,7 +270,8 @@ def command(
 
     runtime = edgepe.load(path, providers=providers)
     limit = (runtime.manifest["positions"] or {}).get("limit")
-    rows = check_positions(parse_positions(positions, runtime.arity), runtime.arity, limit)
+    rows = check_positions(parse_positions(positions, runtime.arity), runtime.arity, limit,
+                           "--positions")
     keys = None
     if runtime.kind == "bias":
         keys = rows if key_positions is None else parse_positions(
