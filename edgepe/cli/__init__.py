@@ -90,6 +90,9 @@ app.command("inspect")(inspect_cmd.command)
 from edgepe.cli import run_cmd  # noqa: E402
 
 app.command("run")(run_cmd.command)
+from edgepe.cli import plot_cmd  # noqa: E402
+
+app.command("plot")(plot_cmd.command)
 from edgepe.cli import verify_cmd  # noqa: E402
 
 app.command("verify")(verify_cmd.command)
