@@ -116,24 +116,46 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def tolerance_for(manifest: dict[str, Any]) -> Tolerance:
+def tolerance_for(manifest: dict[str, Any], probe: bool = False) -> Tolerance:
     """The tolerance a verification uses: the manifest's (0 for exact schemes); for int8
-    artifacts the manifest's proven ``quant.bound`` (plus the scheme's own float tolerance and
-    one float32 rounding of the dequantised value); float16 outputs add one float16 step where
-    the float32 tolerance is not zero (rounding both sides to float16 can split them by one)."""
+    artifacts the manifest's proven ``quant.bound`` (it already covers the float roundings of
+    dequantising), or for the extrapolation probe ``quant.bound_all_positions`` where the bound
+    over ``0 .. max_len - 1`` does not hold for every position; float16 outputs add one float16
+    step where the float32 tolerance is not zero (rounding both sides to float16 can split
+    values within the float32 tolerance by one step)."""
     tol = manifest.get("tolerance") or {}
     rtol, atol = float(tol.get("rtol", 0.0)), float(tol.get("atol", 0.0))
     quant = manifest.get("quant")
     if quant and quant.get("bound") is not None:
-        return Tolerance(rtol + 2.0**-23, atol + float(quant["bound"]), source="quant.bound")
+        if probe and quant.get("bound_all_positions") is not None:
+            return Tolerance(0.0, float(quant["bound_all_positions"]),
+                             source="quant.bound_all_positions")
+        return Tolerance(0.0, float(quant["bound"]), source="quant.bound")
     ulps = 1 if manifest.get("dtype") == "float16" and (rtol or atol) else 0
     return Tolerance(rtol, atol, ulps, source="manifest")
 
 
+# The int8 tensor of a graph whose OUTPUT is quantised (edgepe.quant.graphs, construction 3).
+QUANTISED_OUTPUTS = ("pe_int8", "bias_int8", "y_int8")
+
+
 def _as_stored(expected: np.ndarray, manifest: dict[str, Any]) -> np.ndarray:
-    """The reference in the artifact's output dtype (float16 outputs round the reference too)."""
-    if manifest.get("dtype") == "float16" and not manifest.get("quant"):
+    """The reference as the artifact documents its output: float16 outputs round it; a graph
+    whose output is quantised saturates where ``QuantizeLinear`` does, at the int8 type's range
+    ``[-128, 127]`` steps of each channel's static scale (ONNX QuantizeLinear: "saturate to
+    [-128, 127] for int8"; in range the values stay within ``qmax = 127`` steps, so clipping
+    changes nothing there)."""
+    quant = manifest.get("quant")
+    if manifest.get("dtype") == "float16" and not quant:
         return expected.astype(np.float16)
+    if quant and quant.get("tensor") in QUANTISED_OUTPUTS and quant.get("scale") is not None:
+        scale = np.asarray(quant["scale"], dtype=np.float64)
+        if scale.ndim == 1:
+            shape = [1] * expected.ndim
+            shape[int(quant.get("axis") or 0)] = -1
+            scale = scale.reshape(shape)
+        scale = scale.astype(np.float32)  # the steps as DequantizeLinear computes them
+        return np.clip(expected, np.float32(-128) * scale, np.float32(127) * scale)
     return expected
 
 
@@ -304,7 +326,8 @@ def _run_chunks(sessions, comparisons, started, chunks, manifest, bar) -> None:
                 comparisons[name].fail(f"run failed: {_first_line(exc)}")
                 getattr(sessions.pop(name), "close", lambda: None)()
                 continue
-            comparisons[name].update(actual, expected, chunk.where, chunk.positions)
+            comparisons[name].update(actual, expected, chunk.where, chunk.positions,
+                                     tolerance_for(manifest, probe=True) if chunk.probe else None)
             started[name] += time.perf_counter() - t0
         if bar:
             bar.advance(task, chunk.positions)
