@@ -397,3 +397,30 @@ def test_wrap_schemes_match_formula_for_any_int64(scheme_id, data):
     item = INT64 if k is None else st.tuples(*[INT64] * k)
     positions = data.draw(st.lists(item, min_size=1, max_size=12))
     check_rows(cfg, values, positions, encode_rows(module, cfg, positions))
+
+
+FLOAT_LIMITED = [s for s in SLOW_FORMULAS if get_spec(s).position_limit is not None]
+
+
+@pytest.mark.parametrize("scheme_id", FLOAT_LIMITED)
+def test_float_schemes_refuse_positions_past_their_limit(scheme_id):
+    """Float schemes are defined for ``|pos| <= 2^24``; past it ``encode`` raises, never rounds
+    silently (int64's minimum included: its ``abs`` overflows to itself)."""
+    from edgepe.errors import PositionError
+
+    cfg = resolve(scheme_id, 16)
+    module = build(cfg)
+    limit = cfg.spec.position_limit
+    edge = torch.tensor([limit, -limit], dtype=torch.int64)
+    if cfg.arity is not None:
+        edge = edge.unsqueeze(-1).expand(-1, cfg.arity)
+    with torch.no_grad():
+        args = (edge, edge) if cfg.spec.kind == "bias" else (edge,)
+        assert torch.isfinite(module.encode(*args)).all()
+        for bad in (limit + 1, -limit - 1, INT64_MIN, INT64_MAX):
+            p = torch.tensor([0, bad], dtype=torch.int64)
+            with pytest.raises(PositionError, match=str(bad)):
+                module.encode(*((p, p[:1]) if cfg.spec.kind == "bias" else (p,)))
+            if cfg.spec.kind == "bias":  # key positions are checked too
+                with pytest.raises(PositionError):
+                    module.encode(p[:1], p)

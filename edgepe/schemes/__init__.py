@@ -3,6 +3,8 @@
 The order below is the order ``edgepe list`` prints. Importing this package imports torch.
 """
 
+# Catalogue order, not alphabetical: the order `edgepe list` prints.
+# isort: off
 from edgepe.schemes import (  # noqa: F401  (each import registers one scheme)
     binary,
     binary_bits,
@@ -26,6 +28,8 @@ from edgepe.schemes import (  # noqa: F401  (each import registers one scheme)
     alibi,
     gaussian,
 )
+
+# isort: on
 from edgepe.schemes._base import Scheme, bit_select, bits, check_positions, wrap
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from edgepe.errors import BadParameterError, PositionError
-from edgepe.schemes._registry import SchemeConfig, SchemeSpec
+from edgepe.schemes._registry import MODULE_BYTES_LIMIT, SchemeConfig, SchemeSpec
 
 
 class Scheme(nn.Module):
@@ -40,6 +40,12 @@ class Scheme(nn.Module):
 
     def encode(self, positions: torch.Tensor, *args: Any) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
+
+    def check_domain(self, *positions: torch.Tensor) -> None:
+        """Raise ``PositionError`` for positions past ``spec.position_limit`` (float schemes)."""
+        if self.spec.position_limit is not None:
+            for p in positions:
+                check_float_positions(p, self.spec.position_limit)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """``x [B, S, D] + encode(offset .. offset + S - 1)``, as the demo's forward adds it."""
@@ -90,14 +96,33 @@ def require_bits(config: SchemeConfig, width: int, what: str = "d_model") -> Non
 
 
 def normalised(positions: torch.Tensor, max_len: int) -> torch.Tensor:
-    """``pos / (L - 1)`` in float32, as ``Cast`` then ``Div`` compute it (``L = 1`` divides by 1)."""
+    """``pos / (L - 1)`` in float32, as ``Cast`` then ``Div`` compute it; ``L = 1`` divides by 1."""
     return positions.to(torch.float32) / torch.tensor(float(max(max_len - 1, 1)))
 
 
 def check_float_positions(positions: torch.Tensor, limit: int) -> None:
-    """Refuse positions whose float32 conversion would round (``|pos| > limit``)."""
-    if positions.numel() and positions.abs().max().item() > limit:
-        raise PositionError(
-            f"positions must be within +-{limit} for this scheme (float32 is exact only up to "
-            f"there), got {positions.abs().max().item()}"
+    """Refuse positions whose float32 conversion would round (``|pos| > limit``).
+
+    Uses min/max, not ``abs``: ``abs`` of the int64 minimum overflows back to itself.
+    """
+    if positions.numel():
+        low, high = (v.item() for v in positions.aminmax())
+        if low < -limit or high > limit:
+            worst = high if high > limit else low
+            raise PositionError(
+                f"positions must be within +-{limit} for this scheme (float32 is exact only up "
+                f"to there), got {worst}"
+            )
+
+
+def require_table_bytes(config: SchemeConfig, rows: int, cols: int, what: str) -> None:
+    """Refuse a configuration whose module would hold a float32 ``[rows, cols]`` tensor past
+    ``MODULE_BYTES_LIMIT`` (checked by ``resolve``, before anything is allocated)."""
+    size = 4 * rows * cols
+    if size > MODULE_BYTES_LIMIT:
+        raise BadParameterError(
+            f"scheme '{config.scheme}': max_len {config.max_len} needs a {what} of "
+            f"[{rows}, {cols}] float32 ({size / 2**30:.1f} GiB), over the "
+            f"{MODULE_BYTES_LIMIT >> 30} GiB a reference module may hold; use a smaller max_len or "
+            "d_model"
         )

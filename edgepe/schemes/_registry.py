@@ -1,8 +1,9 @@
 """The scheme registry: specs, parameter resolution and module construction.
 
-A scheme is one ``nn.Module`` class in one file, registered by id with ``@register(SchemeSpec(...))``
-(STYLE 1). The spec carries everything the rest of edgepe needs to know without reading the
-module: its parameters and defaults, output kind, export modes, tolerance and out-of-range policy.
+A scheme is one ``nn.Module`` class in one file, registered by id with
+``@register(SchemeSpec(...))`` (STYLE 1). The spec carries everything the rest of edgepe needs
+to know without reading the module: its parameters and defaults, output kind, export modes,
+tolerance and out-of-range policy.
 ``resolve`` turns user input (strings from the CLI, or Python values) into a validated, fully
 defaulted ``SchemeConfig`` before any tensor is allocated; ``build`` makes the module.
 """
@@ -26,6 +27,10 @@ HEADS_LIMIT = 1024
 # are only defined (and verified) for |position| up to this.
 FLOAT_EXACT_POSITIONS = 2**24
 
+# The largest tensor a reference module may hold (the demo's bit table, a learned table): past
+# it ``resolve`` refuses the configuration instead of letting the allocation fail or swap.
+MODULE_BYTES_LIMIT = 2**31
+
 KINDS = ("pe", "bias", "rope")
 MODES = ("compute", "table")
 
@@ -40,7 +45,8 @@ class Param:
     """A scheme parameter beyond ``max_len``/``d_model``/``heads``.
 
     ``type`` is ``int``, ``float``, ``str`` or ``"ints"`` (a comma-separated tuple of ints).
-    ``low`` is an inclusive lower bound (``low_open`` makes it exclusive).
+    ``low`` is an inclusive lower bound (``low_open`` makes it exclusive), ``high`` an inclusive
+    upper bound.
     """
 
     name: str
@@ -50,6 +56,7 @@ class Param:
     low: float | None = None
     low_open: bool = False
     choices: tuple[str, ...] | None = None
+    high: float | None = None
 
     def default_for(self, max_len: int) -> Any:
         """The default value; a callable default is a function of ``max_len``."""
@@ -70,6 +77,8 @@ class Param:
                 value = int(raw)
                 checks = (value,)
             elif self.type is float:
+                if isinstance(raw, bool):
+                    raise ValueError
                 value = float(raw)
                 if not math.isfinite(value):
                     raise ValueError
@@ -90,6 +99,8 @@ class Param:
             if self.low is not None and (v <= self.low if self.low_open else v < self.low):
                 op = ">" if self.low_open else ">="
                 raise BadParameterError(f"{where} must be {op} {self.low:g}, got {raw!r}")
+            if self.high is not None and v > self.high:
+                raise BadParameterError(f"{where} must be <= {self.high:g}, got {raw!r}")
         return value
 
 

@@ -38,6 +38,7 @@ class Alibi(Scheme):
         self.register_buffer("slopes", slopes(config.heads))
 
     def encode(self, positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions, key_positions)
         distance = (positions.unsqueeze(-1) - key_positions).abs().to(torch.float32)  # [N, M]
         return -(self.slopes.view(-1, 1, 1) * distance)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgepe.schemes._base import Scheme, bits
+from edgepe.schemes._base import Scheme, bits, require_table_bytes
 from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, n_bits, register
 
 
@@ -21,7 +21,8 @@ from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, n_bits, re
         id="binary",
         source="demo notebook",
         summary="bits(pos, n) @ W, W learned (Linear(n_bits, d_model, bias=False))",
-        params=(Param("dropout", 0.0, float, "dropout after adding the encoding", low=0.0),),
+        params=(Param("dropout", 0.0, float, "dropout after adding the encoding", low=0.0,
+                      high=1.0),),
         d_model=64,
         exact=False,
         # The projection is a float32 dot product of 0/1 bits with weights: at most n_bits <= 41
@@ -31,6 +32,8 @@ from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, n_bits, re
         tolerance_why="float32 dot product of n_bits terms: a few ulp, summation order may differ",
         oob="wrap",
         learnable=True,
+        check=lambda config: require_table_bytes(
+            config, config.max_len, n_bits(config.max_len), "demo bit table (pe_binary)"),
     )
 )
 class BinaryPositionalEncoding(Scheme):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from edgepe.schemes._base import Scheme, bit_select, require_bits
+from edgepe.schemes._base import Scheme, require_bits
 from edgepe.schemes._registry import SchemeConfig, SchemeSpec, n_bits, register
 
 

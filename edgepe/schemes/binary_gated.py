@@ -47,6 +47,7 @@ class BinaryGated(Scheme):
         return g, 1.0 - g
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         g, h = self.gates()
         b = bits(positions, self.config.d_model, self.config.n_bits)
         lin = normalised(positions, self.config.max_len).unsqueeze(-1)

@@ -26,8 +26,10 @@ from edgepe.schemes._registry import (
         source="principles",
         summary="locality bias -(t - u)^2 / (2 sigma^2) added to attention logits",
         kind="bias",
-        params=(Param("sigma", 8.0, float, "width of the bump, in positions", low=0.0,
-                      low_open=True),),
+        # 1e-6 <= sigma <= 1e18 keeps 2 sigma^2 a normal float32 and every bias finite for
+        # |t - u| <= 2^25 (2^50 / (2 sigma^2) < 2^128).
+        params=(Param("sigma", 8.0, float, "width of the bump, in positions", low=1e-6,
+                      high=1e18),),
         d_model=None,
         heads=1,
         tolerance=(0.0, 0.0),
@@ -42,6 +44,7 @@ class Gaussian(Scheme):
         self.register_buffer("two_sigma_sq", torch.tensor(2.0 * sigma * sigma, dtype=torch.float32))
 
     def encode(self, positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions, key_positions)
         d = (positions.unsqueeze(-1) - key_positions).to(torch.float32)  # [N, M]
         bias = -((d * d) / self.two_sigma_sq)
         return bias.unsqueeze(0).expand(self.config.heads, -1, -1).contiguous()

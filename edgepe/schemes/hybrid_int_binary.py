@@ -29,6 +29,7 @@ from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, SchemeSpec, n_bits, 
 )
 class HybridIntBinary(Scheme):
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         half = self.config.d_model // 2
         lin = normalised(positions, self.config.max_len).unsqueeze(-1).expand(-1, half)
         b = bits(positions, self.config.d_model - half, self.config.n_bits)

@@ -17,8 +17,9 @@ from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, Param, SchemeSpec, r
         id="integer",
         source="guide 2.1",
         summary="pos / C on every dimension",
-        params=(Param("C", lambda max_len: float(max_len), float, "scaling constant (default: max_len)", low=0.0,
-                      low_open=True),),
+        # 1e-30 <= C <= 1e38: float32(C) is normal and finite, and pos / C finite for |pos| <= 2^24.
+        params=(Param("C", lambda max_len: float(max_len), float,
+                      "scaling constant (default: max_len)", low=1e-30, high=1e38),),
         tolerance=(0.0, 0.0),
         tolerance_why="one correctly rounded float32 division per value: bitwise equal",
         position_limit=FLOAT_EXACT_POSITIONS,
@@ -26,5 +27,6 @@ from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, Param, SchemeSpec, r
 )
 class Integer(Scheme):
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         value = positions.to(torch.float32) / torch.tensor(self.config.params["C"])
         return value.unsqueeze(-1).expand(-1, self.config.d_model).contiguous()

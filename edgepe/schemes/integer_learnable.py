@@ -32,4 +32,5 @@ class IntegerLearnable(Scheme):
         self.bias = nn.Parameter(torch.zeros(config.d_model))
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         return normalised(positions, self.config.max_len).unsqueeze(-1) * self.weight + self.bias

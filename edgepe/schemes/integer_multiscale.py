@@ -34,8 +34,12 @@ class IntegerMultiscale(Scheme):
         super().__init__(config)
         d = config.d_model
         i = torch.arange(d, dtype=torch.float64)
-        scale = (i / (d - 1)) ** config.params["alpha"] if d > 1 else torch.ones(1, dtype=torch.float64)
+        if d > 1:
+            scale = (i / (d - 1)) ** config.params["alpha"]
+        else:
+            scale = torch.ones(1, dtype=torch.float64)
         self.register_buffer("scale", scale.to(torch.float32))
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         return normalised(positions, self.config.max_len).unsqueeze(-1) * self.scale

@@ -24,5 +24,6 @@ from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, SchemeSpec, register
 )
 class IntegerNorm(Scheme):
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         value = normalised(positions, self.config.max_len)
         return value.unsqueeze(-1).expand(-1, self.config.d_model).contiguous()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgepe.schemes._base import Scheme
+from edgepe.schemes._base import Scheme, require_table_bytes
 from edgepe.schemes._registry import SchemeConfig, SchemeSpec, register
 
 
@@ -24,6 +24,8 @@ from edgepe.schemes._registry import SchemeConfig, SchemeSpec, register
         tolerance_why="rows are copied, never computed: bitwise equal",
         oob="clamp",
         learnable=True,
+        check=lambda config: require_table_bytes(
+            config, config.max_len, config.d_model, "learned table"),
     )
 )
 class Learned(Scheme):

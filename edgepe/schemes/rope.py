@@ -37,6 +37,7 @@ class Rope(Scheme):
         self.register_buffer("inv_freq", inverse_frequencies(config.d_model, config.params["base"]))
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         theta = angles(positions, self.inv_freq)
         return torch.cat([torch.cos(theta), torch.sin(theta)], dim=-1)
 
@@ -48,6 +49,6 @@ class Rope(Scheme):
         return rotated.flatten(-2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Rotate ``x [B, S, d]`` (or ``[B, H, S, d]``) at positions ``offset .. offset + S - 1``."""
+        """Rotate ``x [B, S, d]`` (or ``[B, H, S, d]``) at positions ``offset ..``."""
         positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.int64)
         return self.apply(x, positions)

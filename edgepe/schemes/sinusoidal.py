@@ -57,5 +57,6 @@ class Sinusoidal(Scheme):
         self.register_buffer("inv_freq", inverse_frequencies(config.d_model, config.params["base"]))
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         theta = angles(positions, self.inv_freq)
         return torch.stack([torch.sin(theta), torch.cos(theta)], dim=-1).flatten(-2)

@@ -1,4 +1,4 @@
-"""``sinusoidal-learned``: sinusoidal plus a learned residual that is zero past max_len (principles).
+"""``sinusoidal-learned``: sinusoidal plus a learned residual, zero past max_len (principles).
 
 "Total PE = fixed sinusoidal PE + learned residual PE": the residual is a ``[max_len, d]``
 parameter (init normal, std 0.02, from the seed) that "switches off" outside
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgepe.schemes._base import Scheme
+from edgepe.schemes._base import Scheme, require_table_bytes
 from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, SchemeConfig, SchemeSpec, register
 from edgepe.schemes.sinusoidal import BASE, angles, inverse_frequencies
 
@@ -29,6 +29,8 @@ from edgepe.schemes.sinusoidal import BASE, angles, inverse_frequencies
         oob="mixed",
         position_limit=FLOAT_EXACT_POSITIONS,
         learnable=True,
+        check=lambda config: require_table_bytes(
+            config, config.max_len, config.d_model, "learned residual"),
     )
 )
 class SinusoidalLearned(Scheme):
@@ -38,6 +40,7 @@ class SinusoidalLearned(Scheme):
         self.residual = nn.Parameter(torch.randn(config.max_len, config.d_model) * 0.02)
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        self.check_domain(positions)
         theta = angles(positions, self.inv_freq)
         fixed = torch.stack([torch.sin(theta), torch.cos(theta)], dim=-1).flatten(-2)
         inside = (positions >= 0) & (positions < self.config.max_len)
