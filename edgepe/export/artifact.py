@@ -75,7 +75,10 @@ class ExportConfig:
 
 
 def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
-    """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8][-{dtype}].{ext}``."""
+    """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8][-{dtype}][-{lowering}][-{extra}].{ext}``.
+
+    ``extra`` values in key order, e.g. ``rope-compute-L512-d64-apply-ort.onnx``.
+    """
     s = config.scheme
     parts = [s.scheme, config.mode, f"L{s.max_len}"]
     parts.append(f"h{s.heads}" if s.d_model is None else f"d{s.d_model}")
@@ -85,6 +88,8 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
         parts.append(config.dtype)
     if config.mode == "compute" and config.lowering != "bitwise":
         parts.append(config.lowering)
+    # Scheme-specific choices (rope's apply graph and its lowering) name a different graph.
+    parts += [str(value) for _, value in sorted(config.extra.items())]
     return root / ("-".join(parts) + EXTENSIONS[config.format])
 
 
