@@ -156,3 +156,46 @@ def test_export_and_quick_verify_the_apply_graph(tmp_path, lowering):
     assert report, str(report)
     again = export(config.with_out(tmp_path / "again.onnx"))
     assert again.path.read_bytes() == result.path.read_bytes()
+
+
+def test_cli_exports_each_rope_graph_to_its_own_default_file(tmp_path, monkeypatch):
+    """``edgepe export --scheme rope [--rope-graph apply [--rope-lowering ort]]``: three files."""
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    base = ["export", "--scheme", "rope", "--max-len", "64", "--d-model", "10"]
+    for flags, name, inputs in (
+        ([], "rope-compute-L64-d10.onnx", ["positions"]),
+        (["--rope-graph", "encode"], "rope-compute-L64-d10.onnx", ["positions"]),
+        (["--rope-graph", "apply"], "rope-compute-L64-d10-apply.onnx", ["x", "positions"]),
+        (["--rope-graph", "apply", "--rope-lowering", "ort"],
+         "rope-compute-L64-d10-apply-ort.onnx", ["x", "positions"]),
+    ):
+        result = CliRunner().invoke(app, base + flags)
+        assert result.exit_code == 0, result.output
+        assert "parity PASSED" in result.output
+        model = onnx.load(tmp_path / "models" / name)
+        assert [i.name for i in model.graph.input] == inputs
+    assert len(list((tmp_path / "models").glob("*.onnx"))) == 3  # explicit encode = default
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--scheme", "sinusoidal", "--rope-graph", "apply"], ["--rope-graph", "rope only"]),
+    (["--scheme", "rope", "--mode", "table", "--rope-graph", "apply"], ["--mode table"]),
+    (["--scheme", "rope", "--rope-graph", "rotate"], ["'rotate'", "encode, apply"]),
+    (["--scheme", "rope", "--rope-lowering", "ort"], ["--rope-graph apply"]),
+])
+def test_cli_refuses_bad_rope_options_in_one_line(tmp_path, args, words):
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    out = tmp_path / "out.onnx"
+    result = CliRunner().invoke(app, ["export", "--max-len", "16", *args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert all(word in lines[0] for word in words), lines[0]
+    assert not out.exists()
