@@ -50,6 +50,7 @@ class Audit:
     transcendental: list[str]
     tables: list[tuple[str, list[int]]]  # position-indexed initializers: (name, shape)
     bitwise: bool
+    integer_ops: list[str] = field(default_factory=list)  # ops on position-derived integers
     violations: list[str] = field(default_factory=list)
 
 
@@ -86,6 +87,7 @@ def audit(model) -> Audit:
     derived = {v.name for v in graph.input if v.name not in initializers}
     violations: list[str] = []
     boundaries: list[str] = []
+    integer_ops: list[str] = []
     tables: list[tuple[str, list[int]]] = []
     for node in graph.node:  # topologically sorted (the checker requires it)
         live = [i for i in node.input if i in derived]
@@ -101,6 +103,7 @@ def audit(model) -> Audit:
                 violations.append(f"{node.op_type} turns floats back into integers")
             continue
         if all(f is False for f in out_float):
+            integer_ops.append(node.op_type)
             if node.op_type not in INTEGER_OPS:
                 violations.append(f"{node.op_type} is not an integer op")
         elif node.op_type in FLOAT_BOUNDARY_OPS:
@@ -116,6 +119,7 @@ def audit(model) -> Audit:
         transcendental=transcendental,
         tables=tables,
         bitwise=bool(ops & BITWISE_OPS),
+        integer_ops=integer_ops,
         violations=violations,
     )
 

@@ -4,7 +4,7 @@ The stored initializer ``table`` has the layout of ``edgepe.export.table_values`
 per-coordinate bit rows ``[L, W]`` for binary-2d/hierarchical; ``[2L - 1, H]`` by distance for
 bias schemes), in the output dtype (float32, float16, or uint8 for 0/1 schemes), so a float16
 graph is half the size rather than a float32 table plus a Cast. Every position (and key
-position) is clipped to ``[0, L - 1]`` first: table artifacts clamp (DESIGN.md), and Gather with
+position) is clamped to ``[0, L - 1]`` first: table artifacts clamp (DESIGN.md), and Gather with
 an index out of range is an error in onnxruntime, so no input can make the graph fail.
 """
 
@@ -20,6 +20,7 @@ from edgepe.export.graphs._common import (
     PE,
     POSITIONS,
     Graph,
+    clamp_int64,
     output,
     positions_input,
 )
@@ -65,8 +66,8 @@ def stored_table(config: ExportConfig, module) -> np.ndarray:
 
 
 def _clip(g: Graph, x: str, high: int) -> str:
-    """int64 ``x`` clipped to ``[0, high]`` (Clip takes integer tensors from opset 12 on)."""
-    return g.op("Clip", x, g.const(0, np.int64, f"{x}_low"), g.const(high, np.int64, f"{x}_high"))
+    """int64 ``x`` clamped to ``[0, high]`` (see ``clamp_int64``: not with ``Clip``)."""
+    return clamp_int64(g, x, 0, high, x)
 
 
 def _columns(config: ExportConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +89,7 @@ def _columns(config: ExportConfig) -> tuple[np.ndarray, np.ndarray]:
 def build(config: ExportConfig, module, manifest: dict):
     """``positions [N] (or [N, k]) int64 -> pe [N, D]``, or ``bias [H, N, M]``: table rows.
 
-    Positions are clipped to ``[0, L - 1]``, then ``Gather`` reads the stored rows; bias schemes
+    Positions are clamped to ``[0, L - 1]``, then ``Gather`` reads the stored rows; bias schemes
     gather by the distance ``clip(t) - clip(u) + L - 1``; multi-index schemes gather one row per
     coordinate and place its bits in the output columns.
     """

@@ -1,0 +1,227 @@
+"""ONNX export: every bit/integer compute graph and every table graph against the reference.
+
+Parity is checked on onnxruntime CPU over every position ``0 .. max_len - 1`` plus an
+out-of-range probe (wrap/extrapolate per the scheme; tables clamp), for ``max_len`` 1, powers of
+two, ``2^k - 1`` and 1000, at the default width and at one that is not a multiple of 8. Exact
+schemes compare exactly, the others with ``spec.tolerance``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from _export_helpers import (
+    BIT_FAMILY,
+    INTEGER_FAMILY,
+    LENGTHS,
+    assert_parity,
+    feeds_for,
+    graph,
+    odd_width,
+    reference,
+    run_ort,
+)
+
+from edgepe.errors import BadParameterError
+from edgepe.export.graphs._common import read_manifest_prop
+from edgepe.schemes import scheme_ids
+
+WIDTHS = ["default", "odd"]
+
+
+def _case(scheme, max_len, width, **options):
+    d, params = odd_width(scheme, max_len) if width == "odd" else (None, {})
+    return graph(scheme, max_len, d, params=params, randomise=True, **options)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("max_len", LENGTHS)
+@pytest.mark.parametrize("lowering", ["bitwise", "arith"])
+@pytest.mark.parametrize("scheme", BIT_FAMILY)
+def test_bit_family_compute_parity(scheme, lowering, max_len, width):
+    config, module, model = _case(scheme, max_len, width, lowering=lowering)
+    feeds = feeds_for(config)
+    assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("max_len", LENGTHS)
+@pytest.mark.parametrize("scheme", INTEGER_FAMILY)
+def test_integer_family_compute_parity(scheme, max_len, width):
+    config, module, model = _case(scheme, max_len, width)
+    feeds = feeds_for(config)
+    assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("max_len", [1, 7, 64, 1000])
+@pytest.mark.parametrize("scheme", scheme_ids())
+def test_table_parity(scheme, max_len, width):
+    if width == "odd" and scheme in ("alibi", "gaussian"):
+        config, module, model = graph(scheme, max_len, heads=3, mode="table", randomise=True)
+    else:
+        config, module, model = _case(scheme, max_len, width, mode="table")
+    feeds = feeds_for(config)
+    assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
+
+
+@pytest.mark.parametrize("scheme", BIT_FAMILY)
+def test_arith_lowering_equals_bitwise(scheme):
+    """The two lowerings give identical outputs, including negative and huge positions."""
+    bitwise = _case(scheme, 300, "odd", lowering="bitwise")
+    arith = _case(scheme, 300, "odd", lowering="arith")
+    feeds = feeds_for(bitwise[0])
+    np.testing.assert_array_equal(run_ort(bitwise[2], feeds), run_ort(arith[2], feeds))
+    ops = {n.op_type for n in onnx.load_from_string(arith[2]).graph.node}
+    assert not ops & {"BitShift", "BitwiseAnd", "BitwiseXor", "BitwiseOr", "BitwiseNot"}
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options"),
+    [("binary-bits", {"dtype": "uint8"}), ("gray", {"dtype": "uint8", "lowering": "arith"}),
+     ("binary-2d", {"dtype": "uint8"}), ("hierarchical", {"dtype": "uint8", "mode": "table"}),
+     ("binary", {"dtype": "float16"}), ("integer-learnable", {"dtype": "float16"}),
+     ("rope", {"dtype": "float16", "mode": "table"}),
+     ("alibi", {"dtype": "float16", "mode": "table"})],
+)
+def test_output_dtypes(scheme, options):
+    config, module, model = graph(scheme, 100, **options)
+    out = onnx.load_from_string(model).graph.output[0]
+    expected = {"uint8": onnx.TensorProto.UINT8, "float16": onnx.TensorProto.FLOAT16}
+    assert out.type.tensor_type.elem_type == expected[config.dtype]
+    feeds = feeds_for(config)
+    got = run_ort(model, feeds)
+    assert got.dtype == np.dtype(config.dtype)
+    assert_parity(config, got, reference(config, module, feeds))
+
+
+def test_uint8_graph_never_casts_to_float():
+    _, _, model = graph("gray", 100, dtype="uint8")
+    casts = [n for n in onnx.load_from_string(model).graph.node if n.op_type == "Cast"]
+    to = {a.i for n in casts for a in n.attribute if a.name == "to"}
+    assert to == {onnx.TensorProto.UINT64, onnx.TensorProto.UINT8}
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options", "needle"),
+    [("binary", {"dtype": "bit"}, "--format npy"),
+     ("binary", {"dtype": "uint8"}, "uint8"),
+     ("binary-signed", {"dtype": "uint8"}, "exactly 0 or 1"),
+     ("sinusoidal", {"lowering": "arith"}, "bit family"),
+     ("binary", {"lowering": "arith", "mode": "table"}, "compute graphs"),
+     ("binary", {"opset": 17}, "BitwiseAnd needs opset 18"),
+     ("integer", {"opset": 12}, "Unsqueeze needs opset 13"),
+     ("binary", {"opset": 26}, "too high")],
+)
+def test_refused_options_name_the_problem(scheme, options, needle):
+    with pytest.raises(BadParameterError, match=needle.replace("(", r"\(")):
+        graph(scheme, 64, **options)
+
+
+def test_lower_opsets_work_where_the_ops_allow():
+    """Without bitwise ops (arith lowering, tables, integer graphs) opset 13 is enough."""
+    for scheme, options in [("gray", {"lowering": "arith"}), ("integer-norm", {}),
+                            ("alibi", {"mode": "table"})]:
+        config, module, model = graph(scheme, 50, opset=13, **options)
+        assert onnx.load_from_string(model).opset_import[0].version == 13
+        feeds = feeds_for(config)
+        assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
+
+
+def test_table_cap_is_checked_before_allocating():
+    with pytest.raises(BadParameterError, match="--mode compute"):
+        graph("binary-bits", 2**30, mode="table", max_table_bytes=10**6)  # 124 GiB: never built
+    with pytest.raises(BadParameterError, match="max-table-bytes"):
+        graph("learned", 1000, mode="table", max_table_bytes=1000)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options"),
+    [("binary", {}), ("gray", {"lowering": "arith"}), ("binary-2d", {}),
+     ("integer-learnable", {}), ("hierarchical", {"mode": "table"}), ("alibi", {"mode": "table"}),
+     ("binary-smooth", {"dtype": "float32"})],
+)
+def test_onnx_reference_evaluator_agrees(scheme, options):
+    from onnx.reference import ReferenceEvaluator
+
+    config, module, model = graph(scheme, 40, randomise=True, **options)
+    feeds = feeds_for(config)
+    got = ReferenceEvaluator(model).run(None, feeds)[0]
+    assert_parity(config, got, reference(config, module, feeds))
+
+
+def test_graph_size_is_close_to_its_information():
+    """binary L=512 d=64: the 10 x 64 float32 weights plus a few hundred bytes."""
+    _, _, model = graph("binary", 512)
+    proto = onnx.load_from_string(model)
+    sizes = {t.name: len(t.raw_data) for t in proto.graph.initializer}
+    assert sizes.pop("projection_weight_t") == 10 * 64 * 4
+    assert sum(sizes.values()) <= 200
+    assert len(proto.graph.node) <= 6
+    assert len(model) < 2560 + 1600  # includes the ~1.2 kB manifest in metadata_props
+
+
+def test_manifest_is_embedded_with_the_onnx_section():
+    config, _, model = graph("gray", 16)
+    manifest = read_manifest_prop(onnx.load_from_string(model))
+    assert manifest["scheme"] == "gray" and manifest["mode"] == "compute"
+    assert manifest["onnx"]["opset"] == 18
+    assert manifest["onnx"]["ir_version"] == onnx.load_from_string(model).ir_version <= 13
+    assert manifest["onnx"]["inputs"] == [{"name": "positions", "dtype": "int64",
+                                          "shape": ["N"]}]
+    assert manifest["onnx"]["outputs"] == [{"name": "pe", "dtype": "float32",
+                                           "shape": ["N", config.scheme.d_model]}]
+    assert json.loads(json.dumps(manifest)) == manifest
+
+
+def test_export_twice_is_byte_identical_and_sha256_matches(tmp_path):
+    from edgepe import api
+    from edgepe.checkpoint import sha256_file
+
+    paths = []
+    for name in ("a.onnx", "b.onnx"):
+        config = api.make_config("binary", 512, out=tmp_path / name)
+        result, report = api.export(config, verify=False)
+        assert report is None
+        paths.append(result.path)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    for path in paths:
+        manifest = json.loads((tmp_path / f"{path.name}.json").read_text())
+        assert manifest["sha256"] == sha256_file(path)
+        embedded = read_manifest_prop(onnx.load(str(path)))
+        assert {k: v for k, v in manifest.items() if k != "sha256"} == embedded
+
+
+def test_api_export_runs_the_quick_parity_check(tmp_path):
+    from edgepe import api
+
+    config = api.make_config("gray", 100, out=tmp_path / "g.onnx")
+    result, report = api.export(config)
+    assert report and "PASSED" in str(report) and "\n" not in str(report)
+    again, _ = api.export(config, verify=False)
+    assert again.unchanged
+
+
+def test_api_checkpoint_is_hashed(tmp_path):
+    import torch
+
+    from edgepe import api
+    from edgepe.checkpoint import sha256_file
+    from edgepe.errors import CheckpointError
+    from edgepe.schemes import build, resolve
+
+    module = build(resolve("binary", 64, 16), seed=7)
+    ckpt = tmp_path / "demo.pt"
+    torch.save(module.state_dict(), ckpt)
+    config = api.make_config("binary", 64, d_model=16, checkpoint=ckpt, out=tmp_path / "b.onnx")
+    assert config.checkpoint_sha256 == sha256_file(ckpt)
+    result, report = api.export(config)
+    assert report
+    weights = {t.name: t for t in onnx.load(str(result.path)).graph.initializer}
+    stored = onnx.numpy_helper.to_array(weights["projection_weight_t"])
+    np.testing.assert_array_equal(stored, module.projection.weight.detach().numpy().T)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        api.make_config("binary", 64, checkpoint=tmp_path / "missing.pt")
