@@ -1,0 +1,94 @@
+"""The audit of every bit-family compute graph, and the audit itself on graphs that must fail it.
+
+DESIGN.md: bit-family compute graphs use only Cast-to-unsigned, BitShift, BitwiseAnd/Xor (and
+shape plumbing) on the positions, then a single cast to float; no trig, no Exp, no table with a
+row per position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _export_helpers import BIT_FAMILY, INTEGER_FAMILY, graph, odd_width
+from onnx import TensorProto, helper
+
+from edgepe.audit import audit
+
+# What may touch position-derived integers before the float cast, per lowering.
+BITWISE_INTEGER_OPS = {"Cast", "Unsqueeze", "Gather", "BitShift", "BitwiseAnd", "BitwiseXor"}
+ARITH_INTEGER_OPS = {"Cast", "Unsqueeze", "Gather", "Mod", "Div", "Add"}
+# Where integers become floats: the hybrid schemes cast the position for their linear part too;
+# binary-smooth selects one of two constants per bit instead of casting.
+BOUNDARIES = {"hybrid-int-binary": ["Cast", "Cast"], "binary-gated": ["Cast", "Cast"],
+              "binary-smooth": ["Where"]}
+MAX_LEN = 100  # no width of these configurations is 100, so a [100, .] initializer is a table
+
+
+@pytest.mark.parametrize("width", ["default", "odd"])
+@pytest.mark.parametrize("lowering", ["bitwise", "arith"])
+@pytest.mark.parametrize("scheme", BIT_FAMILY)
+def test_bit_family_compute_graph_audit(scheme, lowering, width):
+    d, params = odd_width(scheme, MAX_LEN) if width == "odd" else (None, {})
+    config, _, model = graph(scheme, MAX_LEN, d, params=params, lowering=lowering)
+    proto = onnx.load_from_string(model)
+    a = audit(proto)
+    assert a.integer_only, a.violations
+    assert a.float_boundaries == BOUNDARIES.get(scheme, ["Cast"])
+    assert set(a.integer_ops) <= (BITWISE_INTEGER_OPS if lowering == "bitwise"
+                                  else ARITH_INTEGER_OPS)
+    assert a.bitwise == (lowering == "bitwise")
+    assert a.trig_free and not a.transcendental
+    assert a.tables == []
+    ops = {n.op_type for n in proto.graph.node}
+    forbidden = {"Sin", "Cos", "Exp"} | (set() if config.scheme.arity else {"Gather"})
+    assert not ops & forbidden
+    for init in proto.graph.initializer:
+        assert MAX_LEN not in list(init.dims), (init.name, list(init.dims))
+    casts = [n for n in proto.graph.node if n.op_type == "Cast"
+             and n.attribute[0].i in (TensorProto.UINT64,)]
+    assert len(casts) == (1 if lowering == "bitwise" else 0)  # to unsigned, once
+
+
+@pytest.mark.parametrize("scheme", INTEGER_FAMILY)
+def test_integer_family_graph_audit(scheme):
+    _, _, model = graph(scheme, MAX_LEN, 7)
+    a = audit(onnx.load_from_string(model))
+    assert a.integer_only and a.float_boundaries == ["Cast"] and a.trig_free and not a.tables
+    assert not a.bitwise
+
+
+def test_table_graph_is_reported_as_a_table():
+    config, _, model = graph("binary", MAX_LEN, 16, mode="table")
+    a = audit(onnx.load_from_string(model))
+    assert a.tables == [("table", [MAX_LEN, 16])]
+    assert not a.integer_only  # the floats come from a Gather of stored rows, not a cast
+
+
+def test_trig_graph_is_not_trig_free():
+    _, _, model = graph("sinusoidal", MAX_LEN, 8)
+    a = audit(onnx.load_from_string(model))
+    assert not a.trig_free and {"Sin", "Cos"} <= set(a.transcendental)
+
+
+def _model(nodes, out_type, inits=()):
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("positions", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("y", out_type, None)], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_audit_flags_floats_turned_back_into_integers():
+    m = _model([helper.make_node("Cast", ["positions"], ["f"], to=TensorProto.FLOAT),
+                helper.make_node("Floor", ["f"], ["g"]),
+                helper.make_node("Cast", ["g"], ["y"], to=TensorProto.INT64)], TensorProto.INT64)
+    a = audit(m)
+    assert not a.integer_only and "Cast turns floats back into integers" in a.violations
+
+
+def test_audit_flags_a_non_integer_op_on_positions():
+    m = _model([helper.make_node("Cast", ["positions"], ["u"], to=TensorProto.UINT64),
+                helper.make_node("TopK", ["u", "k"], ["y", "i"])], TensorProto.UINT64,
+               [onnx.numpy_helper.from_array(np.array([1], np.int64), "k")])
+    a = audit(m)
+    assert not a.integer_only and any("TopK" in v for v in a.violations)
