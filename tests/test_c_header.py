@@ -36,6 +36,10 @@ pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (gcc o
 # id -> (scheme, max_len, mode, dtype, quantize, extra ExportConfig fields)
 HEADERS = {
     "binary-compute": ("binary", 512, "compute", "float32", "none", {}),
+    "binary-compute-int8": ("binary", 512, "compute", "float32", "int8", {}),
+    "binary-compute-int8-tensor": (
+        "binary", 300, "compute", "float32", "int8", {"quant_granularity": "tensor"}
+    ),
     "binary-bits-compute": ("binary-bits", 100, "compute", "float32", "none", {}),
     "binary-signed-compute": ("binary-signed", 100, "compute", "float32", "none", {}),
     "binary-smooth-compute": ("binary-smooth", 100, "compute", "float32", "none", {}),
@@ -97,8 +101,11 @@ def test_header_matches_reference(exported, key, variant):
         got = run_c_header(path, manifest, pos, flag_variants()[variant])
         with torch.no_grad():
             ref = module.encode(torch.as_tensor(pos)).numpy()
-        rtol, atol = cfg.spec.tolerance
         assert got.dtype == np.float32 and got.shape == ref.shape
+        if config.quantize == "int8":
+            check_int8_projection(got, ref, pos, manifest, path.read_text())
+            return
+        rtol, atol = cfg.spec.tolerance
         # (0, 0) for the bit family: an exact comparison, -0.0 == 0.0 aside.
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
         return
@@ -116,6 +123,24 @@ def test_header_matches_reference(exported, key, variant):
         assert got.dtype == {"float32": np.float32, "uint8": np.uint8, "bit": np.uint8}[
             manifest["dtype"]
         ]
+
+
+def check_int8_projection(got, ref, pos, manifest, header_text):
+    """int8 ``binary``: exactly ``float32(sum of the active int8 rows) * scale`` (the ONNX int8
+    graph's arithmetic), within the manifest's proven bounds of the float reference."""
+    quant = manifest["quant"]
+    n = manifest["n_bits"]
+    array = r"int8_t edgepe_binary_weights\[.*?\] = \{(.*?)\};"
+    weights = re.search(array, header_text, re.S).group(1)
+    q = np.array(re.findall(r"-?\d+", weights), dtype=np.int32).reshape(n, -1)
+    bits = (pos[:, None] >> np.arange(n)) & 1
+    scale = np.asarray(quant["scale"], dtype=np.float32)
+    np.testing.assert_array_equal(got, (bits @ q).astype(np.float32) * scale)
+    in_range = (pos >= 0) & (pos < manifest["max_len"])
+    err = np.abs(got.astype(np.float64) - ref)
+    assert err[in_range].max() == pytest.approx(quant["max_abs_err"], abs=0)
+    assert err[in_range].max() <= quant["bound"]
+    assert err.max() <= quant["bound_all_positions"]  # wrapped positions: popcount up to n
 
 
 def test_table_header_anatomy(exported, tmp_path):
@@ -236,6 +261,7 @@ def test_a_warning_fails_the_check(exported, tmp_path):
         ("sinusoidal", "compute", {}, "no function for scheme 'sinusoidal'"),
         ("gray", "table", {"c_align": 3}, "power of two"),
         ("gray", "compute", {"dtype": "bit"}, "write float32"),
+        ("gray", "compute", {"quantize": "int8"}, "only for 'binary'"),
     ],
 )
 def test_refusals(tmp_path, scheme, mode, kw, message):

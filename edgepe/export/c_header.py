@@ -39,6 +39,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -132,10 +133,10 @@ def check_c_choices(config: ExportConfig) -> None:
             f"C compute functions write float32 (--dtype float32), got --dtype {config.dtype}; "
             "for a uint8 or bit table use --mode table"
         )
-    if config.quantize != "none":
+    if config.quantize != "none" and scheme != "binary":
         raise BadParameterError(
-            "--format c --mode compute has no int8 variant yet; use --format onnx --quantize int8 "
-            "(int8 projection), or --format c --mode table --quantize int8"
+            f"--quantize int8 applies to a C compute function only for 'binary' (its weights); "
+            f"'{scheme}' computes bits with no weights: use --mode table --quantize int8"
         )
 
 
@@ -292,21 +293,14 @@ def _compute_header(config: ExportConfig, module) -> Prepared:
     macro, base = n["macro"], n["base"]
     function = f"{base}_encode"
     d, nb = s.d_model, s.n_bits
-    weights = None
-    quant = None
-    if s.scheme == "binary":
-        # projection.weight is [d, n]; the header stores W^T [n][d]: row k = weights of bit k.
-        weights = module.projection.weight.detach().float().numpy().T.copy()
-        if config.quantize == "int8":
-            quant = _quantised_weights(config, weights)
-    symbol = None if weights is None else f"{base}_weights"
-    dtype = "int8" if quant is not None else "float32"
+    symbol = f"{base}_weights" if s.scheme == "binary" else None
+    weights, quant = (None, None) if symbol is None else _weights(config, module, symbol)
     manifest = {
         **base_manifest(config, [s.max_len, d], "float32"),
-        "quant": None if quant is None else quant.manifest(),
+        "quant": quant,
         "symbol": symbol,
         "symbol_shape": None if weights is None else [nb, d],
-        "symbol_dtype": None if weights is None else dtype,
+        "symbol_dtype": None if weights is None else str(weights.dtype),
         "accessor": None,
         "function": function,
         "macro_prefix": macro,
@@ -328,44 +322,54 @@ def _compute_header(config: ExportConfig, module) -> Prepared:
             "pos mod 2^n (two's complement).",
         ]
         if weights is not None:
-            lines.append(f"{symbol}: [{nb}][{d}] {dtype} projection, row k = weights of bit k.")
+            lines.append(
+                f"{symbol}: [{nb}][{d}] {weights.dtype} projection, row k = weights of bit k."
+            )
         f.write(_opening(config, f"{s.scheme} compute function", lines).encode())
         head = f"#define {macro}_D {d}\n#define {macro}_N_BITS {nb}\n"
         if arity is not None:
             head += f"#define {macro}_ARITY {arity}\n"
         f.write((head + "\n").encode())
-        if weights is not None:
-            f.write(_weights_block(config, macro, symbol, weights, quant).encode())
-        f.write(f"{signature}\n{{\n{_body(config, module, macro, symbol, quant)}}}\n".encode())
         digest, size = None, 0
         if weights is not None:
-            stored = quant.quantize(weights) if quant is not None else weights
-            data = np.ascontiguousarray(stored).tobytes()
+            f.write(_attribute(f"{macro}_ATTR", config.c_align).encode())
+            if quant is not None:
+                f.write(_quant_constants(macro, symbol, quant).encode())
+            ctype = C_TYPES[str(weights.dtype)]
+            f.write(
+                f"static {macro}_ATTR const {ctype} {symbol}[{macro}_N_BITS][{macro}_D] = {{\n"
+                f"{c_rows(c_literals(weights))}}};\n\n".encode()
+            )
+            data = np.ascontiguousarray(weights, weights.dtype.newbyteorder("<")).tobytes()
             digest, size = hashlib.sha256(data).hexdigest(), len(data)
+        f.write(f"{signature}\n{{\n{_body(config, module, macro, symbol, quant)}}}\n".encode())
         f.write(_closing(config, symbol, digest, size).encode())
 
     return Prepared(manifest, write)
 
 
-def _quantised_weights(config: ExportConfig, weights: np.ndarray):
-    """int8 weights ``[n][d]``, one scale per output column (``edgepe.quant.int8``)."""
-    from edgepe.quant.int8 import measure_table
+def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dict | None]:
+    """``binary``'s projection as stored: ``(W^T [n, d] float32, None)``, or with
+    ``--quantize int8`` ``(q [n, d] int8, quant section)``.
 
-    return measure_table(config.quant_granularity, lambda: iter([weights]))
+    The int8 projection is ``edgepe.quant``'s, the one the ONNX int8 graph holds (its builder
+    fills the manifest's ``quant``; the graph itself is dropped): same ``q``, same scales, same
+    arithmetic (exact int32 sum of the active rows, one float32 multiply by the column's scale),
+    so the proven bound and the measured error there are this function's too.
+    """
+    # projection.weight is [d, n] (Linear computes x W^T): the header stores W^T, row k = bit k.
+    weights = module.projection.weight.detach().float().numpy().T.astype(np.float32)
+    if config.quantize != "int8":
+        return weights, None
+    from edgepe.quant import quantize
+    from edgepe.quant.graphs import build_int8
 
-
-def _weights_block(config, macro: str, symbol: str, weights: np.ndarray, quant) -> str:
-    text = ""
-    if quant is not None:
-        text += _quant_constants(macro, symbol, quant.manifest())
-        cells = c_literals(quant.quantize(weights))
-        ctype = "int8_t"
-    else:
-        cells = c_literals(weights)
-        ctype = "float"
-    text += _attribute(f"{macro}_ATTR", config.c_align)
-    text += f"static {macro}_ATTR const {ctype} {symbol}[{macro}_N_BITS][{macro}_D] = {{\n"
-    return text + c_rows(cells) + "};\n\n"
+    onnx_config = replace(config, format="onnx")
+    section = {**base_manifest(onnx_config, [config.scheme.max_len, config.scheme.d_model],
+                               "float32")}
+    build_int8(onnx_config, module, section)
+    quant = {**section["quant"], "tensor": symbol, "scale_tensor": f"{symbol}_scale"}
+    return quantize(weights, np.asarray(quant["scale"], dtype=np.float32)), quant
 
 
 def _body(config: ExportConfig, module, macro: str, symbol: str | None, quant) -> str:
@@ -436,7 +440,7 @@ def _body(config: ExportConfig, module, macro: str, symbol: str | None, quant) -
             f"            for (j = 0; j < {macro}_D; ++j) out[j] += {symbol}[k][j];\n"
             "        }\n    }\n"
         )
-    scale = "j" if quant.granularity == "channel" else "0"
+    scale = "j" if quant["axis"] is not None else "0"
     return (
         "    const uint64_t u = (uint64_t)pos;\n    uint32_t j, k;\n"
         f"    for (j = 0; j < {macro}_D; ++j) {{\n"
