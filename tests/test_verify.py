@@ -1,0 +1,315 @@
+"""``edgepe verify`` and ``edgepe.verify``: passing artifacts, broken ones, bad input, the report.
+
+Negative tests change a real artifact the way a bad build or a bad copy would (an edited weight
+with a re-signed manifest, a truncated file, a foreign file, no manifest, a stale sha256) and
+check the verdict, the exit code and that the report says where.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from typer.testing import CliRunner
+
+from edgepe.checkpoint import sha256_file
+from edgepe.cli import app
+from edgepe.export import ExportConfig, export
+from edgepe.export.artifact import manifest_path
+from edgepe.schemes import resolve
+from edgepe.verify import Report, Tolerance, verify_artifact
+from edgepe.verify import sweep as sweep_module
+from edgepe.verify.compare import Comparison
+from edgepe.verify.runtimes import placement_from_trace, resolve_runtimes
+
+runner = CliRunner()
+
+
+def _export(tmp_path, scheme, max_len, name, **kw):
+    sizes = {k: kw.pop(k) for k in ("d_model", "heads", "params") if k in kw}
+    out = tmp_path / name
+    export(ExportConfig(scheme=resolve(scheme, max_len, **sizes), out=out, **kw))
+    return out
+
+
+def _resign(path) -> None:
+    """Put the file's current sha256 in its manifest (what a careless re-export would do)."""
+    mpath = manifest_path(path)
+    manifest = json.loads(mpath.read_text())
+    manifest["sha256"] = sha256_file(path)
+    mpath.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+
+@pytest.fixture(scope="module")
+def binary_onnx(tmp_path_factory):
+    return _export(tmp_path_factory.mktemp("binary"), "binary", 37, "binary.onnx", d_model=12)
+
+
+def test_a_good_graph_passes_on_cpu_and_ref_with_a_one_line_report(binary_onnx):
+    report = verify_artifact(binary_onnx)
+    assert isinstance(report, Report) and report and report.passed
+    assert [r.runtime for r in report.results] == ["cpu", "ref"]
+    for r in report.results:
+        # every position 0..36 plus the extrapolation probe, 12 columns each
+        assert r.positions > 37 and r.elements == 12 * r.positions
+        assert r.mismatches == 0 and r.max_abs_err <= 1e-6
+    line = str(report)
+    assert "\n" not in line and "PASSED" in line and "cpu ok" in line and "ref ok" in line
+
+
+def test_the_cpu_placement_audit_reads_the_profiler(binary_onnx):
+    report = verify_artifact(binary_onnx, providers=["cpu"])
+    placement = report.results[0].placement
+    graph = onnx.load(binary_onnx).graph
+    ops = {n.op_type for n in graph.node}
+    assert set(placement) == {"CPUExecutionProvider"}
+    # every op type of the graph ran (onnxruntime may fuse or fold a few nodes, never add kinds)
+    assert set(placement["CPUExecutionProvider"]) <= ops
+    assert {"BitShift", "BitwiseAnd"} <= set(placement["CPUExecutionProvider"])
+
+
+def test_placement_from_a_trace_counts_nodes_per_provider():
+    events = [
+        {"cat": "Session", "name": "model_run", "args": {}},
+        {"cat": "Node", "name": "shift_kernel_time",
+         "args": {"op_name": "BitShift", "provider": "CPUExecutionProvider"}},
+        {"cat": "Node", "name": "and_kernel_time",
+         "args": {"op_name": "BitwiseAnd", "provider": "CPUExecutionProvider"}},
+        {"cat": "Node", "name": "matmul_kernel_time",
+         "args": {"op_name": "MatMul", "provider": "CUDAExecutionProvider"}},
+        {"cat": "Node", "name": "matmul_fence_before", "args": {"op_name": "MatMul"}},
+    ]
+    assert placement_from_trace(events) == {
+        "CPUExecutionProvider": {"BitShift": 1, "BitwiseAnd": 1},
+        "CUDAExecutionProvider": {"MatMul": 1},
+    }
+
+
+def test_strict_placement_fails_a_gpu_run_with_cpu_nodes_and_names_the_lowering():
+    from edgepe.verify import _audit_placement
+    from edgepe.verify.compare import CompareResult
+
+    placement = {"CPUExecutionProvider": {"BitShift": 2, "BitwiseAnd": 2},
+                 "CUDAExecutionProvider": {"MatMul": 1}}
+    lenient = CompareResult("cuda", Tolerance(), elements=1, positions=1)
+    _audit_placement(lenient, placement, strict=False)
+    assert lenient.passed and "4 of 5 nodes ran on the CPU" in lenient.placement_note
+    assert "--lowering arith" in lenient.placement_note
+    strict = CompareResult("cuda", Tolerance(), elements=1, positions=1)
+    _audit_placement(strict, placement, strict=True)
+    assert not strict.passed and "--lowering arith" in strict.placement_error
+    on_cpu = CompareResult("cpu", Tolerance(), elements=1, positions=1)
+    _audit_placement(on_cpu, {"CPUExecutionProvider": {"BitShift": 2}}, strict=True)
+    assert on_cpu.passed  # the CPU provider running nodes on the CPU is not a fallback
+
+
+def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, binary_onnx):
+    path = tmp_path / "tampered.onnx"
+    shutil.copy(binary_onnx, path)
+    shutil.copy(manifest_path(binary_onnx), manifest_path(path))
+    model = onnx.load(path)
+    weights = [t for t in model.graph.initializer if numpy_helper.to_array(t).shape == (6, 12)]
+    assert len(weights) == 1, [t.name for t in model.graph.initializer]
+    w = numpy_helper.to_array(weights[0]).copy()
+    w[3, 5] += 0.25  # bit 3's weight for column 5
+    weights[0].CopyFrom(numpy_helper.from_array(w, weights[0].name))
+    onnx.save(model, path)
+    _resign(path)
+
+    report = verify_artifact(path, providers=["cpu"])
+    assert not report and report.sha256_ok
+    r = report.results[0]
+    # positions 0..36 with bit 3 set: 8..15, 24..31 (16 of them), column 5 each, plus the probe
+    assert r.mismatches >= 16
+    assert all(m.where.endswith("column 5") for m in r.first_mismatches)
+    first = [int(m.where.split()[1]) for m in r.first_mismatches]
+    assert first[:8] == list(range(8, 16))
+    assert r.max_abs_err == pytest.approx(0.25, abs=1e-6)
+
+    json_file = tmp_path / "report.json"
+    result = runner.invoke(app, ["verify", str(path), "--providers", "cpu", "--json",
+                                 str(json_file)])
+    assert result.exit_code == 1, result.output
+    assert "position 8 column 5" in result.output
+    data = json.loads(json_file.read_text())
+    assert data["passed"] is False
+    assert data["results"][0]["runtime"] == "cpu" and data["results"][0]["passed"] is False
+    assert data["results"][0]["max_abs_err"] == pytest.approx(0.25, abs=1e-6)
+
+
+def test_a_changed_table_entry_is_located_by_row_and_column(tmp_path):
+    path = _export(tmp_path, "sinusoidal", 37, "s.npy", mode="table", format="npy", d_model=8)
+    table = np.load(path)
+    table[20, 3] += 1e-3
+    np.save(path, table)
+    _resign(path)
+    report = verify_artifact(path)
+    assert not report
+    assert [str(m.where) for m in report.results[0].first_mismatches] == ["row 20 column 3"]
+    assert report.results[0].mismatches == 1
+
+
+def test_a_sha256_mismatch_is_its_own_failure_exit_1(tmp_path, binary_onnx):
+    path = tmp_path / "b.onnx"
+    shutil.copy(binary_onnx, path)
+    manifest = json.loads(manifest_path(binary_onnx).read_text())
+    manifest["sha256"] = "0" * 64
+    manifest_path(path).write_text(json.dumps(manifest))
+    report = verify_artifact(path, providers=["cpu"])
+    assert not report.sha256_ok and not report
+    assert all(report.results)  # parity itself is fine: only the hash is wrong
+    assert "sha256" in str(report)
+    result = runner.invoke(app, ["verify", str(path), "--providers", "cpu"])
+    assert result.exit_code == 1
+    assert "sha256" in result.output
+
+
+@pytest.mark.parametrize("case", ["truncated", "not-onnx", "no-manifest", "truncated-npy",
+                                  "short-bin", "unknown-runtime", "runtime-for-other-format"])
+def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
+    path = tmp_path / "a.onnx"
+    shutil.copy(binary_onnx, path)
+    shutil.copy(manifest_path(binary_onnx), manifest_path(path))
+    args = ["verify", str(path)]
+    if case == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif case == "not-onnx":
+        path.write_bytes(b"this is a text file, not a graph\n" * 10)
+    elif case == "no-manifest":
+        manifest_path(path).unlink()
+    elif case in ("truncated-npy", "short-bin"):
+        fmt = "npy" if case == "truncated-npy" else "bin"
+        path = _export(tmp_path, "gray", 37, f"g.{fmt}", mode="table", format=fmt)
+        path.write_bytes(path.read_bytes()[:-5])
+        args = ["verify", str(path)]
+    elif case == "unknown-runtime":
+        args += ["--providers", "cpu,tpu"]
+    else:
+        args += ["--providers", "c"]
+    json_file = tmp_path / "report.json"
+    result = runner.invoke(app, [*args, "--json", str(json_file)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    assert not json_file.exists()
+    expected = {"truncated": "not a valid ONNX model", "not-onnx": "not a valid ONNX model",
+                "no-manifest": "no manifest", "truncated-npy": "npy",
+                "short-bin": "bytes", "unknown-runtime": "available: cpu, ref",
+                "runtime-for-other-format": "available: cpu, ref"}[case]
+    assert expected in lines[0]
+
+
+def test_provider_names_are_forgiving_and_unknown_ones_list_what_exists():
+    assert resolve_runtimes(["CPU", "cpuexecutionprovider", "Ref", " ref "], "onnx") == [
+        "cpu", "ref"]
+    assert resolve_runtimes(["file"], "npy") == ["file"]
+    assert resolve_runtimes(["C"], "c") == ["c"]
+    from edgepe.errors import BadParameterError
+
+    if "CUDAExecutionProvider" in _ort():
+        assert resolve_runtimes(["CUDA", "cpu"], "onnx") == ["cuda", "cpu"]
+    else:
+        with pytest.raises(BadParameterError, match="'CUDA' is not available.*available: cpu"):
+            resolve_runtimes(["CUDA"], "onnx")
+    with pytest.raises(BadParameterError, match="'tpu' is not available.*available: cpu"):
+        resolve_runtimes(["tpu"], "onnx")
+    with pytest.raises(BadParameterError, match="available: file"):
+        resolve_runtimes(["cpu"], "npy")
+
+
+def _ort() -> list[str]:
+    import onnxruntime as ort
+
+    return ort.get_available_providers()
+
+
+def test_tables_and_c_headers_verify_on_their_own_runtimes(tmp_path):
+    for fmt, dtype, runtime in (("npy", "bit", "file"), ("bin", "uint8", "file"),
+                                ("bin", "bit", "file"), ("c", "bit", "c"), ("c", "uint8", "c")):
+        path = _export(tmp_path, "gray", 37, f"g-{dtype}.{fmt}", mode="table", format=fmt,
+                       dtype=dtype)
+        report = verify_artifact(path)
+        assert report, str(report)
+        assert [r.runtime for r in report.results] == [runtime]
+        assert report.results[0].tolerance.exact
+        assert report.results[0].elements == 37 * 6
+
+
+def test_quick_checks_the_first_4096_positions_on_cpu_only(tmp_path):
+    path = _export(tmp_path, "gray", 5000, "g.onnx")
+    full = verify_artifact(path, providers=["cpu"])
+    quick = verify_artifact(path, quick=True)
+    assert [r.runtime for r in quick.results] == ["cpu"]
+    probe = quick.results[0].positions - 4096
+    assert 0 < probe <= 64
+    assert full.results[0].positions > 5000
+    assert quick and full
+
+
+def test_chunks_bound_memory_and_give_the_same_result(tmp_path, monkeypatch):
+    path = _export(tmp_path, "sinusoidal", 300, "s.onnx", d_model=16)
+    whole = verify_artifact(path, providers=["cpu"]).results[0]
+    seen = []
+    original = sweep_module._pe_chunk
+
+    def spy(ref, positions, col, probe=False):
+        seen.append(len(positions))
+        return original(ref, positions, col, probe)
+
+    monkeypatch.setattr(sweep_module, "CHUNK_ELEMENTS", 16 * 64)
+    monkeypatch.setattr(sweep_module, "_pe_chunk", spy)
+    chunked = verify_artifact(path, providers=["cpu"]).results[0]
+    assert max(seen[:-1]) == 64 and len(seen) == 1 + -(-300 // 64)  # 5 chunks + the probe
+    assert chunked.elements == whole.elements and chunked.max_abs_err == whole.max_abs_err
+    assert chunked.mean_abs_err == pytest.approx(whole.mean_abs_err, rel=1e-12)
+
+
+def test_bias_graphs_cover_the_query_key_grid_and_name_head_query_key(tmp_path):
+    path = _export(tmp_path, "alibi", 20, "a.onnx", heads=4)
+    report = verify_artifact(path)
+    assert report, str(report)
+    grid = 20 * 20
+    assert report.results[0].positions > grid  # the grid plus the probes
+    assert report.results[0].elements == 4 * report.results[0].positions
+
+
+def test_compare_counts_nan_and_shape_mismatches_without_raising():
+    c = Comparison("x", Tolerance(0.0, 1e-3))
+    c.update(np.array([[1.0, np.nan, 3.0]]), np.array([[1.0005, 2.0, np.nan]]),
+             lambda i: f"at {i}", 1)
+    c.update(np.zeros((2, 2)), np.zeros((2, 3)), lambda i: "", 2)
+    r = c.finish()
+    assert not r and r.mismatches == 2 + 6
+    assert [m.where for m in r.first_mismatches][:2] == ["at (0, 1)", "at (0, 2)"]
+    exact = Comparison("y", Tolerance())
+    exact.update(np.array([1.0, np.inf]), np.array([1.0, np.inf]), str, 2)
+    assert exact.finish()
+
+
+def test_the_json_report_follows_the_contract(tmp_path, binary_onnx):
+    json_file = tmp_path / "r.json"
+    result = runner.invoke(app, ["verify", str(binary_onnx), "--json", str(json_file)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(json_file.read_text())
+    assert data["passed"] is True
+    assert [r["runtime"] for r in data["results"]] == ["cpu", "ref"]
+    for r in data["results"]:
+        assert isinstance(r["max_abs_err"], float) and r["passed"] is True
+    assert data["sha256"]["passed"] is True
+
+
+def test_the_cli_runs_as_a_real_subprocess(tmp_path, binary_onnx, edgepe_exe):
+    done = subprocess.run([edgepe_exe, "verify", str(binary_onnx), "--providers", "cpu"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cpu" in done.stdout and "PASS" in done.stdout
+    missing = subprocess.run([edgepe_exe, "verify", str(tmp_path / "nothing.onnx")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
