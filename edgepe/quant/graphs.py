@@ -29,9 +29,10 @@ reference itself rounds its dot product (``<= gamma_n sum_{k in A} |W_kj|``,
 
     |out_j - ref_j| <= P s_j (1/2 + 127 u + 127 (1 + u) gamma_n)
 
-and the manifest's ``bound`` takes ``P = max popcount over positions 0 .. L-1`` (``<= n - 1``,
-since ``2^n - 1 >= L``), per channel, maxed over channels: below the theoretical ``n s_j / 2``.
-Positions outside ``0 .. L-1`` wrap to ``pos mod 2^n`` and are covered by ``P <= n``.
+The manifest's ``bound`` (per channel in ``bound_per_channel``, the worst channel in ``bound``)
+takes ``P = n``: every int64 position wraps to ``pos mod 2^n``, so it holds wherever the graph
+is defined; ``bound_in_range`` takes ``P = max popcount over positions 0 .. L-1`` (``<= n - 1``,
+since ``2^n - 1 >= L``), strictly below the theoretical ``n s_j / 2``.
 
 Why not ``onnxruntime.quantization``: ``quantize_static`` needs a float-input graph and a
 calibration reader and quantises the activation (here the 0/1 bits) with a calibrated float scale
@@ -53,7 +54,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs import builder
 from edgepe.export.graphs._common import Graph, make_model, output, positions_input
-from edgepe.export.table_values import iter_table, table_shape
+from edgepe.export.table_values import CHUNK_ROWS, iter_table, table_rows, table_shape
 from edgepe.quant.int8 import (
     QMAX,
     U32,
@@ -68,8 +69,11 @@ from edgepe.quant.int8 import (
 
 # Schemes whose compute graph is ``bits @ M`` (M the module's buffer): int8 MatMulInteger.
 PROJECTIONS = {"binary": "projection", "fourier-binary": "basis"}
-# QuantizeLinear/DequantizeLinear with ``axis`` (per-axis scales) exist from opset 13.
-QDQ_OPSET = 13
+# QuantizeLinear/DequantizeLinear take ``axis`` from opset 13, but onnx's reference evaluator
+# (a verification runtime) implements them from 19 on: int8 graphs are written at opset >= 19.
+QDQ_OPSET = 19
+# Outputs within +-1 at every position (see ``_output_range``).
+UNIT_RANGE = ("sinusoidal", "rope", "sinusoidal-learned")
 # The quant fields a graph carries in its own metadata (the rest is in the sidecar JSON).
 EMBEDDED_QUANT = ("granularity", "zero_point", "axis", "max_abs_err", "bound", "tensor",
                   "scale_tensor")
@@ -205,20 +209,21 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     p = max_popcount(s.max_len)
     gamma = n * U32 / (1 - n * U32)
     per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + QMAX * (1 + U32) * gamma)
-    bound = np.where(peak > 0, p * per_bit, 0.0)
+    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
     manifest["quant"] = quant_section(
         config.quant_granularity, scale, axis=1,
         max_abs_err=_replay_projection(config, module, q, scale),
-        bound=bound,
-        bound_why=f"sum over the active bits of half a step: popcount <= {p} over positions "
-        f"0..{s.max_len - 1} (<= n = {n}), times s_j (1/2 + 127u + 127(1+u) gamma_n) for the "
-        "final float32 Mul and the float32 reference's own dot product (u = 2^-24)",
+        bound=n * per_bit,
+        bound_why=f"sum over the active bits of half a step, s_j (1/2 + 127u + 127(1+u) "
+        "gamma_n) a bit with the float32 dequantise and the float32 reference's own dot product "
+        f"(u = 2^-24): at most n = {n} active bits at any position (they wrap mod 2^n), at most "
+        f"{p} at positions 0..{s.max_len - 1} (bound_in_range)",
         measured_over=f"every position 0..{s.max_len - 1}, replaying the integer arithmetic",
         float32_bytes=4 * weight.size,
         int8_bytes=weight.size + 4 * scale.size,
         tensor="weight_int8",
         scale_tensor="weight_scale",
-        bound_all_positions=float((n * per_bit * (peak > 0)).max()),
+        bound_in_range=float((p * per_bit).max()),
         max_popcount=p,
         bytes_of="projection weights",
     )
@@ -248,24 +253,82 @@ def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.nd
     return err
 
 
+def _output_range(config: ExportConfig, module) -> tuple[np.ndarray | None, str]:
+    """The per-channel peak the output's scale must cover, and the out-of-range policy.
+
+    - outputs within +-1 at every position (sin/cos; sinusoidal-learned's residual is zero
+      outside the table): ``max(in-range peak, 1)``, extrapolation kept;
+    - bit schemes that wrap (``pos mod 2^n``): the peak over all ``2^n <= 2 L`` bit patterns,
+      which are every position's values;
+    - the rest grow without bound outside the table (``pos / (L - 1)``, distances): no int8
+      scale covers them, so the int8 graph clamps positions to ``[0, L - 1]`` as tables do.
+    """
+    s = config.scheme
+    peak = absmax(iter_table(s, module), "channel")
+    if s.scheme in UNIT_RANGE:
+        return np.maximum(peak, 1.0), s.spec.oob
+    if s.spec.oob == "wrap":
+        stop = 1 << s.n_bits
+        rows = (table_rows(s, module, a, min(a + CHUNK_ROWS, stop))
+                for a in range(0, stop, CHUNK_ROWS))
+        return absmax(rows, "channel"), "wrap"
+    return peak, "clamp"
+
+
+def _clamp_inputs(config: ExportConfig, graph: onnx.GraphProto) -> tuple[list, list]:
+    """Nodes clamping every int64 input to ``[0, L - 1]``, and the renamed graph nodes.
+
+    Less/Greater + Where, not Clip/Min/Max: onnxruntime's CPU Clip, Min and Max return wrong
+    int64 results for values in ``[2^31, 2^32)`` (an Eigen SSE2 bug, microsoft/onnxruntime
+    PR #25280; measured here: Min(2^31, 511) = 2^31).
+    """
+    hi = config.scheme.max_len - 1
+    bounds = [numpy_helper.from_array(np.array(0, np.int64), "clamp_low"),
+              numpy_helper.from_array(np.array(hi, np.int64), "clamp_high")]
+    front, renamed = [], {}
+    for value in graph.input:
+        x = value.name
+        renamed[x] = f"{x}_clamped"
+        front += [
+            helper.make_node("Less", [x, "clamp_low"], [f"{x}_below"], name=f"{x}_below"),
+            helper.make_node("Where", [f"{x}_below", "clamp_low", x], [f"{x}_raised"],
+                             name=f"{x}_raise"),
+            helper.make_node("Greater", [f"{x}_raised", "clamp_high"], [f"{x}_above"],
+                             name=f"{x}_above"),
+            helper.make_node("Where", [f"{x}_above", "clamp_high", f"{x}_raised"],
+                             [renamed[x]], name=f"{x}_lower"),
+        ]
+    nodes = []
+    for node in graph.node:
+        node = onnx.NodeProto.FromString(node.SerializeToString())
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+        nodes.append(node)
+    return front + nodes, bounds
+
+
 def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
     """The float graph, its output through QuantizeLinear -> int8 -> DequantizeLinear."""
     spec = config.scheme.spec
+    per_channel = config.quant_granularity == "channel"
+    peak, policy = _output_range(config, module)
+    peak = peak if per_channel else np.array([peak.max()])
     tq: TableQuant = measure_table(config.quant_granularity,
-                                   lambda: iter_table(config.scheme, module))
+                                   lambda: iter_table(config.scheme, module), peak)
     float_model = _float_model(config, module, manifest)
     graph = float_model.graph
     if len(graph.output) != 1:
         raise RuntimeError(f"{config.scheme.scheme}: expected one graph output")  # builder change
     out = graph.output[0].name
-    per_channel = config.quant_granularity == "channel"
+    nodes, initializers = list(graph.node), list(graph.initializer)
+    if policy == "clamp":
+        nodes, bounds = _clamp_inputs(config, graph)
+        initializers += bounds
+        manifest["positions"] = {**manifest["positions"], "out_of_range": "clamp",
+                                 "limit": None}
     scale = tq.scale if per_channel else tq.scale.reshape(())
     axis = 0 if spec.kind == "bias" else 1  # the channel axis of [H, N, M] / [N, D]
-    nodes = []
-    for node in graph.node:
-        node = onnx.NodeProto.FromString(node.SerializeToString())
+    for node in nodes:
         node.output[:] = [f"{out}_float32" if o == out else o for o in node.output]
-        nodes.append(node)
     attrs = {"axis": axis} if per_channel else {}
     nodes += [
         helper.make_node("QuantizeLinear", [f"{out}_float32", "out_scale", "out_zero_point"],
@@ -273,7 +336,7 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
         helper.make_node("DequantizeLinear", [f"{out}_int8", "out_scale", "out_zero_point"],
                          [out], name="dequantize_out", **attrs),
     ]
-    initializers = list(graph.initializer) + [
+    initializers += [
         numpy_helper.from_array(scale.astype(np.float32), "out_scale"),
         numpy_helper.from_array(_zero_points(scale, per_channel), "out_zero_point"),
     ]
@@ -282,19 +345,20 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
     # Q rounds x/s in float32 (a division or a reciprocal multiply: <= 2 roundings of <= 128 in
     # q units), DQ rounds s q once (<= 127 u s): s (1/2 + 256 u + 127 u) = s (1/2 + 383 u).
     bound = np.where(tq.peak > 0, s64 * (0.5 + 383 * U32), 0.0) + atol + rtol * tq.peak
-    width = tq.cols
+    where = {"clamp": "every position (the graph clamps positions to the table, as tables do)",
+             "wrap": "every position (the scale covers all 2^n bit patterns)"}.get(
+        policy, "every position (the scale covers +-1, the range of sin/cos)")
     manifest["quant"] = quant_section(
         config.quant_granularity, tq.scale, axis=axis,
         max_abs_err=tq.max_abs_err,
         bound=bound,
-        bound_why="half a step of the output's static scale (max|x|/127 over the in-range "
-        "table), plus the float graph's tolerance atol + rtol |x| (spec.tolerance), plus the "
-        "float32 roundings of QuantizeLinear and DequantizeLinear (<= 383 u s, u = 2^-24); "
-        "holds for in-range positions (out-of-range values saturate at +-127 steps)",
+        bound_why="half a step of the output's static scale, plus the float graph's tolerance "
+        "atol + rtol |x| (spec.tolerance), plus the float32 roundings of QuantizeLinear and "
+        f"DequantizeLinear (<= 383 u s, u = 2^-24); holds for {where}",
         measured_over=f"every row of the in-range [{tq.rows}, {tq.cols}] table, quantising "
         "the reference values as the graph's Q/DQ does",
-        float32_bytes=4 * width,
-        int8_bytes=width,
+        float32_bytes=4 * tq.cols,
+        int8_bytes=tq.cols,
         tensor=f"{out}_int8",
         scale_tensor="out_scale",
         bytes_of="one output row (the int8 tensor the device receives)",

@@ -162,17 +162,19 @@ class TableQuant:
         return section
 
 
-def measure_table(granularity: str, chunks_twice) -> TableQuant:
+def measure_table(granularity: str, chunks_twice, peak: np.ndarray | None = None) -> TableQuant:
     """Two passes over a table: ``chunks_twice()`` returns a fresh iterator of float32 chunks.
 
-    Pass 1 finds the scales, pass 2 quantises every row and measures the error as a runtime
+    Pass 1 finds the scales (``max|x|`` per column, or the ``peak`` given: a range known to
+    cover more than these rows), pass 2 quantises every row and measures the error as a runtime
     dequantises (float32).
     """
     if granularity not in GRANULARITIES:
         raise BadParameterError(
             f"--quant-granularity {granularity!r} is not one of: {', '.join(GRANULARITIES)}"
         )
-    peak = absmax(chunks_twice(), granularity)
+    if peak is None:
+        peak = absmax(chunks_twice(), granularity)
     scale = scales(peak)
     err, rows, cols = 0.0, 0, 0
     for chunk in chunks_twice():

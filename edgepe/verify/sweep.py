@@ -125,7 +125,8 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
     if "x" in inputs:
         yield from _apply_chunks(config, module, manifest, quick)
         return
-    table = manifest["mode"] == "table"
+    # Tables clamp; so do int8 compute graphs of unbounded schemes (manifest positions policy).
+    table = manifest["mode"] == "table" or manifest["positions"]["out_of_range"] == "clamp"
     ref = _reference(config, module, table)
     length = config.max_len
     stop = min(length, QUICK_POSITIONS) if quick else length
