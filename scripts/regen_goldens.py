@@ -1,0 +1,77 @@
+"""Regenerate the golden ONNX graphs in tests/goldens/ (compared byte for byte by the tests).
+
+    .venv/bin/python scripts/regen_goldens.py          # rewrite every golden
+    .venv/bin/python scripts/regen_goldens.py --check  # exit 1 if any differs (what CI runs)
+
+Run it after a deliberate change to a graph builder, the manifest or edgepe's version, and review
+the diff with ``edgepe inspect tests/goldens/NAME.onnx``. ``GOLDENS`` is the list the tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "tests" / "goldens"
+
+# name -> (scheme, max_len, d_model, heads, params, options): small on purpose (a few kB each).
+GOLDENS = {
+    "binary-L8-d4-seed0": ("binary", 8, 4, None, {}, {}),
+    "binary-bits-L8-arith": ("binary-bits", 8, None, None, {}, {"lowering": "arith"}),
+    "gray-L16": ("gray", 16, None, None, {}, {}),
+    "binary-smooth-L6": ("binary-smooth", 6, None, None, {"c": "3"}, {}),
+    "binary-2d-L4-uint8": ("binary-2d", 4, None, None, {}, {"dtype": "uint8"}),
+    "integer-norm-L10-d4": ("integer-norm", 10, 4, None, {}, {}),
+    "learned-table-L5-d3": ("learned", 5, 3, None, {}, {"mode": "table"}),
+    "alibi-table-L4-h2": ("alibi", 4, None, 2, {}, {"mode": "table"}),
+    "hierarchical-table-L4": ("hierarchical", 4, None, None, {"widths": "2,1"},
+                              {"mode": "table"}),
+    "sinusoidal-L8-d4": ("sinusoidal", 8, 4, None, {}, {}),
+    "sinusoidal-learned-L4-d4": ("sinusoidal-learned", 4, 4, None, {}, {}),
+    "rope-L8-d4": ("rope", 8, 4, None, {}, {}),
+    "alibi-L4-h2": ("alibi", 4, None, 2, {}, {}),
+    "gaussian-L4": ("gaussian", 4, None, None, {"sigma": "2"}, {}),
+}
+
+
+def golden_bytes(name: str) -> bytes:
+    """The ONNX bytes edgepe exports today for golden ``name`` (in memory, seed 0)."""
+    from edgepe import api
+    from edgepe.export import prepare
+
+    scheme, max_len, d_model, heads, params, options = GOLDENS[name]
+    config = api.make_config(scheme, max_len, d_model=d_model, heads=heads, params=params,
+                             **options)
+    buffer = io.BytesIO()
+    prepare(config).write(buffer)
+    return buffer.getvalue()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 on a diff")
+    args = parser.parse_args()
+    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    differ = []
+    for name in GOLDENS:
+        path = GOLDEN_DIR / f"{name}.onnx"
+        data = golden_bytes(name)
+        if path.exists() and path.read_bytes() == data:
+            continue
+        differ.append(name)
+        if not args.check:
+            path.write_bytes(data)
+    stale = sorted(p.stem for p in GOLDEN_DIR.glob("*.onnx") if p.stem not in GOLDENS)
+    for name in stale:
+        if not args.check:
+            (GOLDEN_DIR / f"{name}.onnx").unlink()
+    verb = "differ" if args.check else "rewritten"
+    print(f"{len(GOLDENS)} goldens, {len(differ)} {verb}: {', '.join(differ) or '-'}; "
+          f"stale: {', '.join(stale) or '-'}")
+    return 1 if args.check and (differ or stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

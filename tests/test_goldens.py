@@ -1,0 +1,82 @@
+"""Golden graphs, byte for byte, and the completeness of the exporter (STYLE 9 c, d).
+
+A golden differing means the bytes edgepe exports changed: if that was deliberate, run
+``.venv/bin/python scripts/regen_goldens.py`` and review ``edgepe inspect`` of the new file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from _export_helpers import BIT_FAMILY, INTEGER_FAMILY, assert_parity, feeds_for, reference
+
+from edgepe.export.graphs import COMPUTE, builder
+from edgepe.export.graphs._common import read_manifest_prop
+from edgepe.schemes import build, get_spec, scheme_ids
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regen_goldens.py"
+_spec = importlib.util.spec_from_file_location("regen_goldens", SCRIPT)
+regen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(regen)
+
+# (scheme, mode) pairs whose parity test_export_onnx.py checks over a grid of sizes.
+PARITY_CASES = {(s, "compute") for s in BIT_FAMILY + INTEGER_FAMILY} | {
+    (s, "table") for s in scheme_ids()
+}
+
+
+@pytest.mark.parametrize("name", sorted(regen.GOLDENS))
+def test_golden_bytes(name):
+    path = regen.GOLDEN_DIR / f"{name}.onnx"
+    assert path.is_file(), f"missing golden {path}: run scripts/regen_goldens.py"
+    assert regen.golden_bytes(name) == path.read_bytes(), (
+        f"{name}: exported bytes differ from the golden; if deliberate, run "
+        "scripts/regen_goldens.py"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(regen.GOLDENS))
+def test_golden_runs_and_matches_its_reference(name):
+    """A golden is a working artifact: its stored graph equals the reference it names."""
+    from _export_helpers import run_ort
+
+    from edgepe import api
+
+    model_bytes = (regen.GOLDEN_DIR / f"{name}.onnx").read_bytes()
+    manifest = read_manifest_prop(onnx.load_from_string(model_bytes))
+    scheme, max_len, d_model, heads, params, options = regen.GOLDENS[name]
+    config = api.make_config(scheme, max_len, d_model=d_model, heads=heads, params=params,
+                             **options)
+    assert manifest["inputs"] == json.loads(json.dumps(config.inputs()))
+    module = build(config.scheme, seed=config.seed)
+    feeds = feeds_for(config)
+    got = run_ort(model_bytes, feeds)
+    assert_parity(config, got, reference(config, module, feeds))
+    assert np.isfinite(got.astype(np.float32)).all()
+
+
+def test_every_scheme_has_a_builder_and_a_test_for_each_mode():
+    goldens = {
+        (scheme, options.get("mode", get_spec(scheme).default_mode))
+        for scheme, _, _, _, _, options in regen.GOLDENS.values()
+    }
+    for scheme in scheme_ids():
+        spec = get_spec(scheme)
+        assert ("compute" in spec.modes) == (scheme in COMPUTE), scheme
+        for mode in spec.modes:
+            assert callable(builder(scheme, mode)), (scheme, mode)
+            assert (scheme, mode) in goldens | PARITY_CASES, f"untested: {scheme} {mode}"
+
+
+def test_goldens_are_small_and_cover_both_lowerings_and_dtypes():
+    sizes = {p.stem: p.stat().st_size for p in regen.GOLDEN_DIR.glob("*.onnx")}
+    assert set(sizes) == set(regen.GOLDENS)
+    assert max(sizes.values()) < 4096
+    options = [o for *_, o in regen.GOLDENS.values()]
+    assert any(o.get("lowering") == "arith" for o in options)
+    assert any(o.get("dtype") == "uint8" for o in options)
