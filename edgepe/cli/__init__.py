@@ -30,13 +30,15 @@ class _Group(TyperGroup):
     """Renders every failure of a subcommand in one line (also under ``CliRunner``)."""
 
     def invoke(self, ctx: typer.Context):
+        argv = [*getattr(ctx, "protected_args", []), *ctx.args]
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort):
             raise
         except UsageError as exc:
             command = f"edgepe {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "edgepe"
-            typer.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
+            message = exc.format_message() + _given(exc, argv)
+            typer.echo(f"error: {message} (see '{command} --help')", err=True)
             raise typer.Exit(2) from None
         except EdgepeError as exc:
             typer.echo(f"error: {exc}", err=True)
@@ -56,6 +58,17 @@ class _Group(TyperGroup):
                 err=True,
             )
             raise typer.Exit(BUG_EXIT) from None
+
+
+def _given(exc: UsageError, argv: list[str]) -> str:
+    """`` (got 'abc')``: the value a bad option was given, which typer's message leaves out."""
+    for opt in getattr(getattr(exc, "param", None), "opts", None) or ():
+        for i, arg in enumerate(argv):
+            if arg == opt and i + 1 < len(argv):
+                return f" (got {argv[i + 1]!r})"
+            if arg.startswith(opt + "="):
+                return f" (got {arg.split('=', 1)[1]!r})"
+    return ""
 
 
 app = typer.Typer(
