@@ -65,7 +65,10 @@ def check_table_size(config: ExportConfig, dtype: str) -> int:
         spec = config.scheme.spec
         ways = []
         if "compute" in spec.modes:
-            ways.append("--mode compute (stores no table; formats onnx or c)")
+            from edgepe.export.c_header import COMPUTE_SCHEMES  # here: c_header imports us
+
+            formats = "onnx or c" if config.scheme.scheme in COMPUTE_SCHEMES else "onnx"
+            ways.append(f"--mode compute (stores no table; --format {formats})")
         if config.scheme.scheme in BIT_SCHEMES and dtype != "bit":
             ways.append("--dtype bit (one bit an entry)")
         elif dtype in ("float32", "float16") and config.quantize == "none":
