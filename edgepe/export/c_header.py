@@ -193,10 +193,10 @@ def _closing(config: ExportConfig, what: str, digest: str | None, size: int) -> 
     guard = f"{names(config)['macro']}_{'TABLE' if config.mode == 'table' else 'ENCODE'}_H"
     text = ""
     if digest is not None:
-        same = "; the same bytes as the --format bin export" if config.mode == "table" else ""
+        same = ";\n * the same bytes as the --format bin export" if config.mode == "table" else ""
         text = (
-            f"\n/* sha256 of the {size} bytes of {what} as laid out in memory (little-endian, "
-            f"row-major{same}):\n * {digest} */\n"
+            f"\n/* sha256 of the {size} bytes of {what} as laid out in memory\n"
+            f" * (little-endian, row-major{same}):\n * {digest} */\n"
         )
     return f"{text}\n#endif /* {guard} */\n"
 
@@ -274,7 +274,7 @@ def _table_header(config: ExportConfig, module) -> Prepared:
                     f"\n/* Entry (p, k) of the table, 0 or 1 (p < {macro}_ROWS, "
                     f"k < {macro}_COLS). */\n"
                     f"static inline uint8_t {symbol}_bit(uint32_t p, uint32_t k)\n{{\n"
-                    f"    const {index} i = ({index})p * {macro}_COLS + k;\n"
+                    f"    const {index} i = ({index})p * {macro}_COLS + k;  /* row-major */\n"
                     f"    return (uint8_t)(({symbol}[i >> 3] >> (i & 7u)) & 1u);\n}}\n"
                 ).encode()
             )
