@@ -193,9 +193,11 @@ def quant_error(runtime, config, module):
     left.bar(dims, per_dim, width=0.8, color="tab:blue", label="measured max |error|")
     per_channel = quant.get("bound_per_channel")
     if per_channel and len(per_channel) == per_dim.size:
-        left.step(dims, per_channel, where="mid", color="tab:red", label="proven bound")
+        left.stairs(per_channel, np.arange(per_dim.size + 1) - 0.5, color="tab:red",
+                    label="proven bound", baseline=None)
     else:
         left.axhline(quant["bound"], color="tab:red", label="proven bound")
+    left.set_ylim(0, 1.3 * max(quant["bound"], per_dim.max()))
     left.set_xlabel("Head" if bias else "Dimension")
     left.set_ylabel("max |int8 - float32|")
     left.legend(loc="upper right")

@@ -339,3 +339,23 @@ def test_every_refusal_is_an_edgepe_error(artifacts):
     for bad in (None, object(), [[1, 2, 3]], np.array([["a", "b"]]), {"x": 1}):
         with pytest.raises(EdgepeError):
             runtime.encode(bad)
+
+
+@pytest.mark.parametrize(("mode", "fmt"), [("table", "npy"), ("table", "bin"),
+                                           ("compute", "onnx")])
+def test_int8_artifacts_come_back_dequantised_within_their_bound(tmp_path, mode, fmt):
+    """int8 tables dequantise as DequantizeLinear does: the error over every row is exactly the
+    manifest's measured ``max_abs_err``, under the proven ``bound`` (graphs: under the bound)."""
+    config = resolve("binary", 64, d_model=16)
+    out = tmp_path / f"q.{fmt}"
+    export(ExportConfig(scheme=config, mode=mode, format=fmt, quantize="int8", out=out))
+    runtime = edgepe.load(out)
+    quant = runtime.manifest["quant"]
+    positions = np.arange(64)
+    got = runtime.encode(positions)
+    assert got.dtype == np.float32 and got.shape == (64, 16)
+    err = np.abs(got.astype(np.float64) - _reference(config, build(config), mode, positions))
+    assert err.max() <= quant["bound"]
+    if mode == "table":
+        assert err.max() == quant["max_abs_err"]
+    assert err.max() > 0  # it really is quantised: int8 steps are visible
