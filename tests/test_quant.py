@@ -1,0 +1,274 @@
+"""int8 quantisation (issue 5): proven bounds hold on onnxruntime, sizes shrink, exact schemes stay
+exact.
+
+Every float scheme in every mode it has is exported with ``--quantize int8`` and run on
+onnxruntime's CPU provider over EVERY position 0..L-1 (bias schemes: every query x key pair); the
+error against the float reference must be within the manifest's ``bound``, and that bound within
+the theoretical one, recomputed here from the manifest's scales:
+
+- tables and quantised outputs: half a step ``s_j / 2`` (plus, for outputs, the float graph's own
+  tolerance), with a relative allowance of ``2^-14`` for the float32 roundings of Q/DQ;
+- the integer projection (binary, fourier-binary): ``n s_j / 2`` (``bound_in_range`` strictly
+  below it; ``bound``, for every int64 position, within ``2^-8`` relative of it: the rounding of
+  the final Mul and of the float32 reference's dot product).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from edgepe.errors import BadParameterError
+from edgepe.export import export
+from edgepe.export.artifact import ExportConfig, base_manifest
+from edgepe.export.onnx_export import output_shape
+from edgepe.export.table_values import full_table
+from edgepe.quant import table_quant
+from edgepe.quant.graphs import build_int8, max_popcount
+from edgepe.quant.int8 import measure_table, quantize, scales
+from edgepe.schemes import build, get_spec, resolve, scheme_ids
+
+L = 512
+FLOAT_SCHEMES = [s for s in scheme_ids() if not get_spec(s).exact]
+EXACT_SCHEMES = [s for s in scheme_ids() if get_spec(s).exact]
+CASES = [(s, m) for s in FLOAT_SCHEMES for m in get_spec(s).modes]
+
+
+def int8_model(scheme: str, mode: str, max_len: int = L, granularity: str = "channel"):
+    cfg = resolve(scheme, max_len)
+    config = ExportConfig(scheme=cfg, mode=mode, quantize="int8", quant_granularity=granularity)
+    module = build(cfg)
+    manifest = base_manifest(config, output_shape(config), "float32")
+    model = build_int8(config, module, manifest)
+    return config, module, manifest, model
+
+
+def run(model, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def in_range(config, module, model) -> tuple[np.ndarray, np.ndarray]:
+    """(onnxruntime output, float reference) over every position 0..L-1 (every pair for bias)."""
+    pos = np.arange(config.scheme.max_len, dtype=np.int64)
+    t = torch.from_numpy(pos)
+    with torch.no_grad():
+        if config.scheme.spec.kind == "bias":
+            return run(model, {"positions": pos, "key_positions": pos}), module.encode(t, t).numpy()
+        return run(model, {"positions": pos}), module.encode(t).numpy()
+
+
+def theoretical(config, quant: dict) -> np.ndarray:
+    """The method's bound per channel from the manifest's scales (module docstring)."""
+    s = np.asarray(quant["scale"], dtype=np.float64).reshape(-1)
+    if config.mode == "compute" and config.scheme.scheme in ("binary", "fourier-binary"):
+        return config.scheme.n_bits * s / 2 * (1 + 2.0**-8)
+    half = s / 2 * (1 + 2.0**-14)
+    if config.mode == "table":
+        return half
+    rtol, atol = config.scheme.spec.tolerance
+    return half + atol + rtol * 127 * s * (1 + 2.0**-20)
+
+
+@pytest.mark.parametrize(("scheme", "mode"), CASES, ids=[f"{s}-{m}" for s, m in CASES])
+def test_int8_error_on_onnxruntime_within_manifest_bound(scheme, mode):
+    config, module, manifest, model = int8_model(scheme, mode)
+    quant = manifest["quant"]
+    got, ref = in_range(config, module, model)
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    err = float(np.abs(got.astype(np.float64) - ref).max())
+    assert err <= quant["bound"], (err, quant["bound"])
+    assert quant["max_abs_err"] <= quant["bound"]
+    # the manifest's figure is a replay of the graph's arithmetic over the same positions
+    assert quant["max_abs_err"] == pytest.approx(err, rel=1e-3, abs=1e-7)
+    per_channel = np.asarray(quant["bound_per_channel"])
+    assert (per_channel <= theoretical(config, quant)).all()
+    assert quant["bound"] == per_channel.max()
+    assert quant["zero_point"] == 0 and quant["qmin"] == -127 and quant["qmax"] == 127
+
+
+def test_projection_bound_in_range_is_below_n_half_steps():
+    config, module, manifest, _ = int8_model("binary", "compute")
+    quant = manifest["quant"]
+    n, s = config.scheme.n_bits, np.asarray(quant["scale"])
+    assert quant["max_popcount"] == max_popcount(L) == 9  # 511 = 0b111111111
+    assert quant["bound_in_range"] < (n * s / 2).max()
+    assert quant["bound_in_range"] < quant["bound"]
+
+
+@pytest.mark.parametrize("max_len", [1, 2, 3, 7, 8, 9, 100, 512, 513, 1000])
+def test_max_popcount_matches_enumeration(max_len):
+    expected = max(bin(p).count("1") for p in range(max_len))
+    assert max_popcount(max_len) == expected
+
+
+def test_projection_runs_integers_uint8_by_int8_into_int32():
+    _, _, manifest, model = int8_model("binary", "compute")
+    ops = [n.op_type for n in model.graph.node]
+    assert "MatMulInteger" in ops and "MatMul" not in ops
+    assert ops[-1] == "DequantizeLinear"  # the one dequantise, at the end
+    inits = {t.name: t for t in model.graph.initializer}
+    assert inits["weight_int8"].data_type == 3  # INT8
+    assert list(inits["weight_int8"].dims) == [10, 64]
+    assert manifest["quant"]["axis"] == 1 and len(manifest["quant"]["scale"]) == 64
+
+
+def test_projection_bound_holds_at_wrapped_positions():
+    """Positions outside 0..L-1 wrap mod 2^n: the manifest's bound covers all of them."""
+    config, module, manifest, model = int8_model("binary", "compute")
+    n = config.scheme.n_bits
+    pos = np.array([2**n - 1, 2**n, -1, -(2**40) + 3, 2**62 + 1023, 2**63 - 1, -(2**63)],
+                   dtype=np.int64)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(pos)).numpy()
+    assert np.abs(run(model, {"positions": pos}) - ref).max() <= manifest["quant"]["bound"]
+
+
+@pytest.mark.parametrize("scheme", ["integer", "binary-gated", "alibi"])
+def test_unbounded_schemes_clamp_positions_as_tables_do(scheme):
+    """No int8 scale covers pos / (L - 1) or distances past the table: the int8 graph clamps, with
+    Where (onnxruntime's int64 Clip/Min/Max get [2^31, 2^32) wrong)."""
+    config, module, manifest, model = int8_model(scheme, "compute")
+    assert manifest["positions"]["out_of_range"] == "clamp"
+    assert not {"Clip", "Min", "Max"} & {n.op_type for n in model.graph.node}
+    pos = np.array([-(2**63), -5, L - 1, L, 2**31, 2**32 - 1, 2**63 - 1], dtype=np.int64)
+    clamped = np.clip(pos, 0, L - 1)
+    if config.scheme.spec.kind == "bias":
+        keys = np.array([0, 3], dtype=np.int64)
+        got = run(model, {"positions": pos, "key_positions": keys})
+        want = run(model, {"positions": clamped, "key_positions": keys})
+    else:
+        got, want = run(model, {"positions": pos}), run(model, {"positions": clamped})
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("scheme", ["sinusoidal", "rope", "binary-smooth"])
+def test_bounded_schemes_keep_their_policy_and_bound_everywhere(scheme):
+    """sin/cos stay within +-1 and wrapped bits within the 2^n patterns: the scale covers every
+    position, so the graph extrapolates (or wraps) like the reference, within the bound."""
+    config, module, manifest, model = int8_model(scheme, "compute")
+    assert manifest["positions"]["out_of_range"] == get_spec(scheme).oob
+    pos = np.array([-(2**24), -1, L, 2 * L + 3, 12345, 2**20 + 7, 2**24], dtype=np.int64)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(pos)).numpy()
+    assert np.abs(run(model, {"positions": pos}) - ref).max() <= manifest["quant"]["bound"]
+
+
+@pytest.mark.parametrize("scheme", EXACT_SCHEMES)
+@pytest.mark.parametrize("mode", ["compute", "table"])
+def test_exact_schemes_refuse_int8_with_the_lossless_alternative(scheme, mode):
+    cfg = resolve(scheme, 64)
+    config = ExportConfig(scheme=cfg, mode=mode, quantize="int8")
+    with pytest.raises(BadParameterError, match="exact.*--dtype uint8"):
+        build_int8(config, None, base_manifest(config, ["N", cfg.d_model], "float32"))
+    with pytest.raises(BadParameterError, match="exact"):
+        table_quant(config, None)
+
+
+@pytest.mark.parametrize("scheme", ["binary", "sinusoidal", "learned", "alibi"])
+def test_int8_npy_table_dequantises_with_numpy_within_half_a_step(scheme, tmp_path):
+    """The written table, read with plain numpy and the manifest's scale and zero point."""
+    cfg = resolve(scheme, L)
+    result = export(ExportConfig(scheme=cfg, mode="table", format="npy", quantize="int8",
+                                 out=tmp_path / "t.npy"))
+    quant = result.manifest["quant"]
+    q = np.load(tmp_path / "t.npy")
+    assert q.dtype == np.int8 and q.min() >= -127
+    scale = np.asarray(quant["scale"], dtype=np.float32).astype(np.float64)
+    real = scale * (q.astype(np.float64) - quant["zero_point"])  # axis 1: one scale a column
+    ref = full_table(cfg, build(cfg)).astype(np.float64)
+    assert (np.abs(real - ref) <= scale / 2).all()
+    assert quant["max_abs_err"] <= quant["bound"]  # measured as a float32 runtime dequantises
+
+
+def test_table_scales_match_onnxruntime_quantization_tools():
+    """Per column, onnxruntime.quantization's symmetric int8 scale and zero point are ours."""
+    from onnx import TensorProto
+    from onnxruntime.quantization.quant_utils import compute_scale_zp, get_qmin_qmax_for_qType
+
+    cfg = resolve("sinusoidal", L)
+    table = full_table(cfg, build(cfg))
+    ours = scales(np.abs(table).max(axis=0))
+    qmin, qmax = get_qmin_qmax_for_qType(TensorProto.INT8, symmetric=True)
+    assert (int(qmin), int(qmax)) == (-127, 127)
+    for j in range(table.shape[1]):
+        zero, scale = compute_scale_zp(table[:, j].min(), table[:, j].max(), qmin, qmax,
+                                       symmetric=True)
+        assert int(zero) == 0 and np.float32(scale) == ours[j]
+
+
+def test_scale_pass_is_chunk_wise():
+    """Scales and error from 7-row chunks equal those of the whole table (two passes)."""
+    cfg = resolve("sinusoidal", 100)
+    table = full_table(cfg, build(cfg))
+    whole = measure_table("channel", lambda: iter([table]))
+    chunked = measure_table("channel", lambda: (table[a:a + 7] for a in range(0, 100, 7)))
+    np.testing.assert_array_equal(whole.scale, chunked.scale)
+    assert whole.max_abs_err == chunked.max_abs_err and chunked.rows == 100
+
+
+def test_per_tensor_option():
+    config, module, manifest, model = int8_model("binary", "table", granularity="tensor")
+    quant = manifest["quant"]
+    assert isinstance(quant["scale"], float) and quant["axis"] is None
+    got, ref = in_range(config, module, model)
+    assert np.abs(got - ref).max() <= quant["bound"] <= quant["scale"] / 2 * (1 + 2.0**-14)
+    per_channel = int8_model("binary", "table")[2]["quant"]
+    assert per_channel["bound"] <= quant["bound"]  # a column's scale is at most the tensor's
+
+
+def test_zero_column_is_exact_and_nonfinite_is_refused():
+    table = np.zeros((5, 3), dtype=np.float32)
+    table[:, 1] = [0.5, -1.0, 0.25, 0.0, 1.0]
+    tq = measure_table("channel", lambda: iter([table]))
+    assert tq.scale[0] == 1.0 and tq.bound_per_channel[0] == 0.0
+    np.testing.assert_array_equal(tq.dequantize(tq.quantize(table))[:, 0], 0.0)
+    table[2, 2] = np.inf
+    with pytest.raises(BadParameterError, match="inf or nan"):
+        measure_table("channel", lambda: iter([table]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 20), st.integers(1, 6)),
+                  elements=st.floats(-1e6, 1e6, width=32)))
+def test_half_step_bound_property(x):
+    """For any finite table: no clipping, |x - s q| <= s/2 exactly, and the float32 dequantise
+    within the manifest's per-channel bound."""
+    tq = measure_table("channel", lambda: iter([x]))
+    q = quantize(x, tq.scale)
+    s = tq.scale.astype(np.float64)
+    assert (np.abs(x.astype(np.float64) - s * q) <= s / 2).all()
+    assert tq.max_abs_err <= tq.bound
+    assert (np.abs(tq.dequantize(q) - x.astype(np.float64)) <= tq.bound_per_channel).all()
+
+
+def test_int8_graphs_are_deterministic():
+    a = int8_model("binary", "compute")[3].SerializeToString()
+    b = int8_model("binary", "compute")[3].SerializeToString()
+    assert a == b
+
+
+def file_ratio(tmp_path, scheme: str, mode: str, fmt: str) -> float:
+    cfg = resolve(scheme, L)
+    sizes = []
+    for q in ("none", "int8"):
+        out = tmp_path / f"{scheme}-{mode}-{q}.{fmt}"
+        export(ExportConfig(scheme=cfg, mode=mode, format=fmt, quantize=q, out=out))
+        sizes.append(out.stat().st_size)
+    return sizes[1] / sizes[0]
+
+
+@pytest.mark.parametrize(("scheme", "fmt"), [("binary", "npy"), ("binary", "onnx"),
+                                             ("sinusoidal", "bin"), ("learned", "onnx")])
+def test_int8_table_is_at_most_0_3_of_float32(tmp_path, scheme, fmt):
+    assert file_ratio(tmp_path, scheme, "table", fmt) <= 0.3
+
+
+def test_int8_compute_graph_is_at_most_0_6_of_float32(tmp_path):
+    """binary L=512 d=64: 640 B of int8 weights + 256 B of scales against 2560 B of float32."""
+    assert file_ratio(tmp_path, "binary", "compute", "onnx") <= 0.6
