@@ -50,7 +50,8 @@ def make_config(
 ) -> ExportConfig:
     """A validated ``ExportConfig`` from user values (strings from the CLI are fine).
 
-    ``mode`` defaults to the scheme's default (compute where it has one). A ``checkpoint`` must
+    ``mode`` defaults to the scheme's default (compute where it has one; table for npy/bin
+    files). A ``checkpoint`` must
     be an existing file; its sha256 goes into the config (and so into the manifest).
     """
     from edgepe.checkpoint import sha256_file
@@ -64,7 +65,8 @@ def make_config(
         checkpoint_sha256 = sha256_file(checkpoint)
     config = ExportConfig(
         scheme=resolved,
-        mode=mode or resolved.spec.default_mode,
+        # npy/bin files hold tables: their only mode, so the default too.
+        mode=mode or ("table" if format in ("npy", "bin") else resolved.spec.default_mode),
         format=format,
         dtype=dtype,
         quantize=quantize,

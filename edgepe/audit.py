@@ -10,8 +10,8 @@ the claims DESIGN.md makes for compute graphs:
 - *position-indexed tables*: initializers read by a ``Gather`` whose indices depend on the
   positions (listed with their shape).
 
-``describe(path)`` reads an artifact (ONNX, or a table/header through its manifest) into plain
-data the CLI renders; a file that is not an artifact is an ``ArtifactError``.
+``describe(path)`` reads an artifact (a file with its manifest at ``PATH.json``; for ONNX also
+the graph) into plain data the CLI renders; anything else is an ``ArtifactError``.
 """
 
 from __future__ import annotations
@@ -183,24 +183,19 @@ def describe(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ArtifactError(f"{str(path)!r} does not exist or is not a file")
     manifest = read_manifest(path)
-    is_onnx = (manifest or {}).get("format") == "onnx" or (
-        manifest is None and path.suffix == ".onnx"
-    )
+    if manifest is None or "format" not in manifest or "scheme" not in manifest:
+        raise ArtifactError(
+            f"{str(path)!r} is not an edgepe artifact: no manifest at {str(path)}.json"
+        )
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,
                             "manifest": manifest, "sha256": sha256_file(path)}
-    if is_onnx:
-        from edgepe.export.graphs._common import read_manifest_prop
-
+    if manifest["format"] == "onnx":
         model = load_onnx(path)
         info["graph"] = graph_summary(model)
         info["audit"] = audit(model)
-        if manifest is None:
-            info["manifest"] = manifest = read_manifest_prop(model)
-    elif manifest is None or "format" not in manifest or "scheme" not in manifest:
-        raise ArtifactError(
-            f"{str(path)!r} is not an edgepe artifact: no ONNX graph and no manifest at "
-            f"{str(path)}.json"
-        )
-    info["sha256_ok"] = None if not manifest or "sha256" not in manifest else (
-        manifest["sha256"] == info["sha256"])
+        from edgepe.export.graphs._common import read_manifest_prop
+
+        embedded = read_manifest_prop(model)
+        info["embedded_ok"] = embedded == {k: v for k, v in manifest.items() if k != "sha256"}
+    info["sha256_ok"] = manifest.get("sha256") == info["sha256"]
     return info

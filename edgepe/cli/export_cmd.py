@@ -47,14 +47,22 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
     return extra
 
 
+def parse_int(option: str, raw: str) -> int:
+    """An integer option value; anything else is refused naming the option and the value."""
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadParameterError(f"{option} must be an integer, got {raw!r}") from None
+
+
 def command(
     ctx: typer.Context,
     scheme: Annotated[str, typer.Option("--scheme", help="Scheme id (see 'edgepe list').")],
-    max_len: Annotated[int, typer.Option("--max-len", help="Positions 0 .. L-1 the artifact is "
+    max_len: Annotated[str, typer.Option("--max-len", help="Positions 0 .. L-1 the artifact is "
                                          "built for.")],
-    d_model: Annotated[int | None, typer.Option("--d-model", help="Encoding width (default: "
+    d_model: Annotated[str | None, typer.Option("--d-model", help="Encoding width (default: "
                                                 "the scheme's).")] = None,
-    heads: Annotated[int | None, typer.Option("--heads", help="Heads (bias schemes).")] = None,
+    heads: Annotated[str | None, typer.Option("--heads", help="Heads (bias schemes).")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", metavar="KEY=VALUE",
                                                     help="Scheme parameter; repeatable.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
@@ -68,9 +76,9 @@ def command(
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="state_dict for the "
                                                     "learned weights (weights_only load).")]
     = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the learned weights' init.")] = 0,
-    opset: Annotated[int, typer.Option("--opset", help="ONNX opset (needs >= 18 for the "
-                                       "bitwise ops).")] = 18,
+    seed: Annotated[str, typer.Option("--seed", help="Seed of the learned weights' init.")] = "0",
+    opset: Annotated[str, typer.Option("--opset", help="ONNX opset (needs >= 18 for the "
+                                       "bitwise ops).")] = "18",
     out: Annotated[Path | None, typer.Option("--out", help="Output file (default: under "
                                              "models/).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
@@ -83,14 +91,14 @@ def command(
     quant_granularity: Annotated[str, typer.Option("--quant-granularity",
                                                    metavar="channel|tensor",
                                                    rich_help_panel=PANEL_MORE)] = "channel",
-    max_table_bytes: Annotated[int | None, typer.Option("--max-table-bytes",
+    max_table_bytes: Annotated[str | None, typer.Option("--max-table-bytes",
                                                         rich_help_panel=PANEL_MORE,
                                                         help="Refuse bigger tables "
                                                         "(default 256 MiB).")] = None,
     c_prefix: Annotated[str, typer.Option("--c-prefix", rich_help_panel=PANEL_MORE,
                                           help="Prefix of C symbols.")] = "edgepe",
-    c_align: Annotated[int, typer.Option("--c-align", rich_help_panel=PANEL_MORE,
-                                         help="Alignment of C arrays, bytes.")] = 16,
+    c_align: Annotated[str, typer.Option("--c-align", rich_help_panel=PANEL_MORE,
+                                         help="Alignment of C arrays, bytes.")] = "16",
     no_verify: Annotated[bool, typer.Option("--no-verify", rich_help_panel=PANEL_MORE,
                                             help="Skip the quick parity check.")] = False,
     rope_graph: Annotated[str | None, typer.Option("--rope-graph", metavar="encode|apply",
@@ -110,12 +118,15 @@ def command(
 
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering)
+    # Sizes stay strings until resolve() checks them, so messages can name the bad value.
     config = api.make_config(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
-        lowering=lowering, checkpoint=checkpoint, seed=seed, opset=opset, c_prefix=c_prefix,
-        c_align=c_align,
-        max_table_bytes=DEFAULT_TABLE_CAP if max_table_bytes is None else max_table_bytes,
+        lowering=lowering, checkpoint=checkpoint, seed=parse_int("--seed", seed),
+        opset=parse_int("--opset", opset), c_prefix=c_prefix,
+        c_align=parse_int("--c-align", c_align),
+        max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None
+                         else parse_int("--max-table-bytes", max_table_bytes)),
         out=out, extra=extra,
     )
     result, report = api.export(config, force=force, verify=not no_verify)

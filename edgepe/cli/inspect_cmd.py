@@ -24,30 +24,30 @@ def command(
 
     info = describe(path)
     console = Console(width=120, highlight=False)
-    manifest = info["manifest"] or {}
-    sha = {True: "matches the manifest", False: "[red]DIFFERS from the manifest[/]",
-           None: "(no manifest sha256)"}[info["sha256_ok"]]
+    m = info["manifest"]
+    sha = "matches the manifest" if info["sha256_ok"] else "[red]DIFFERS from the manifest[/]"
     console.print(f"[bold]{info['path']}[/]  {info['bytes']} bytes  sha256 "
                   f"{info['sha256'][:12]} {sha}")
-    if manifest:
-        params = ", ".join(f"{k}={v}" for k, v in sorted((manifest.get("params") or {}).items()))
-        width = (f"d_model {manifest.get('d_model')}" if manifest.get("d_model") is not None
-                 else f"heads {manifest.get('heads')}")
-        quant = manifest.get("quant")
-        console.print(
-            f"scheme {manifest.get('scheme')} ({params or 'no params'})  mode "
-            f"{manifest.get('mode')}  format {manifest.get('format')}  max_len "
-            f"{manifest.get('max_len')}  {width}  dtype {manifest.get('dtype')}  shape "
-            f"{manifest.get('shape')}"
-            + (f"  lowering {manifest['lowering']}" if manifest.get("lowering") else "")
-            + ("  quant int8" if quant else "")
-        )
-        positions = manifest.get("positions") or {}
-        if positions:
-            console.print(f"positions: out of range -> {positions.get('out_of_range')}, "
-                          f"limit {positions.get('limit') or 'none'}")
-    else:
-        console.print("manifest: none (not exported by edgepe)")
+    params = ", ".join(f"{k}={v}" for k, v in sorted((m.get("params") or {}).items()))
+    width = (f"d_model {m.get('d_model')}" if m.get("d_model") is not None
+             else f"heads {m.get('heads')}")
+    console.print(
+        f"scheme {m.get('scheme')} ({params or 'no params'})  mode {m.get('mode')}  format "
+        f"{m.get('format')}  max_len {m.get('max_len')}  {width}  dtype {m.get('dtype')}  "
+        f"shape {m.get('shape')}"
+        + (f"  lowering {m['lowering']}" if m.get("lowering") else "")
+    )
+    positions = m.get("positions") or {}
+    quant = m.get("quant")
+    console.print(
+        f"positions: out of range -> {positions.get('out_of_range')}, limit "
+        f"{positions.get('limit') or 'none'}"
+        + (f"; quant int8, max abs err {quant.get('max_abs_err')}, bound {quant.get('bound')}"
+           if quant else "")
+    )
+    if "embedded_ok" in info:
+        console.print("manifest in the graph's metadata_props: "
+                      + ("matches" if info["embedded_ok"] else "[red]DIFFERS[/]"))
     graph = info.get("graph")
     if graph is None:
         return
