@@ -83,11 +83,14 @@ def test_flash_binary_table_vs_compute(tmp_path, record_property):
     table, _ = flash(tmp_path, "binary", 512, "table", d_model=64)
     int8, _ = flash(tmp_path, "binary", 512, "table", d_model=64, quantize="int8")
     compute, manifest = flash(tmp_path, "binary", 512, "compute", d_model=64)
+    compute8, _ = flash(tmp_path, "binary", 512, "compute", d_model=64, quantize="int8")
     assert manifest["symbol_shape"] == [10, 64]
     assert table >= 512 * 64 * 4 and int8 >= 512 * 64
     assert 10 * 64 * 4 <= compute < 10 * 64 * 4 + 1024  # the weights plus a small loop
+    assert 10 * 64 + 64 * 4 <= compute8 < compute  # int8 weights and 64 float32 scales
     figures = {"binary 512x64 float32 table": table, "binary 512x64 int8 table": int8,
-               "binary compute (10x64 float32 weights)": compute}
+               "binary compute (10x64 float32 weights)": compute,
+               "binary compute (10x64 int8 weights + 64 scales)": compute8}
     for what, size in figures.items():
         record_property(what, size)
         print(f"cortex-m4 flash: {what}: {size} bytes")
