@@ -973,7 +973,7 @@ def main(argv: list[str] | None = None) -> int:
         print("export wall time", file=sys.stderr, flush=True)
         report["export"] = bench_export(work, 1 if args.quick else 5)
         report["cli_help"] = bench_help(1 if args.quick else 5)
-        sizes = ([(256, 64), (1024, 64)] if args.quick else
+        sizes = ([(256, 64)] if args.quick else
                  [(8192, 512), (16384, 512), (32768, 512), (65536, 512)])
         print("scale", file=sys.stderr, flush=True)
         report["scale"] = bench_scale(work, sizes, {"npy": 1} if args.quick
