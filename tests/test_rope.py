@@ -1,5 +1,6 @@
-"""rope's exported graphs: encode (``[cos | sin]``), apply in plain ONNX ops, and the lowering
-to onnxruntime's ``com.microsoft.RotaryEmbedding``, against ``Rope.encode`` / ``Rope.apply``.
+"""rope's exported graphs: encode (``[cos | sin]``), apply in plain ONNX ops, and the lowerings
+to onnxruntime's ``com.microsoft.RotaryEmbedding`` and to ONNX opset 23's ``RotaryEmbedding``,
+against ``Rope.encode`` / ``Rope.apply``.
 
 ``x`` is drawn from ``[-1, 1]``, so a rotated value's error is at most the cos/sin error
 (``spec.tolerance``) times ``|x_2i| + |x_2i+1| <= 2``.
@@ -20,11 +21,13 @@ from edgepe.export.graphs._common import read_manifest_prop
 from edgepe.schemes import resolve
 from tests.test_export_float_graphs import LIMIT, make, positions, reference, session
 
-LOWERINGS = ("onnx", "ort")
+LOWERINGS = ("onnx", "ort", "rotary23")
+OPSET = {"rotary23": 23}  # the standard RotaryEmbedding exists from opset 23 on
 SIZES = [(1, 2), (16, 6), (255, 10), (512, 34), (1024, 64)]
 
 
 def apply_graph(max_len: int, d_model: int, lowering: str, **options):
+    options.setdefault("opset", OPSET.get(lowering, 18))
     return make("rope", max_len, d_model, extra={"rope_graph": "apply", "rope_lowering": lowering},
                 **options)
 
@@ -116,12 +119,23 @@ def test_ort_lowering_is_one_fused_rotary_node_without_a_position_table():
     assert all(512 not in t.dims for t in model.graph.initializer)
 
 
-def test_apply_graph_on_the_reference_evaluator():
-    config, module, model = apply_graph(16, 6, "onnx")
+@pytest.mark.parametrize("lowering", ["onnx", "rotary23"])
+def test_apply_graph_on_the_reference_evaluator(lowering):
+    config, module, model = apply_graph(16, 6, lowering)
     p = np.array([0, 15, 16, -1, LIMIT, 123456], dtype=np.int64)
     x = uniform((2, len(p), 6), seed=5)
     y = ReferenceEvaluator(model).run(None, {"x": x, "positions": p})[0]
     np.testing.assert_allclose(y, rotate(module, x, p), atol=atol(config))
+
+
+def test_standard_lowering_is_one_rotary_node_and_needs_opset_23():
+    _, _, model = apply_graph(512, 64, "rotary23")
+    rotary = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 1 and rotary[0].domain == ""
+    assert onnx.helper.get_node_attr_value(rotary[0], "interleaved") == 1
+    assert all(512 not in t.dims for t in model.graph.initializer)
+    with pytest.raises(BadParameterError, match="RotaryEmbedding needs opset 23"):
+        apply_graph(16, 6, "rotary23", opset=18)
 
 
 def test_apply_graph_io_and_manifest():
@@ -138,7 +152,8 @@ def test_apply_graph_io_and_manifest():
 @pytest.mark.parametrize("extra,message", [
     ({"rope_graph": "rotate"}, "--rope-graph 'rotate' is not one of: encode, apply"),
     ({"rope_graph": "apply", "rope_lowering": "trt"}, "--rope-lowering 'trt' is not one of"),
-    ({"rope_lowering": "ort"}, "needs --rope-graph apply|add --rope-graph apply"),
+    ({"rope_lowering": "ort"}, "add --rope-graph apply"),
+    ({"rope_lowering": "rotary23"}, "add --rope-graph apply"),
 ])
 def test_bad_rope_choices_are_refused(extra, message):
     with pytest.raises(BadParameterError, match=message):
@@ -151,6 +166,7 @@ def test_export_and_quick_verify_the_apply_graph(tmp_path, lowering):
     from edgepe import api
 
     config = ExportConfig(scheme=resolve("rope", 64, 10), mode="compute",
+                          opset=OPSET.get(lowering, 18),
                           extra={"rope_graph": "apply", "rope_lowering": lowering})
     result, report = api.export(config.with_out(tmp_path / "rope.onnx"))
     assert report, str(report)
@@ -159,7 +175,7 @@ def test_export_and_quick_verify_the_apply_graph(tmp_path, lowering):
 
 
 def test_cli_exports_each_rope_graph_to_its_own_default_file(tmp_path, monkeypatch):
-    """``edgepe export --scheme rope [--rope-graph apply [--rope-lowering ort]]``: three files."""
+    """``edgepe export --scheme rope [--rope-graph apply [--rope-lowering L]]``: one file each."""
     from typer.testing import CliRunner
 
     from edgepe.cli import app
@@ -172,13 +188,15 @@ def test_cli_exports_each_rope_graph_to_its_own_default_file(tmp_path, monkeypat
         (["--rope-graph", "apply"], "rope-compute-L64-d10-apply.onnx", ["x", "positions"]),
         (["--rope-graph", "apply", "--rope-lowering", "ort"],
          "rope-compute-L64-d10-apply-ort.onnx", ["x", "positions"]),
+        (["--rope-graph", "apply", "--rope-lowering", "rotary23", "--opset", "23"],
+         "rope-compute-L64-d10-apply-rotary23.onnx", ["x", "positions"]),
     ):
         result = CliRunner().invoke(app, base + flags)
         assert result.exit_code == 0, result.output
         assert "parity PASSED" in result.output
         model = onnx.load(tmp_path / "models" / name)
         assert [i.name for i in model.graph.input] == inputs
-    assert len(list((tmp_path / "models").glob("*.onnx"))) == 3  # explicit encode = default
+    assert len(list((tmp_path / "models").glob("*.onnx"))) == 4  # explicit encode = default
 
 
 @pytest.mark.parametrize("args,words", [
@@ -186,6 +204,8 @@ def test_cli_exports_each_rope_graph_to_its_own_default_file(tmp_path, monkeypat
     (["--scheme", "rope", "--mode", "table", "--rope-graph", "apply"], ["--mode table"]),
     (["--scheme", "rope", "--rope-graph", "rotate"], ["'rotate'", "encode, apply"]),
     (["--scheme", "rope", "--rope-lowering", "ort"], ["--rope-graph apply"]),
+    (["--scheme", "rope", "--rope-graph", "apply", "--rope-lowering", "rotary23"],
+     ["--opset 18", "RotaryEmbedding needs opset 23"]),
 ])
 def test_cli_refuses_bad_rope_options_in_one_line(tmp_path, args, words):
     from typer.testing import CliRunner

@@ -106,11 +106,13 @@ def command(
                                                    help="rope: positions -> [cos | sin] "
                                                    "(default), or x, positions -> rotated y.")]
     = None,
-    rope_lowering: Annotated[str | None, typer.Option("--rope-lowering", metavar="onnx|ort",
+    rope_lowering: Annotated[str | None, typer.Option("--rope-lowering",
+                                                      metavar="onnx|ort|rotary23",
                                                       rich_help_panel=PANEL_MORE,
                                                       help="rope apply graph: plain ONNX ops "
-                                                      "(default) or onnxruntime's "
-                                                      "RotaryEmbedding.")] = None,
+                                                      "(default), onnxruntime's com.microsoft."
+                                                      "RotaryEmbedding, or ONNX's "
+                                                      "RotaryEmbedding (--opset 23).")] = None,
 ) -> None:
     """Export a positional encoding as an ONNX graph, a table or a C header."""
     from edgepe import api

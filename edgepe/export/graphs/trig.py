@@ -12,7 +12,9 @@ rope has three graphs, chosen by ``config.extra`` (``--rope-graph``, ``--rope-lo
 - ``rope_graph="apply"``: ``x [B, N, d], positions [N] -> y [B, N, d]``, pairs ``(2i, 2i+1)``
   rotated with plain ONNX ops, as ``Rope.apply``;
 - ``rope_graph="apply", rope_lowering="ort"``: the same rotation by onnxruntime's fused
-  ``com.microsoft.RotaryEmbedding`` kernel (CPU and CUDA providers).
+  ``com.microsoft.RotaryEmbedding`` kernel (CPU and CUDA providers);
+- ``rope_graph="apply", rope_lowering="rotary23"``: by the standard ``RotaryEmbedding`` of ONNX
+  opset 23 (``--opset 23`` or later), which the ONNX reference evaluator runs too.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from edgepe.export.graphs._common import (
 X = "x"
 Y = "y"
 ROPE_GRAPHS = ("encode", "apply")
-ROPE_LOWERINGS = ("onnx", "ort")
+ROPE_LOWERINGS = ("onnx", "ort", "rotary23")
 MS_DOMAIN = "com.microsoft"
 
 
@@ -96,8 +98,10 @@ def rope_choice(config: ExportConfig) -> tuple[str, str]:
         raise BadParameterError(
             f"--rope-lowering {lowering!r} is not one of: {', '.join(ROPE_LOWERINGS)}"
         )
-    if lowering == "ort" and graph != "apply":
-        raise BadParameterError("--rope-lowering ort lowers the rotation: add --rope-graph apply")
+    if lowering != "onnx" and graph != "apply":
+        raise BadParameterError(
+            f"--rope-lowering {lowering} lowers the rotation: add --rope-graph apply"
+        )
     return graph, lowering
 
 
@@ -116,7 +120,8 @@ def rope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
         return _pe_model(config, g, g.op("Concat", cos, sin, axis=1), manifest)
     g = Graph(f"edgepe_rope_apply_{lowering}")
     sin, cos = _sin_cos(g, module)
-    y = _ort_rotary(g, sin, cos) if lowering == "ort" else _onnx_rotary(g, d, sin, cos)
+    rotate = {"onnx": _onnx_rotary, "ort": _ort_rotary, "rotary23": _standard_rotary}[lowering]
+    y = rotate(g, d, sin, cos)
     g.finish(y, config.dtype, name=Y)
     shape = ["B", "N", d]
     x_in = output(X, "float32", shape)
@@ -140,7 +145,7 @@ def _onnx_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
     return g.op("Reshape", pairs, g.op("Shape", X))
 
 
-def _ort_rotary(g: Graph, sin: str, cos: str) -> str:
+def _ort_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
     """``com.microsoft.RotaryEmbedding(x, position_ids=0, cos, sin)``, interleaved.
 
     The caches are ``cos(theta)``, ``sin(theta)`` of exactly the requested positions, computed
@@ -152,3 +157,17 @@ def _ort_rotary(g: Graph, sin: str, cos: str) -> str:
     """
     return g.op("RotaryEmbedding", X, g.const([0], np.int64), cos, sin, domain=MS_DOMAIN,
                 interleaved=1)
+
+
+def _standard_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
+    """``RotaryEmbedding(x, cos, sin)`` of ONNX opset 23, interleaved, without ``position_ids``.
+
+    Without ids the op takes caches of shape ``[B, N, d/2]`` (onnxruntime checks them against
+    ``x`` and does not broadcast), so the rows of the requested positions are expanded over the
+    batch: ``Expand(cos [N, d/2], [B, 1, 1])``. ``num_heads = 1``: a 3-D ``x`` is one head of
+    width ``d``.
+    """
+    batch = g.op("Shape", X, end=1)
+    shape = g.op("Concat", batch, g.const([1, 1], np.int64), axis=0)
+    caches = [g.op("Expand", cache, shape) for cache in (cos, sin)]
+    return g.op("RotaryEmbedding", X, *caches, interleaved=1, num_heads=1)
