@@ -23,7 +23,7 @@ def command(
     from edgepe.audit import describe
 
     info = describe(path)
-    console = Console(width=120, highlight=False)
+    console = Console(width=120, highlight=False, soft_wrap=True)  # long paths stay on a line
     m = info["manifest"]
     sha = "matches the manifest" if info["sha256_ok"] else "[red]DIFFERS from the manifest[/]"
     console.print(f"[bold]{info['path']}[/]  {info['bytes']} bytes  sha256 "
@@ -45,6 +45,10 @@ def command(
         + (f"; quant int8, max abs err {quant.get('max_abs_err')}, bound {quant.get('bound')}"
            if quant else "")
     )
+    if quant:
+        from edgepe.quant.int8 import describe as describe_quant
+
+        console.print(describe_quant(quant))
     if "embedded_ok" in info:
         console.print("manifest in the graph's metadata_props: "
                       + ("matches" if info["embedded_ok"] else "[red]DIFFERS[/]"))
