@@ -1,0 +1,48 @@
+"""The CLI's one error path: bugs are reported briefly, identical re-exports write nothing."""
+
+from __future__ import annotations
+
+import os
+
+from typer.testing import CliRunner
+
+import edgepe.export
+from edgepe.cli import BUG_EXIT, app
+
+
+def test_an_unexpected_exception_is_a_short_bug_report(monkeypatch, tmp_path):
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(edgepe.export, "prepare", broken)
+    args = ["export", "--scheme", "gray", "--max-len", "16", "--out", str(tmp_path / "g.onnx")]
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == BUG_EXIT
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "simulated bug" in lines[0] and "report" in lines[0] and "--verbose" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+    verbose = CliRunner().invoke(app, ["--verbose", *args])
+    assert verbose.exit_code == BUG_EXIT
+    assert "Traceback" in verbose.stderr and "ZeroDivisionError" in verbose.stderr
+
+
+def test_identical_reexport_is_a_noop(tmp_path):
+    out = tmp_path / "g.onnx"
+    args = ["export", "--scheme", "gray", "--max-len", "16", "--out", str(out)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    before = (os.stat(out).st_mtime_ns, os.stat(str(out) + ".json").st_mtime_ns)
+
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "unchanged" in again.stdout
+    assert (os.stat(out).st_mtime_ns, os.stat(str(out) + ".json").st_mtime_ns) == before
+
+    other = CliRunner().invoke(app, [*args[:-4], "--max-len", "32", "--out", str(out)])
+    assert other.exit_code == 2 and "--force" in other.stderr
+    forced = CliRunner().invoke(app, [*args[:-4], "--max-len", "32", "--out", str(out), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert os.stat(out).st_mtime_ns != before[0]
