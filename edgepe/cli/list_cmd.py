@@ -27,7 +27,7 @@ def command(ctx: typer.Context) -> None:
     for scheme_id in scheme_ids():
         spec = get_spec(scheme_id)
         params = ", ".join(
-            f"{p.name} ({'max_len' if callable(p.default) else p.default})" for p in spec.params
+            f"{p.name} ({p.describe_default()})" for p in spec.params
         )
         modes = ", ".join(f"{m}*" if m == spec.default_mode else m for m in spec.modes)
         rtol, atol = spec.tolerance

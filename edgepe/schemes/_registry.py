@@ -46,7 +46,8 @@ class Param:
 
     ``type`` is ``int``, ``float``, ``str`` or ``"ints"`` (a comma-separated tuple of ints).
     ``low`` is an inclusive lower bound (``low_open`` makes it exclusive), ``high`` an inclusive
-    upper bound.
+    upper bound. ``default`` may be a function of ``max_len``; ``default_text`` then says it in
+    words for ``edgepe list``.
     """
 
     name: str
@@ -57,6 +58,13 @@ class Param:
     low_open: bool = False
     choices: tuple[str, ...] | None = None
     high: float | None = None
+    default_text: str | None = None
+
+    def describe_default(self) -> str:
+        """The default as ``edgepe list`` shows it: ``default_text`` when it depends on max_len."""
+        if self.default_text is not None:
+            return self.default_text
+        return "max_len" if callable(self.default) else str(self.default)
 
     def default_for(self, max_len: int) -> Any:
         """The default value; a callable default is a function of ``max_len``."""

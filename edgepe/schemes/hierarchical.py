@@ -38,6 +38,7 @@ def _check(config: SchemeConfig) -> None:
                 "ints",
                 "bits per level, comma-separated (default: 3 levels of n bits)",
                 low=1,
+                default_text="3 levels of n bits",
             ),
         ),
         d_model=lambda max_len, params: sum(params["widths"]),
