@@ -29,10 +29,11 @@ INTEGER_OPS = frozenset({
     "Squeeze", "Reshape", "Flatten", "Expand", "Concat", "Gather", "Slice", "Split", "Transpose",
     "Identity", "Constant", "Shape", "Size", "Clip", "Max", "Min", "Abs", "Neg", "Add", "Sub",
     "Mul", "Div", "Mod", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not",
-    "And", "Or", "Xor", "Where", "Tile", "Range",
+    "And", "Or", "Xor", "Where", "Tile", "Range", "MatMulInteger",
 })
-# Ops that may take position-derived integers to floats: the cast, or a select of constants.
-FLOAT_BOUNDARY_OPS = frozenset({"Cast", "Where"})
+# Ops that may take position-derived integers to floats: the cast, a select of constants, or
+# the int8 projection's one dequantise (edgepe.quant.graphs).
+FLOAT_BOUNDARY_OPS = frozenset({"Cast", "Where", "DequantizeLinear"})
 TRANSCENDENTAL_OPS = frozenset({
     "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Tanh", "Asinh", "Acosh",
     "Atanh", "Exp", "Log", "Pow", "Sigmoid", "Softmax", "LogSoftmax", "Erf",
@@ -196,6 +197,11 @@ def describe(path: str | Path) -> dict[str, Any]:
         from edgepe.export.graphs._common import read_manifest_prop
 
         embedded = read_manifest_prop(model)
-        info["embedded_ok"] = embedded == {k: v for k, v in manifest.items() if k != "sha256"}
+        expected = {k: v for k, v in manifest.items() if k != "sha256"}
+        if manifest.get("quant"):  # int8 graphs embed a slim copy (edgepe.quant.graphs.embedded)
+            from edgepe.quant.graphs import embedded as slim
+
+            expected = slim(expected)
+        info["embedded_ok"] = embedded == expected
     info["sha256_ok"] = manifest.get("sha256") == info["sha256"]
     return info

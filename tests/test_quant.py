@@ -30,7 +30,7 @@ from edgepe.export.onnx_export import output_shape
 from edgepe.export.table_values import full_table
 from edgepe.quant import table_quant
 from edgepe.quant.graphs import build_int8, max_popcount
-from edgepe.quant.int8 import measure_table, quantize, scales
+from edgepe.quant.int8 import half_scales, measure_table, quantize, scales
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
 
 L = 512
@@ -272,3 +272,14 @@ def test_int8_table_is_at_most_0_3_of_float32(tmp_path, scheme, fmt):
 def test_int8_compute_graph_is_at_most_0_6_of_float32(tmp_path):
     """binary L=512 d=64: 640 B of int8 weights + 256 B of scales against 2560 B of float32."""
     assert file_ratio(tmp_path, "binary", "compute", "onnx") <= 0.6
+
+
+def test_float16_scales_round_up_so_nothing_clips():
+    peak = np.array([1.0, 0.3, 1e-3 * 127, 0.0, 5000.0])
+    half = half_scales(peak)
+    assert half.dtype == np.float16
+    live = peak > 0
+    assert (half.astype(np.float64)[live] >= peak[live] / 127).all()
+    assert (half.astype(np.float64)[live] <= peak[live] / 127 * (1 + 2.0**-10)).all()
+    assert half[3] == 1.0
+    assert half_scales(np.array([1e-9])) is None and half_scales(np.array([1e8])) is None

@@ -61,6 +61,7 @@ from edgepe.quant.int8 import (
     TableQuant,
     absmax,
     check_quantizable,
+    half_scales,
     measure_table,
     quant_section,
     quantize,
@@ -185,7 +186,7 @@ def max_popcount(max_len: int) -> int:
 
 def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
     """``positions [N] int64 -> pe [N, d] float32``: uint8 bits x int8 weights in int32, one
-    dequantise (Cast, Mul by the per-column scale)."""
+    dequantise (``DequantizeLinear`` of the int32 sum by the per-column scale)."""
     from edgepe.export.graphs.bits import _columns, bit_columns
 
     s = config.scheme
@@ -193,18 +194,24 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
     per_channel = config.quant_granularity == "channel"
     peak = absmax([weight], config.quant_granularity)
-    scale = scales(peak)
+    # Scales stored as float16 (rounded up) where they fit: on the demo's graph the 64 float32
+    # scales are a tenth of the file; every proof below holds for any s >= max|W| / 127.
+    half = half_scales(peak)
+    scale = scales(peak) if half is None else half.astype(np.float32)
     q = quantize(weight, scale)
 
     g = Graph(f"{s.scheme.replace('-', '_')}_int8")
     x = _columns(g, config, None)
     b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
-    acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"))  # int32, exact
+    acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"), out="acc")  # int32, exact
+    shape = scale.shape if per_channel else ()
+    if half is None:
+        s_in = g.const(scale.reshape(shape), np.float32, "weight_scale")
+    else:
+        s_in = g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
     # One dequantise: float32(acc) * s_j, the Cast exact (|acc| <= 127 n < 2^24) and one rounding
     # of the product; DequantizeLinear takes int32 (zero point 0) and is Cast+Mul bit for bit.
-    g.op("DequantizeLinear", acc, g.const(scale if per_channel else scale.reshape(()), np.float32,
-                                          "weight_scale"), out="pe",
-         **({"axis": 1} if per_channel else {}))
+    g.op("DequantizeLinear", acc, s_in, out="pe", **({"axis": 1} if per_channel else {}))
 
     p = max_popcount(s.max_len)
     gamma = n * U32 / (1 - n * U32)
@@ -220,9 +227,10 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         f"{p} at positions 0..{s.max_len - 1} (bound_in_range)",
         measured_over=f"every position 0..{s.max_len - 1}, replaying the integer arithmetic",
         float32_bytes=4 * weight.size,
-        int8_bytes=weight.size + 4 * scale.size,
+        int8_bytes=weight.size + (4 if half is None else 2) * scale.size,
         tensor="weight_int8",
         scale_tensor="weight_scale",
+        scale_storage="float32" if half is None else "float16",
         bound_in_range=float((p * per_bit).max()),
         max_popcount=p,
         bytes_of="projection weights",

@@ -93,6 +93,22 @@ def scales(peak: np.ndarray) -> np.ndarray:
     return np.where(s > 0, s, np.float32(1.0)).astype(np.float32)
 
 
+def half_scales(peak: np.ndarray) -> np.ndarray | None:
+    """float16 scales ``>= m / 127`` (rounded UP, so still nothing clips), or ``None`` when one
+    falls outside float16's normal range ``[2^-14, 65504]`` (there float32 ``scales`` apply).
+
+    Half the bytes of float32 scales; the step grows by at most ``2^-10`` relative, and the
+    proofs hold unchanged for any ``s >= m / 127``. All-zero channels get 1, as in ``scales``.
+    """
+    exact = np.asarray(peak, dtype=np.float64) / QMAX
+    live = exact > 0
+    if ((exact[live] < 2.0**-14) | (exact[live] > 65504)).any():
+        return None
+    s = exact.astype(np.float16)
+    s = np.where(s.astype(np.float64) < exact, np.nextafter(s, np.float16(np.inf)), s)
+    return np.where(live, s, np.float16(1.0)).astype(np.float16)
+
+
 def quantize(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``round(x / scale)`` to nearest (ties to even) in ``[-127, 127]``, int8; scale broadcasts
     over the last axis. The clip is a no-op for scales from ``scales`` (module docstring)."""
@@ -156,6 +172,7 @@ class TableQuant:
             measured_over=f"every row of the [{self.rows}, {self.cols}] table",
             float32_bytes=4 * self.rows * self.cols,
             int8_bytes=self.rows * self.cols + 4 * self.scale.size,
+            bytes_of="table (entries + scales)",
         )
         if tensor is not None:
             section["tensor"] = tensor
@@ -241,3 +258,19 @@ def quant_section(
         # The proof says this cannot happen; if it does, the artifact must not ship.
         raise AssertionError(f"int8 error {max_abs_err} exceeds the proven bound {bound.max()}")
     return section
+
+
+def describe(quant: dict[str, Any]) -> str:
+    """One line for ``edgepe inspect``: the quantisation and the bytes it saves."""
+    scale = quant.get("scale")
+    where = (f"per channel (axis {quant.get('axis')}, {len(scale)} scales)"
+             if isinstance(scale, list) else "per tensor")
+    line = (f"quant: int8 symmetric [{quant.get('qmin')}, {quant.get('qmax')}] {where}, zero "
+            f"point {quant.get('zero_point')}; max abs err {quant.get('max_abs_err'):.3g} <= "
+            f"bound {quant.get('bound'):.3g}")
+    size = quant.get("bytes") or {}
+    if size.get("float32"):
+        saved = size["float32"] - size["int8"]
+        line += (f"; {quant.get('bytes_of', 'table')}: {size['float32']} B float32 -> "
+                 f"{size['int8']} B int8 (saves {saved} B, {100 * saved / size['float32']:.0f}%)")
+    return line
