@@ -299,7 +299,7 @@ def check_output(candidate: Candidate, expected: np.ndarray, tolerance) -> None:
 def stats(samples: list[float]) -> dict[str, float]:
     q = np.percentile(samples, [25, 50, 75])
     return {"median_s": float(q[1]), "q1_s": float(q[0]), "q3_s": float(q[2]),
-            "iqr_s": float(q[2] - q[0]), "reps": len(samples)}
+            "iqr_s": float(q[2] - q[0]), "min_s": float(min(samples)), "reps": len(samples)}
 
 
 def time_round_robin(candidates: list[Candidate], reps: int, min_sample_s: float) -> None:
