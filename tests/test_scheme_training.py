@@ -113,3 +113,20 @@ def test_sinusoidal_learned_residual_gradient_only_inside_the_range():
     # Outside the range the residual is off: no row (not even the clamped first/last) learns.
     m.encode(torch.tensor([-1, -5, 10, 11, 4000])).sum().backward()
     assert m.residual.grad is not None and torch.equal(m.residual.grad, torch.zeros(10, 4))
+
+
+@pytest.mark.parametrize("scheme_id", sorted(LEARNABLE))
+def test_trained_weights_round_trip_through_a_checkpoint(scheme_id, tmp_path):
+    """What training changed is what a checkpoint carries back into ``build``."""
+    cfg = resolve(scheme_id, 32)
+    trained = build(cfg, seed=3)
+    with torch.no_grad():
+        for param in trained.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(9)))
+    path = tmp_path / "trained.pt"
+    torch.save(trained.state_dict(), path)
+    loaded = build(cfg, seed=0, checkpoint=str(path))
+    positions = torch.arange(-4, 40)
+    with torch.no_grad():
+        assert torch.equal(loaded.encode(positions), trained.encode(positions))
+        assert not torch.equal(build(cfg, seed=0).encode(positions), trained.encode(positions))

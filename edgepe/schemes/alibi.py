@@ -1,8 +1,9 @@
 """``alibi``: ``bias[h, t, u] = -m_h |t - u|``, ``m_h = 2^(-8 (h + 1) / H)`` (principles).
 
 ``encode(positions [N], key_positions [M]) -> [H, N, M]``, added to attention logits. The
-slopes are computed in float64 and stored as float32; ``|t - u|`` is an exact integer, cast to
-float32 once. Defined for ``|pos| <= 2^24``.
+slopes are computed in float64 and stored as float32; ``|t - u|`` is an integer cast to
+float32 once (exact up to 2^24; distances up to 2^25 round in that cast, as in a graph). Defined
+for ``|pos| <= 2^24``.
 """
 
 from __future__ import annotations
