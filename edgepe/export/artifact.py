@@ -199,6 +199,9 @@ def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}{TMP_MARK}", dir=out.parent)
     try:
+        # mkstemp makes the file 0600; give it the mode open() would (0666 less the umask).
+        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; artifacts get the usual mode
         with os.fdopen(fd, "wb") as raw:
             hashing = _HashingWriter(raw)
             write(hashing)
@@ -209,6 +212,12 @@ def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
         Path(tmp).unlink(missing_ok=True)
         raise
     return hashing.hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it; put it back at once
+    os.umask(mask)
+    return mask
 
 
 def write_artifact(
@@ -222,6 +231,12 @@ def write_artifact(
     text = dumps_manifest(manifest)
     atomic_write(manifest_path(out), lambda f: f.write(text))
     return manifest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class _HashingWriter:
