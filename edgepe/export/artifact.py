@@ -199,8 +199,6 @@ def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}{TMP_MARK}", dir=out.parent)
     try:
-        # mkstemp makes the file 0600; give it the mode open() would (0666 less the umask).
-        os.fchmod(fd, 0o666 & ~_umask())
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; artifacts get the usual mode
         with os.fdopen(fd, "wb") as raw:
             hashing = _HashingWriter(raw)
@@ -212,12 +210,6 @@ def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
         Path(tmp).unlink(missing_ok=True)
         raise
     return hashing.hexdigest()
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # the only way to read it is to set it; put it back at once
-    os.umask(mask)
-    return mask
 
 
 def write_artifact(
