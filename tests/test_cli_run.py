@@ -4,6 +4,7 @@ subprocess of the installed script."""
 from __future__ import annotations
 
 import csv
+import os
 import re
 import subprocess
 
@@ -137,6 +138,9 @@ def test_out_writes_every_value(arts, tmp_path, suffix):
     result = _run("run", arts["binary"], "-p", "-2:70", "--out", out)
     assert result.exit_code == 0, result.output
     assert f"wrote {out} [72, 64]" in result.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # what open() gives, not 0600
     want = edgepe.load(arts["binary"]).encode(np.arange(-2, 70))
     if suffix == ".npy":
         got = np.load(out)
