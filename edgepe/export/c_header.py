@@ -199,13 +199,16 @@ def _closing(config: ExportConfig, what: str, digest: str | None, size: int) -> 
     return f"{text}\n#endif /* {guard} */\n"
 
 
-def _quant_constants(macro: str, base: str, section: dict[str, Any]) -> str:
-    """``ZERO_POINT`` and the float32 ``scale[]`` of an int8 array (``value = scale * q``)."""
+def _quant_constants(macro: str, base: str, section: dict[str, Any], value: str) -> str:
+    """``ZERO_POINT`` and the float32 ``scale[]`` of an int8 array; ``value`` says how they
+    dequantise (in C, for the header's comment)."""
     scale = np.atleast_1d(np.asarray(section["scale"], dtype=np.float32))
-    which = "[c], one per column c" if section["axis"] is not None else "[0], one for every entry"
+    c = "c" if section["axis"] is not None else "0"
+    which = "one per column c" if section["axis"] is not None else "one for every column"
     return (
-        f"/* int8, symmetric: value = {base}_scale{which}, times q (zero point 0).\n"
-        f" * |value - float32 reference| <= {section['bound']!r} (proven; measured "
+        f"/* int8, symmetric (zero point 0), {which}:\n"
+        f" *   {value.format(scale=f'{base}_scale[{c}]')}\n"
+        f" * |that - float32 reference| <= {section['bound']!r} (proven; measured "
         f"{section['max_abs_err']!r}). */\n"
         f"#define {macro}_ZERO_POINT 0\n"
         f"#define {macro}_SCALES {scale.size}\n"
@@ -251,7 +254,9 @@ def _table_header(config: ExportConfig, module) -> Prepared:
         head += f"#define {macro}_BYTES {size}\n\n"
         head += _attribute(f"{macro}_ATTR", config.c_align)
         if quant is not None:
-            head += _quant_constants(macro, symbol, table["quant"])
+            head += _quant_constants(
+                macro, symbol, table["quant"], f"value(p, c) = {{scale}} * {symbol}[p][c]"
+            )
         shape = f"[{macro}_BYTES]" if packed else f"[{macro}_ROWS][{macro}_COLS]"
         head += f"static {macro}_ATTR const {C_TYPES[dtype]} {symbol}{shape} = {{\n"
         f.write(head.encode())
@@ -332,7 +337,8 @@ def _compute_header(config: ExportConfig, module) -> Prepared:
         if weights is not None:
             f.write(_attribute(f"{macro}_ATTR", config.c_align).encode())
             if quant is not None:
-                f.write(_quant_constants(macro, symbol, quant).encode())
+                value = f"out[c] = {{scale}} * (sum of {symbol}[k][c] over the set bits k)"
+                f.write(_quant_constants(macro, symbol, quant, value).encode())
             ctype = C_TYPES[str(weights.dtype)]
             f.write(
                 f"static {macro}_ATTR const {ctype} {symbol}[{macro}_N_BITS][{macro}_D] = {{\n"
