@@ -13,13 +13,13 @@ import onnx
 import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
+from test_export_float_graphs import LIMIT, make, positions, reference, session
 
 from edgepe.errors import BadParameterError
 from edgepe.export import export
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs._common import read_manifest_prop
 from edgepe.schemes import resolve
-from tests.test_export_float_graphs import LIMIT, make, positions, reference, session
 
 LOWERINGS = ("onnx", "ort", "rotary23")
 OPSET = {"rotary23": 23}  # the standard RotaryEmbedding exists from opset 23 on
