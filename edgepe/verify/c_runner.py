@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import EdgepeError, ParityError
+from edgepe.errors import EdgepeError, ParityError, PositionError
 
 COMPILE_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
 # What the program prints, per stored dtype: (printf conversion, parse, numpy result dtype).
@@ -76,13 +76,20 @@ def flag_variants() -> dict[str, tuple[str, ...]]:
     return variants
 
 
+def _arity(manifest: Mapping[str, Any]) -> int | None:
+    """``k`` when the header's function takes ``const int64_t pos[k]``; tables take one index."""
+    if manifest["mode"] != "compute":
+        return None
+    return (manifest.get("positions") or {}).get("arity")
+
+
 def c_program(header: Path, manifest: Mapping[str, Any]) -> str:
     """The C99 source of the program that prints the header's values (module docstring)."""
     mode = manifest["mode"]
     macro = manifest["macro_prefix"]
     if mode == "compute":
         fmt, cast, _ = _PRINT["float32"]
-        arity = (manifest.get("positions") or {}).get("arity")
+        arity = _arity(manifest)
         k = arity or 1
         call = f"{manifest['function']}({'pos' if arity else 'pos[0]'}, out);"
         width = f"{macro}_D"
@@ -160,6 +167,16 @@ def run_program(exe: str | Path, manifest: Mapping[str, Any], positions) -> np.n
     float32 ``[N, D]``. Tables: ``positions`` are row indices ``[N]`` (clamped by the program) ->
     ``[N, cols]`` in the stored dtype (float32, uint8, int8; bit-packed entries as uint8 0/1).
     """
+    positions = np.asarray(positions)
+    if positions.dtype.kind not in "iu":
+        raise PositionError(f"positions must be integers, got dtype {positions.dtype}")
+    arity = _arity(manifest)
+    if positions.ndim != (1 if arity is None else 2) or (arity and positions.shape[1] != arity):
+        shape = "[N]" if arity is None else f"[N, {arity}]"
+        raise PositionError(
+            f"this C header takes positions {shape} (table rows are one index each), "
+            f"got shape {list(positions.shape)}"
+        )
     positions = np.ascontiguousarray(positions, dtype="<i8")
     dtype = "float32" if manifest["mode"] == "compute" else manifest["dtype"]
     cols = manifest["d_model"] if manifest["mode"] == "compute" else manifest["shape"][1]

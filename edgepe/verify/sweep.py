@@ -90,6 +90,12 @@ def probe_values(config, limit: int | None, count: int, seed: int = 0) -> np.nda
     return np.asarray(sorted(values), dtype=np.int64)
 
 
+def position_limit(manifest: dict[str, Any], config) -> int | None:
+    """``|position|`` up to which the artifact is defined: the manifest's ``positions.limit``."""
+    positions = manifest.get("positions") or {}
+    return positions["limit"] if "limit" in positions else config.spec.position_limit
+
+
 def _reference(config, module, table: bool) -> Callable[..., np.ndarray]:
     import torch
 
@@ -130,8 +136,8 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
     ref = _reference(config, module, table)
     length = config.max_len
     stop = min(length, QUICK_POSITIONS) if quick else length
-    # Table graphs clamp every int64; compute graphs are defined up to the scheme's limit.
-    limit = None if table else config.spec.position_limit
+    # Table graphs clamp every int64; compute graphs are defined up to the manifest's limit.
+    limit = None if table else position_limit(manifest, config)
     probe = probe_values(config, limit, 16 if quick else 128)
     col = unit(config, manifest["dtype"])
     if config.spec.kind == "bias":
@@ -155,7 +161,7 @@ def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
     rng = np.random.default_rng(0)
     step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // (2 * d)))
     ranges = [np.arange(a, min(a + step, stop), dtype=np.int64) for a in range(0, stop, step)]
-    probe = probe_values(config, config.spec.position_limit, 16 if quick else 128)
+    probe = probe_values(config, position_limit(manifest, config), 16 if quick else 128)
     for positions, is_probe in [(r, False) for r in ranges] + [(probe, True)]:
         x = rng.uniform(-0.5, 0.5, (2, len(positions), d)).astype(np.float32)
         with torch.no_grad():

@@ -1,0 +1,201 @@
+"""The parity grid: every scheme x mode x format x dtype/quantisation x runtime available here.
+
+Each cell exports one artifact (cached per module: the ``cpu`` and ``ref`` cells of a graph share
+it), verifies it with ``edgepe.verify`` on one runtime over every position ``0 .. max_len - 1``
+plus the extrapolation probe, and checks the cell's explicit tolerance:
+
+- ``exact`` (0): integer and bit outputs (exact schemes, uint8 and bit-packed dtypes), and float
+  schemes whose spec says bitwise (their manifest tolerance is (0, 0));
+- ``spec``: the scheme's float tolerance (``spec.tolerance``);
+- ``spec+fp16``: float16 outputs of a scheme with a non-zero tolerance also allow one float16
+  step (rounding both sides to float16 can split values that were within it);
+- ``quant.bound``: int8 artifacts, the proven bound from the manifest.
+
+The grid is built from the registry and the combinations the contract allows (DESIGN.md and the
+exporters' documented refusals), not from what the exporters happen to accept: a combination
+that should exist and does not export fails its cell. Ids read like ``gray-compute-uint8-cpu``
+(ONNX) or ``gray-table-npy-bit-file``. The default grid uses ``max_len`` 37; ``-m slow`` adds
+1, 64 and 1000 and widths that are not multiples of 8.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from edgepe.export import ExportConfig, export
+from edgepe.export.table_values import full_table
+from edgepe.schemes import build, get_spec, n_bits, resolve, scheme_ids
+from edgepe.verify import verify_artifact
+
+# --format c --mode compute: issue 4 asks it for the bit family and the demo scheme; these are
+# the schemes the C exporter documents (edgepe/export/c_header.py, COMPUTE_SCHEMES).
+C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
+             "binary-multilevel", "binary-2d", "hierarchical")
+RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",)}
+
+
+@functools.cache
+def zero_one(scheme: str) -> bool:
+    """Whether the scheme's values are exactly 0 or 1 (so uint8 and bit-packing are lossless)."""
+    config = resolve(scheme, 37)
+    return bool(np.isin(full_table(config, build(config)), (0.0, 1.0)).all())
+
+
+@dataclass(frozen=True)
+class Cell:
+    scheme: str
+    mode: str
+    format: str
+    dtype: str
+    quantize: str
+    runtime: str
+    max_len: int = 37
+    d_model: int | None = None
+    graph: str = ""  # rope: "apply" or "apply-ort" (the apply graphs); "" the encoding itself
+
+    @property
+    def tolerance(self) -> str:
+        """The explicit tolerance of this cell (module docstring)."""
+        spec = get_spec(self.scheme)
+        if self.quantize == "int8":
+            return "quant.bound"
+        if spec.exact or self.dtype in ("uint8", "bit") or spec.tolerance == (0.0, 0.0):
+            return "exact"
+        return "spec+fp16" if self.dtype == "float16" else "spec"
+
+    @property
+    def id(self) -> str:
+        parts = [self.scheme, self.mode]
+        if self.graph:
+            parts.append(self.graph)
+        if self.format != "onnx":
+            parts.append(self.format)
+        parts.append("int8" if self.quantize == "int8" else self.dtype)
+        if self.max_len != 37:
+            parts.append(f"L{self.max_len}")
+        if self.d_model is not None:
+            parts.append(f"d{self.d_model}")
+        return "-".join([*parts, self.runtime])
+
+
+def variants(scheme: str, mode: str) -> list[tuple[str, str, str, str]]:
+    """``(format, dtype, quantize, graph)`` the contract allows for ``scheme`` in ``mode``."""
+    spec = get_spec(scheme)
+    bits = zero_one(scheme)
+    out = [("onnx", "float32", "none", ""), ("onnx", "float16", "none", "")]
+    if bits:
+        out.append(("onnx", "uint8", "none", ""))
+    if not spec.exact:  # int8 of an exact scheme is refused: it would only add error (issue 5)
+        out.append(("onnx", "float32", "int8", ""))
+    if mode == "table":
+        for fmt in ("npy", "bin", "c"):
+            dtypes = ["float32"] + (["float16"] if fmt != "c" else [])  # C99 has no half
+            dtypes += ["uint8", "bit"] if bits else []
+            out += [(fmt, d, "none", "") for d in dtypes]
+            if not spec.exact:
+                out.append((fmt, "float32", "int8", ""))
+    else:
+        if scheme in C_COMPUTE:
+            out.append(("c", "float32", "none", ""))
+        if scheme == "binary":  # int8 weights in the C compute function
+            out.append(("c", "float32", "int8", ""))
+        if scheme == "rope":
+            out += [("onnx", "float32", "none", "apply"), ("onnx", "float32", "none", "apply-ort")]
+    return out
+
+
+def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
+    cells = []
+    for scheme in scheme_ids():
+        spec = get_spec(scheme)
+        for max_len in lengths:
+            for d_model in widths:
+                if d_model is not None and (spec.d_model is None or callable(spec.d_model)
+                                            or (spec.even_d_model and d_model % 2)):
+                    continue  # only schemes with a free width take another one
+                for mode in spec.modes:
+                    for fmt, dtype, quantize, graph in variants(scheme, mode):
+                        for runtime in RUNTIMES[fmt]:
+                            if graph == "apply-ort" and runtime == "ref":
+                                continue  # com.microsoft ops: onnxruntime only
+                            cells.append(Cell(scheme, mode, fmt, dtype, quantize, runtime,
+                                              max_len, d_model, graph))
+    return cells
+
+
+CELLS = grid()
+SLOW_CELLS = [c for c in grid(lengths=(1, 64, 1000)) + grid(widths=(13,))]
+EXTENSION = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """Export each artifact once for all its runtimes."""
+    folder = tmp_path_factory.mktemp("grid")
+    made: dict = {}
+
+    def get(cell: Cell):
+        key = (cell.scheme, cell.mode, cell.format, cell.dtype, cell.quantize, cell.max_len,
+               cell.d_model, cell.graph)
+        if key not in made:
+            extra = {}
+            if cell.graph:
+                extra["rope_graph"] = "apply"
+                if cell.graph == "apply-ort":
+                    extra["rope_lowering"] = "ort"
+            config = resolve(cell.scheme, cell.max_len, d_model=cell.d_model)
+            name = "-".join(str(k) for k in key if k not in (None, "")) + EXTENSION[cell.format]
+            made[key] = export(ExportConfig(
+                scheme=config, mode=cell.mode, format=cell.format, dtype=cell.dtype,
+                quantize=cell.quantize, out=folder / name, extra=extra)).path
+        return made[key]
+
+    return get
+
+
+def check_cell(cell: Cell, path) -> None:
+    report = verify_artifact(path, providers=[cell.runtime])
+    assert report.sha256_ok
+    result = report.results[0]
+    assert result.runtime == cell.runtime
+    spec = get_spec(cell.scheme)
+    tol = result.tolerance
+    if cell.tolerance == "exact":
+        assert tol.exact, f"{cell.id}: expected an exact comparison, the verifier used {tol}"
+    elif cell.tolerance == "quant.bound":
+        assert (tol.rtol, tol.atol) == (0.0, report.manifest["quant"]["bound"])
+    else:
+        assert (tol.rtol, tol.atol) == spec.tolerance
+        assert tol.fp16_ulps == (1 if cell.tolerance == "spec+fp16" else 0)
+    assert result, f"{cell.id}: {result}"
+    if cell.format in ("npy", "bin") or (cell.format == "c" and cell.mode == "table"):
+        assert result.positions == report.manifest["shape"][0]  # every row of the table
+    else:  # every in-range position (bias: query x key pair), and the probe beyond them
+        assert result.positions > cell.max_len
+    if cell.tolerance == "exact":
+        assert result.max_abs_err == 0.0
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
+def test_parity(cell: Cell, artifacts) -> None:
+    check_cell(cell, artifacts(cell))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", SLOW_CELLS, ids=lambda c: c.id)
+def test_parity_exhaustive(cell: Cell, artifacts) -> None:
+    check_cell(cell, artifacts(cell))
+
+
+def test_the_grid_covers_every_scheme_mode_and_runtime() -> None:
+    """Completeness: a scheme or mode added to the registry joins the grid by itself."""
+    covered = {(c.scheme, c.mode) for c in CELLS}
+    assert covered == {(s, m) for s in scheme_ids() for m in get_spec(s).modes}
+    assert {c.runtime for c in CELLS} == {"cpu", "ref", "file", "c"}
+    assert all(c.tolerance == "exact" for c in CELLS if c.dtype in ("uint8", "bit"))
+    assert len({c.id for c in CELLS}) == len(CELLS)
+    assert n_bits(37) == 6  # the default max_len keeps every bit scheme small

@@ -1,0 +1,150 @@
+"""Random int64 positions (in range, past max_len, negative, int64's edges): artifact and reference
+agree on the documented out-of-range behaviour, and the reference itself follows that policy.
+
+Policies (DESIGN.md, ``spec.oob``): bit schemes wrap (the bits of ``pos mod 2^n``, two's
+complement for negatives); float schemes extrapolate the formula up to ``|pos| <= 2^24``
+(``position_limit``; positions past it are refused, so they are not drawn); ``mixed`` schemes
+wrap their bits and extrapolate their linear part; table artifacts clamp every position (and key
+position) to ``[0, max_len - 1]``. The artifacts run on onnxruntime CPU and, for the C compute
+function, through gcc.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edgepe.export import ExportConfig, export
+from edgepe.export.table_values import table_reference
+from edgepe.schemes import build, resolve
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+L = 37
+
+# (scheme, mode, format, kwargs): every out-of-range policy, both kinds, multi-index, bias, C.
+ARTIFACTS = [
+    ("gray", "compute", "onnx", {}),
+    ("gray", "compute", "onnx", {"lowering": "arith"}),
+    ("binary", "compute", "onnx", {}),
+    ("binary-signed", "compute", "onnx", {}),
+    ("binary-2d", "compute", "onnx", {}),
+    ("hierarchical", "compute", "onnx", {}),
+    ("integer-norm", "compute", "onnx", {}),
+    ("sinusoidal", "compute", "onnx", {}),
+    ("hybrid-int-binary", "compute", "onnx", {}),
+    ("binary-gated", "compute", "onnx", {}),
+    ("sinusoidal-learned", "compute", "onnx", {}),
+    ("alibi", "compute", "onnx", {}),
+    ("gaussian", "compute", "onnx", {}),
+    ("gray", "table", "onnx", {}),
+    ("learned", "table", "onnx", {}),
+    ("sinusoidal", "table", "onnx", {}),
+    ("alibi", "table", "onnx", {}),
+    ("binary-2d", "table", "onnx", {}),
+    ("gray", "compute", "c", {}),
+]
+
+
+def _id(a) -> str:
+    return "-".join([a[0], a[1], a[2], *a[3].values()])
+
+
+@pytest.fixture(scope="module", params=ARTIFACTS, ids=_id)
+def artifact(request, tmp_path_factory):
+    scheme, mode, fmt, kw = request.param
+    config = resolve(scheme, L)
+    out = tmp_path_factory.mktemp("hyp") / f"{_id(request.param)}.{'h' if fmt == 'c' else fmt}"
+    manifest = export(ExportConfig(scheme=config, mode=mode, format=fmt, out=out, **kw)).manifest
+    module = build(config)
+    if fmt == "c":
+        import tempfile
+
+        from edgepe.verify import c_runner
+
+        workdir = tempfile.TemporaryDirectory()
+        exe = c_runner.compile_program(out, manifest, workdir.name)
+
+        def run(feeds):
+            return c_runner.run_program(exe, manifest, feeds["positions"])
+
+        yield config, module, manifest, run
+        workdir.cleanup()
+        return
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    output = session.get_outputs()[0].name
+    yield config, module, manifest, lambda feeds: session.run([output], feeds)[0]
+
+
+def positions(limit: int | None, size: int = 24):
+    """int64 positions of every kind, within ``|p| <= limit`` when the scheme has one."""
+    low, high = (INT64_MIN, INT64_MAX) if limit is None else (-limit, limit)
+    edges = [p for p in (-1, 0, L - 1, L, 2**6 - 1, 2**6, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
+                         2**24, -(2**24), INT64_MAX, INT64_MIN) if low <= p <= high]
+    one = st.one_of(
+        st.integers(0, L - 1),                      # in range
+        st.integers(L, min(high, 4 * L)),           # just past max_len
+        st.integers(L, high),                       # anywhere past it
+        st.integers(low, -1),                       # negative
+        st.sampled_from(edges),                     # edges: 2^n, 2^31, 2^32, int64 limits
+    )
+    return st.lists(one, min_size=1, max_size=size).map(lambda v: np.asarray(v, np.int64))
+
+
+def _wrap(p: np.ndarray, n: int) -> np.ndarray:
+    return p & ((1 << n) - 1)
+
+
+def _encode(module, p, k=None):
+    with torch.no_grad():
+        pt = torch.from_numpy(p)
+        out = module.encode(pt) if k is None else module.encode(pt, torch.from_numpy(k))
+    return out.numpy()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.data_too_large])
+@given(data=st.data())
+def test_artifact_and_reference_agree_out_of_range(artifact, data):
+    config, module, manifest, run = artifact
+    policy = manifest["positions"]["out_of_range"]
+    limit = manifest["positions"]["limit"] if manifest["mode"] == "compute" else None
+    p = data.draw(positions(limit))
+    table = manifest["mode"] == "table"
+    if config.spec.kind == "bias":
+        k = data.draw(positions(limit, 8))
+        feeds = {"positions": p, "key_positions": k}
+        expected = table_reference(config, module, p, k).numpy() if table else _encode(module,
+                                                                                       p, k)
+        if table:  # clamp: the same as the reference at clamped positions
+            assert np.array_equal(expected, _encode(module, np.clip(p, 0, L - 1),
+                                                    np.clip(k, 0, L - 1)))
+    else:
+        if config.arity is not None:
+            others = data.draw(st.lists(positions(limit, len(p)), min_size=config.arity - 1,
+                                        max_size=config.arity - 1))
+            cols = [p] + [np.resize(o, len(p)) for o in others]
+            p = np.stack(cols, axis=1)
+        feeds = {"positions": p}
+        expected = table_reference(config, module, p).numpy() if table else _encode(module, p)
+        if table:
+            assert np.array_equal(expected, _encode(module, np.clip(p, 0, L - 1)))
+        elif policy == "wrap":
+            n = config.n_bits
+            if config.scheme == "hierarchical":  # each level wraps at its own width
+                widths = np.asarray(config.params["widths"])
+                wrapped = p & ((np.int64(1) << widths) - 1)
+            else:
+                wrapped = _wrap(p, n)
+            assert np.array_equal(expected, _encode(module, wrapped))
+    actual = run(feeds).astype(np.float64)
+    rtol, atol = manifest["tolerance"]["rtol"], manifest["tolerance"]["atol"]  # 0 when exact
+    assert actual.shape == expected.shape
+    close = np.abs(actual - expected) <= atol + rtol * np.abs(expected)
+    bad = np.argwhere(~close)
+    assert not bad.size, (
+        f"{len(bad)} elements differ, first at output index {tuple(bad[0])} of inputs {feeds}: "
+        f"got {actual[tuple(bad[0])]}, expected {expected[tuple(bad[0])]}"
+    )
