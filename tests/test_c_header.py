@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import BadParameterError, PositionError
 from edgepe.export import ExportConfig, export
 from edgepe.export.table_values import full_table
 from edgepe.quant import table_quant
@@ -279,3 +279,14 @@ def test_headers_are_byte_identical(exported, tmp_path, key):
     path, _, config, _ = exported(key)
     again = export(ExportConfig(**{**config.__dict__, "out": tmp_path / "again.h"}))
     assert again.path.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "key, positions",
+    [("binary-2d-compute", np.arange(4)), ("gray-table-bit", np.zeros((3, 2), np.int64)),
+     ("gray-compute", np.arange(3.0))],
+)
+def test_runner_refuses_positions_of_the_wrong_shape(exported, key, positions):
+    path, manifest, _, _ = exported(key)
+    with pytest.raises(PositionError):
+        run_c_header(path, manifest, positions)
