@@ -22,7 +22,9 @@ schemes) computes one position with shifts and masks, wrapping like the referenc
 those of ``pos mod 2^n`` in two's complement (``(uint64_t)pos`` is exactly that in C99, 6.3.1.3).
 ``binary`` adds its projection as ``const float edgepe_binary_weights[n][D]`` (row ``k`` = the
 weights of bit ``k``) and sums the rows of the set bits in bit order: a device stores
-``n x D`` weights instead of ``max_len x D`` values.
+``n x D`` weights instead of ``max_len x D`` values. With ``--quantize int8`` the weights are
+``int8_t`` with a float32 scale per column (``edgepe.quant``'s projection, shared with the int8
+ONNX graph): an exact ``int32`` sum of the active rows, then one float32 multiply.
 
 Floats are printed with ``%.9g`` (9 significant digits round-trip every float32; a C compiler
 converts the decimal literal with ``f`` suffix straight to the nearest float, C99 6.4.4.2), so
