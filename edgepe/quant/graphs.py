@@ -1,6 +1,6 @@
 """int8 ONNX graphs (``--quantize int8``), both modes, each with its proven bound in the manifest.
 
-Three constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in):
+Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in):
 
 1. **Tables** (``--mode table``, every float scheme): the float table graph of
    ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table; each
@@ -9,22 +9,33 @@ Three constructions, chosen per scheme (all output float32 ``pe``/``bias``: a dr
 2. **Integer projection** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
    float step is ``bits @ W``): the bit front end of ``graphs.bits`` (integer ops only), ``Cast``
    to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0, int32 accumulation), then
-   ONE dequantise: ``Cast(int32 -> float32)`` and ``Mul`` by the per-output-column scale.
-3. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
-   smooth, sinusoidal*, rope, alibi, gaussian): their float graph has no weight matrix worth
-   quantising (a few constants per channel), so what becomes int8 is the tensor the device
+   ONE dequantise: ``DequantizeLinear`` of the int32 sum by the per-output-column scale (float16
+   storage, rounded up, where it fits; float32 otherwise).
+3. **Int8 constant** (``--mode compute``, ``sinusoidal-learned``): its learned residual table
+   ``[L, d]`` is the graph's only large constant; it is stored int8 and gathered as in (1).
+4. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
+   smooth, sinusoidal, rope, alibi, gaussian): their float graph has no constant worth
+   quantising (a few numbers per channel), so what becomes int8 is the tensor the device
    receives: the float graph's output goes through ``QuantizeLinear`` -> int8 ->
-   ``DequantizeLinear`` with static per-channel scales ``max|x| / 127`` taken from the in-range
-   table (positions 0 .. L-1; every distance for bias schemes). Bound: half a step, plus the float
-   graph's own tolerance (``spec.tolerance``), plus the two float32 roundings of Q/DQ.
+   ``DequantizeLinear`` with static per-channel scales ``max|x| / 127``. The scale must cover
+   every position the graph accepts (``_output_range``): sin/cos stay within +-1 (extrapolation
+   kept), wrapped bits take at most ``2^n <= 2L`` patterns (wrap kept); the others grow without
+   bound outside the table (``pos / (L - 1)``, distances), so their int8 graph clamps positions to
+   ``[0, L - 1]`` as tables do (manifest ``positions.out_of_range = "clamp"``). Bound: half a
+   step, plus the float graph's own tolerance (``spec.tolerance``), plus the two float32
+   roundings of Q/DQ.
+
+The manifest's ``bound`` holds at every position the artifact accepts; ``max_abs_err`` is
+measured over every position ``0 .. L-1`` (every distance for bias schemes) by replaying the
+graph's arithmetic in numpy (the exporter never runs a runtime; the tests run onnxruntime).
 
 Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones) the integer sum
 ``acc_j = sum_{k in A} q_kj`` is exact (``|acc_j| <= 127 P < 2^24``, so the Cast is exact too) and
 
     |s_j acc_j - sum_{k in A} W_kj| <= sum_{k in A} |s_j q_kj - W_kj| <= P s_j / 2.
 
-The final ``Mul`` rounds once (``<= u |s_j acc_j| <= 127 P u s_j``, ``u = 2^-24``), and the float32
-reference itself rounds its dot product (``<= gamma_n sum_{k in A} |W_kj|``,
+The final dequantise rounds once (``<= u |s_j acc_j| <= 127 P u s_j``, ``u = 2^-24``), and the
+float32 reference itself rounds its dot product (``<= gamma_n sum_{k in A} |W_kj|``,
 ``gamma_n = n u / (1 - n u)``, any summation order; ``|W_kj| <= 127 s_j (1 + u)``). So
 
     |out_j - ref_j| <= P s_j (1/2 + 127 u + 127 (1 + u) gamma_n)
@@ -35,11 +46,13 @@ is defined; ``bound_in_range`` takes ``P = max popcount over positions 0 .. L-1`
 since ``2^n - 1 >= L``), strictly below the theoretical ``n s_j / 2``.
 
 Why not ``onnxruntime.quantization``: ``quantize_static`` needs a float-input graph and a
-calibration reader and quantises the activation (here the 0/1 bits) with a calibrated float scale
+calibration reader, quantises the activation (here the 0/1 bits) with a calibrated float scale
 and requantises the output, adding roundings we could not bound exactly; ``quantize_dynamic``
-picks the activation scale at run time, so no bound is known before deployment. Their
-conventions (symmetric int8 ``[-127, 127]``, zero point 0, ``scale = 2 max|x| / 254``, per-axis
-``DequantizeLinear``) are followed and cross-checked in the tests.
+picks the activation scale at run time, so no bound is known before deployment. Its scalar
+helpers (``quant_utils.compute_scale_zp``) work one tensor at a time, not chunk-wise per channel.
+Their conventions (symmetric int8 ``[-127, 127]``, zero point 0, ``scale = 2 max|x| / 254``,
+per-axis ``DequantizeLinear``) are followed, and the tests check our scales against
+``compute_scale_zp``.
 """
 
 from __future__ import annotations
@@ -74,7 +87,7 @@ PROJECTIONS = {"binary": "projection", "fourier-binary": "basis"}
 # (a verification runtime) implements them from 19 on: int8 graphs are written at opset >= 19.
 QDQ_OPSET = 19
 # Outputs within +-1 at every position (see ``_output_range``).
-UNIT_RANGE = ("sinusoidal", "rope", "sinusoidal-learned")
+UNIT_RANGE = ("sinusoidal", "rope")
 # The quant fields a graph carries in its own metadata (the rest is in the sidecar JSON).
 EMBEDDED_QUANT = ("granularity", "zero_point", "axis", "max_abs_err", "bound", "tensor",
                   "scale_tensor")
@@ -92,6 +105,8 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
         return _table(config, module, manifest)
     if config.scheme.scheme in PROJECTIONS:
         return _projection(config, module, manifest)
+    if config.scheme.scheme == "sinusoidal-learned":
+        return _residual(config, module, manifest)
     return _quantised_output(config, module, manifest)
 
 
@@ -127,20 +142,29 @@ def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Model
     """The table graph with an int8 table: ``Gather`` int8 rows, then ``DequantizeLinear``."""
     tq = measure_table(config.quant_granularity, lambda: iter_table(config.scheme, module))
     float_model = _float_model(config, module, manifest)
-    graph = float_model.graph
-    shape = list(table_shape(config.scheme))
+    nodes, initializers, names = _int8_gathers(float_model.graph, table_shape(config.scheme), tq)
+    manifest["quant"] = {**tq.manifest(tensor=names[0]), "scale_tensor": names[1]}
+    return _rebuild(config, float_model, nodes, initializers, manifest)
+
+
+def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant):
+    """Replace the graph's float32 ``shape`` initializer by its int8 quantisation under ``tq``.
+
+    Each ``Gather`` of it reads int8 rows and dequantises only those (per-axis on the last axis,
+    the columns); any other consumer gets the whole table dequantised once, in front. Returns
+    ``(nodes, initializers, (int8 name, scale name))``.
+    """
     table = [t for t in graph.initializer
-             if t.data_type == TensorProto.FLOAT and list(t.dims) == shape]
+             if t.data_type == TensorProto.FLOAT and list(t.dims) == list(shape)]
     if len(table) != 1:
-        raise RuntimeError(f"table graph of {config.scheme.scheme}: expected one float32 "
-                           f"{shape} initializer, found {len(table)}")  # a builder change
+        raise RuntimeError(f"graph {graph.name}: expected one float32 {list(shape)} "
+                           f"initializer, found {len(table)}")  # a builder change
     name = table[0].name
-    per_channel = config.quant_granularity == "channel"
+    per_channel = tq.granularity == "channel"
     q_name, s_name, z_name = f"{name}_int8", f"{name}_scale", f"{name}_zero_point"
     scale = tq.scale if per_channel else tq.scale.reshape(())
-    q_table = numpy_helper.to_array(table[0])
-    # Quantise the stored initializer itself (it is the table iter_table measured: same rows).
-    q = quantize(q_table, tq.scale)
+    # Quantise the stored initializer itself (the rows iter_table measured: the same values).
+    q = quantize(numpy_helper.to_array(table[0]), tq.scale)
     initializers = [t for t in graph.initializer if t.name != name] + [
         numpy_helper.from_array(q, q_name),
         numpy_helper.from_array(scale.astype(np.float32), s_name),
@@ -151,7 +175,6 @@ def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Model
     whole = False
     for node in graph.node:
         if node.op_type == "Gather" and node.input[0] == name and _attr(node, "axis", 0) == 0:
-            # Gather the int8 rows, dequantise only those: the columns are the last axis.
             rows = f"{node.output[0]}_int8"
             nodes.append(helper.make_node("Gather", [q_name, node.input[1]], [rows],
                                           name=node.name, axis=0))
@@ -160,10 +183,54 @@ def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Model
         else:
             whole = whole or name in node.input
             nodes.append(node)
-    if whole:  # some other consumer reads the table itself: dequantise it once, in front
+    if whole:
         nodes.insert(0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [name],
-                                         name="table_dq", **({"axis": 1} if per_channel else {})))
-    manifest["quant"] = {**tq.manifest(tensor=q_name), "scale_tensor": s_name}
+                                         name=f"{name}_dq", **({"axis": 1} if per_channel else {})))
+    return nodes, initializers, (q_name, s_name)
+
+
+def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """sinusoidal-learned: the float graph with its learned residual table ``[L, d]`` in int8.
+
+    The output stays ``fixed + residual'`` in float32 (no output quantisation: the only large
+    constant is what int8 shrinks). Against the float32 reference ``fl(fixed + r)``:
+    ``|fl(f' + r') - fl(f + r)| <= |f' - f| + |r' - r| + u |f' + r'| + u |f + r|`` with
+    ``|f' - f| <= atol`` (the float graph's tolerance), ``|r' - r| <= s/2 + 127 u s`` (half a
+    step, the dequantise's rounding) and ``|f + r| <= 1 + m`` (``m = max|r|`` per channel).
+    Outside ``0 .. L-1`` the residual is switched off and the output is the float graph's.
+    """
+    cfg = config.scheme
+    rows = module.residual.detach().numpy().astype(np.float32)
+    tq = measure_table(config.quant_granularity, lambda: iter([rows]))
+    float_model = _float_model(config, module, manifest)
+    nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq)
+    # Replay over every in-range position: fixed part (the reference with a zero residual: exact
+    # since x + 0 = x) plus the dequantised rows, one float32 addition, as the graph adds.
+    import copy
+
+    import torch
+
+    fixed_module = copy.deepcopy(module)
+    with torch.no_grad():
+        fixed_module.residual.zero_()
+        pos = torch.arange(cfg.max_len, dtype=torch.int64)
+        fixed = fixed_module.encode(pos).numpy()
+        ref = module.encode(pos).numpy()
+    out = fixed + tq.dequantize(tq.quantize(rows))
+    err = float(np.abs(out.astype(np.float64) - ref).max())
+    rtol, atol = cfg.spec.tolerance
+    s64, m = tq.scale.astype(np.float64), tq.peak
+    bound = atol + rtol * (1 + m) + s64 * (0.5 + QMAX * U32) * (m > 0) + 2 * U32 * (1 + m + s64)
+    manifest["quant"] = quant_section(
+        config.quant_granularity, tq.scale, axis=1, max_abs_err=err, bound=bound,
+        bound_why="half a step of the int8 residual table (s/2 + 127 u s), plus the float "
+        "graph's tolerance for the sinusoid, plus the rounding of the final float32 addition "
+        "on both sides (2 u (1 + max|r|)); u = 2^-24; positions outside the table use no "
+        "residual, so the float graph's own tolerance applies there",
+        measured_over=f"every position 0..{cfg.max_len - 1}, replaying the graph's addition",
+        float32_bytes=4 * rows.size, int8_bytes=rows.size + 4 * tq.scale.size,
+        tensor=names[0], scale_tensor=names[1], bytes_of="learned residual table",
+    )
     return _rebuild(config, float_model, nodes, initializers, manifest)
 
 

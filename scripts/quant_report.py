@@ -1,0 +1,61 @@
+"""Figures for docs/readme/quant.md: every float scheme x mode exported float32 and int8.
+
+    .venv/bin/python scripts/quant_report.py [--max-len 512] [--out-dir /tmp/edgepe-quant]
+
+Prints a markdown table: file bytes float32 vs int8, the manifest's bound and measured error,
+and the error measured here on onnxruntime (CPU) over every position 0..L-1 (every query x key
+pair for bias schemes). Never imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    import onnxruntime as ort
+    import torch
+
+    from edgepe.export import export
+    from edgepe.export.artifact import ExportConfig
+    from edgepe.schemes import build, get_spec, resolve, scheme_ids
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-len", type=int, default=512)
+    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/edgepe-quant"))
+    args = parser.parse_args()
+    length = args.max_len
+    print("| scheme | mode | float32 B | int8 B | ratio | bound | max err (manifest) "
+          "| max err (onnxruntime) | out of range |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for scheme in scheme_ids():
+        spec = get_spec(scheme)
+        if spec.exact:
+            continue
+        cfg = resolve(scheme, length)
+        module = build(cfg)
+        pos = np.arange(length, dtype=np.int64)
+        t = torch.from_numpy(pos)
+        with torch.no_grad():
+            bias = spec.kind == "bias"
+            ref = module.encode(t, t).numpy() if bias else module.encode(t).numpy()
+        for mode in spec.modes:
+            sizes, result = [], None
+            for q in ("none", "int8"):
+                out = args.out_dir / f"{scheme}-{mode}-{q}.onnx"
+                result = export(ExportConfig(scheme=cfg, mode=mode, quantize=q, out=out), True)
+                sizes.append(out.stat().st_size)
+            session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+            feeds = {"positions": pos, **({"key_positions": pos} if bias else {})}
+            err = float(np.abs(session.run(None, feeds)[0].astype(np.float64) - ref).max())
+            quant = result.manifest["quant"]
+            print(f"| {scheme} | {mode} | {sizes[0]} | {sizes[1]} | {sizes[1] / sizes[0]:.3f} "
+                  f"| {quant['bound']:.4g} | {quant['max_abs_err']:.4g} | {err:.4g} "
+                  f"| {result.manifest['positions']['out_of_range']} |")
+
+
+if __name__ == "__main__":
+    main()
