@@ -235,8 +235,8 @@ def command(
         str,
         typer.Option(
             "--positions", "-p",
-            help="START:STOP[:STEP], a list 0,5,9, one item a coordinate for multi-index schemes "
-            "(0:4,0:2 is a grid), or JSON [[x, y], ...].",
+            help="START:STOP[:STEP] or a list 0,5,9; multi-index schemes take one item a "
+            "coordinate (0:4,0:2 is a grid); or a JSON array of positions or rows.",
         ),
     ],
     key_positions: Annotated[
