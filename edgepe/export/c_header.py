@@ -98,16 +98,21 @@ def c_floats(values) -> list[str]:
 
 
 def c_bytes(data: bytes, per_line: int = 16) -> str:
-    """``0x..`` byte literals, ``per_line`` a line."""
-    cells = np.char.mod("0x%02x", np.frombuffer(data, dtype=np.uint8))
-    lines = [", ".join(cells[i : i + per_line]) for i in range(0, cells.size, per_line)]
-    return "".join(f"    {line},\n" for line in lines)
+    """``0x..`` byte literals, ``per_line`` a line (one ``%`` format, like ``c_rows``)."""
+    values = tuple(data)
+    whole = len(values) - len(values) % per_line
+    line = "    " + ", ".join(["0x%02x"] * per_line) + ",\n"
+    text = (line * (whole // per_line)) % values[:whole]
+    if whole < len(values):
+        text += ("    " + ", ".join(["0x%02x"] * (len(values) - whole)) + ",\n") % values[whole:]
+    return text
 
 
 def names(config: ExportConfig) -> dict[str, str]:
-    """The header's identifiers: ``base`` (``{prefix}_{scheme}``) and the macro prefix."""
+    """The header's identifiers: ``base`` (``{prefix}_{scheme}``), the macro prefix, the guard."""
     base = c_identifier(f"{config.c_prefix}_{config.scheme.scheme}")
-    return {"base": base, "macro": base.upper()}
+    kind = "TABLE" if config.mode == "table" else "ENCODE"
+    return {"base": base, "macro": base.upper(), "guard": f"{base.upper()}_{kind}_H"}
 
 
 def check_c_choices(config: ExportConfig) -> None:
@@ -156,7 +161,7 @@ def _opening(config: ExportConfig, what: str, lines: Iterable[str]) -> str:
     s = config.scheme
     spec = s.spec
     params = json.dumps(s.as_dict()["params"], sort_keys=True)
-    guard = f"{names(config)['macro']}_{'TABLE' if config.mode == 'table' else 'ENCODE'}_H"
+    guard = names(config)["guard"]
     body = [
         f"edgepe: {what}",
         f"scheme {s.scheme} ({spec.source}): {spec.summary}",
@@ -190,7 +195,7 @@ def _attribute(macro: str, align: int) -> str:
 
 def _closing(config: ExportConfig, what: str, digest: str | None, size: int) -> str:
     """The end of the header: the sha256 of the array's bytes (if any) and the guard's end."""
-    guard = f"{names(config)['macro']}_{'TABLE' if config.mode == 'table' else 'ENCODE'}_H"
+    guard = names(config)["guard"]
     text = ""
     if digest is not None:
         same = ";\n * the same bytes as the --format bin export" if config.mode == "table" else ""
