@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgepe.errors import BadParameterError
 from edgepe.export import ExportConfig, export
@@ -109,6 +111,20 @@ def test_pack_bits_carries_bits_across_chunk_boundaries():
     packed = b"".join(pack_bits(chunks))
     assert packed == np.packbits(stream.reshape(-1), bitorder="little").tobytes()
     assert len(packed) == math.ceil(97 * 13 / 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cols=st.integers(1, 17),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_pack_bits_any_chunking_equals_packing_at_once(cols, cuts, seed):
+    stream = np.random.default_rng(seed).integers(0, 2, size=(40, cols), dtype=np.uint8)
+    bounds = [0, *sorted(cuts), 40]
+    chunks = [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    expected = np.packbits(stream.reshape(-1), bitorder="little").tobytes()
+    assert b"".join(pack_bits(chunks)) == expected
 
 
 def test_int8_table_reads_back_within_the_bound(tmp_path):
