@@ -304,6 +304,10 @@ class Runtime:
                     "apply(x, positions=...) instead of an offset"
                 )
             start = _offset(offset)
+            if start < -INT64_MAX - 1 or start + steps - 1 > INT64_MAX:
+                raise PositionError(
+                    f"offset {start} + {steps} steps leaves int64 (positions are int64)"
+                )
             positions = np.arange(start, start + steps, dtype=np.int64)
         positions = check_positions(positions, self._arity, self._limit)
         if len(positions) != steps:

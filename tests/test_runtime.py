@@ -295,6 +295,9 @@ def test_apply_input_errors(artifacts):
         runtime.apply(np.zeros(16, np.float32))
     with pytest.raises(PositionError, match="offset must be an integer, got 1.5"):
         runtime.apply(np.zeros((1, 2, 16), np.float32), offset=1.5)
+    with pytest.raises(PositionError, match="leaves int64"):
+        edgepe.load(artifacts["gray-onnx"][0]).apply(np.zeros((1, 3, 7), np.float32),
+                                                     offset=2**63 - 2)
     with pytest.raises(PositionError, match="2 rows but x has 3 steps"):
         runtime.apply(np.zeros((1, 3, 16), np.float32), positions=np.arange(2))
     sinusoidal = edgepe.load(artifacts["sinusoidal-onnx"][0])
