@@ -89,9 +89,11 @@ def probe_positions(max_len: int) -> np.ndarray:
     return np.concatenate([np.arange(-3 * max_len, 3 * max_len, dtype=np.int64), far, edges])
 
 
-@pytest.mark.parametrize("variant", list(flag_variants()))
+@pytest.mark.parametrize("variant", ["O0", "O2", "O2-unsigned-char", "Os-signed-char", "m32"])
 @pytest.mark.parametrize("key", list(HEADERS))
 def test_header_matches_reference(exported, key, variant):
+    if variant not in flag_variants():
+        pytest.skip(f"gcc cannot build and run {variant} programs here (-m32: gcc-multilib)")
     path, manifest, config, module = exported(key)
     cfg = config.scheme
     if config.mode == "compute":
