@@ -8,6 +8,7 @@ without them fails here (STYLE 9d).
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from test_schemes import SLOW_FORMULAS
@@ -145,3 +146,24 @@ def test_limits_are_inclusive():
         cfg = resolve(scheme_id, max_len, **kw)
         if max_len <= 2**16:
             build(cfg)
+
+
+def test_the_catalogue_doc_has_a_true_row_for_every_scheme():
+    """docs/readme/catalogue.md (the README's catalogue) names each scheme with its source,
+    out-of-range policy and tolerance as the registry has them."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs/readme/catalogue.md").read_text()
+    cells_of = [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+                for line in doc.splitlines() if line.startswith("| `")]
+    assert all(len(cells) == 7 for cells in cells_of), "a row with a stray (unescaped) pipe"
+    rows = {cells[0].strip("`"): cells for cells in cells_of}
+    assert sorted(rows) == sorted(scheme_ids())
+    for scheme_id, cells in rows.items():
+        spec = get_spec(scheme_id)
+        rtol, atol = spec.tolerance
+        tolerance = "exact" if (rtol, atol) == (0, 0) else ", ".join(
+            f"{name} {value:g}".replace("e-0", "e-") for name, value in
+            (("rtol", rtol), ("atol", atol)) if value)
+        assert cells[1].startswith(spec.source), (scheme_id, cells[1], spec.source)
+        assert cells[5] == spec.oob and cells[6] == tolerance, (scheme_id, cells[5:], tolerance)
