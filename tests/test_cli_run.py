@@ -232,3 +232,17 @@ def test_real_subprocess(arts, tmp_path, edgepe_exe):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert _one_line(proc.stderr) == f"error: {str(tmp_path / 'nope.onnx')!r} does not exist"
+
+
+def test_artifacts_without_encodings_to_print_say_why(tmp_path):
+    header = tmp_path / "gray.h"
+    export(ExportConfig(scheme=resolve("gray", 16), mode="table", format="c", out=header))
+    result = _run("run", header, "-p", "0:4")
+    assert result.exit_code == 2
+    assert "is a C header" in _one_line(result.stderr)
+    rope = tmp_path / "rope-apply.onnx"
+    export(ExportConfig(scheme=resolve("rope", 16, d_model=8), out=rope,
+                        extra={"rope_graph": "apply"}))
+    result = _run("run", rope, "-p", "0:4")
+    assert result.exit_code == 2
+    assert "apply graph" in _one_line(result.stderr)
