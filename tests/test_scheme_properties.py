@@ -244,3 +244,13 @@ def test_gaussian_bias_follows_sigma():
         bias = m.encode(torch.tensor([0]), torch.tensor([4, 8]))
     assert bias[0, 0].tolist() == [-0.5, -2.0]  # -(d^2) / (2 sigma^2) at d = sigma, 2 sigma
     assert math.isclose(math.exp(bias[0, 0, 0]), math.exp(-0.5))
+
+
+def test_n_bits_is_the_demos_ceil_log2():
+    """``n = ceil(log2(max_len + 1))`` as the demo computes it, for every max_len where float
+    log2 is exact enough to say (edgepe uses ``max_len.bit_length()``, exact for every size)."""
+    from edgepe.schemes import n_bits
+
+    lengths = list(range(1, 4100)) + [2**k + e for k in range(12, 40) for e in (-1, 0, 1)]
+    for length in lengths:
+        assert n_bits(length) == math.ceil(math.log2(length + 1)), length
