@@ -160,15 +160,17 @@ def _as_stored(expected: np.ndarray, manifest: dict[str, Any]) -> np.ndarray:
     return expected
 
 
-def _check_file(path: Path, manifest: dict[str, Any]) -> bytes | None:
-    """Refuse a file that is not what its manifest says (truncated, not ONNX, wrong table)."""
+def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
+    """Refuse a file that is not what its manifest says (truncated, not ONNX, wrong table).
+
+    Returns a graph's input names and the non-standard op domains it uses (empty for others).
+    """
     fmt = manifest["format"]
     if fmt == "onnx":
         import onnx
 
-        data = path.read_bytes()
         try:
-            model = onnx.load_from_string(data)
+            model = onnx.load(path)
             onnx.checker.check_model(model)
         except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -178,7 +180,10 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> bytes | None:
         if not model.graph.output or "positions" not in [i.name for i in model.graph.input]:
             raise ArtifactError(f"{str(path)!r} is an ONNX model but not an edgepe graph: "
                                 "it has no 'positions' input")
-        return data
+        graph = model.graph
+        initializers = {t.name for t in graph.initializer}
+        inputs = tuple(i.name for i in graph.input if i.name not in initializers)
+        return inputs, {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
     rows, cols = (int(s) for s in manifest["shape"])
     if fmt == "npy":
         try:
@@ -203,7 +208,7 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> bytes | None:
         if manifest.get("symbol") and manifest["symbol"] not in text:
             raise ArtifactError(f"{str(path)!r} does not define {manifest['symbol']!r}, "
                                 "the symbol its manifest names")
-    return None
+    return ("positions",), set()
 
 
 def verify_artifact(
@@ -223,9 +228,13 @@ def verify_artifact(
     ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr
     (shown anyway when stderr is a terminal). ``strict_placement``: fail a GPU provider on which
     some nodes ran on the CPU.
+
+    Runtimes run one after the other, each over the same chunks, so at most one of them holds
+    the artifact in memory at a time.
     """
     from edgepe.checkpoint import sha256_file
     from edgepe.verify import runtimes as rt
+    from edgepe.verify.sweep import in_range_total, onnx_chunks, table_chunks
 
     path = Path(path)
     manifest = read_manifest(path)
@@ -233,23 +242,32 @@ def verify_artifact(
     names = rt.resolve_runtimes(
         list(providers) if providers else rt.default_runtimes(fmt, quick), fmt
     )
-    model_bytes = _check_file(path, manifest)
-    if not providers and rt.REF in names and _custom_domains(model_bytes):
+    inputs, domains = _check_file(path, manifest)
+    if not providers and rt.REF in names and domains:
         # The reference evaluator implements the ONNX standard only; a graph using
         # onnxruntime's contrib ops (com.microsoft.RotaryEmbedding) is checked on onnxruntime.
         names.remove(rt.REF)
     report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
     config, module = sweep_reference(manifest, path)
     tolerance = tolerance_for(manifest)
+    probe_tolerance = tolerance_for(manifest, probe=True)
+    by_position = fmt == "onnx" or manifest["mode"] == "compute"
+    shape = tuple(int(s) for s in manifest["shape"]) if not by_position else None
 
-    show = progress or sys.stderr.isatty()
-    with _progress(show) as bar:
-        if fmt == "onnx" or manifest["mode"] == "compute":
-            report.results = _verify_positions(names, path, model_bytes, config, module,
-                                               manifest, quick, tolerance, bar, strict_placement)
-        else:
-            report.results = _verify_table(names, path, config, module, manifest, quick,
-                                           tolerance, bar)
+    def chunks():
+        if by_position:
+            return onnx_chunks(config, module, manifest, quick, inputs)
+        return table_chunks(config, module, shape, quick)
+
+    total = in_range_total(config, manifest, quick)
+    with _progress(progress or sys.stderr.isatty()) as bar:
+        for name in names:
+            task = bar.add_task(f"verify on {name}", total=total) if bar else None
+            result = _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance,
+                                by_position, (lambda n, t=task: bar.advance(t, n)) if bar else None)
+            if result.placement is not None:
+                _audit_placement(result, result.placement, strict_placement)
+            report.results.append(result)
     if json_path is not None:
         from edgepe.verify.report import write_json
 
@@ -263,75 +281,47 @@ def sweep_reference(manifest, path):
     return reference_module(manifest, path)
 
 
-def _verify_positions(names, path, model_bytes, config, module, manifest, quick, tolerance,
-                      bar, strict) -> list[CompareResult]:
-    """Graphs and C compute headers: every runtime evaluates the same chunks of positions."""
+def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_position,
+               advance) -> CompareResult:
+    """One runtime over every chunk: graphs and C compute headers evaluate positions
+    (``run(feeds)``), table files and C tables give rows (``rows(start, stop)``)."""
     from edgepe.verify import runtimes as rt
-    from edgepe.verify.sweep import onnx_chunks
 
-    sessions, comparisons, started = {}, {}, {}
-    for name in names:
-        comparisons[name] = Comparison(name, tolerance)
-        started[name] = time.perf_counter()
-        try:
-            sessions[name] = rt.open_positions_runtime(name, path, manifest, model_bytes)
-        except Exception as exc:  # noqa: BLE001 - a runtime that refuses the artifact fails it
-            _reraise_bad_input(exc)
-            comparisons[name].fail(f"could not load the artifact: {_first_line(exc)}")
-        started[name] = time.perf_counter() - started[name]
+    comparison = Comparison(name, tolerance)
+    t0 = time.perf_counter()
+    runtime = None
     try:
-        chunks = onnx_chunks(config, module, manifest, quick, _input_names(model_bytes))
-        _run_chunks(sessions, comparisons, started, chunks, manifest, bar)
-    finally:
-        for session in sessions.values():
-            getattr(session, "close", lambda: None)()
-    results = []
-    for name in names:
-        result = comparisons[name].finish()
-        result.seconds = started[name]
-        placement = getattr(sessions.get(name), "placement", None)
-        if placement is not None:
-            _audit_placement(result, placement, strict)
-        results.append(result)
-    return results
-
-
-def _custom_domains(model_bytes: bytes | None) -> set[str]:
-    import onnx
-
-    if model_bytes is None:
-        return set()
-    graph = onnx.load_from_string(model_bytes).graph
-    return {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
-
-
-def _input_names(model_bytes: bytes | None) -> tuple[str, ...]:
-    if model_bytes is None:  # a C compute header: positions only
-        return ("positions",)
-    import onnx
-
-    graph = onnx.load_from_string(model_bytes).graph
-    initializers = {t.name for t in graph.initializer}
-    return tuple(i.name for i in graph.input if i.name not in initializers)
-
-
-def _run_chunks(sessions, comparisons, started, chunks, manifest, bar) -> None:
-    task = bar.add_task("verifying", total=None) if bar else None
-    for chunk in chunks:
-        expected = _as_stored(chunk.expected, manifest)
-        for name, session in list(sessions.items()):
-            t0 = time.perf_counter()
-            try:
-                actual = session.run(chunk.feeds)
-            except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
-                comparisons[name].fail(f"run failed: {_first_line(exc)}")
-                getattr(sessions.pop(name), "close", lambda: None)()
-                continue
-            comparisons[name].update(actual, expected, chunk.where, chunk.positions,
-                                     tolerance_for(manifest, probe=True) if chunk.probe else None)
-            started[name] += time.perf_counter() - t0
-        if bar:
-            bar.advance(task, chunk.positions)
+        if by_position:
+            runtime = rt.open_positions_runtime(name, path, manifest)
+        else:
+            runtime = rt.CRuntime(path, manifest) if name == rt.C else rt.FileRuntime(path,
+                                                                                       manifest)
+    except Exception as exc:  # noqa: BLE001 - a runtime that refuses the artifact fails it
+        _reraise_bad_input(exc)
+        comparison.fail(f"could not load the artifact: {_first_line(exc)}")
+    placement = None
+    if runtime is not None:
+        try:
+            for chunk in chunks():
+                try:
+                    if by_position:
+                        actual = runtime.run(chunk.feeds)
+                    else:
+                        actual = runtime.rows(chunk.start, chunk.start + chunk.positions)
+                except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
+                    comparison.fail(f"run failed: {_first_line(exc)}")
+                    break
+                comparison.update(actual, _as_stored(chunk.expected, manifest), chunk.where,
+                                  chunk.positions, probe_tolerance if chunk.probe else None)
+                if advance is not None:
+                    advance(chunk.progress)
+            placement = getattr(runtime, "placement", None)
+        finally:
+            getattr(runtime, "close", lambda: None)()
+    result = comparison.finish()
+    result.seconds = time.perf_counter() - t0
+    result.placement = placement
+    return result
 
 
 def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> None:
@@ -353,44 +343,6 @@ def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> No
     result.placement_note = note
     if strict:
         result.placement_error = "--strict-placement: " + note
-
-
-def _verify_table(names, path, config, module, manifest, quick, tolerance, bar):
-    from edgepe.verify import runtimes as rt
-    from edgepe.verify.sweep import table_chunks
-
-    shape = tuple(int(s) for s in manifest["shape"])
-    results = []
-    for name in names:
-        comparison = Comparison(name, tolerance)
-        t0 = time.perf_counter()
-        try:
-            if name == rt.C:
-                runtime = rt.CRuntime(path, manifest)
-            else:
-                runtime = rt.FileRuntime(path, manifest)
-        except Exception as exc:  # noqa: BLE001 - could not read or build: a failed result
-            _reraise_bad_input(exc)
-            comparison.fail(f"could not open: {_first_line(exc)}")
-            runtime = None
-        task = bar.add_task(f"verifying on {name}", total=None) if bar else None
-        if runtime is not None:
-            for start, stop, chunk in table_chunks(config, module, shape, quick):
-                try:
-                    actual = runtime.rows(start, stop)
-                except Exception as exc:  # noqa: BLE001
-                    comparison.fail(f"reading rows {start}..{stop - 1} failed: "
-                                    f"{_first_line(exc)}")
-                    break
-                comparison.update(actual, _as_stored(chunk.expected, manifest), chunk.where,
-                                  chunk.positions)
-                if bar:
-                    bar.advance(task, chunk.positions)
-        getattr(runtime, "close", lambda: None)()
-        result = comparison.finish()
-        result.seconds = time.perf_counter() - t0
-        results.append(result)
-    return results
 
 
 def _reraise_bad_input(exc: BaseException) -> None:

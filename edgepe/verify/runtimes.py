@@ -129,7 +129,7 @@ class OrtRuntime:
     on each provider (the ``args.provider`` of the trace's ``Node`` events).
     """
 
-    def __init__(self, name: str, model_bytes: bytes) -> None:
+    def __init__(self, name: str, path: Path) -> None:
         import onnxruntime as ort
 
         self.name = name
@@ -142,7 +142,7 @@ class OrtRuntime:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(self._profile_dir, "ort")
         providers = [self.provider] + ([CPU_PROVIDER] if self.provider != CPU_PROVIDER else [])
-        self.session = ort.InferenceSession(model_bytes, options, providers=providers)
+        self.session = ort.InferenceSession(str(path), options, providers=providers)
         self.output = self.session.get_outputs()[0].name
         self.placement: dict[str, dict[str, int]] | None = None
 
@@ -183,11 +183,11 @@ class RefRuntime:
     name = REF
     placement = None
 
-    def __init__(self, model_bytes: bytes) -> None:
+    def __init__(self, path: Path) -> None:
         import onnx
         from onnx.reference import ReferenceEvaluator
 
-        model = onnx.load_from_string(model_bytes)
+        model = onnx.load(path)
         self.session = ReferenceEvaluator(model, new_ops=[_dequantize_linear_13()])
         self.output = model.graph.output[0].name
 
@@ -224,9 +224,9 @@ def _dequantize_linear_13():
     return DequantizeLinear
 
 
-def open_onnx(name: str, model_bytes: bytes):
+def open_onnx(name: str, path: Path):
     """The runtime called ``name`` (a canonical name from ``resolve_runtimes``) for a graph."""
-    return RefRuntime(model_bytes) if name == REF else OrtRuntime(name, model_bytes)
+    return RefRuntime(path) if name == REF else OrtRuntime(name, path)
 
 
 class FileRuntime:
@@ -315,9 +315,9 @@ class CRuntime:
         self._tmp.cleanup()
 
 
-def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], model_bytes):
+def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any]):
     """A runtime that evaluates positions: an onnxruntime provider, ``ref``, or a C compute
     header (``c``)."""
     if name == C:
         return CRuntime(path, manifest)
-    return open_onnx(name, model_bytes)
+    return open_onnx(name, path)

@@ -38,8 +38,10 @@ class Chunk:
     feeds: dict[str, np.ndarray]
     expected: np.ndarray
     where: Callable[[tuple[int, ...]], str]
-    positions: int
+    positions: int  # elements' positions compared (bias: query x key pairs; tables: rows)
     probe: bool = False
+    progress: int = 0  # in-range positions (queries, rows) it covers, for the progress bar
+    start: int = 0  # tables: the first row
 
 
 def reference_module(manifest: dict[str, Any], artifact: Path):
@@ -171,7 +173,8 @@ def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
             batch, row, column = index
             return f"x[{batch}] position {positions[row]} column {column}"
 
-        yield Chunk({"x": x, "positions": positions}, y, where, len(positions), is_probe)
+        yield Chunk({"x": x, "positions": positions}, y, where, len(positions), is_probe,
+                    0 if is_probe else len(positions))
 
 
 def _pe_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chunk:
@@ -179,7 +182,8 @@ def _pe_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chun
         row, column = index
         return f"position {positions[row]} {col} {column}"
 
-    return Chunk({"positions": positions}, ref(positions), where, len(positions), probe)
+    return Chunk({"positions": positions}, ref(positions), where, len(positions), probe,
+                 0 if probe else len(positions))
 
 
 def _multi_chunks(config, ref, stop, probe, col, module) -> Iterator[Chunk]:
@@ -210,7 +214,8 @@ def _multi_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> C
         return f"position {tuple(int(v) for v in positions[row])} {col} {column}"
 
     positions = np.ascontiguousarray(positions)
-    return Chunk({"positions": positions}, ref(positions), where, len(positions), probe)
+    return Chunk({"positions": positions}, ref(positions), where, len(positions), probe,
+                 0 if probe else len(positions))
 
 
 def _bias_chunks(config, ref, stop, probe, quick) -> Iterator[Chunk]:
@@ -240,12 +245,24 @@ def _bias_chunk(ref, queries: np.ndarray, keys: np.ndarray, probe: bool = False)
         return f"head {head} query {queries[i]} key {keys[j]}"
 
     return Chunk({"positions": queries, "key_positions": keys}, ref(queries, keys), where,
-                 len(queries) * len(keys), probe)
+                 len(queries) * len(keys), probe, 0 if probe else len(queries))
 
 
-def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterator[tuple[int, int,
-                                                                                       Chunk]]:
-    """``(start, stop, chunk)`` row ranges of a table with its reference rows."""
+def in_range_total(config, manifest: dict[str, Any], quick: bool) -> int:
+    """The in-range positions (rows, queries) a sweep covers: the progress bar's total."""
+    if manifest["format"] != "onnx" and manifest["mode"] == "table":
+        from edgepe.export.table_values import table_shape
+
+        rows = table_shape(config)[0]
+        return min(rows, QUICK_POSITIONS) if quick else rows
+    stop = min(config.max_len, QUICK_POSITIONS) if quick else config.max_len
+    if config.arity is not None and config.spec.kind != "bias":
+        return stop**config.arity if stop**config.arity <= GRID_LIMIT else stop
+    return stop
+
+
+def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterator[Chunk]:
+    """Row ranges of a table (``chunk.start``, ``chunk.positions`` rows) with the reference."""
     from edgepe.export.table_values import table_rows, table_shape
 
     expected_shape = table_shape(config)
@@ -268,5 +285,5 @@ def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterato
                 return f"row {row} (distance {row - (config.max_len - 1)}) head {column}"
             return f"row {row} column {column}"
 
-        chunk = Chunk({}, table_rows(config, module, start, end), where, end - start)
-        yield start, end, chunk
+        yield Chunk({}, table_rows(config, module, start, end), where, end - start,
+                    progress=end - start, start=start)
