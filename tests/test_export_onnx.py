@@ -225,3 +225,11 @@ def test_api_checkpoint_is_hashed(tmp_path):
     np.testing.assert_array_equal(stored, module.projection.weight.detach().numpy().T)
     with pytest.raises(CheckpointError, match="does not exist"):
         api.make_config("binary", 64, checkpoint=tmp_path / "missing.pt")
+
+
+def test_arith_lowering_refuses_widths_past_62_and_bitwise_takes_them():
+    with pytest.raises(BadParameterError, match="up to 62"):
+        graph("hierarchical", 8, params={"widths": "63,4"}, lowering="arith")
+    config, module, model = graph("hierarchical", 8, params={"widths": "63,4"})
+    feeds = feeds_for(config)
+    assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
