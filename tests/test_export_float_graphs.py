@@ -114,6 +114,18 @@ def test_sinusoidal_learned_residual_switches_off_outside_the_table():
     assert np.abs(residual).min() > 0  # the check above would not see a zero residual
 
 
+def test_sinusoidal_learned_graph_takes_every_int64_with_the_residual_off():
+    """Past the float limit the reference refuses; the graph still runs (no Gather out of
+    range) and adds nothing to the plain sinusoidal graph's output."""
+    _, _, model = make("sinusoidal-learned", 16, 6)
+    _, _, plain = make("sinusoidal", 16, 6)
+    rng = np.random.default_rng(2)
+    p = np.concatenate([rng.integers(-2**62, 2**62, 5000), rng.integers(-2**33, 2**33, 5000),
+                        [2**31, 2**32 + 3, 2**63 - 1, -(2**63)]]).astype(np.int64)
+    assert_bitwise(session(model).run(None, {"positions": p})[0],
+                   session(plain).run(None, {"positions": p})[0])
+
+
 def test_sinusoidal_learned_uses_the_checkpointed_residual(tmp_path):
     """A residual loaded from a checkpoint is the one the graph gathers."""
     config = resolve("sinusoidal-learned", 8, 6)

@@ -27,6 +27,7 @@ from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs._common import (
     POSITIONS,
     Graph,
+    clamp_int64,
     make_model,
     output,
     positions_input,
@@ -75,12 +76,12 @@ def sinusoidal_learned(config: ExportConfig, module, manifest: dict) -> onnx.Mod
     """``positions [N] int64 -> pe [N, d]``: sinusoidal + residual row, zero outside the table.
 
     As the reference: ``fixed + residual[clip(pos, 0, L - 1)] * inside``, where ``inside`` is
-    ``Clip(pos) == pos`` as 0/1, so the fixed part extrapolates and the residual switches off.
+    ``clip(pos) == pos`` as 0/1, so the fixed part extrapolates and the residual switches off.
     """
     g = Graph("edgepe_sinusoidal_learned")
     fixed = _interleaved(g, module)
-    last = config.scheme.max_len - 1
-    row = g.op("Clip", POSITIONS, g.const(0, np.int64), g.const(last, np.int64))
+    # Where/Less/Greater, not Clip: onnxruntime's int64 Clip is wrong past 2^31 (clamp_int64).
+    row = clamp_int64(g, POSITIONS, 0, config.scheme.max_len - 1, "row")
     residual = g.const(module.residual.detach().numpy(), np.float32, name="residual")
     rows = g.op("Gather", residual, row, axis=0)
     inside = g.cast(g.op("Equal", row, POSITIONS), "float32")
