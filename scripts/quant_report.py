@@ -46,7 +46,8 @@ def main() -> None:
             sizes, result = [], None
             for q in ("none", "int8"):
                 out = args.out_dir / f"{scheme}-{mode}-{q}.onnx"
-                result = export(ExportConfig(scheme=cfg, mode=mode, quantize=q, out=out), True)
+                out.unlink(missing_ok=True)  # an identical earlier export would be kept as is
+                result = export(ExportConfig(scheme=cfg, mode=mode, quantize=q, out=out))
                 sizes.append(out.stat().st_size)
             session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
             feeds = {"positions": pos, **({"key_positions": pos} if bias else {})}
