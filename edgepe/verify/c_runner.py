@@ -83,8 +83,9 @@ def _arity(manifest: Mapping[str, Any]) -> int | None:
     return (manifest.get("positions") or {}).get("arity")
 
 
-def c_program(header: Path, manifest: Mapping[str, Any]) -> str:
-    """The C99 source of the program that prints the header's values (module docstring)."""
+def c_program(include: str, manifest: Mapping[str, Any]) -> str:
+    """The C99 source of the program that prints the header's values (module docstring);
+    ``include`` is the name it ``#include``s (a plain file name: no quotes or backslashes)."""
     mode = manifest["mode"]
     macro = manifest["macro_prefix"]
     if mode == "compute":
@@ -116,7 +117,7 @@ def c_program(header: Path, manifest: Mapping[str, Any]) -> str:
         )
     return (
         "#include <stdint.h>\n#include <stdio.h>\n"
-        f'#include "{header.resolve()}"\n\n'
+        f'#include "{include}"\n\n'
         "/* Reads int64 positions (little-endian, "
         f"{k} a record) from argv[1]; prints one line each. */\n"
         "int main(int argc, char **argv)\n{\n"
@@ -147,7 +148,11 @@ def compile_program(
     workdir = Path(workdir)
     src = workdir / "edgepe_print.c"
     exe = workdir / "edgepe_print"
-    src.write_text(c_program(Path(header), manifest))
+    # The header is reached through a link with a plain name, so no path needs C escaping.
+    link = workdir / "edgepe_header.h"
+    link.unlink(missing_ok=True)
+    link.symlink_to(Path(header).resolve())
+    src.write_text(c_program(link.name, manifest))
     command = [cc, *COMPILE_FLAGS, *flags, str(src), "-o", str(exe)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
