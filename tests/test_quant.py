@@ -295,3 +295,15 @@ def test_float16_scales_round_up_so_nothing_clips():
     assert (half.astype(np.float64)[live] <= peak[live] / 127 * (1 + 2.0**-10)).all()
     assert half[3] == 1.0
     assert half_scales(np.array([1e-9])) is None and half_scales(np.array([1e8])) is None
+
+
+def test_rope_apply_graph_and_oversized_measurement_are_refused():
+    cfg = resolve("rope", 64)
+    config = ExportConfig(scheme=cfg, mode="compute", quantize="int8",
+                          extra={"rope_graph": "apply"})
+    with pytest.raises(BadParameterError, match="apply graph"):
+        build_int8(config, build(cfg), base_manifest(config, ["N", 64], "float32"))
+    cfg = resolve("binary", 4096)
+    config = ExportConfig(scheme=cfg, mode="compute", quantize="int8", max_table_bytes=4096)
+    with pytest.raises(BadParameterError, match="--max-table-bytes"):
+        build_int8(config, build(cfg), base_manifest(config, ["N", 64], "float32"))

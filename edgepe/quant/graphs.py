@@ -64,6 +64,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from edgepe.errors import BadParameterError
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs import builder
 from edgepe.export.graphs._common import Graph, make_model, output, positions_input
@@ -101,8 +102,20 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
     and ``--dtype`` other than float32 (``check_quantizable``).
     """
     check_quantizable(config)
+    if config.extra.get("rope_graph", "encode") != "encode":
+        raise BadParameterError(
+            "--quantize int8 applies to rope's encode graph (cos/sin) and tables; the apply "
+            "graph's output depends on x, which no static int8 scale covers"
+        )
     if config.mode == "table":
         return _table(config, module, manifest)
+    rows, cols = table_shape(config.scheme)
+    if 4 * rows * cols > config.max_table_bytes:
+        raise BadParameterError(
+            f"--quantize int8 measures the error over all {rows} x {cols} in-range values "
+            f"({4 * rows * cols} bytes of float32, past --max-table-bytes "
+            f"{config.max_table_bytes}): raise --max-table-bytes or lower --max-len"
+        )
     if config.scheme.scheme in PROJECTIONS:
         return _projection(config, module, manifest)
     if config.scheme.scheme == "sinusoidal-learned":
@@ -362,6 +375,8 @@ def _clamp_inputs(config: ExportConfig, graph: onnx.GraphProto) -> tuple[list, l
               numpy_helper.from_array(np.array(hi, np.int64), "clamp_high")]
     front, renamed = [], {}
     for value in graph.input:
+        if value.type.tensor_type.elem_type != TensorProto.INT64:
+            continue  # only positions and key_positions
         x = value.name
         renamed[x] = f"{x}_clamped"
         front += [
