@@ -246,3 +246,14 @@ def test_artifacts_without_encodings_to_print_say_why(tmp_path):
     result = _run("run", rope, "-p", "0:4")
     assert result.exit_code == 2
     assert "apply graph" in _one_line(result.stderr)
+
+
+def test_printing_a_huge_range_encodes_only_what_is_shown(arts):
+    """16M positions print in a moment: only the 40 rows on screen are encoded."""
+    result = _run("run", arts["gray"], "-p", "0:16000000")
+    assert result.exit_code == 0, result.output
+    rows = _table(result.stdout)
+    assert [r[0] for r in rows[-2:]] == ["15999998", "15999999"]
+    want = edgepe.load(arts["gray"]).encode(np.array([15999999]))[0]
+    assert [int(v) for v in rows[-1][1:]] == want.astype(int).tolist()
+    assert "showing 40 of 16000000 rows" in result.stdout

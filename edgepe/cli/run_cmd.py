@@ -114,19 +114,37 @@ def _cut(count: int, room: int) -> list[int | None]:
     return [*range(head), None, *range(count - (room - head), count)]
 
 
-def render(console, values, row_labels, label_names, column_names, title) -> None:
-    """Print ``values [R, C]`` as a rich table, cut to the console's width and to 40 rows."""
+def _kept(count: int, room: int) -> list[int]:
+    return [i for i in _cut(count, room) if i is not None]
+
+
+def _gaps(local: list[int | None], ids: list[int]) -> list[int | None]:
+    """``local`` indices with ``None`` wherever the original ids they stand for skip some."""
+    out: list[int | None] = []
+    for i in local:
+        if out and i is not None and out[-1] is not None and ids[i] != ids[out[-1]] + 1:
+            out.append(None)
+        out.append(i)
+    return out
+
+
+def render(console, values, row_ids, col_ids, row_labels, label_names, column_names, title,
+           total: tuple[int, int]) -> None:
+    """Print ``values``, rows ``row_ids`` and columns ``col_ids`` of a ``total`` table.
+
+    Columns are cut further to the console's width; cuts show as ``⋮`` and ``…`` and a note.
+    """
     from rich.table import Table
 
     fmt = _formatter(values)
-    rows = _cut(values.shape[0], 2 * SHOW_ROWS)
-    shown = [r for r in rows if r is not None]
-    cells = [[fmt(v) for v in values[r]] for r in shown]
-    labels = [[str(v) for v in row_labels[r]] for r in shown]
+    cells = [[fmt(v) for v in row] for row in values]
+    labels = [[str(v) for v in row] for row in row_labels]
     label_width = sum(max(len(n), *(len(x[i]) for x in labels)) + 2
                       for i, n in enumerate(label_names))
     cell_width = max(len(c) for c in [*column_names, *(x for row in cells for x in row)]) + 2
-    columns = _cut(values.shape[1], max(2, (console.width - label_width - 3) // cell_width))
+    room = max(2, (console.width - label_width - 3) // cell_width)
+    columns = _gaps(_cut(len(col_ids), room), list(col_ids))
+    rows = _gaps(list(range(len(row_ids))), list(row_ids))
     table = Table(box=None, pad_edge=False)
     for name in label_names:
         table.add_column(name, justify="right", style="bold", no_wrap=True)
@@ -135,16 +153,16 @@ def render(console, values, row_labels, label_names, column_names, title) -> Non
     for r in rows:
         if r is None:
             table.add_row(*(["⋮"] * (len(label_names) + len(columns))))
-            continue
-        i = shown.index(r)
-        table.add_row(*labels[i], *("…" if c is None else cells[i][c] for c in columns))
+        else:
+            table.add_row(*labels[r], *("…" if c is None else cells[r][c] for c in columns))
     console.print(title, highlight=False, soft_wrap=True)
     console.print(table)
     cut = []
-    if None in rows:
-        cut.append(f"{len(rows) - 1} of {values.shape[0]} rows")
-    if None in columns:
-        cut.append(f"{len(columns) - 1} of {values.shape[1]} columns")
+    if len(row_ids) < total[0]:
+        cut.append(f"{len(row_ids)} of {total[0]} rows")
+    shown = sum(c is not None for c in columns)
+    if shown < total[1]:
+        cut.append(f"{shown} of {total[1]} columns")
     if cut:
         console.print(f"showing {' and '.join(cut)}; --out FILE.npy or FILE.csv writes all",
                       style="dim", highlight=False, soft_wrap=True)
@@ -277,15 +295,14 @@ def command(
         keys = rows if key_positions is None else parse_positions(
             key_positions, None, "--key-positions")
         keys = check_positions(keys, None, limit, "--key-positions")
-        size = runtime.width * len(rows) * len(keys)
-        if size > MAX_VALUES:
-            raise PositionError(
-                f"[{runtime.width}, {len(rows)}, {len(keys)}] is {size} values; at most "
-                f"{MAX_VALUES} a run: ask for fewer positions or key positions"
-            )
     elif key_positions is not None:
         raise BadParameterError(
             f"--key-positions is for bias schemes; '{runtime.scheme}' is a {runtime.kind} scheme"
+        )
+    if runtime.rotates:
+        raise BadParameterError(
+            f"{str(path)!r} is rope's apply graph (x, positions -> y): it has no encodings "
+            "to print or save; use the encode graph (export without --rope-graph apply)"
         )
     from rich.console import Console
 
@@ -295,28 +312,33 @@ def command(
         err.print(f"{runtime!r}{where}", highlight=False, soft_wrap=True)
 
     if out is not None:
+        if keys is not None and runtime.width * len(rows) * len(keys) > MAX_VALUES:
+            raise PositionError(
+                f"a bias of [{runtime.width}, {len(rows)}, {len(keys)}] is more than "
+                f"{MAX_VALUES} values: ask for fewer positions or key positions"
+            )
         shape = write_out(out, runtime, rows, keys, show_progress=not quiet)
         if not quiet:
             err.print(f"wrote {out} {list(shape)}", highlight=False, soft_wrap=True)
         return
 
-    if runtime.rotates:
-        raise BadParameterError(
-            f"{str(path)!r} is rope's apply graph (x, positions -> y): it has no encodings "
-            "to print; run the encode graph (export without --rope-graph apply)"
-        )
+    # Only the rows (and key columns) that can be shown are encoded: --positions may ask for
+    # millions, and a terminal shows 40.
     m = runtime.manifest
     what = f"{m['scheme']} ({m['mode']} {m['format']}, {m['dtype']})"
     console = Console()
     labels = _labels(runtime.arity)
-    row_labels = rows.reshape(len(rows), -1)
+    row_ids = _kept(len(rows), 2 * SHOW_ROWS)
+    row_labels = rows.reshape(len(rows), -1)[row_ids]
     if runtime.kind == "bias":
-        values = runtime.encode(rows, keys)
-        names = [f"k{int(k)}" for k in keys]
+        col_ids = _kept(len(keys), 4 * SHOW_ROWS)
+        values = runtime.encode(rows[row_ids], keys[col_ids])
+        names = [f"k{int(keys[k])}" for k in col_ids]
         for h in range(values.shape[0]):
-            render(console, values[h], row_labels, labels, names,
-                   f"{what} head {h}: bias[{h}, pos, key]")
+            render(console, values[h], row_ids, col_ids, row_labels, labels, names,
+                   f"{what} head {h}: bias[{h}, pos, key]", (len(rows), len(keys)))
         return
-    values = runtime.encode(rows)
-    render(console, values, row_labels, labels, [f"d{i}" for i in range(values.shape[1])],
-           f"{what}: {list(values.shape)}")
+    values = runtime.encode(rows[row_ids])
+    width = values.shape[1]
+    render(console, values, row_ids, range(width), row_labels, labels,
+           [f"d{i}" for i in range(width)], f"{what}: {[len(rows), width]}", (len(rows), width))
