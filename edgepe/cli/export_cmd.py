@@ -57,30 +57,33 @@ def parse_int(option: str, raw: str) -> int:
 
 def command(
     ctx: typer.Context,
-    scheme: Annotated[str, typer.Option("--scheme", help="Scheme id (see 'edgepe list').")],
-    max_len: Annotated[str, typer.Option("--max-len", help="Positions 0 .. L-1 the artifact is "
-                                         "built for.")],
-    d_model: Annotated[str | None, typer.Option("--d-model", help="Encoding width (default: "
-                                                "the scheme's).")] = None,
-    heads: Annotated[str | None, typer.Option("--heads", help="Heads (bias schemes).")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", metavar="KEY=VALUE",
-                                                    help="Scheme parameter; repeatable.")] = None,
-    mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
-                                             help="Default: compute where the scheme has it.")]
+    scheme: Annotated[str, typer.Option(
+        "--scheme", metavar="ID", help="Scheme id (see 'edgepe list').")],
+    max_len: Annotated[str, typer.Option(
+        "--max-len", metavar="L", help="Positions 0 .. L-1 the artifact is built for.")],
+    d_model: Annotated[str | None, typer.Option(
+        "--d-model", metavar="D", help="Encoding width (default: the scheme's).")] = None,
+    heads: Annotated[str | None, typer.Option(
+        "--heads", metavar="H", help="Heads (bias schemes).")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", metavar="KEY=VALUE", help="Scheme parameter; repeatable.")] = None,
+    mode: Annotated[str | None, typer.Option(
+        "--mode", metavar="compute|table", help="Default: compute where the scheme has it.")]
     = None,
     format: Annotated[str, typer.Option("--format", metavar="onnx|npy|bin|c")] = "onnx",
-    dtype: Annotated[str, typer.Option("--dtype", metavar="float32|float16|uint8|bit",
-                                       help="Output dtype (uint8: 0/1 schemes; bit: tables).")]
-    = "float32",
+    dtype: Annotated[str, typer.Option(
+        "--dtype", metavar="float32|float16|uint8|bit",
+        help="Output dtype (uint8: 0/1 schemes; bit: tables).")] = "float32",
     quantize: Annotated[str, typer.Option("--quantize", metavar="none|int8")] = "none",
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="state_dict for the "
-                                                    "learned weights (weights_only load).")]
-    = None,
-    seed: Annotated[str, typer.Option("--seed", help="Seed of the learned weights' init.")] = "0",
-    opset: Annotated[str, typer.Option("--opset", help="ONNX opset (needs >= 18 for the "
-                                       "bitwise ops).")] = "18",
-    out: Annotated[Path | None, typer.Option("--out", help="Output file (default: under "
-                                             "models/).")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", metavar="FILE",
+        help="state_dict for the learned weights (weights_only load).")] = None,
+    seed: Annotated[str, typer.Option(
+        "--seed", metavar="N", help="Seed of the learned weights' init.")] = "0",
+    opset: Annotated[str, typer.Option(
+        "--opset", metavar="N", help="ONNX opset (>= 18 for the bitwise ops).")] = "18",
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="PATH", help="Output file (default: under models/).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
     = False,
     lowering: Annotated[str, typer.Option("--lowering", metavar="bitwise|arith",
@@ -91,19 +94,20 @@ def command(
     quant_granularity: Annotated[str, typer.Option("--quant-granularity",
                                                    metavar="channel|tensor",
                                                    rich_help_panel=PANEL_MORE)] = "channel",
-    max_table_bytes: Annotated[str | None, typer.Option("--max-table-bytes",
+    max_table_bytes: Annotated[str | None, typer.Option("--max-table-bytes", metavar="N",
                                                         rich_help_panel=PANEL_MORE,
                                                         help="Refuse bigger tables "
                                                         "(default 256 MiB).")] = None,
-    c_prefix: Annotated[str, typer.Option("--c-prefix", rich_help_panel=PANEL_MORE,
-                                          help="Prefix of C symbols.")] = "edgepe",
-    c_align: Annotated[str, typer.Option("--c-align", rich_help_panel=PANEL_MORE,
+    c_prefix: Annotated[str, typer.Option(
+        "--c-prefix", metavar="NAME", rich_help_panel=PANEL_MORE,
+        help="Prefix of C symbols.")] = "edgepe",
+    c_align: Annotated[str, typer.Option("--c-align", metavar="N", rich_help_panel=PANEL_MORE,
                                          help="Alignment of C arrays, bytes.")] = "16",
     no_verify: Annotated[bool, typer.Option("--no-verify", rich_help_panel=PANEL_MORE,
                                             help="Skip the quick parity check.")] = False,
     rope_graph: Annotated[str | None, typer.Option("--rope-graph", metavar="encode|apply",
                                                    rich_help_panel=PANEL_MORE,
-                                                   help="rope: positions -> [cos | sin] "
+                                                   help="rope: positions -> cos|sin "
                                                    "(default), or x, positions -> rotated y.")]
     = None,
     rope_lowering: Annotated[str | None, typer.Option("--rope-lowering",
