@@ -170,8 +170,10 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
         import onnx
 
         try:
+            # The checker reads the path itself (in C++): passing it the loaded model would
+            # serialise a second copy of a large table graph.
+            onnx.checker.check_model(str(path))
             model = onnx.load(path)
-            onnx.checker.check_model(model)
         except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ArtifactError(
