@@ -130,6 +130,10 @@ def test_quant_error_of_an_int8_artifact(tmp_path):
          "2 to 4096 positions"),
         (["--scheme", "binary", "--max-len", "64", "--param", "dropout", "--out", "x.png"],
          "KEY=VALUE"),
+        (["--scheme", "gray", "--max-len", "64", "--checkpoint", "x.pt", "--out", "x.png"],
+         "no learned weights"),
+        (["--scheme", "binary", "--max-len", "64", "--checkpoint", "x.pt", "--out", "x.png"],
+         "is not a file"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, match):
@@ -149,3 +153,17 @@ def test_real_subprocess(tmp_path, edgepe_exe):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # --quiet
     assert out.read_bytes().count(b"<svg") == 1 and out.stat().st_size > 20_000
+
+
+def test_checkpoint_weights_are_drawn(tmp_path):
+    """A checkpoint's weights, not the seeded ones, are what the heatmap shows."""
+    import torch
+
+    from edgepe.schemes import build
+
+    checkpoint = tmp_path / "w.pt"
+    torch.save(build(resolve("binary", 64, d_model=16), seed=5).state_dict(), checkpoint)
+    base = ("--scheme", "binary", "--max-len", "64", "--d-model", "16")
+    loaded = _plot(tmp_path, "ck.png", *base, "--checkpoint", checkpoint).read_bytes()
+    assert loaded == _plot(tmp_path, "s5.png", *base, "--seed", "5").read_bytes()
+    assert loaded != _plot(tmp_path, "s0.png", *base).read_bytes()

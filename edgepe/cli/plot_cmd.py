@@ -67,6 +67,10 @@ def command(
         from edgepe.cli.run_cmd import parse_positions
 
         span = parse_positions(positions, None)
+    if checkpoint is not None and config is not None and not config.spec.learnable:
+        raise BadParameterError(
+            f"scheme '{config.scheme}' has no learned weights: --checkpoint does not apply"
+        )
     if checkpoint is not None and not checkpoint.is_file():
         from edgepe.errors import CheckpointError
 
