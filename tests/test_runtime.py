@@ -365,3 +365,15 @@ def test_int8_artifacts_come_back_dequantised_within_their_bound(tmp_path, mode,
     if mode == "table":
         assert err.max() == quant["max_abs_err"]
     assert err.max() > 0  # it really is quantised: int8 steps are visible
+
+
+def test_lists_and_torch_tensors_are_positions_too(artifacts):
+    """Anything numpy reads as integers works: lists, int32 arrays, CPU torch tensors."""
+    path, config, module, _ = artifacts["binary-onnx"]
+    runtime = edgepe.load(path)
+    want = runtime.encode(np.array([0, 3, 70], dtype=np.int64))
+    for value in ([0, 3, 70], np.array([0, 3, 70], np.int32), np.array([0, 3, 70], np.uint16),
+                  torch.tensor([0, 3, 70])):
+        np.testing.assert_array_equal(runtime.encode(value), want)
+    x = torch.zeros(1, 3, config.d_model)
+    np.testing.assert_array_equal(runtime.apply(x, offset=0), runtime.encode([0, 1, 2])[None])
