@@ -83,6 +83,10 @@ def make_config(
         extra=dict(extra or {}),
     )
     validate_choices(config)
+    if config.format == "onnx":
+        from edgepe.export.onnx_export import check_options
+
+        check_options(config)  # refuse now, before a module or table is built
     return config
 
 

@@ -41,6 +41,10 @@ def check_options(config: ExportConfig) -> None:
         raise BadParameterError(
             f"--quantize int8 graphs output float32 (dequantised), not {config.dtype}"
         )
+    if config.mode == "table":
+        from edgepe.export.graphs.table import check_table_size
+
+        check_table_size(config)  # before the table (or a module holding one) is allocated
     if config.lowering != "bitwise":
         if config.mode != "compute":
             raise BadParameterError(
