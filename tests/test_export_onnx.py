@@ -233,3 +233,13 @@ def test_arith_lowering_refuses_widths_past_62_and_bitwise_takes_them():
     config, module, model = graph("hierarchical", 8, params={"widths": "63,4"})
     feeds = feeds_for(config)
     assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
+
+
+def test_make_config_refuses_onnx_problems_before_building_anything():
+    """make_config builds no module: a 768 MB learned table is refused there, not after."""
+    from edgepe import api
+
+    with pytest.raises(BadParameterError, match="max-table-bytes"):
+        api.make_config("learned", 3 * 10**6, mode="table")
+    with pytest.raises(BadParameterError, match="uint8"):
+        api.make_config("binary", 512, dtype="uint8")
