@@ -43,7 +43,7 @@ def command(
                              strict_placement=strict_placement)
     quiet = (ctx.obj or {}).get("quiet")
     if not quiet:
-        render(report, Console(width=max(120, Console().width), highlight=False))
+        render(report, Console(width=max(140, Console().width), highlight=False))
     if not report:
         typer.echo(str(report), err=True)  # the one line that says what failed, even with -q
         raise typer.Exit(1)

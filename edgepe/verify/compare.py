@@ -54,8 +54,8 @@ class Tolerance:
         if self.rtol:
             parts.append(f"rtol {self.rtol:.3g}")
         if self.fp16_ulps:
-            parts.append(f"{self.fp16_ulps} fp16 ulp")
-        return " + ".join(parts)
+            parts.append(f"+{self.fp16_ulps} fp16 ulp")
+        return ", ".join(parts)
 
     def as_dict(self) -> dict:
         return {"rtol": self.rtol, "atol": self.atol, "fp16_ulps": self.fp16_ulps,
@@ -94,6 +94,8 @@ class CompareResult:
     max_rel_err: float = 0.0
     mean_rel_err: float = 0.0
     first_mismatches: list[Mismatch] = field(default_factory=list)
+    # mismatching elements per output column (per head for bias outputs [H, N, M])
+    mismatches_by_column: dict[int, int] = field(default_factory=dict)
     error: str | None = None
     placement: dict[str, dict[str, int]] | None = None
     placement_note: str | None = None
@@ -140,6 +142,8 @@ class CompareResult:
                 {"where": m.where, "actual": m.actual, "expected": m.expected}
                 for m in self.first_mismatches
             ],
+            "mismatches_by_column": {str(k): v for k, v in
+                                     sorted(self.mismatches_by_column.items())},
             "tolerance": self.tolerance.as_dict(),
             "error": self.error,
             "placement": self.placement,
@@ -210,6 +214,12 @@ class Comparison:
         count = int(bad.sum())
         if count:
             r.mismatches += count
+            axis = 0 if bad.ndim == 3 else bad.ndim - 1
+            per_column = np.count_nonzero(bad, axis=tuple(i for i in range(bad.ndim)
+                                                          if i != axis))
+            for column in np.flatnonzero(per_column):
+                r.mismatches_by_column[int(column)] = (
+                    r.mismatches_by_column.get(int(column), 0) + int(per_column[column]))
             for index in np.argwhere(bad)[: FIRST_MISMATCHES - len(r.first_mismatches)]:
                 idx = tuple(int(i) for i in index)
                 r.first_mismatches.append(Mismatch(where(idx), float(a[idx]), float(e[idx])))

@@ -46,8 +46,9 @@ def render(report, console) -> None:
     table = Table(title=title, title_justify="left")
     for column in ("runtime", "positions", "max abs err", "mean abs err", "max rel err",
                    "mismatching", "tolerance", "placement", "result"):
-        table.add_column(column, justify="right" if "err" in column or column in (
-            "positions", "mismatching") else "left")
+        table.add_column(column, no_wrap=column in ("tolerance", "mismatching"),
+                         justify="right" if "err" in column or column in (
+                             "positions", "mismatching") else "left")
     sha = "ok" if report.sha256_ok else "MISMATCH"
     table.add_row("sha256", "", "", "", "", "", "", "",
                   "[green]PASS[/]" if report.sha256_ok else f"[red]FAIL[/] ({sha})")
@@ -72,6 +73,14 @@ def render(report, console) -> None:
         if r.mismatches > len(r.first_mismatches):
             console.print(f"{r.runtime}: ... {r.mismatches - len(r.first_mismatches)} more "
                           "mismatching elements", highlight=False)
+        if r.mismatches_by_column:
+            unit = "head" if report.manifest.get("kind") == "bias" else (
+                r.first_mismatches[0].where.split()[-2] if r.first_mismatches else "column")
+            counts = sorted(r.mismatches_by_column.items(), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{unit} {c} ({n})" for c, n in counts[:8])
+            more = f" and {len(counts) - 8} more" if len(counts) > 8 else ""
+            console.print(f"{r.runtime}: mismatching elements by {unit}: {shown}{more}",
+                          highlight=False)
         if r.placement_error:
             console.print(f"{r.runtime}: [red]{r.placement_error}[/]", highlight=False)
         elif r.placement_note:

@@ -159,8 +159,12 @@ class OrtRuntime:
             events = json.loads(trace.read_text())
         finally:
             trace.unlink(missing_ok=True)
-            Path(self._profile_dir).rmdir()
         return placement_from_trace(events)
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self._profile_dir, ignore_errors=True)
 
 
 def placement_from_trace(events: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
