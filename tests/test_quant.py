@@ -95,6 +95,21 @@ def test_int8_error_on_onnxruntime_within_manifest_bound(scheme, mode):
     assert quant["zero_point"] == 0 and quant["qmin"] == -127 and quant["qmax"] == 127
 
 
+TENSOR_CASES = [("binary", "compute"), ("fourier-binary", "compute"), ("sinusoidal", "compute"),
+                ("alibi", "compute"), ("sinusoidal-learned", "compute"), ("gaussian", "table")]
+
+
+@pytest.mark.parametrize(("scheme", "mode"), TENSOR_CASES,
+                         ids=[f"{s}-{m}" for s, m in TENSOR_CASES])
+def test_per_tensor_int8_error_on_onnxruntime_within_bound(scheme, mode):
+    config, module, manifest, model = int8_model(scheme, mode, granularity="tensor")
+    quant = manifest["quant"]
+    assert isinstance(quant["scale"], float) and quant["axis"] is None
+    got, ref = in_range(config, module, model)
+    assert np.abs(got.astype(np.float64) - ref).max() <= quant["bound"]
+    assert quant["bound"] <= theoretical(config, quant).max()
+
+
 def test_projection_bound_in_range_is_below_n_half_steps():
     config, module, manifest, _ = int8_model("binary", "compute")
     quant = manifest["quant"]

@@ -57,6 +57,7 @@ per-axis ``DequantizeLinear``) are followed, and the tests check our scales agai
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -219,8 +220,6 @@ def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Mo
     nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq)
     # Replay over every in-range position: fixed part (the reference with a zero residual: exact
     # since x + 0 = x) plus the dequantised rows, one float32 addition, as the graph adds.
-    import copy
-
     import torch
 
     fixed_module = copy.deepcopy(module)
