@@ -322,3 +322,26 @@ def test_rope_apply_graph_and_oversized_measurement_are_refused():
     config = ExportConfig(scheme=cfg, mode="compute", quantize="int8", max_table_bytes=4096)
     with pytest.raises(BadParameterError, match="--max-table-bytes"):
         build_int8(config, build(cfg), base_manifest(config, ["N", 64], "float32"))
+
+
+def test_sidecar_manifest_is_complete_and_graph_embeds_the_slim_copy(tmp_path):
+    import json
+
+    import onnx
+
+    from edgepe.export.graphs._common import read_manifest_prop
+    from edgepe.quant.graphs import EMBEDDED_QUANT, embedded
+
+    out = tmp_path / "b.onnx"
+    export(ExportConfig(scheme=resolve("binary", L), quantize="int8", out=out))
+    sidecar = json.loads((tmp_path / "b.onnx.json").read_text())
+    quant = sidecar["quant"]
+    assert len(quant["scale"]) == 64 and len(quant["bound_per_channel"]) == 64
+    assert sidecar["inputs"]["quantize"] == "int8"
+    inside = read_manifest_prop(onnx.load(str(out)))
+    assert set(inside["quant"]) == set(EMBEDDED_QUANT)
+    assert inside == embedded({k: v for k, v in sidecar.items() if k != "sha256"})
+    # the scales in the graph are the manifest's
+    scale = next(t for t in onnx.load(str(out)).graph.initializer if t.name == "weight_scale")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(scale).astype(np.float32),
+                                  np.asarray(quant["scale"], dtype=np.float32))
