@@ -45,8 +45,10 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     validate_choices(config)
     out = Path(config.out) if config.out is not None else default_out(config)
     check_writable(out)
+    # Build before looking at what is on disk, so every bad input is named as such (not as a
+    # file in the way); an identical artifact already there is then left untouched.
+    prepared = prepare(config)
     if check_replace(out, config, force):
         return ExportResult(out, read_manifest(out), unchanged=True)
-    prepared = prepare(config)
     manifest = write_artifact(out, prepared.write, prepared.manifest)
     return ExportResult(out, manifest)
