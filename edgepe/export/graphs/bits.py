@@ -34,7 +34,7 @@ MAX_SHIFT = 63
 MAX_ARITH_BITS = 62
 
 
-def _columns(g: Graph, config: ExportConfig, index: np.ndarray | None) -> str:
+def _columns(g: Graph, index: np.ndarray | None) -> str:
     """``[N, W]`` int64 positions, one column per output bit (``[N, 1]`` when ``index`` is None).
 
     Multi-index schemes pick coordinate ``index[j]`` for column ``j`` (Gather on axis 1).
@@ -96,7 +96,7 @@ def _bits_model(config: ExportConfig, module, manifest: dict, name: str, shifts,
     positions ``x [N, 1]``) to the float32 output.
     """
     g = Graph(name)
-    x = _columns(g, config, index)
+    x = _columns(g, index)
     b = bit_columns(g, config, x, shifts, wrap, gray)
     arity = config.scheme.arity
     width = config.scheme.d_model
