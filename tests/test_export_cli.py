@@ -217,3 +217,21 @@ def test_help_does_not_import_heavy_modules():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_exports_in_separate_processes_are_byte_identical(tmp_path):
+    """Same command, fresh interpreters with different hash seeds: the same bytes."""
+    import os
+
+    outputs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"h{seed}.onnx"
+        proc = subprocess.run(
+            [EDGEPE, "-q", "export", "--scheme", "hierarchical", "--max-len", "64", "--param",
+             "widths=3,5,2", "--no-verify", "--out", str(out)],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs.append((out.read_bytes(), Path(f"{out}.json").read_bytes()))
+    assert outputs[0] == outputs[1]
