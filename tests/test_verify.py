@@ -130,12 +130,14 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
     first = [int(m.where.split()[1]) for m in r.first_mismatches]
     assert first[:8] == list(range(8, 16))
     assert r.max_abs_err == pytest.approx(0.25, abs=1e-6)
+    assert r.mismatches_by_column == {5: r.mismatches}  # only column 5 is wrong
 
     json_file = tmp_path / "report.json"
     result = runner.invoke(app, ["verify", str(path), "--providers", "cpu", "--json",
                                  str(json_file)])
     assert result.exit_code == 1, result.output
     assert "position 8 column 5" in result.output
+    assert "mismatching elements by column: column 5" in result.output
     data = json.loads(json_file.read_text())
     assert data["passed"] is False
     assert data["results"][0]["runtime"] == "cpu" and data["results"][0]["passed"] is False

@@ -55,7 +55,8 @@ class Tolerance:
             parts.append(f"rtol {self.rtol:.3g}")
         if self.fp16_ulps:
             parts.append(f"+{self.fp16_ulps} fp16 ulp")
-        return ", ".join(parts)
+        text = ", ".join(parts)
+        return f"{text} ({self.source})" if self.source.startswith("quant") else text
 
     def as_dict(self) -> dict:
         return {"rtol": self.rtol, "atol": self.atol, "fp16_ulps": self.fp16_ulps,
