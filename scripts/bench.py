@@ -899,6 +899,47 @@ def _ok(e: dict[str, Any]) -> str:
     return "ok" if e["matches"] else f"NO (err {e.get('max_abs_err')})"
 
 
+FRESH_CLONE = ('python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e ".[dev]" '
+               "&& .venv/bin/python scripts/bench.py")
+
+
+def readme_section(report: dict[str, Any], md_name: str) -> str:
+    """The README's benchmark section: the one command, and the latest demo figures."""
+    m = report["machine"]
+    demo = next(c for c in report["cases"] if c["case"] == DEMO_CASE)
+    lines = [
+        "## Benchmarks",
+        "",
+        "From a fresh clone, one command (a few minutes on 2 cores) measures edgepe's artifacts "
+        "against a plain `torch.onnx.export` of the demo module and the onnxruntime floor, and "
+        f"writes `docs/{md_name}` (all figures, targets, the plot), `docs/bench.json` and "
+        "`docs/bench.png`:",
+        "",
+        f"    {FRESH_CLONE}",
+        "",
+        f"Latest run: {m['date_utc']}, {m['cpu']}, {m['cores']} cores (shared: load average "
+        f"{(m.get('loadavg_at_start') or [0])[0]:.1f} at start), onnxruntime {m['onnxruntime']} "
+        f"CPU with one thread, torch {m['torch']}. Demo scheme (`binary`, max_len 512, "
+        f"d_model 64), 512 positions per call, median of {report['reps']} alternating "
+        "repetitions:",
+        "",
+        "| artifact | bytes | latency per call | x Identity floor |",
+        "|---|---|---|---|",
+    ]
+    for name, e in demo["candidates"].items():
+        if e.get("error"):
+            lines.append(f"| {name} | failed | failed | |")
+        else:
+            lines.append(f"| {name} | {e['bytes']:,} | {e['median_s'] * 1e6:.1f} us | "
+                         f"{e['vs_floor']:.2f} |")
+    lines.append(f"| information floor (n_bits x d_model float32) | "
+                 f"{demo['information_floor_bytes']:,} | | |")
+    lines += ["", "| target (issue 8) | measured | status |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {fmt_measured(t)} | {t['status']} |" for t in report["targets"]]
+    lines += ["", f"What bounds each miss, with its measurement: `docs/{md_name}`.", ""]
+    return "\n".join(lines)
+
+
 def plot(report: dict[str, Any], path: Path) -> bool:
     import matplotlib
 
@@ -947,6 +988,8 @@ def main(argv: list[str] | None = None) -> int:
                         "to --out)")
     parser.add_argument("--png", type=Path, help="plot path (default --out with .png)")
     parser.add_argument("--reps", type=int, help="latency repetitions (default 61, quick 3)")
+    parser.add_argument("--readme", type=Path, help="also write the README section here "
+                        "(docs/readme/bench.md)")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -1003,6 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
         report["plot_error"] = one_line(exc)
     args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     md.write_text(markdown(report))
+    if args.readme:
+        args.readme.write_text(readme_section(report, md.name))
     for t in report["targets"]:
         print(f"{t['status']:4}  {fmt_measured(t):>24}  {t['target']}")
     print(f"wrote {args.out}, {md}, {png} in {report['total_s']:.0f} s")
