@@ -315,3 +315,10 @@ def test_the_cli_runs_as_a_real_subprocess(tmp_path, binary_onnx, edgepe_exe):
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+
+
+def test_a_progress_bar_only_when_asked_or_on_a_terminal(binary_onnx, capfd):
+    verify_artifact(binary_onnx, providers=["cpu"])  # stderr is not a terminal under pytest
+    assert capfd.readouterr().err == ""
+    verify_artifact(binary_onnx, providers=["cpu"], progress=True)
+    assert "verify on cpu" in capfd.readouterr().err

@@ -39,9 +39,10 @@ def command(
     from edgepe.verify.report import render
 
     names = providers.split(",") if providers is not None else None
-    report = verify_artifact(path, providers=names, quick=quick, json_path=json_file,
-                             strict_placement=strict_placement)
     quiet = (ctx.obj or {}).get("quiet")
+    report = verify_artifact(path, providers=names, quick=quick, json_path=json_file,
+                             strict_placement=strict_placement,
+                             progress=False if quiet else None)  # a bar only on a terminal
     if not quiet:
         render(report, Console(width=max(140, Console().width), highlight=False))
     if not report:

@@ -218,7 +218,7 @@ def verify_artifact(
     providers=None,
     quick: bool = False,
     json_path=None,
-    progress: bool = False,
+    progress: bool | None = None,
     strict_placement: bool = False,
 ) -> Report:
     """Verify the artifact at ``path`` against its reference; see the module docstring.
@@ -227,9 +227,9 @@ def verify_artifact(
     means the format's defaults (ONNX: ``cpu`` and ``ref``; tables: ``file``; C: ``c``).
     ``quick``: onnxruntime CPU (or the table's own runtime) over positions
     ``0 .. min(max_len, 4096) - 1`` and a small probe, as ``edgepe export`` runs after writing.
-    ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr
-    (shown anyway when stderr is a terminal). ``strict_placement``: fail a GPU provider on which
-    some nodes ran on the CPU.
+    ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr;
+    ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never.
+    ``strict_placement``: fail a GPU provider on which some nodes ran on the CPU.
 
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
     the artifact in memory at a time.
@@ -262,7 +262,8 @@ def verify_artifact(
         return table_chunks(config, module, shape, quick)
 
     total = in_range_total(config, manifest, quick)
-    with _progress(progress or sys.stderr.isatty()) as bar:
+    with _progress(sys.stderr.isatty() if progress is None else progress,
+                   force=bool(progress)) as bar:
         for name in names:
             task = bar.add_task(f"verify on {name}", total=total) if bar else None
             result = _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance,
@@ -368,11 +369,13 @@ class _NoBar:
         return False
 
 
-def _progress(show: bool):
+def _progress(show: bool, force: bool = False):
+    """A transient rich progress bar on stderr (``force``: even when it is not a terminal)."""
     if not show:
         return _NoBar()
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                    TimeElapsedColumn(), console=Console(stderr=True, force_terminal=force or None),
+                    transient=True)
