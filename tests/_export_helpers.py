@@ -59,7 +59,8 @@ def graph(scheme: str, max_len: int, d_model=None, heads=None, params=None, seed
 
 
 def probe(config) -> np.ndarray:
-    """Every position ``0 .. L - 1`` plus an out-of-range probe under the scheme's policy."""
+    """Every position ``0 .. L - 1`` plus an out-of-range probe under the scheme's policy: fixed
+    edges (negatives, around ``2^n``, ``2^24``, int64's extremes) and 300 seeded random ones."""
     s = config.scheme
     length, n = s.max_len, s.n_bits
     extra = [-1, -2, -length, length, length + 1, 2 * length + 3, 2**n - 1, 2**n, 2**n + 1,
@@ -67,7 +68,13 @@ def probe(config) -> np.ndarray:
     limit = s.spec.position_limit
     if limit is None or config.mode == "table":
         extra += [2**31, 2**40 + 7, 2**62, INT64_MIN, INT64_MAX, INT64_MIN + 1]
-    values = np.concatenate([np.arange(length), np.asarray(extra, dtype=np.int64)])
+    rng = np.random.default_rng(length)
+    if limit is None or config.mode == "table":  # 300 random int64 of every magnitude
+        random = rng.integers(INT64_MIN, INT64_MAX, 300, dtype=np.int64, endpoint=True)
+        random >>= rng.integers(0, 63, 300)
+    else:
+        random = rng.integers(-limit, limit, 300, dtype=np.int64, endpoint=True)
+    values = np.concatenate([np.arange(length), np.asarray(extra, dtype=np.int64), random])
     if limit is not None and config.mode == "compute":
         values = values[np.abs(values) <= limit]
     return np.unique(values).astype(np.int64)

@@ -15,6 +15,8 @@ import onnx
 import pytest
 from _export_helpers import (
     BIT_FAMILY,
+    INT64_MAX,
+    INT64_MIN,
     INTEGER_FAMILY,
     LENGTHS,
     assert_parity,
@@ -243,3 +245,28 @@ def test_make_config_refuses_onnx_problems_before_building_anything():
         api.make_config("learned", 3 * 10**6, mode="table")
     with pytest.raises(BadParameterError, match="uint8"):
         api.make_config("binary", 512, dtype="uint8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", BIT_FAMILY)
+def test_bit_family_sweep_large(scheme):
+    """Exhaustive sweep: every position below 2^18 and 250,000 random int64, both lowerings."""
+    import torch
+
+    length = 2**18 - 1
+    rng = np.random.default_rng(7)
+    random = rng.integers(INT64_MIN, INT64_MAX, 250_000, dtype=np.int64, endpoint=True)
+    config, module, bitwise = graph(scheme, length, randomise=True)
+    _, _, arith = graph(scheme, length, randomise=True, lowering="arith")
+    limit = config.scheme.spec.position_limit
+    for values in (np.arange(length + 1, dtype=np.int64), random):
+        if limit is not None:
+            values = values[np.abs(values) <= limit]
+        if config.scheme.arity:
+            values = np.stack([np.roll(values, k) for k in range(config.scheme.arity)], axis=1)
+        feeds = {"positions": values}
+        got = run_ort(bitwise, feeds)
+        np.testing.assert_array_equal(got, run_ort(arith, feeds))
+        with torch.no_grad():
+            expected = module.encode(torch.from_numpy(values)).numpy()
+        assert_parity(config, got, expected)
