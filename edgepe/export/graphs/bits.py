@@ -5,7 +5,9 @@ Two lowerings of the same integer function (``--lowering``):
 - ``bitwise`` (default): ``Cast(int64 -> uint64)`` (two's complement: ``-1`` becomes
   ``2^64 - 1``, so the bits are those of ``pos mod 2^n``), ``BitShift`` right by a constant
   vector of shift counts, ``BitwiseAnd`` with a mask (``BitwiseXor`` for Gray), then ONE ``Cast``
-  to float. onnxruntime's CPU BitShift takes uint8/uint32/uint64 only (DESIGN.md), hence uint64.
+  to float (binary-smooth: to bool, then ``Where`` between its two constants; ``--dtype uint8``:
+  to uint8, no float at all). onnxruntime's CPU BitShift takes uint8/uint32/uint64 only
+  (DESIGN.md), hence uint64.
 - ``arith``: no bitwise op at all, for runtimes without bitwise kernels (onnxruntime's CUDA
   provider has none: such nodes fall back to the CPU). ``Mod(pos, 2^n)`` with ``fmod=0`` takes
   the sign of the divisor, so it is the non-negative ``pos mod 2^n`` (two's complement wrap)
