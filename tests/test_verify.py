@@ -322,3 +322,35 @@ def test_a_progress_bar_only_when_asked_or_on_a_terminal(binary_onnx, capfd):
     assert capfd.readouterr().err == ""
     verify_artifact(binary_onnx, providers=["cpu"], progress=True)
     assert "verify on cpu" in capfd.readouterr().err
+
+
+def test_an_edited_c_header_fails_on_the_compiler_runtime(tmp_path):
+    path = _export(tmp_path, "gray", 8, "g.h", mode="table", format="c", dtype="uint8")
+    text = path.read_text()
+    assert "    {0, 1, 1, 0},\n" in text  # row 4 = Gray code of 4 = 0b110, LSB first
+    path.write_text(text.replace("    {0, 1, 1, 0},\n", "    {0, 1, 1, 1},\n"))
+    _resign(path)
+    result = runner.invoke(app, ["verify", str(path)])
+    assert result.exit_code == 1
+    assert "row 4 column 3: got 1, expected 0" in result.output
+
+
+def test_the_reference_uses_the_manifests_checkpoint_and_checks_its_hash(tmp_path):
+    import torch
+
+    from edgepe.api import make_config
+    from edgepe.schemes import build
+
+    config = resolve("binary", 37, d_model=8)
+    checkpoint = tmp_path / "trained.pt"
+    torch.save(build(config, seed=7).state_dict(), checkpoint)  # not the seed-0 weights
+    out = tmp_path / "b.onnx"
+    export(make_config(scheme="binary", max_len=37, d_model=8, checkpoint=checkpoint, out=out))
+    assert verify_artifact(out)  # rebuilt with the checkpoint, not with the seed
+    torch.save(build(config, seed=8).state_dict(), checkpoint)  # another file at that path
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 2
+    assert "does not match the manifest's sha256" in result.output
+    checkpoint.unlink()
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 2 and "does not exist" in result.output

@@ -23,8 +23,6 @@ from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 __all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
 
 REQUIRED = ("scheme", "max_len", "format", "mode", "dtype", "shape", "sha256")
-GPU_PROVIDERS = {"cuda", "trt", "trt-rtx", "rocm", "migraphx", "dml", "webgpu", "coreml",
-                 "openvino", "qnn"}
 
 
 @dataclass
@@ -236,7 +234,7 @@ def verify_artifact(
     """
     from edgepe.checkpoint import sha256_file
     from edgepe.verify import runtimes as rt
-    from edgepe.verify.sweep import in_range_total, onnx_chunks, table_chunks
+    from edgepe.verify.sweep import in_range_total, onnx_chunks, reference_module, table_chunks
 
     path = Path(path)
     manifest = read_manifest(path)
@@ -250,7 +248,7 @@ def verify_artifact(
         # onnxruntime's contrib ops (com.microsoft.RotaryEmbedding) is checked on onnxruntime.
         names.remove(rt.REF)
     report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
-    config, module = sweep_reference(manifest, path)
+    config, module = reference_module(manifest, path)
     tolerance = tolerance_for(manifest)
     probe_tolerance = tolerance_for(manifest, probe=True)
     by_position = fmt == "onnx" or manifest["mode"] == "compute"
@@ -276,12 +274,6 @@ def verify_artifact(
 
         write_json(report, json_path)
     return report
-
-
-def sweep_reference(manifest, path):
-    from edgepe.verify.sweep import reference_module
-
-    return reference_module(manifest, path)
 
 
 def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_position,
@@ -328,15 +320,16 @@ def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_posi
 
 
 def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> None:
-    """Record where the nodes ran; on a GPU provider, CPU-placed nodes are noted (or failed)."""
+    """Record where the nodes ran. On any provider but the CPU one (CUDA, TensorRT, ...), nodes
+    that onnxruntime placed on its CPU fallback are noted, or fail the run when ``strict``."""
     from edgepe.verify.runtimes import CPU_PROVIDER
 
     result.placement = placement
-    if result.runtime not in GPU_PROVIDERS:
+    if result.runtime == "cpu":
         return
     on_cpu = placement.get(CPU_PROVIDER, {})
     if not on_cpu:
-        result.placement_note = "every node ran on the GPU provider"
+        result.placement_note = f"every node ran on the {result.runtime} provider"
         return
     ops = ", ".join(f"{op} x{n}" for op, n in on_cpu.items())
     total = sum(sum(v.values()) for v in placement.values())
