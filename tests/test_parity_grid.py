@@ -14,8 +14,9 @@ plus the extrapolation probe, and checks the cell's explicit tolerance:
 The grid is built from the registry and the combinations the contract allows (DESIGN.md and the
 exporters' documented refusals), not from what the exporters happen to accept: a combination
 that should exist and does not export fails its cell. Ids read like ``gray-compute-uint8-cpu``
-(ONNX) or ``gray-table-npy-bit-file``. The default grid uses ``max_len`` 37; ``-m slow`` adds
-1, 64 and 1000 and widths that are not multiples of 8.
+(ONNX) or ``gray-table-npy-bit-file``. The default grid uses ``max_len`` 37 (and 1 for float32
+graphs on the CPU); ``-m slow`` adds 1, 64 and 1000 everywhere and a width that is not a multiple
+of 8.
 """
 
 from __future__ import annotations
@@ -127,8 +128,11 @@ def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
     return cells
 
 
-CELLS = grid()
-SLOW_CELLS = [c for c in grid(lengths=(1, 64, 1000)) + grid(widths=(13,))]
+# The default grid: every combination at max_len 37, plus the max_len = 1 edge (one row, one
+# bit) for each scheme and mode in float32 on onnxruntime CPU.
+CELLS = grid() + [c for c in grid(lengths=(1,)) if c.format == "onnx" and c.runtime == "cpu"
+                  and c.dtype == "float32" and c.quantize == "none"]
+SLOW_CELLS = [c for c in grid(lengths=(1, 64, 1000)) + grid(widths=(13,)) if c not in CELLS]
 EXTENSION = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
 
 
