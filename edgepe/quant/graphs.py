@@ -280,7 +280,7 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     q = quantize(weight, scale)
 
     g = Graph(f"{s.scheme.replace('-', '_')}_int8")
-    x = _columns(g, config, None)
+    x = _columns(g, None)
     b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
     acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"), out="acc")  # int32, exact
     shape = scale.shape if per_channel else ()
