@@ -378,7 +378,8 @@ def bench_case(case: Case, work: Path, reps: int, min_sample_s: float) -> dict[s
         if c.export_s is not None:
             entry["export_s"] = c.export_s
         if c.samples:
-            entry.update(stats(c.samples), inner=c.inner, samples_s=c.samples)
+            entry.update(stats(c.samples), inner=c.inner,
+                         samples_s=[float(f"{x:.4g}") for x in c.samples])
             entry["ns_per_position"] = entry["median_s"] / case.max_len * 1e9
             entry["vs_floor"] = entry["median_s"] / floor_median
         entry.update(c.info)
