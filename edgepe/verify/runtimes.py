@@ -192,40 +192,11 @@ class RefRuntime:
         from onnx.reference import ReferenceEvaluator
 
         model = onnx.load(path)
-        self.session = ReferenceEvaluator(model, new_ops=[_dequantize_linear_13()])
+        self.session = ReferenceEvaluator(model)
         self.output = model.graph.output[0].name
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.session.run([self.output], feeds)[0])
-
-
-def _dequantize_linear_13():
-    """``DequantizeLinear`` as opset 13 defines it, for graphs of opset 13 .. 18.
-
-    onnx 1.23's reference evaluator implements DequantizeLinear from version 19 only (it refuses
-    "version 18, found 19, 21, 23, 25"); the int8 graphs use opset 18. Version 13's definition
-    (onnx/docs/Changelog.md, DequantizeLinear-13): ``y = (x - x_zero_point) * x_scale``, with a
-    1-D ``x_scale``/``x_zero_point`` applying along ``axis`` (default 1), int32 ``x`` with zero
-    point 0; ``y`` is float32.
-    """
-    from onnx.reference.op_run import OpRun
-
-    class DequantizeLinear(OpRun):
-        op_domain = ""
-
-        def _run(self, x, x_scale, x_zero_point=None, axis=None, **_unused):
-            axis = 1 if axis is None else axis
-            scale = np.asarray(x_scale, dtype=np.float32)
-            zero = np.zeros((), np.int64) if x_zero_point is None else np.asarray(x_zero_point)
-            if scale.ndim == 1:
-                shape = [1] * x.ndim
-                shape[axis] = -1
-                scale = scale.reshape(shape)
-                zero = zero.reshape(shape) if zero.ndim == 1 else zero
-            centred = x.astype(np.int64) - zero.astype(np.int64)
-            return ((centred.astype(np.float32) * scale).astype(np.float32),)
-
-    return DequantizeLinear
 
 
 def open_onnx(name: str, path: Path):
