@@ -34,7 +34,8 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
     assert demo["information_floor_bytes"] == 10 * 64 * 4  # n_bits x d_model float32
     candidates = demo["candidates"]
     assert {"peer-torchscript", "peer-dynamo", "edgepe-compute", "edgepe-table",
-            "edgepe-int8-compute", "edgepe-int8-table", "floor-identity"} <= set(candidates)
+            "edgepe-int8-compute", "edgepe-int8-table", "floor-identity",
+            "floor-gather"} <= set(candidates)
     floor = candidates["floor-identity"]
     assert floor["reps"] == 3 and floor["median_s"] > 0 and floor["vs_floor"] == 1.0
     for name, entry in candidates.items():
