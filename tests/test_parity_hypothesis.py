@@ -5,8 +5,9 @@ Policies (DESIGN.md, ``spec.oob``): bit schemes wrap (the bits of ``pos mod 2^n`
 complement for negatives); float schemes extrapolate the formula up to ``|pos| <= 2^24``
 (``position_limit``; positions past it are refused, so they are not drawn); ``mixed`` schemes
 wrap their bits and extrapolate their linear part; table artifacts clamp every position (and key
-position) to ``[0, max_len - 1]``. The artifacts run on onnxruntime CPU and, for the C compute
-function, through gcc.
+position) to ``[0, max_len - 1]``, as do int8 graphs of unbounded schemes (their manifest says
+``clamp``); int8 graphs are held to their proven ``quant.bound``. The artifacts run on
+onnxruntime CPU and, for the C compute function, through gcc.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ ARTIFACTS = [
     ("alibi", "table", "onnx", {}),
     ("binary-2d", "table", "onnx", {}),
     ("gray", "compute", "c", {}),
+    # int8: the projection wraps like binary; an unbounded scheme's int8 graph clamps to its
+    # in-range table (manifest policy "clamp"); sinusoidal extrapolates within its bound.
+    ("binary", "compute", "onnx", {"quantize": "int8"}),
+    ("integer-norm", "compute", "onnx", {"quantize": "int8"}),
+    ("sinusoidal", "compute", "onnx", {"quantize": "int8"}),
+    ("alibi", "compute", "onnx", {"quantize": "int8"}),
 ]
 
 
@@ -111,8 +118,10 @@ def test_artifact_and_reference_agree_out_of_range(artifact, data):
     config, module, manifest, run = artifact
     policy = manifest["positions"]["out_of_range"]
     limit = manifest["positions"]["limit"] if manifest["mode"] == "compute" else None
+    if policy == "clamp":
+        limit = None  # clamped: every int64 is defined
     p = data.draw(positions(limit))
-    table = manifest["mode"] == "table"
+    table = manifest["mode"] == "table" or policy == "clamp"  # clamp: the in-range table
     if config.spec.kind == "bias":
         k = data.draw(positions(limit, 8))
         feeds = {"positions": p, "key_positions": k}
@@ -141,6 +150,8 @@ def test_artifact_and_reference_agree_out_of_range(artifact, data):
             assert np.array_equal(expected, _encode(module, wrapped))
     actual = run(feeds).astype(np.float64)
     rtol, atol = manifest["tolerance"]["rtol"], manifest["tolerance"]["atol"]  # 0 when exact
+    if manifest["quant"]:  # int8: the proven bound, which holds for every position
+        rtol, atol = 0.0, manifest["quant"]["bound"]
     assert actual.shape == expected.shape
     close = np.abs(actual - expected) <= atol + rtol * np.abs(expected)
     bad = np.argwhere(~close)
