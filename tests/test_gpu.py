@@ -3,7 +3,7 @@
 onnxruntime's CUDA provider has no BitShift or Bitwise kernels (DESIGN.md, facts of the platform):
 a ``--lowering bitwise`` graph still runs, with those nodes on the CPU, and the verifier must say
 so (and fail ``--strict-placement``); ``--lowering arith`` keeps every node on the GPU. These tests
-need onnxruntime-gpu (the ``[gpu]`` extra, docs/readme/verify.md) on a CUDA machine and skip with
+need onnxruntime-gpu (docs/readme/verify.md: the GPU install) on a CUDA machine and skip with
 that reason elsewhere.
 """
 
@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.skipif(
         not CUDA,
         reason=f"onnxruntime {ort.__version__} here has no CUDAExecutionProvider (providers: "
-        f"{', '.join(ort.get_available_providers())}); install the [gpu] extra on a CUDA "
+        f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu on a CUDA "
         "machine (docs/readme/verify.md)",
     ),
 ]
