@@ -134,7 +134,8 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
         yield from _apply_chunks(config, module, manifest, quick)
         return
     # Tables clamp; so do int8 compute graphs of unbounded schemes (manifest positions policy).
-    table = manifest["mode"] == "table" or manifest["positions"]["out_of_range"] == "clamp"
+    policy = (manifest.get("positions") or {}).get("out_of_range")
+    table = manifest["mode"] == "table" or policy == "clamp"
     ref = _reference(config, module, table)
     length = config.max_len
     stop = min(length, QUICK_POSITIONS) if quick else length
