@@ -172,7 +172,9 @@ def test_a_sha256_mismatch_is_its_own_failure_exit_1(tmp_path, binary_onnx):
 
 
 @pytest.mark.parametrize("case", ["truncated", "not-onnx", "no-manifest", "truncated-npy",
-                                  "short-bin", "unknown-runtime", "runtime-for-other-format"])
+                                  "short-bin", "unknown-runtime", "runtime-for-other-format",
+                                  "manifest-not-json", "unknown-scheme", "bad-table-shape",
+                                  "bad-table-dtype"])
 def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
     path = tmp_path / "a.onnx"
     shutil.copy(binary_onnx, path)
@@ -191,6 +193,17 @@ def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
         args = ["verify", str(path)]
     elif case == "unknown-runtime":
         args += ["--providers", "cpu,tpu"]
+    elif case == "manifest-not-json":
+        manifest_path(path).write_text("{not json")
+    elif case == "unknown-scheme":
+        manifest = json.loads(manifest_path(path).read_text())
+        manifest_path(path).write_text(json.dumps({**manifest, "scheme": "grey"}))
+    elif case in ("bad-table-shape", "bad-table-dtype"):
+        path = _export(tmp_path, "gray", 37, "g.bin", mode="table", format="bin")
+        manifest = json.loads(manifest_path(path).read_text())
+        change = {"shape": ["N", 6]} if case == "bad-table-shape" else {"dtype": "float128"}
+        manifest_path(path).write_text(json.dumps({**manifest, **change}))
+        args = ["verify", str(path)]
     else:
         args += ["--providers", "c"]
     json_file = tmp_path / "report.json"
@@ -203,7 +216,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
     expected = {"truncated": "not a valid ONNX model", "not-onnx": "not a valid ONNX model",
                 "no-manifest": "no manifest", "truncated-npy": "npy",
                 "short-bin": "bytes", "unknown-runtime": "available: cpu, ref",
-                "runtime-for-other-format": "available: cpu, ref"}[case]
+                "runtime-for-other-format": "available: cpu, ref",
+                "manifest-not-json": "not valid JSON", "unknown-scheme": "Did you mean 'gray'",
+                "bad-table-shape": "two positive integers", "bad-table-dtype": "'float128'"}[case]
     assert expected in lines[0]
 
 

@@ -23,6 +23,7 @@ from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 __all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
 
 REQUIRED = ("scheme", "max_len", "format", "mode", "dtype", "shape", "sha256")
+TABLE_DTYPES = ("float32", "float16", "uint8", "int8", "bit")  # what npy/bin tables store
 
 
 @dataclass
@@ -111,6 +112,19 @@ def read_manifest(path: Path) -> dict[str, Any]:
             f"manifest {str(mpath)!r} has format {manifest['format']!r}; "
             "edgepe verifies onnx, npy, bin and c"
         )
+    if manifest["mode"] not in ("compute", "table") or (
+            manifest["format"] in ("npy", "bin") and manifest["mode"] != "table"):
+        raise ArtifactError(f"manifest {str(mpath)!r}: mode {manifest['mode']!r} does not fit "
+                            f"format {manifest['format']!r} (npy and bin hold tables)")
+    if manifest["format"] != "onnx" and manifest["mode"] == "table":  # a stored table file
+        shape = manifest["shape"]
+        if not (isinstance(shape, list) and len(shape) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
+            raise ArtifactError(f"manifest {str(mpath)!r}: a table's shape must be two positive "
+                                f"integers [rows, cols], got {shape!r}")
+    if manifest["format"] in ("npy", "bin") and manifest["dtype"] not in TABLE_DTYPES:
+        raise ArtifactError(f"manifest {str(mpath)!r}: dtype {manifest['dtype']!r} is not one of "
+                            f"{', '.join(TABLE_DTYPES)}")
     return manifest
 
 
