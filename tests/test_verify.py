@@ -369,3 +369,27 @@ def test_the_reference_uses_the_manifests_checkpoint_and_checks_its_hash(tmp_pat
     checkpoint.unlink()
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+@pytest.mark.parametrize("value", [None, -1, "x", [], {}, True, 2.5])
+def test_any_malformed_manifest_field_is_a_clean_refusal_or_a_failed_check(tmp_path, binary_onnx,
+                                                                          value):
+    """Every top-level manifest field set to a wrong type or value: exit 0, 1 or 2 with a clean
+    message, never an internal error (exit 3) or a traceback."""
+    manifest = json.loads(manifest_path(binary_onnx).read_text())
+    path = tmp_path / "m.onnx"
+    shutil.copy(binary_onnx, path)
+    for key in sorted(manifest):
+        manifest_path(path).write_text(json.dumps({**manifest, key: value}))
+        result = runner.invoke(app, ["verify", str(path), "--providers", "cpu"])
+        assert result.exit_code in (0, 1, 2), (key, value, result.output)
+        assert "Traceback" not in result.output and "internal error" not in result.output
+        if result.exit_code == 2:
+            assert len(result.output.strip().splitlines()) == 1, (key, value, result.output)
+    for key, inner in (("tolerance", "atol"), ("tolerance", "rtol"), ("positions", "limit"),
+                       ("positions", "out_of_range")):
+        manifest_path(path).write_text(json.dumps({**manifest,
+                                                   key: {**manifest[key], inner: value}}))
+        result = runner.invoke(app, ["verify", str(path), "--providers", "cpu"])
+        assert result.exit_code in (0, 1, 2), (key, inner, value, result.output)
+        assert "internal error" not in result.output

@@ -107,6 +107,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in manifest]
     if missing:
         raise ArtifactError(f"manifest {str(mpath)!r} lacks {', '.join(missing)}")
+    for key in ("scheme", "format", "mode", "dtype", "sha256"):
+        if not isinstance(manifest[key], str):
+            raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be a string, "
+                                f"got {manifest[key]!r}")
     if manifest["format"] not in ("onnx", "npy", "bin", "c"):
         raise ArtifactError(
             f"manifest {str(mpath)!r} has format {manifest['format']!r}; "
@@ -122,6 +126,29 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
             raise ArtifactError(f"manifest {str(mpath)!r}: a table's shape must be two positive "
                                 f"integers [rows, cols], got {shape!r}")
+    for key, types, what in (
+        ("params", (dict, type(None)), "an object"),
+        ("checkpoint", (dict, type(None)), "null or an object with path and sha256"),
+        ("seed", (int, type(None)), "an integer"),
+        ("tolerance", (dict, type(None)), "an object with rtol and atol"),
+        ("quant", (dict, type(None)), "null or an object"),
+        ("positions", (dict, type(None)), "an object"),
+    ):
+        value = manifest.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be {what}, got {value!r}")
+    numbers = [(f"{section}.{k}", (manifest.get(section) or {}).get(k))
+               for section, keys in (("tolerance", ("rtol", "atol")),
+                                     ("quant", ("bound", "bound_all_positions")),
+                                     ("positions", ("limit",)))
+               for k in keys]
+    for key, value in numbers:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value < float("inf")):
+            raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be a finite number >= 0, "
+                                f"got {value!r}")
+    if manifest.get("checkpoint") and not isinstance(manifest["checkpoint"].get("path"), str):
+        raise ArtifactError(f"manifest {str(mpath)!r}: checkpoint.path must be a string")
     if manifest["format"] in ("npy", "bin") and manifest["dtype"] not in TABLE_DTYPES:
         raise ArtifactError(f"manifest {str(mpath)!r}: dtype {manifest['dtype']!r} is not one of "
                             f"{', '.join(TABLE_DTYPES)}")
@@ -136,7 +163,7 @@ def tolerance_for(manifest: dict[str, Any], probe: bool = False) -> Tolerance:
     step where the float32 tolerance is not zero (rounding both sides to float16 can split
     values within the float32 tolerance by one step)."""
     tol = manifest.get("tolerance") or {}
-    rtol, atol = float(tol.get("rtol", 0.0)), float(tol.get("atol", 0.0))
+    rtol, atol = float(tol.get("rtol") or 0.0), float(tol.get("atol") or 0.0)
     quant = manifest.get("quant")
     if quant and quant.get("bound") is not None:
         if probe and quant.get("bound_all_positions") is not None:
