@@ -106,8 +106,8 @@ def resolve_runtimes(names: list[str] | tuple[str, ...], fmt: str) -> list[str]:
             raise BadParameterError(
                 f"runtime {name!r} is not available for {fmt} artifacts here; "
                 f"available: {', '.join(allowed)}"
-                + (" (GPU providers need the [gpu] install: see the README)"
-                   if fmt == "onnx" and key in ("cuda", "trt") else "")
+                + (" (the CUDA and TensorRT providers come with onnxruntime-gpu: see the "
+                   "README's GPU install)" if fmt == "onnx" and key in ("cuda", "trt") else "")
             )
         if key not in resolved:
             resolved.append(key)
