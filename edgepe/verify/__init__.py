@@ -104,6 +104,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"manifest {str(mpath)!r} is not valid JSON ({exc})") from None
     if not isinstance(manifest, dict):
         raise ArtifactError(f"manifest {str(mpath)!r} is not a JSON object")
+    _check_fields(manifest, mpath)
+    return manifest
+
+
+def _check_fields(manifest: dict[str, Any], mpath: Path) -> None:
+    """Refuse a manifest whose fields cannot describe an artifact (names the field)."""
     missing = [k for k in REQUIRED if k not in manifest]
     if missing:
         raise ArtifactError(f"manifest {str(mpath)!r} lacks {', '.join(missing)}")
@@ -152,7 +158,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if manifest["format"] in ("npy", "bin") and manifest["dtype"] not in TABLE_DTYPES:
         raise ArtifactError(f"manifest {str(mpath)!r}: dtype {manifest['dtype']!r} is not one of "
                             f"{', '.join(TABLE_DTYPES)}")
-    return manifest
 
 
 def tolerance_for(manifest: dict[str, Any], probe: bool = False) -> Tolerance:
