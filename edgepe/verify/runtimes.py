@@ -207,7 +207,8 @@ def open_onnx(name: str, path: Path):
 class FileRuntime:
     """A table file (npy or bin) read back from its manifest alone, rows as float64.
 
-    ``rows(start, stop)`` decodes only those rows (the file is memory-mapped): float16/uint8
+    ``rows(start, stop)`` reads only those rows' bytes from the file (no memory map: pages of a
+    mapped file would stay resident and count against the sweep's bounded memory): float16/uint8
     as stored, ``bit`` unpacked with the manifest's ``bitorder`` (one bit an entry, row-major,
     no padding between rows), int8 dequantised as ``scale * (q - zero_point)``.
     """
@@ -218,27 +219,37 @@ class FileRuntime:
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.manifest = manifest
         self.shape = tuple(int(s) for s in manifest["shape"])
-        self.dtype = manifest["dtype"]
-        rows, cols = self.shape
+        self.bit = manifest["dtype"] == "bit"
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         if manifest["format"] == "npy":
-            self.data = np.load(path, mmap_mode="r", allow_pickle=False)
-        elif self.dtype == "bit":
-            self.data = np.memmap(path, dtype=np.uint8, mode="r")
+            version = np.lib.format.read_magic(self._file)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            _, _, self.dtype = read_header(self._file)
         else:
-            self.data = np.memmap(path, dtype=np.dtype(self.dtype).newbyteorder("<"), mode="r",
-                                  shape=self.shape)
+            self.dtype = np.dtype(np.uint8 if self.bit else manifest["dtype"]).newbyteorder("<")
+        self._offset = self._file.tell()
+
+    def _read(self, first: int, count: int) -> np.ndarray:
+        """``count`` items of the stored dtype from item ``first`` on."""
+        self._file.seek(self._offset + first * self.dtype.itemsize)
+        data = self._file.read(count * self.dtype.itemsize)
+        return np.frombuffer(data, dtype=self.dtype, count=len(data) // self.dtype.itemsize)
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         cols = self.shape[1]
-        if self.dtype == "bit":
+        if self.bit:
             first, last = start * cols, stop * cols
-            chunk = np.asarray(self.data[first // 8: -(-last // 8)])
+            chunk = self._read(first // 8, -(-last // 8) - first // 8)
             bits = np.unpackbits(chunk, bitorder=self.manifest.get("bitorder", "little"))
-            offset = first - (first // 8) * 8
+            offset = first % 8
             values = bits[offset: offset + last - first].reshape(stop - start, cols)
         else:
-            values = np.asarray(self.data[start:stop])
+            values = self._read(start * cols, (stop - start) * cols).reshape(stop - start, cols)
         return dequantise(values, self.manifest.get("quant"), start)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) -> np.ndarray:
