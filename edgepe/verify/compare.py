@@ -194,6 +194,12 @@ class Comparison:
                 )
             r.max_abs_err = float("inf")
             return
+        if np.array_equal(actual, expected):  # the common case of exact outputs: no error at all
+            r.elements += int(expected.size)
+            r.positions += positions
+            self._rel_count += int(np.count_nonzero((expected != 0) & np.isfinite(expected)))
+            self._keep_for_median(np.zeros(min(expected.size, MEDIAN_SAMPLE)))
+            return
         a = actual.astype(np.float64)
         e = expected.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
