@@ -130,11 +130,7 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
             f"{str(path)!r} is not an edgepe artifact: no readable manifest at "
             f"{str(manifest_path(path))!r} (artifacts come from 'edgepe export')"
         )
-    missing = [key for key in REQUIRED if key not in manifest]
-    if missing:
-        raise ArtifactError(
-            f"{str(manifest_path(path))!r} is not an edgepe manifest: it lacks {', '.join(missing)}"
-        )
+    check_fields(manifest, str(manifest_path(path)))
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -145,6 +141,62 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
             "truncated after export; export it again"
         )
     return manifest
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def check_fields(manifest: dict[str, Any], where: str) -> None:
+    """Refuse a manifest whose fields this module reads have the wrong type (names the field).
+
+    The artifact's sha256 guards the artifact, not the manifest: an edited manifest must give a
+    one-line ``ArtifactError``, never a crash.
+    """
+    missing = [key for key in REQUIRED if key not in manifest]
+    if missing:
+        raise ArtifactError(f"{where!r} is not an edgepe manifest: it lacks {', '.join(missing)}")
+
+    def bad(field: str, want: str):
+        value = manifest
+        for key in field.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        return ArtifactError(f"{where!r}: {field} must be {want}, got {value!r}")
+
+    for key in ("scheme", "format", "mode", "dtype", "sha256"):
+        if not isinstance(manifest[key], str):
+            raise bad(key, "a string")
+    if manifest["kind"] not in ("pe", "rope", "bias"):
+        raise bad("kind", "pe, rope or bias")
+    from edgepe.schemes._registry import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT
+
+    if not (_is_int(manifest["max_len"], 1) and manifest["max_len"] <= MAX_LEN_LIMIT):
+        raise bad("max_len", f"an integer from 1 to {MAX_LEN_LIMIT}")
+    width, most = ("heads", HEADS_LIMIT) if manifest["kind"] == "bias" else ("d_model",
+                                                                             D_MODEL_LIMIT)
+    if not (_is_int(manifest.get(width), 1) and manifest[width] <= most):
+        raise bad(width, f"an integer from 1 to {most}")
+    if not isinstance(manifest["shape"], list):
+        raise bad("shape", "a list")
+    positions = manifest["positions"]
+    if not isinstance(positions, dict):
+        raise bad("positions", "an object with arity, limit and out_of_range")
+    arity = positions.get("arity")
+    if arity is not None and not (_is_int(arity, 1) and arity <= 64):
+        raise bad("positions.arity", "null or a coordinate count (1 to 64)")
+    if positions.get("limit") is not None and not _is_int(positions["limit"], 0):
+        raise bad("positions.limit", "null or a non-negative integer")
+    if not isinstance(manifest.get("params") or {}, dict):
+        raise bad("params", "an object")
+    quant = manifest.get("quant")
+    if quant is not None:
+        scale = quant.get("scale") if isinstance(quant, dict) else None
+        numbers = scale if isinstance(scale, list) else [scale]
+        if not numbers or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                  for v in numbers):
+            raise bad("quant.scale", "a number or a list of numbers")
+        if not isinstance(quant.get("zero_point", 0), int | list):
+            raise bad("quant.zero_point", "an integer")
 
 
 def check_positions(
@@ -366,6 +418,16 @@ class OnnxRuntime(Runtime):
             raise ArtifactError(
                 f"{str(path)!r} has inputs {self._inputs}; a '{self.kind}' artifact has {expected}"
             )
+        graph_shape = next(i.shape for i in self.session.get_inputs() if i.name == "positions")
+        want = ["N"] if self._arity is None else ["N", self._arity]
+        if len(graph_shape) != len(want) or (
+            self._arity is not None and isinstance(graph_shape[1], int)
+            and graph_shape[1] != self._arity
+        ):
+            raise ArtifactError(
+                f"{str(path)!r} takes positions of shape {graph_shape}, but its manifest's "
+                f"positions.arity {self._arity} says {want}"
+            )
 
     @property
     def providers(self) -> list[str]:
@@ -403,13 +465,32 @@ class TableRuntime(Runtime):
         self.table = read_table(path, manifest)
         self._quant = manifest.get("quant")
         self._hi = int(manifest["max_len"]) - 1
+        rows, cols = self.table.shape
+        want_rows = 2 * self._hi + 1 if self.kind == "bias" else self._hi + 1
+        want_cols = self.width if self._arity is None else cols
+        if (rows, cols) != (want_rows, want_cols):
+            raise ArtifactError(
+                f"{str(path)!r} holds a [{rows}, {cols}] table; a '{self.kind}' table of "
+                f"max_len {self._hi + 1} and width {self.width} is [{want_rows}, {want_cols}]"
+            )
+        if self._quant:
+            self._scale = np.asarray(self._quant["scale"], dtype=np.float32)
+            self._zero = np.asarray(self._quant.get("zero_point", 0))
+            for name, value in (("scale", self._scale), ("zero_point", self._zero)):
+                if value.ndim > 1 or value.size not in (1, cols) or value.dtype.kind not in "iuf":
+                    raise ArtifactError(
+                        f"{str(path)!r}: quant.{name} must be one number or one a column "
+                        f"({cols}), got {self._quant.get(name)!r}"
+                    )
+            if self._zero.dtype.kind == "f":
+                raise ArtifactError(f"{str(path)!r}: quant.zero_point must be an integer")
         if self._arity is not None:
-            self._columns = _index_columns(manifest, self.table.shape[1])
+            self._columns = _index_columns(manifest, cols)
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Table rows at ``index`` (any shape), dequantised when the table is int8."""
         rows = np.asarray(self.table[index])
-        return rows if not self._quant else dequantize(rows, self._quant)
+        return rows if not self._quant else dequantize(rows, self._scale, self._zero)
 
     def _encode(self, positions, key_positions):
         positions = np.clip(positions, 0, self._hi)
@@ -432,11 +513,19 @@ def _index_columns(manifest: Mapping[str, Any], width: int):
         column = np.arange(d)
         axis, bit = column % 2, column // 2
     elif manifest["scheme"] == "hierarchical":
-        widths = [int(w) for w in manifest["params"]["widths"]]
+        widths = (manifest.get("params") or {}).get("widths")
+        if not (isinstance(widths, list) and widths and all(_is_int(w, 1) for w in widths)
+                and sum(widths) == d and len(widths) == manifest["positions"]["arity"]):
+            raise ArtifactError(
+                f"hierarchical table: params.widths must be one positive width a level, "
+                f"summing to d_model {d}; got {widths!r}"
+            )
         axis = np.repeat(np.arange(len(widths)), widths)
         bit = np.concatenate([np.arange(w) for w in widths])
     else:
         raise ArtifactError(f"no table layout known for multi-index scheme {manifest['scheme']!r}")
+    if manifest["scheme"] == "binary-2d" and manifest["positions"]["arity"] != 2:
+        raise ArtifactError("binary-2d table: positions.arity must be 2")
     valid = bit < width  # binary-2d: columns past 2n are zero (DESIGN: width d_model >= 2n)
     return axis, np.minimum(bit, width - 1), valid
 
@@ -447,10 +536,20 @@ def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
     The manifest's ``numpy_dtype`` (explicit byte order) says what the file holds; a bit-packed
     table (``dtype`` ``bit``) is unpacked to 0/1 ``uint8`` (``edgepe.export.tables``).
     """
-    shape = tuple(int(s) for s in manifest["shape"])
-    if len(shape) != 2:
-        raise ArtifactError(f"{str(path)!r}: a table's manifest shape is [rows, cols], got {shape}")
-    stored = np.dtype(manifest.get("numpy_dtype") or manifest["dtype"])
+    shape = tuple(manifest["shape"])
+    if len(shape) != 2 or not all(_is_int(n, 1) for n in shape):
+        raise ArtifactError(
+            f"{str(path)!r}: a table's manifest shape is [rows, cols], got {list(shape)}"
+        )
+    try:
+        stored = np.dtype(manifest.get("numpy_dtype") or manifest["dtype"])
+    except TypeError:
+        stored = np.dtype(object)
+    if stored.kind not in "fiu":
+        raise ArtifactError(
+            f"{str(path)!r}: the manifest's numpy_dtype/dtype names no numeric type: "
+            f"{manifest.get('numpy_dtype') or manifest['dtype']!r}"
+        )
     try:
         if manifest["format"] == "npy":
             data = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -486,8 +585,6 @@ def _unpack(packed: np.ndarray, shape: tuple[int, int], bitorder: str, path: Pat
     return np.unpackbits(packed, count=rows * cols, bitorder=bitorder).reshape(rows, cols)
 
 
-def dequantize(q: np.ndarray, quant: Mapping[str, Any]) -> np.ndarray:
+def dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
     """float32 ``(q - zero_point) * scale``, per column along ``axis`` 1 (as DequantizeLinear)."""
-    scale = np.asarray(quant["scale"], dtype=np.float32)
-    zero = np.asarray(quant.get("zero_point", 0), dtype=np.int32)
-    return (q.astype(np.int32) - zero).astype(np.float32) * scale
+    return (q.astype(np.int32) - zero_point.astype(np.int32)).astype(np.float32) * scale

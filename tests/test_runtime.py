@@ -377,3 +377,52 @@ def test_lists_and_torch_tensors_are_positions_too(artifacts):
         np.testing.assert_array_equal(runtime.encode(value), want)
     x = torch.zeros(1, 3, config.d_model)
     np.testing.assert_array_equal(runtime.apply(x, offset=0), runtime.encode([0, 1, 2])[None])
+
+
+JUNK = (None, "x", -1, 0, 1.5, True, [], {}, [3], [0, 0], 2**70)
+FIELDS = ("scheme", "format", "mode", "dtype", "kind", "max_len", "d_model", "heads", "shape",
+          "params", "quant", "numpy_dtype", "bitorder", "positions", "positions.arity",
+          "positions.limit", "quant.scale", "quant.zero_point", "params.widths")
+
+
+@pytest.mark.parametrize("name", ["gray-onnx", "gray-bin-bit", "alibi-npy", "binary-2d-bin-u8",
+                                  "hierarchical-npy", "sinusoidal-npy-f16", "int8"])
+def test_edited_manifests_load_or_refuse_in_one_line(artifacts, tmp_path, name):
+    """The sha256 guards the artifact, not its manifest: whatever a field is edited to, load and
+    encode either work or raise an EdgepeError with one line, never anything else."""
+    import json
+
+    if name == "int8":
+        source = tmp_path / "made" / "q.npy"
+        export(ExportConfig(scheme=resolve("binary", 16, d_model=4), mode="table",
+                            format="npy", quantize="int8", out=source))
+    else:
+        source = artifacts[name][0]
+    original = json.loads((source.parent / (source.name + ".json")).read_text())
+    target = tmp_path / source.name
+    shutil.copy(source, target)
+    outcomes = set()
+    for field in FIELDS:
+        for value in JUNK:
+            manifest = json.loads(json.dumps(original))
+            parent, key = manifest, field
+            if "." in field:
+                head, key = field.split(".")
+                parent = manifest.get(head)
+                if not isinstance(parent, dict):
+                    continue
+            parent[key] = value
+            (tmp_path / (target.name + ".json")).write_text(json.dumps(manifest))
+            try:
+                runtime = edgepe.load(target)
+                arity = runtime.arity
+                positions = np.arange(3) if arity is None else np.zeros((3, arity), np.int64)
+                if runtime.kind == "bias":
+                    runtime.encode(positions, np.arange(2))
+                else:
+                    runtime.encode(positions)
+                outcomes.add("ok")
+            except EdgepeError as exc:
+                assert str(exc) and "\n" not in str(exc), (field, value)
+                outcomes.add("refused")
+    assert outcomes == {"ok", "refused"}  # some edits are harmless, some are caught
