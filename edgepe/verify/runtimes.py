@@ -205,7 +205,7 @@ def open_onnx(name: str, path: Path):
 
 
 class FileRuntime:
-    """A table file (npy or bin) read back from its manifest alone, rows as float64.
+    """A table file (npy or bin) read back from its manifest alone.
 
     ``rows(start, stop)`` reads only those rows' bytes from the file (no memory map: pages of a
     mapped file would stay resident and count against the sweep's bounded memory): float16/uint8
@@ -253,9 +253,10 @@ class FileRuntime:
 
 
 def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) -> np.ndarray:
-    """``scale * (q - zero_point)`` in float64 (per-tensor, or per channel along ``axis``)."""
+    """``scale * (q - zero_point)`` in float64 (per-tensor, or per channel along ``axis``);
+    values that are not quantised come back as stored."""
     if not quant or not np.issubdtype(values.dtype, np.integer) or "scale" not in quant:
-        return values.astype(np.float64)
+        return values
     scale = np.asarray(quant["scale"], dtype=np.float64)
     zero = np.asarray(quant.get("zero_point", 0), dtype=np.float64)
     axis = quant.get("axis")
