@@ -138,19 +138,23 @@ def hamming(config, module, positions: np.ndarray):
 
     positions = check_span(positions)
     n = config.n_bits
-    plain = _bits(positions, n)
-    gray_code = positions ^ (positions >> 1)
-    curves = [("binary (raw bits)", plain), ("Gray code", _bits(gray_code, n))]
+    after = positions + 1
+
+    def gray(p):  # wrap first, as the gray scheme does: 2^n - 1 -> 2^n (= 0) is one bit too
+        w = p & ((1 << n) - 1)
+        return _bits(w ^ (w >> 1), n)
+
+    curves = [("binary (raw bits)", _bits(positions, n), _bits(after, n)),
+              ("Gray code", gray(positions), gray(after))]
     if config.spec.kind != "bias" and config.scheme not in ("binary-bits", "gray"):
-        own = _encode(module, config, positions)
-        if np.isin(own, (0.0, 1.0)).all():
-            curves.append((config.scheme, own))
+        own, own_after = _encode(module, config, positions), _encode(module, config, after)
+        if np.isin(own, (0.0, 1.0)).all() and np.isin(own_after, (0.0, 1.0)).all():
+            curves.append((config.scheme, own, own_after))
     fig = Figure(figsize=(10, 4), dpi=DPI)
     ax = fig.subplots()
-    steps = positions[:-1]
-    for (label, values), style in zip(curves, ("-", "--", ":"), strict=False):
-        distance = np.abs(np.diff(values, axis=0)).sum(axis=1)
-        ax.step(steps, distance, where="post", linestyle=style,
+    for (label, here, there), style in zip(curves, ("-", "--", ":"), strict=False):
+        distance = np.abs(there - here).sum(axis=1)
+        ax.step(positions, distance, where="mid", linestyle=style,
                 label=f"{label}: mean {distance.mean():.2f}, max {distance.max():.0f}")
     ax.set_xlabel("Position p")
     ax.set_ylabel("Hamming distance to p + 1")

@@ -167,3 +167,19 @@ def test_checkpoint_weights_are_drawn(tmp_path):
     loaded = _plot(tmp_path, "ck.png", *base, "--checkpoint", checkpoint).read_bytes()
     assert loaded == _plot(tmp_path, "s5.png", *base, "--seed", "5").read_bytes()
     assert loaded != _plot(tmp_path, "s0.png", *base).read_bytes()
+
+
+def test_hamming_curves_are_the_bit_distances():
+    """Binary: popcount(p ^ (p + 1)) (every carry); Gray: always 1, across the wrap at 2^n too;
+    with a stride, still p against p + 1."""
+    from edgepe import plot
+    from edgepe.schemes import build
+
+    config = resolve("gray", 64)  # n = 7: position 127 wraps to 0 at 128
+    positions = np.r_[np.arange(0, 128, 3), 127]
+    lines = plot.hamming(config, build(config), positions).axes[0].get_lines()
+    binary, gray = (np.asarray(line.get_ydata()) for line in lines[:2])
+    want = [bin(int(p) ^ (int(p) + 1) & 127).count("1") for p in positions]
+    assert binary.tolist() == want
+    assert set(gray.tolist()) == {1.0}
+    assert len(lines) == 2  # gray is itself one of the two references
