@@ -174,7 +174,7 @@ def test_a_sha256_mismatch_is_its_own_failure_exit_1(tmp_path, binary_onnx):
 @pytest.mark.parametrize("case", ["truncated", "not-onnx", "no-manifest", "truncated-npy",
                                   "short-bin", "unknown-runtime", "runtime-for-other-format",
                                   "manifest-not-json", "unknown-scheme", "bad-table-shape",
-                                  "bad-table-dtype"])
+                                  "bad-table-dtype", "json-under-a-file"])
 def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
     path = tmp_path / "a.onnx"
     shutil.copy(binary_onnx, path)
@@ -207,6 +207,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
     else:
         args += ["--providers", "c"]
     json_file = tmp_path / "report.json"
+    if case == "json-under-a-file":
+        json_file = tmp_path / "a.onnx" / "report.json"  # a.onnx is a file, not a folder
     result = runner.invoke(app, [*args, "--json", str(json_file)])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
@@ -218,7 +220,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
                 "short-bin": "bytes", "unknown-runtime": "available: cpu, ref",
                 "runtime-for-other-format": "available: cpu, ref",
                 "manifest-not-json": "not valid JSON", "unknown-scheme": "Did you mean 'gray'",
-                "bad-table-shape": "two positive integers", "bad-table-dtype": "'float128'"}[case]
+                "bad-table-shape": "two positive integers", "bad-table-dtype": "'float128'",
+                "json-under-a-file": "is a file, not a folder"}[case]
     assert expected in lines[0]
 
 

@@ -283,6 +283,10 @@ def verify_artifact(
     from edgepe.verify.sweep import in_range_total, onnx_chunks, reference_module, table_chunks
 
     path = Path(path)
+    if json_path is not None:
+        from edgepe.export.artifact import check_writable
+
+        check_writable(Path(json_path))  # refuse before the sweep, not after it
     manifest = read_manifest(path)
     fmt = manifest["format"]
     names = rt.resolve_runtimes(

@@ -17,7 +17,13 @@ def to_json(report) -> str:
 
 
 def write_json(report, path) -> None:
-    Path(path).write_text(to_json(report))
+    from edgepe.errors import OutputPathError
+
+    try:
+        Path(path).write_text(to_json(report))
+    except OSError as exc:
+        raise OutputPathError(f"cannot write the JSON report to {str(path)!r}: "
+                              f"{exc.strerror or exc}") from None
 
 
 def _finite(value):
