@@ -333,6 +333,14 @@ def test_the_cli_runs_as_a_real_subprocess(tmp_path, binary_onnx, edgepe_exe):
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+    stale = tmp_path / "stale.onnx"
+    shutil.copy(binary_onnx, stale)
+    manifest = json.loads(manifest_path(binary_onnx).read_text())
+    manifest_path(stale).write_text(json.dumps({**manifest, "sha256": "f" * 64}))
+    failed = subprocess.run([edgepe_exe, "verify", str(stale), "--providers", "cpu"],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1
+    assert "parity FAILED" in failed.stderr and "sha256" in failed.stderr
 
 
 def test_a_progress_bar_only_when_asked_or_on_a_terminal(binary_onnx, capfd):
