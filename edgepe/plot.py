@@ -12,6 +12,9 @@ Kinds (``KINDS``):
 - ``quant-error``: an int8 artifact against its float32 reference: the largest ``|error|`` per
   dimension next to the proven bound from the manifest's ``quant``, and the error of every entry.
 
+With ``--artifact`` the first three draw what an artifact computes (through ``edgepe.load``:
+a table's clamping, a graph's wrapping) instead of the reference module.
+
 Files are deterministic: the PNG carries no ``Software`` text chunk, the SVG no date and a fixed
 ``svg.hashsalt`` for its ids, so the same command writes the same bytes.
 """
@@ -48,17 +51,26 @@ def check_span(positions: np.ndarray) -> np.ndarray:
     return positions
 
 
-def _encode(module, config, positions: np.ndarray) -> np.ndarray:
-    """The reference encoding ``[S, D]`` (bias: head 0's ``[S, S]``) as float64."""
+def _encode(source, config, positions: np.ndarray) -> np.ndarray:
+    """The encoding ``[S, D]`` (bias: head 0's ``[S, S]``) as float64.
+
+    ``source`` is the reference module, or an artifact's runtime (``edgepe.load``) to draw what
+    the artifact computes. Multi-index schemes are drawn at ``(p, p, ..)``.
+    """
+    from edgepe.runtime import Runtime
+
+    rows = positions if config.arity is None else np.repeat(positions[:, None], config.arity, 1)
+    if isinstance(source, Runtime):
+        if config.spec.kind == "bias":
+            return source.encode(rows, positions)[0].astype(np.float64)
+        return source.encode(rows).astype(np.float64)
     import torch
 
-    p = torch.as_tensor(positions)
     with torch.no_grad():
         if config.spec.kind == "bias":
-            return module.encode(p, p)[0].double().numpy()
-        if config.arity is not None:
-            p = p.unsqueeze(1).expand(-1, config.arity).contiguous()
-        return module.encode(p).double().numpy()
+            p = torch.as_tensor(positions)
+            return source.encode(p, p)[0].double().numpy()
+        return source.encode(torch.as_tensor(rows)).double().numpy()
 
 
 def _bits(positions: np.ndarray, n: int) -> np.ndarray:
@@ -74,7 +86,7 @@ def _where(config, positions: np.ndarray) -> str:
     return span
 
 
-def heatmap(config, module, positions: np.ndarray):
+def heatmap(config, source, positions: np.ndarray):
     """The demo's figure: raw bits (left) and the encoding (right), positions along x."""
     from matplotlib.figure import Figure
 
@@ -88,7 +100,7 @@ def heatmap(config, module, positions: np.ndarray):
     left.set_xlabel("Position")
     left.set_ylabel("Bit index (LSB = 0)")
     left.set_title(f"Binary patterns (raw bits, n = {config.n_bits})")
-    values = _encode(module, config, positions)
+    values = _encode(source, config, positions)
     if config.spec.kind == "bias":
         image = right.imshow(values, aspect="auto", cmap="RdYlBu", origin="lower",
                              interpolation="nearest", extent=(*extent_x, *extent_x))
@@ -108,7 +120,7 @@ def heatmap(config, module, positions: np.ndarray):
     return fig
 
 
-def similarity(config, module, positions: np.ndarray):
+def similarity(config, source, positions: np.ndarray):
     """``PE(t) . PE(u)`` over the plotted positions."""
     from matplotlib.figure import Figure
 
@@ -118,7 +130,7 @@ def similarity(config, module, positions: np.ndarray):
             "use --kind heatmap"
         )
     positions = check_span(positions)
-    values = _encode(module, config, positions)
+    values = _encode(source, config, positions)
     gram = values @ values.T
     fig = Figure(figsize=(7, 6), dpi=DPI)
     ax = fig.subplots()
@@ -132,7 +144,7 @@ def similarity(config, module, positions: np.ndarray):
     return fig
 
 
-def hamming(config, module, positions: np.ndarray):
+def hamming(config, source, positions: np.ndarray):
     """Bits that change from ``p`` to ``p + 1``: binary against Gray (and the scheme's own)."""
     from matplotlib.figure import Figure
 
@@ -147,7 +159,7 @@ def hamming(config, module, positions: np.ndarray):
     curves = [("binary (raw bits)", _bits(positions, n), _bits(after, n)),
               ("Gray code", gray(positions), gray(after))]
     if config.spec.kind != "bias" and config.scheme not in ("binary-bits", "gray"):
-        own, own_after = _encode(module, config, positions), _encode(module, config, after)
+        own, own_after = _encode(source, config, positions), _encode(source, config, after)
         if np.isin(own, (0.0, 1.0)).all() and np.isin(own_after, (0.0, 1.0)).all():
             curves.append((config.scheme, own, own_after))
     fig = Figure(figsize=(10, 4), dpi=DPI)
@@ -248,8 +260,10 @@ def plot(
     seed: int = 0,
     checkpoint: str | None = None,
 ) -> Path:
-    """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``), or for ``artifact``
-    (``quant-error``; the scheme then comes from its manifest), and write ``out`` (.png/.svg).
+    """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``) and write ``out`` (.png/.svg).
+
+    With ``artifact`` the scheme comes from its manifest and the pictures show what the artifact
+    computes (``edgepe.load``); ``quant-error`` needs an int8 artifact.
 
     The file is written atomically; bad input raises before anything is written.
     """
@@ -262,38 +276,53 @@ def plot(
     check_writable(out)
     from edgepe.schemes import build
 
-    if kind == "quant-error":
-        if artifact is None:
-            raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
+    runtime = None
+    if artifact is not None:
         import edgepe
 
         runtime = edgepe.load(artifact)
         config, seed, checkpoint = config_of(runtime.manifest)
+    elif kind == "quant-error":
+        raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
+    elif config is None:
+        raise BadParameterError(f"--kind {kind} draws a scheme: give --scheme and --max-len")
+    if kind == "quant-error":
+        if checkpoint is not None and not Path(checkpoint).is_file():
+            from edgepe.errors import CheckpointError
+
+            raise CheckpointError(
+                f"the artifact was exported from checkpoint {checkpoint!r}, which is not there "
+                "any more: the float32 reference cannot be rebuilt without it"
+            )
         fig = quant_error(runtime, config, build(config, seed=seed, checkpoint=checkpoint))
     else:
-        if config is None:
-            raise BadParameterError(f"--kind {kind} draws a scheme: give --scheme and --max-len")
         span = default_positions(config.max_len) if positions is None else positions
-        module = build(config, seed=seed, checkpoint=checkpoint)
+        source = runtime if runtime is not None else build(config, seed=seed,
+                                                           checkpoint=checkpoint)
         fig = {"heatmap": heatmap, "similarity": similarity, "hamming": hamming}[kind](
-            config, module, span
+            config, source, span
         )
+        if runtime is not None:
+            m = runtime.manifest
+            fig.text(0.99, 0.0, f"computed by {Path(artifact).name} ({m['mode']} "
+                     f"{m['format']}, {m['dtype']}) in edgepe.load", fontsize=8, ha="right",
+                     va="top")
     data = render(fig, fmt)
     atomic_write(out, lambda f: f.write(data))
     return out
 
 
 def config_of(manifest: dict) -> tuple[Any, int, str | None]:
-    """``(SchemeConfig, seed, checkpoint)`` that made an artifact, from its manifest."""
-    from edgepe.errors import CheckpointError
+    """``(SchemeConfig, seed, checkpoint path or None)`` that made an artifact (its manifest)."""
     from edgepe.schemes import resolve
 
     config = resolve(manifest["scheme"], manifest["max_len"], d_model=manifest.get("d_model"),
                      heads=manifest.get("heads"), params=manifest.get("params") or {})
-    checkpoint = (manifest.get("checkpoint") or {}).get("path")
-    if checkpoint is not None and not Path(checkpoint).is_file():
-        raise CheckpointError(
-            f"the artifact was exported from checkpoint {checkpoint!r}, which is not there any "
-            "more: the float32 reference cannot be rebuilt without it"
+    from edgepe.errors import ArtifactError
+
+    seed, checkpoint = manifest.get("seed") or 0, manifest.get("checkpoint") or {}
+    if isinstance(seed, bool) or not isinstance(seed, int) or not isinstance(checkpoint, dict):
+        raise ArtifactError(
+            f"the manifest's seed {seed!r} or checkpoint {checkpoint!r} does not name weights"
         )
-    return config, int(manifest.get("seed") or 0), checkpoint
+    return config, seed, checkpoint.get("path")

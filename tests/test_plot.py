@@ -183,3 +183,30 @@ def test_hamming_curves_are_the_bit_distances():
     assert binary.tolist() == want
     assert set(gray.tolist()) == {1.0}
     assert len(lines) == 2  # gray is itself one of the two references
+
+
+def test_artifact_pictures_show_what_the_artifact_computes(tmp_path):
+    """A gray table clamps past max_len where the reference wraps: drawn from the artifact, the
+    picture differs; drawn over positions inside the table, the values are the reference's."""
+    from edgepe import plot
+    from edgepe.schemes import build
+
+    table = tmp_path / "gray.npy"
+    export(ExportConfig(scheme=resolve("gray", 32), mode="table", format="npy", out=table))
+    drawn = _plot(tmp_path, "a.png", "--artifact", table, "-p", "0:64").read_bytes()
+    reference = _plot(tmp_path, "r.png", "--scheme", "gray", "--max-len", "32", "-p", "0:64")
+    assert len(drawn) > 20_000 and drawn != reference.read_bytes()
+
+    import edgepe
+
+    config = resolve("gray", 32)
+    inside, past = np.arange(32), np.arange(32, 64)
+    runtime = edgepe.load(table)
+    np.testing.assert_array_equal(plot._encode(runtime, config, inside),
+                                  plot._encode(build(config), config, inside))
+    assert (plot._encode(runtime, config, past) == plot._encode(runtime, config, [31])).all()
+
+    result = CliRunner().invoke(app, ["plot", "--artifact", str(table), "--scheme", "gray",
+                                      "--out", str(tmp_path / "no.png")])
+    assert result.exit_code == 2
+    assert "drop --scheme" in _one_line(result.stderr)

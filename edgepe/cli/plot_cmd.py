@@ -1,9 +1,9 @@
-"""``edgepe plot``: pictures of a scheme (or of an int8 artifact) as PNG or SVG, headless.
+"""``edgepe plot``: pictures of a scheme (or of an artifact) as PNG or SVG, headless.
 
 Kinds: ``heatmap`` (the demo's raw bits next to the encoding), ``similarity`` (``PE(t).PE(u)``),
 ``hamming`` (bits changed between neighbours: binary against Gray), ``quant-error`` (an int8
-artifact's error per dimension against its proven bound; takes ``--artifact``). See
-``edgepe.plot``.
+artifact's error per dimension against its proven bound). ``--artifact PATH`` draws what an
+artifact computes instead of the reference (its manifest gives the scheme). See ``edgepe.plot``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def command(
                                                     help="Scheme parameter; repeatable.")] = None,
     kind: Annotated[str, typer.Option(help=KIND_HELP)] = "heatmap",
     artifact: Annotated[Path | None, typer.Option(
-        help="An int8 artifact, for --kind quant-error.")] = None,
+        help="Draw what this artifact computes (its manifest gives the scheme); int8 ones for "
+        "--kind quant-error.")] = None,
     positions: Annotated[str | None, typer.Option(
         "--positions", "-p", help="START:STOP[:STEP] or a list (default: 0 .. min(L, 256)-1).",
     )] = None,
@@ -37,26 +38,28 @@ def command(
     checkpoint: Annotated[Path | None, typer.Option(help="Weights to load (learned schemes).")]
     = None,
 ) -> None:
-    """Draw a scheme's encodings (or an int8 artifact's error) to a PNG or SVG file."""
+    """Draw a scheme's (or an artifact's) encodings, or an int8 error, to a PNG or SVG file."""
     from edgepe.plot import KINDS, image_format
 
     image_format(out)
     if kind not in KINDS:
         raise BadParameterError(f"--kind {kind!r} is not one of: {', '.join(KINDS)}")
     config = None
-    if kind == "quant-error":
-        if artifact is None:
-            raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
-        if scheme is not None or max_len is not None:
+    if artifact is not None:
+        given = [name for name, value in (("--scheme", scheme), ("--max-len", max_len),
+                                          ("--d-model", d_model), ("--heads", heads),
+                                          ("--param", param), ("--checkpoint", checkpoint))
+                 if value]
+        if given or seed:
             raise BadParameterError(
-                "--kind quant-error takes the scheme from --artifact's manifest: drop --scheme "
-                "and --max-len"
+                f"--artifact brings its scheme, sizes and weights in its manifest: drop "
+                f"{', '.join(given or ['--seed'])}"
             )
+    elif kind == "quant-error":
+        raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
     else:
-        if artifact is not None:
-            raise BadParameterError(f"--artifact is for --kind quant-error, not {kind}")
         if scheme is None or max_len is None:
-            raise BadParameterError(f"--kind {kind} needs --scheme and --max-len")
+            raise BadParameterError(f"--kind {kind} needs --scheme and --max-len (or --artifact)")
         from edgepe.cli.export_cmd import parse_params
         from edgepe.schemes import resolve
 
