@@ -1,4 +1,5 @@
-"""The parity grid: every scheme x mode x format x dtype/quantisation x runtime available here.
+"""The parity grid: every scheme x mode x format x dtype/quantisation (x lowering for the bit
+family's compute graphs) x runtime available here.
 
 Each cell exports one artifact (cached per module: the ``cpu`` and ``ref`` cells of a graph share
 it), verifies it with ``edgepe.verify`` on one runtime over every position ``0 .. max_len - 1``
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 
 from edgepe.export import ExportConfig, export
+from edgepe.export.graphs import COMPUTE
 from edgepe.export.table_values import full_table
 from edgepe.schemes import build, get_spec, n_bits, resolve, scheme_ids
 from edgepe.verify import verify_artifact
@@ -37,6 +39,8 @@ from edgepe.verify import verify_artifact
 C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
              "binary-multilevel", "binary-2d", "hierarchical")
 RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",)}
+# scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
+BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
 
 
 @functools.cache
@@ -57,6 +61,7 @@ class Cell:
     max_len: int = 37
     d_model: int | None = None
     graph: str = ""  # rope: "apply" or "apply-ort" (the apply graphs); "" the encoding itself
+    lowering: str = "bitwise"  # bit family: "arith" has no bitwise ops (for the CUDA provider)
 
     @property
     def tolerance(self) -> str:
@@ -73,6 +78,8 @@ class Cell:
         parts = [self.scheme, self.mode]
         if self.graph:
             parts.append(self.graph)
+        if self.lowering != "bitwise":
+            parts.append(self.lowering)
         if self.format != "onnx":
             parts.append(self.format)
         parts.append("int8" if self.quantize == "int8" else self.dtype)
@@ -83,8 +90,13 @@ class Cell:
         return "-".join([*parts, self.runtime])
 
 
-def variants(scheme: str, mode: str) -> list[tuple[str, str, str, str]]:
-    """``(format, dtype, quantize, graph)`` the contract allows for ``scheme`` in ``mode``."""
+def variants(scheme: str, mode: str) -> list[tuple[str, str, str, str, str]]:
+    """``(format, dtype, quantize, graph, lowering)`` the contract allows for ``scheme`` in
+    ``mode``."""
+    return [v if len(v) == 5 else (*v, "bitwise") for v in _variants(scheme, mode)]
+
+
+def _variants(scheme: str, mode: str) -> list[tuple]:
     spec = get_spec(scheme)
     bits = zero_one(scheme)
     out = [("onnx", "float32", "none", ""), ("onnx", "float16", "none", "")]
@@ -92,6 +104,10 @@ def variants(scheme: str, mode: str) -> list[tuple[str, str, str, str]]:
         out.append(("onnx", "uint8", "none", ""))
     if not spec.exact:  # int8 of an exact scheme is refused: it would only add error (issue 5)
         out.append(("onnx", "float32", "int8", ""))
+    if mode == "compute" and BIT_FAMILY.get(scheme) == "bits":  # --lowering arith (issue 3)
+        out.append(("onnx", "float32", "none", "", "arith"))
+        if bits:
+            out.append(("onnx", "uint8", "none", "", "arith"))
     if mode == "table":
         for fmt in ("npy", "bin", "c"):
             dtypes = ["float32"] + (["float16"] if fmt != "c" else [])  # C99 has no half
@@ -119,12 +135,12 @@ def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
                                             or (spec.even_d_model and d_model % 2)):
                     continue  # only schemes with a free width take another one
                 for mode in spec.modes:
-                    for fmt, dtype, quantize, graph in variants(scheme, mode):
+                    for fmt, dtype, quantize, graph, lowering in variants(scheme, mode):
                         for runtime in RUNTIMES[fmt]:
                             if graph == "apply-ort" and runtime == "ref":
                                 continue  # com.microsoft ops: onnxruntime only
                             cells.append(Cell(scheme, mode, fmt, dtype, quantize, runtime,
-                                              max_len, d_model, graph))
+                                              max_len, d_model, graph, lowering))
     return cells
 
 
@@ -144,7 +160,7 @@ def artifacts(tmp_path_factory):
 
     def get(cell: Cell):
         key = (cell.scheme, cell.mode, cell.format, cell.dtype, cell.quantize, cell.max_len,
-               cell.d_model, cell.graph)
+               cell.d_model, cell.graph, cell.lowering)
         if key not in made:
             extra = {}
             if cell.graph:
@@ -155,7 +171,8 @@ def artifacts(tmp_path_factory):
             name = "-".join(str(k) for k in key if k not in (None, "")) + EXTENSION[cell.format]
             made[key] = export(ExportConfig(
                 scheme=config, mode=cell.mode, format=cell.format, dtype=cell.dtype,
-                quantize=cell.quantize, out=folder / name, extra=extra)).path
+                quantize=cell.quantize, lowering=cell.lowering, out=folder / name,
+                extra=extra)).path
         return made[key]
 
     return get
