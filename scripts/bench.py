@@ -533,6 +533,7 @@ sys.exit(0 if ok else 1)
 
 
 def scale_step(step: str, path: Path, max_len: int, d_model: int, fmt: str) -> dict[str, Any]:
+    os.sync()  # the previous step's dirty pages are flushed before, not during, this one
     result = measure([PYTHON, "-c", SCALE_STEP, step, str(path), str(max_len), str(d_model), fmt])
     with contextlib.suppress(ValueError, IndexError):
         result.update(json.loads(result["stdout_tail"]))
@@ -542,7 +543,8 @@ def scale_step(step: str, path: Path, max_len: int, d_model: int, fmt: str) -> d
 def bench_scale(work: Path, sizes: list[tuple[int, int]], runs: dict[str, int]) -> dict[str, Any]:
     """Export then verify sinusoidal tables (``--mode table``) through ``edgepe.api`` (what the
     CLI calls), one subprocess per step, size and run (clean maxrss); sizes alternate within a
-    run. Work time (import excluded) is fitted against table bytes; peak RSS is divided by them.
+    run. Work time (import excluded; the fastest run) is fitted against table bytes; peak RSS is
+    divided by them.
     """
     folder = work / "scale"
     folder.mkdir(exist_ok=True)
@@ -577,7 +579,9 @@ def bench_scale(work: Path, sizes: list[tuple[int, int]], runs: dict[str, int]) 
                 row[step] = {
                     "rc": 0,
                     "wall_s": statistics.median(r["wall_s"] for r in ok),
-                    "work_s": statistics.median(r["work_s"] for r in ok),
+                    # The fastest run: other load and disk writeback only ever add time.
+                    "work_s": min(r["work_s"] for r in ok),
+                    "work_median_s": statistics.median(r["work_s"] for r in ok),
                     "import_s": statistics.median(r["import_s"] for r in ok),
                     "work_samples_s": [r["work_s"] for r in ok],
                     "maxrss_bytes": max(r["maxrss_bytes"] for r in ok),
@@ -704,7 +708,7 @@ def evaluate(cases: list[dict[str, Any]], export: dict[str, Any], cli_help: dict
             out.append(target(
                 f"scale: {step} {fmt} sinusoidal table: work time linear in size (work per MiB "
                 f"at the largest <= {SCALE_PER_MIB_GROWTH}x the median over sizes)", growth,
-                SCALE_PER_MIB_GROWTH, "work time (import excluded), median of the runs: " + what,
+                SCALE_PER_MIB_GROWTH, "work time (import excluded), fastest of the runs: " + what,
                 failed or what))
             largest = sized[-1] if sized else None
             peak = largest[step]["maxrss_bytes"] / largest["table_bytes"] if largest else None
@@ -890,8 +894,9 @@ def markdown(report: dict[str, Any]) -> str:
     base = report["scale"]["baseline"]
     lines += ["", "## Scale: sinusoidal tables (`--mode table`), export then verify", "",
               "Each step runs `edgepe.api.export(..., verify=False)` or `edgepe.api.verify` (what "
-              "the CLI calls) in its own subprocess; work time excludes the imports "
-              f"(median of the runs); peak is the process's maxrss. The same process doing only "
+              "the CLI calls) in its own subprocess, after a `sync`; work time excludes the "
+              "imports (the fastest of the runs: other load and disk writeback only add time; "
+              "the JSON has every run); peak is the process's maxrss. The same process doing only "
               f"its imports peaks at {base.get('maxrss_bytes', 0) / 2**20:.0f} MiB.", "",
               "| format | rows x cols | table MiB | file MiB | runs | export work s (wall) | "
               "export peak MiB (x table) | verify work s (wall) | verify peak MiB (x table) |",
