@@ -1069,7 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
                  [(8192, 512), (16384, 512), (32768, 512), (65536, 512)])
         print("scale", file=sys.stderr, flush=True)
         report["scale"] = bench_scale(work, sizes, {"npy": 1} if args.quick
-                                      else {"npy": 3, "onnx": 1})
+                                      else {"npy": 3, "onnx": 2})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["targets"] = evaluate(report["cases"], report["export"], report["cli_help"],
