@@ -8,7 +8,8 @@ column of a weight matrix) or one for the whole tensor (``"tensor"``).
 
 Scale and proof of the half-step bound (tables)
 ------------------------------------------------
-Let ``m = max |x|`` over a channel and ``s = float32(m / 127)``. Then ``|x / s| <= 127 (1 + u)``
+Let ``m = max |x|`` over a channel and ``s = float32(m / 127)`` (rounded up where it would be
+subnormal: see ``scales``). Then ``|x / s| <= 127 (1 + u)``
 with ``u = 2^-24`` the float32 unit roundoff, so ``round(x / s)`` (to nearest; computed in float64,
 where ``x / s`` is exact to 2^-53 relative) is at most 127 in magnitude: clipping to
 ``[-127, 127]`` never happens. Rounding to nearest has ``|x / s - q| <= 1/2``; times ``s``:
@@ -86,11 +87,19 @@ def absmax(chunks: Iterable[np.ndarray], granularity: str = "channel") -> np.nda
 
 
 def scales(peak: np.ndarray) -> np.ndarray:
-    """float32 scales ``m / 127``; an all-zero channel gets 1 (its values quantise to 0 exactly)."""
-    s = (np.asarray(peak, dtype=np.float64) / QMAX).astype(np.float32)
-    # A positive peak below ~127 * 2^-149 would round s to 0; treat it like the zero channel's
-    # guard (such a peak is 0 to every float32 consumer of q * s anyway).
-    return np.where(s > 0, s, np.float32(1.0)).astype(np.float32)
+    """float32 scales ``m / 127``; an all-zero channel gets 1 (its values quantise to 0 exactly).
+
+    Below float32's normal range (``s < 2^-126``) rounding keeps fewer bits and is no longer
+    within ``u`` relative: ``float32(m / 127)`` can fall far enough below ``m / 127`` that
+    ``round(m / s)`` is 128 and clips. Such scales are rounded up instead (``s >= m / 127``), which
+    is all the proof needs; ``s`` is then a multiple of 2^-149, so ``fl(s q)`` is still exact or
+    within ``u`` relative and the bound stands. Normal scales are left as onnxruntime computes them.
+    """
+    exact = np.asarray(peak, dtype=np.float64) / QMAX
+    s = exact.astype(np.float32)
+    low = (s < np.finfo(np.float32).tiny) & (s.astype(np.float64) < exact)
+    s = np.where(low, np.nextafter(s, np.float32(np.inf)), s)
+    return np.where(exact > 0, s, np.float32(1.0)).astype(np.float32)
 
 
 def half_scales(peak: np.ndarray) -> np.ndarray | None:
