@@ -25,7 +25,7 @@ from edgepe.schemes import resolve
 from edgepe.verify import Report, Tolerance, verify_artifact
 from edgepe.verify import sweep as sweep_module
 from edgepe.verify.compare import Comparison
-from edgepe.verify.runtimes import placement_from_trace, resolve_runtimes
+from edgepe.verify.runtimes import placement_from_trace, resolve_runtimes, short_name
 
 runner = CliRunner()
 
@@ -53,7 +53,9 @@ def binary_onnx(tmp_path_factory):
 def test_a_good_graph_passes_on_cpu_and_ref_with_a_one_line_report(binary_onnx):
     report = verify_artifact(binary_onnx)
     assert isinstance(report, Report) and report and report.passed
-    assert [r.runtime for r in report.results] == ["cpu", "ref"]
+    # by default: every installed onnxruntime provider that runs nodes, then the evaluator
+    assert [r.runtime for r in report.results] == [*_installed(), "ref"]
+    assert "cpu" in _installed()
     for r in report.results:
         # every position 0..36 plus the extrapolation probe, 12 columns each
         assert r.positions > 37 and r.elements == 12 * r.positions
@@ -142,6 +144,16 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
     assert data["passed"] is False
     assert data["results"][0]["runtime"] == "cpu" and data["results"][0]["passed"] is False
     assert data["results"][0]["max_abs_err"] == pytest.approx(0.25, abs=1e-6)
+    # the table row shows max and mean, absolute and relative, as the JSON has them
+    header = next(line for line in result.output.splitlines() if "runtime" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")][2:6] == [
+        "max abs", "mean abs", "max rel", "mean rel"]
+    row = next(line for line in result.output.splitlines() if line.startswith("│ cpu"))
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    r0 = data["results"][0]
+    assert r0["mean_abs_err"] > 0 and r0["mean_rel_err"] > 0
+    assert cells[2:6] == [f"{r0[k]:.3g}" for k in (
+        "max_abs_err", "mean_abs_err", "max_rel_err", "mean_rel_err")]
 
 
 def test_a_changed_table_entry_is_located_by_row_and_column(tmp_path):
@@ -243,6 +255,11 @@ def test_provider_names_are_forgiving_and_unknown_ones_list_what_exists():
         resolve_runtimes(["cpu"], "npy")
 
 
+def _installed() -> list[str]:
+    """Short names of the installed onnxruntime providers that run nodes (Azure's runs none)."""
+    return [short_name(p) for p in _ort() if p != "AzureExecutionProvider"]
+
+
 def _ort() -> list[str]:
     import onnxruntime as ort
 
@@ -318,7 +335,7 @@ def test_the_json_report_follows_the_contract(tmp_path, binary_onnx):
     assert result.exit_code == 0, result.output
     data = json.loads(json_file.read_text())
     assert data["passed"] is True
-    assert [r["runtime"] for r in data["results"]] == ["cpu", "ref"]
+    assert [r["runtime"] for r in data["results"]] == [*_installed(), "ref"]
     for r in data["results"]:
         assert isinstance(r["max_abs_err"], float) and r["passed"] is True
     assert data["sha256"]["passed"] is True

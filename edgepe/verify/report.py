@@ -49,23 +49,25 @@ def render(report, console) -> None:
     title = (f"{report.artifact}: {m.get('scheme')} {m.get('mode')} {m.get('format')} "
              f"{m.get('dtype')}" + (" int8" if m.get("quant") else "")
              + f", max_len {m.get('max_len')}" + (" (quick)" if report.quick else ""))
-    table = Table(title=title, title_justify="left")
-    for column in ("runtime", "positions", "max abs err", "mean abs err", "max rel err",
-                   "mismatching", "tolerance", "placement", "result"):
-        table.add_column(column, no_wrap=column in ("tolerance", "mismatching"),
-                         justify="right" if "err" in column or column in (
-                             "positions", "mismatching") else "left")
+    table = Table(title=title, title_justify="left",
+                  caption="abs, rel: error against the reference", caption_justify="left")
+    errors = ("max abs", "mean abs", "max rel", "mean rel")
+    for column in ("runtime", "positions", *errors, "mismatching", "tolerance", "placement",
+                   "result"):
+        table.add_column(column, no_wrap=column in (*errors, "tolerance", "mismatching"),
+                         justify="right" if column in (*errors, "positions", "mismatching")
+                         else "left")
     sha = "ok" if report.sha256_ok else "MISMATCH"
-    table.add_row("sha256", "", "", "", "", "", "", "",
+    table.add_row("sha256", "", "", "", "", "", "", "", "",
                   "[green]PASS[/]" if report.sha256_ok else f"[red]FAIL[/] ({sha})")
     for r in report.results:
         verdict = "[green]PASS[/]" if r.passed else "[red]FAIL[/]"
         if r.error:
-            table.add_row(r.runtime, "", "", "", "", "", str(r.tolerance), "", verdict)
+            table.add_row(r.runtime, "", "", "", "", "", "", str(r.tolerance), "", verdict)
             continue
         table.add_row(r.runtime, str(r.positions), _num(r.max_abs_err), _num(r.mean_abs_err),
-                      _num(r.max_rel_err), f"{r.mismatches} of {r.elements}", str(r.tolerance),
-                      _placement(r.placement), verdict)
+                      _num(r.max_rel_err), _num(r.mean_rel_err), f"{r.mismatches} of {r.elements}",
+                      str(r.tolerance), _placement(r.placement), verdict)
     console.print(table)
     if not report.sha256_ok:
         console.print(f"sha256: the file hashes to {report.sha256_actual}, the manifest says "

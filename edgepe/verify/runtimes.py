@@ -78,10 +78,12 @@ def available(fmt: str) -> list[str]:
 
 
 def default_runtimes(fmt: str, quick: bool = False) -> list[str]:
-    """What ``edgepe verify`` runs when ``--providers`` is not given."""
-    if fmt == "onnx":
-        return ["cpu"] if quick else ["cpu", REF]
-    return [C] if fmt == "c" else [FILE]
+    """What ``edgepe verify`` runs when ``--providers`` is not given: everything installed here
+    that can run ``fmt`` (for ONNX, every onnxruntime provider that executes nodes, then the
+    reference evaluator). The export's quick check runs the CPU provider alone."""
+    if fmt == "onnx" and quick:
+        return ["cpu"]
+    return available(fmt)
 
 
 def resolve_runtimes(names: list[str] | tuple[str, ...], fmt: str) -> list[str]:
