@@ -60,7 +60,14 @@ COMPUTE_SCHEMES = (
     "binary-multilevel",
     "binary-2d",
     "hierarchical",
+    "hybrid-int-binary",
+    "binary-gated",
+    "fourier-binary",
 )
+# Schemes whose function reads a stored [rows][D] float32 array (the manifest's symbol):
+# binary's projection, fourier-binary's basis (a fixed linear map of the bits, guide 5.2 as
+# edgepe defines it), binary-gated's gates (row 0: g, row 1: 1 - g).
+WEIGHTED = ("binary", "fourier-binary", "binary-gated")
 C_TYPES = {"float32": "float", "uint8": "uint8_t", "int8": "int8_t", "bit": "uint8_t"}
 
 
@@ -303,13 +310,13 @@ def _compute_header(config: ExportConfig, module) -> Prepared:
     macro, base = n["macro"], n["base"]
     function = f"{base}_encode"
     d, nb = s.d_model, s.n_bits
-    symbol = f"{base}_weights" if s.scheme == "binary" else None
+    symbol = f"{base}_weights" if s.scheme in WEIGHTED else None
     weights, quant = (None, None) if symbol is None else _weights(config, module, symbol)
     manifest = {
         **base_manifest(config, [s.max_len, d], "float32"),
         "quant": quant,
         "symbol": symbol,
-        "symbol_shape": None if weights is None else [nb, d],
+        "symbol_shape": None if weights is None else list(weights.shape),
         "symbol_dtype": None if weights is None else str(weights.dtype),
         "accessor": None,
         "function": function,
@@ -331,10 +338,19 @@ def _compute_header(config: ExportConfig, module) -> Prepared:
             "Every int64 position is defined, as in the reference: the bits are those of "
             "pos mod 2^n (two's complement).",
         ]
-        if weights is not None:
+        if s.spec.oob == "mixed":
             lines.append(
-                f"{symbol}: [{nb}][{d}] {weights.dtype} projection, row k = weights of bit k."
+                f"The linear part is (float)pos / {max(s.max_len - 1, 1)}, defined for |pos| <= "
+                "2^24 (float32's exact integers); compile without FP contraction (-std=c99 "
+                "does) so it rounds as the reference does."
             )
+        if weights is not None:
+            rows, what = weights.shape[0], {
+                "binary": "projection, row k = weights of bit k",
+                "fourier-binary": "DFT basis [cos | -sin], row k = bit k",
+                "binary-gated": "gates, row 0 = g = sigmoid(logits), row 1 = 1 - g",
+            }[s.scheme]
+            lines.append(f"{symbol}: [{rows}][{d}] {weights.dtype} {what}.")
         f.write(_opening(config, f"{s.scheme} compute function", lines).encode())
         head = f"#define {macro}_D {d}\n#define {macro}_N_BITS {nb}\n"
         if arity is not None:
@@ -347,8 +363,9 @@ def _compute_header(config: ExportConfig, module) -> Prepared:
                 value = f"out[c] = {{scale}} * (sum of {symbol}[k][c] over the set bits k)"
                 f.write(_quant_constants(macro, symbol, quant, value).encode())
             ctype = C_TYPES[str(weights.dtype)]
+            rows = "2" if s.scheme == "binary-gated" else f"{macro}_N_BITS"  # g and 1 - g
             f.write(
-                f"static {macro}_ATTR const {ctype} {symbol}[{macro}_N_BITS][{macro}_D] = {{\n"
+                f"static {macro}_ATTR const {ctype} {symbol}[{rows}][{macro}_D] = {{\n"
                 f"{c_rows(weights)}}};\n\n".encode()
             )
             data = np.ascontiguousarray(weights, weights.dtype.newbyteorder("<")).tobytes()
@@ -368,6 +385,13 @@ def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dic
     arithmetic (exact int32 sum of the active rows, one float32 multiply by the column's scale),
     so the proven bound and the measured error there are this function's too.
     """
+    if config.scheme.scheme == "fourier-binary":
+        return module.basis.detach().numpy().astype(np.float32), None  # [n, d]
+    if config.scheme.scheme == "binary-gated":
+        import torch
+
+        with torch.no_grad():
+            return torch.stack(module.gates()).numpy().astype(np.float32), None  # [2, d]
     # projection.weight is [d, n] (Linear computes x W^T): the header stores W^T, row k = bit k.
     weights = module.projection.weight.detach().float().numpy().T.astype(np.float32)
     if config.quantize != "int8":
@@ -438,7 +462,32 @@ def _body(config: ExportConfig, module, macro: str, symbol: str | None, quant) -
             )
             offset += width
         return text
-    assert s.scheme == "binary", s.scheme
+    if s.scheme in ("hybrid-int-binary", "binary-gated"):
+        # x(p) = (float)pos / (L - 1): one correctly rounded float32 conversion and division, as
+        # the reference's normalised() (exact conversion for |pos| <= 2^24, the scheme's limit).
+        head = (
+            "    const uint64_t u = (uint64_t)pos;  /* two's complement: pos mod 2^64 */\n"
+            f"    const float x = (float)pos / {c_floats([max(s.max_len - 1, 1)])[0]};\n"
+        )
+        if s.scheme == "hybrid-int-binary":
+            half = d // 2
+            linear = f"    for (k = 0; k < {half}u; ++k) out[k] = x;\n" if half else (
+                "    (void)x;  /* d_model 1: no linear column */\n")
+            return (
+                head + "    uint32_t k;\n" + linear
+                + f"    for (k = 0; k < {d - half}u; ++k) {{  /* then the bits, zero past n */\n"
+                f"        out[{half} + k] = (k < {macro}_N_BITS && ((u >> k) & 1u)) ? 1.0f : 0.0f;"
+                "\n    }\n"
+            )
+        # b g + x (1 - g): b g is exactly g or 0, then one multiply and one add, the
+        # reference's order (b * g + lin * h).
+        return (
+            head + loop
+            + f"        const float bg = (k < {macro}_N_BITS && ((u >> k) & 1u)) ? "
+            f"{symbol}[0][k] : 0.0f;\n"
+            + f"        out[k] = bg + x * {symbol}[1][k];\n    }}\n"
+        )
+    assert s.scheme in ("binary", "fourier-binary"), s.scheme
     # Sum the weight rows of the set bits in bit order (float32 adds: the reference's matmul may
     # add in another order, within the scheme's tolerance). With int8 weights the sum is exact
     # in int32 (|sum| <= 41 * 127) and one float32 multiply by the column's scale dequantises.
