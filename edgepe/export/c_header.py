@@ -463,11 +463,13 @@ def _body(config: ExportConfig, module, macro: str, symbol: str | None, quant) -
             offset += width
         return text
     if s.scheme in ("hybrid-int-binary", "binary-gated"):
-        # x(p) = (float)pos / (L - 1): one correctly rounded float32 conversion and division, as
-        # the reference's normalised() (exact conversion for |pos| <= 2^24, the scheme's limit).
+        # x(p) = pos / (L - 1): one exact conversion and one correctly rounded float32 division,
+        # as the reference's normalised(). Through int32_t: exact for |pos| <= 2^24 (the scheme's
+        # limit), and a 32-bit MCU needs no libgcc helper (int64 -> float is __aeabi_l2f).
         head = (
             "    const uint64_t u = (uint64_t)pos;  /* two's complement: pos mod 2^64 */\n"
-            f"    const float x = (float)pos / {c_floats([max(s.max_len - 1, 1)])[0]};\n"
+            "    const float x = (float)(int32_t)pos / "
+            f"{c_floats([max(s.max_len - 1, 1)])[0]};  /* |pos| <= 2^24 */\n"
         )
         if s.scheme == "hybrid-int-binary":
             half = d // 2
