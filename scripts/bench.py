@@ -642,9 +642,8 @@ def evaluate(cases: list[dict[str, Any]], export: dict[str, Any], cli_help: dict
                 f"paired per-rep ratio {paired(compute, peer):.2f}x; "
                 f"compute {compute['median_s'] * 1e6:.1f} us ({fmt_ops(compute)}), peer "
                 f"{peer['median_s'] * 1e6:.1f} us ({fmt_ops(peer)}); Identity floor "
-                f"{floor['median_s'] * 1e6:.1f} us. Each extra onnxruntime node costs ~1 us "
-                "here, and the integer front end makes two passes (bitwise op, Cast) over "
-                "N x n_bits integers where the peer gathers n_bits floats per row")))
+                f"{floor['median_s'] * 1e6:.1f} us. {_front_end(compute)}; the peer gathers "
+                "n_bits floats per row instead")))
         size = compute["bytes"] / peer["bytes"] if compute_ok else None
         out.append(target(
             f"compute bytes <= 1/8 of {name} (demo)", size, COMPUTE_BYTES_VS_PEER,
@@ -728,6 +727,19 @@ def evaluate(cases: list[dict[str, Any]], export: dict[str, Any], cli_help: dict
                 f"{largest['d_model'] if largest else '?'})",
                 peak, SCALE_PEAK_VS_TABLE, "subprocess maxrss (wait4) / table bytes", bound))
     return out
+
+
+PROJECTION_OPS = ("MatMul", "Gemm")
+
+
+def _front_end(compute: dict[str, Any]) -> str:
+    """What the compute graph runs before its projection, read from its op histogram."""
+    ops = compute.get("ops") or {}
+    front = {k: v for k, v in ops.items() if k not in PROJECTION_OPS}
+    proj = " + ".join(k for k in PROJECTION_OPS if k in ops) or "no projection"
+    listed = ", ".join(k if v == 1 else f"{k} x{v}" for k, v in front.items())
+    return (f"Before its {proj} the compute graph runs {sum(front.values())} front-end "
+            f"nodes on the positions ({listed}), each a pass of its own")
 
 
 def _bytes_bound(compute: dict[str, Any], demo: dict[str, Any]) -> str:

@@ -6,8 +6,9 @@
    seeded) to token features and runs one ``nn.TransformerEncoderLayer`` (seeded) over them:
    ``y = layer(x + PE(positions))``.
 2. ONNX, in two parts joined into one graph:
-   - the PE is edgepe's compute graph (``edgepe.export``): ``positions`` int64 -> Cast to uint64,
-     BitShift, BitwiseAnd, one Cast to float, MatMul by the projection; no table, no trig;
+   - the PE is edgepe's compute graph (``edgepe.export``): ``positions`` int64 -> BitwiseAnd with
+     the masks 2^k, one Cast to float, Gemm by the projection (pre-scaled by 2^-k); no table, no
+     trig;
    - the layer is exported by ``torch.onnx.export`` as ``(x, pe) -> y``;
    - ``onnx.compose.merge_models`` feeds the first's ``pe`` output into the second's ``pe``
      input: the result takes ``x [B, S, D]`` and ``positions [S]`` and returns ``y``.

@@ -30,7 +30,7 @@ def test_merged_graph_matches_pytorch_across_the_wrap(example, tmp_path):
 
     # The PE part is integer ops up to exactly one Cast to float: no trig, no table lookup.
     assert set(result["pe_ops"]) <= example.INTEGER_OPS
-    assert {"BitShift", "BitwiseAnd"} <= set(result["pe_ops"])
+    assert "BitwiseAnd" in result["pe_ops"]
     assert result["float_casts"] == 1
     merged = onnx.load(result["path"])
     pe_nodes = [n.op_type for n in merged.graph.node if not n.name.startswith("layer/")]

@@ -138,9 +138,9 @@ def test_inspect_audits_a_compute_graph(tmp_path):
     assert "matches the manifest" in text
     assert "scheme binary" in text and "max_len 512" in text and "d_model 64" in text
     assert "IR version 8" in text and "ai.onnx 18" in text
-    for op in ("BitShift", "BitwiseAnd", "MatMul", "Cast"):
+    for op in ("BitwiseAnd", "Gemm", "Cast"):
         assert op in text
-    assert "projection_weight_t" in text and "[10, 64]" in text
+    assert "projection_scaled" in text and "[10, 64]" in text
     assert "integer-only up to the first float cast: yes" in text
     assert "trig-free: yes" in text
     assert "position-indexed tables: none" in text

@@ -160,10 +160,10 @@ def test_graph_size_is_close_to_its_information():
     _, _, model = graph("binary", 512)
     proto = onnx.load_from_string(model)
     sizes = {t.name: len(t.raw_data) for t in proto.graph.initializer}
-    assert sizes.pop("projection_weight_t") == 10 * 64 * 4
+    assert sizes.pop("projection_scaled") == 10 * 64 * 4
     assert sum(sizes.values()) <= 200
-    assert len(proto.graph.node) <= 6
-    assert len(model) < 2560 + 1600  # includes the ~1.2 kB manifest in metadata_props
+    assert len(proto.graph.node) <= 3  # BitwiseAnd, Cast, Gemm
+    assert len(model) <= 1.25 * 2560 + 600  # issue 8's bound; includes the manifest
 
 
 def test_manifest_is_embedded_with_the_onnx_section():
@@ -223,8 +223,9 @@ def test_api_checkpoint_is_hashed(tmp_path):
     result, report = api.export(config)
     assert report
     weights = {t.name: t for t in onnx.load(str(result.path)).graph.initializer}
-    stored = onnx.numpy_helper.to_array(weights["projection_weight_t"])
-    np.testing.assert_array_equal(stored, module.projection.weight.detach().numpy().T)
+    stored = onnx.numpy_helper.to_array(weights["projection_scaled"])  # row k times 2^-k
+    np.testing.assert_array_equal(np.ldexp(stored, np.arange(stored.shape[0])[:, None]),
+                                  module.projection.weight.detach().numpy().T)
     with pytest.raises(CheckpointError, match="does not exist"):
         api.make_config("binary", 64, checkpoint=tmp_path / "missing.pt")
 
@@ -270,3 +271,54 @@ def test_bit_family_sweep_large(scheme):
         with torch.no_grad():
             expected = module.encode(torch.from_numpy(values)).numpy()
         assert_parity(config, got, expected)
+
+
+@pytest.mark.parametrize("scheme", ["binary", "fourier-binary"])
+@pytest.mark.parametrize("max_len", [1, 300, 1024])
+def test_projection_schemes_use_the_mask_form_bit_for_bit(scheme, max_len):
+    """binary/fourier-binary: BitwiseAnd on the int64 positions, one Cast, one Gemm; outputs
+    equal bit for bit to the 0/1-bits MatMul (the arith lowering) over 0 .. L - 1, negatives
+    and int64's extremes."""
+    config, _, model = _case(scheme, max_len, "odd")
+    assert [n.op_type for n in onnx.load_from_string(model).graph.node] == [
+        "BitwiseAnd", "Cast", "Gemm"]
+    _, _, arith = _case(scheme, max_len, "odd", lowering="arith")
+    feeds = feeds_for(config)
+    got, want = run_ort(model, feeds), run_ort(arith, feeds)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_mask_weights_undo_exactly_for_every_bit_up_to_63():
+    """``float32(int64 mask 2^k) * scaled_k == w_k`` bit for bit, ``k = 63`` (INT64_MIN) too."""
+    from edgepe.export.graphs.bits import _mask_weights
+
+    w = np.random.default_rng(0).standard_normal((64, 5)).astype(np.float32)
+    scaled = _mask_weights(w)
+    masks = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64)).view(np.int64)
+    back = masks.astype(np.float32)[:, None] * scaled
+    assert np.array_equal(back.view(np.uint32), w.view(np.uint32))
+    assert np.all(np.sign(scaled[63]) == -np.sign(w[63]))
+    assert _mask_weights(np.ones((65, 2), np.float32)) is None  # no int64 mask for bit 64
+
+
+def test_mask_form_falls_back_to_shifts_where_scaling_is_not_exact():
+    """A weight whose 2^-k scaling would be subnormal keeps the shift form, and parity."""
+    import io
+
+    import torch
+
+    from edgepe.export import ExportConfig, prepare
+    from edgepe.schemes import build, resolve
+
+    s = resolve("binary", 512, 8)
+    module = build(s, seed=0)
+    with torch.no_grad():
+        module.projection.weight[3, 9] = 1e-37  # 1e-37 * 2^-9 < float32's smallest normal
+    config = ExportConfig(s, mode="compute")
+    buffer = io.BytesIO()
+    prepare(config, module).write(buffer)
+    model = buffer.getvalue()
+    ops = [n.op_type for n in onnx.load_from_string(model).graph.node]
+    assert "BitShift" in ops and "MatMul" in ops and "Gemm" not in ops
+    feeds = feeds_for(config)
+    assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))

@@ -72,7 +72,7 @@ def test_the_cpu_placement_audit_reads_the_profiler(binary_onnx):
     assert set(placement) == {"CPUExecutionProvider"}
     # every op type of the graph ran (onnxruntime may fuse or fold a few nodes, never add kinds)
     assert set(placement["CPUExecutionProvider"]) <= ops
-    assert {"BitShift", "BitwiseAnd"} <= set(placement["CPUExecutionProvider"])
+    assert "BitwiseAnd" in placement["CPUExecutionProvider"]
 
 
 def test_placement_from_a_trace_counts_nodes_per_provider():
@@ -118,7 +118,7 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
     weights = [t for t in model.graph.initializer if numpy_helper.to_array(t).shape == (6, 12)]
     assert len(weights) == 1, [t.name for t in model.graph.initializer]
     w = numpy_helper.to_array(weights[0]).copy()
-    w[3, 5] += 0.25  # bit 3's weight for column 5
+    w[3, 5] += 0.25 / 2**3  # bit 3's weight for column 5 (stored times 2^-3: the mask form)
     weights[0].CopyFrom(numpy_helper.from_array(w, weights[0].name))
     onnx.save(model, path)
     _resign(path)
