@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -40,6 +42,20 @@ def test_identical_reexport_is_a_noop(tmp_path):
     assert again.exit_code == 0, again.output
     assert "unchanged" in again.stdout
     assert (os.stat(out).st_mtime_ns, os.stat(str(out) + ".json").st_mtime_ns) == before
+    first_bytes = out.read_bytes()
+
+    # --force always writes: an export is deterministic, so the same bytes come back
+    forced_same = CliRunner().invoke(app, [*args, "--force"])
+    assert forced_same.exit_code == 0 and "unchanged" not in forced_same.stdout
+    assert out.read_bytes() == first_bytes
+
+    # another edgepe version wrote it: not "this exact export", so --force is needed
+    manifest = json.loads(Path(str(out) + ".json").read_text())
+    manifest["edgepe_version"] = "0.0.1"
+    Path(str(out) + ".json").write_text(json.dumps(manifest))
+    older = CliRunner().invoke(app, args)
+    assert older.exit_code == 2 and "--force" in older.stderr
+    before = (os.stat(out).st_mtime_ns, os.stat(str(out) + ".json").st_mtime_ns)
 
     other = CliRunner().invoke(app, [*args[:-4], "--max-len", "32", "--out", str(out)])
     assert other.exit_code == 2 and "--force" in other.stderr

@@ -166,25 +166,24 @@ def check_writable(out: Path) -> None:
 def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
     """Whether ``out`` already holds this exact export (then exporting again is a no-op).
 
-    An existing file made from other inputs, or that is not an edgepe artifact, is only
-    replaced with ``force``.
+    "This exact export": the same inputs, written by this edgepe version (another version may
+    build other bytes from them), and the file still the one its manifest hashed. ``force``
+    always writes (an export is deterministic: the same bytes again, or the new ones). An
+    existing file made from other inputs, or that is not an edgepe artifact, is only replaced
+    with ``force``.
     """
-    if not out.exists():
+    if not out.exists() or force:
         return False
     existing = read_manifest(out)
-    if existing is not None and existing.get("inputs") == json.loads(
-        dumps_manifest(config.inputs())
-    ):
+    if existing is not None and existing.get("edgepe_version") == __version__ and existing.get(
+        "inputs"
+    ) == json.loads(dumps_manifest(config.inputs())):
         from edgepe.checkpoint import sha256_file
 
         if existing.get("sha256") == sha256_file(out):
             return True
-    if not force:
-        what = "an artifact made from other inputs" if existing else "a file edgepe did not write"
-        raise OutputPathError(
-            f"{str(out)!r} exists and is {what}; pass --force to replace it"
-        )
-    return False
+    what = "an artifact made from other inputs" if existing else "a file edgepe did not write"
+    raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
 
 
 def clean_stale(out: Path) -> None:
