@@ -266,7 +266,7 @@ def max_popcount(max_len: int) -> int:
 def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
     """``positions [N] int64 -> pe [N, d] float32``: uint8 bits x int8 weights in int32, one
     dequantise (``DequantizeLinear`` of the int32 sum by the per-column scale)."""
-    from edgepe.export.graphs.bits import _columns, bit_columns
+    from edgepe.export.graphs.bits import _columns, bit_columns, bit_masks
 
     s = config.scheme
     n = s.n_bits
@@ -280,8 +280,15 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     q = quantize(weight, scale)
 
     g = Graph(f"{s.scheme.replace('-', '_')}_int8")
-    x = _columns(g, None)
-    b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
+    x = _columns(g, None)  # [N, 1]
+    if config.lowering == "bitwise":
+        # pos & 2^k is 2^k or 0 (bits of pos mod 2^n, two's complement; BitwiseAnd takes int64
+        # on onnxruntime's CPU): Cast to bool, then to uint8, gives MatMulInteger its exact 0/1
+        # with no Cast to unsigned and no BitShift (the float graph's mask form, bits.py).
+        masked = g.op("BitwiseAnd", x, g.const(bit_masks(n), np.int64, "bit_masks"))
+        b = g.cast(g.cast(masked, "bool"), "uint8")
+    else:
+        b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
     acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"), out="acc")  # int32, exact
     shape = scale.shape if per_channel else ()
     if half is None:

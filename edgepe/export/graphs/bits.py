@@ -141,6 +141,12 @@ def _plain(config: ExportConfig):
     return np.arange(s.d_model), s.n_bits
 
 
+def bit_masks(n: int) -> np.ndarray:
+    """int64 ``2^k`` for ``k < n``; ``2^63`` is INT64_MIN. ``pos & mask_k`` is nonzero exactly
+    when bit ``k`` of ``pos mod 2^n`` (two's complement) is set, for every int64 ``pos``."""
+    return np.left_shift(np.uint64(1), np.arange(n, dtype=np.uint64)).view(np.int64)
+
+
 def _mask_weights(weight: np.ndarray) -> np.ndarray | None:
     """``weight [n, d]`` with row ``k`` scaled by ``1 / float32(int64(2^k))``, or None if inexact.
 
@@ -186,8 +192,7 @@ def _mask_projection_model(config: ExportConfig, module, manifest: dict, name: s
 
         return _bits_model(config, module, manifest, name, np.arange(n), n, step)
     g = Graph(name)
-    masks = np.left_shift(np.uint64(1), np.arange(n, dtype=np.uint64)).view(np.int64)  # 2^63: MIN
-    b = g.op("BitwiseAnd", g.const(masks[:, None], np.int64, "bit_masks"), POSITIONS)
+    b = g.op("BitwiseAnd", g.const(bit_masks(n)[:, None], np.int64, "bit_masks"), POSITIONS)
     y = g.op("Gemm", g.cast(b, "float32"), g.const(scaled, np.float32, scaled_name),
              transA=1)  # the one cast to float, then [n, N]^T @ [n, d]
     g.finish(y, config.dtype)
