@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -23,7 +26,8 @@ def test_an_unexpected_exception_is_a_short_bug_report(monkeypatch, tmp_path):
     assert result.exit_code == BUG_EXIT
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr
-    assert "simulated bug" in lines[0] and "report" in lines[0] and "--verbose" in lines[0]
+    assert "simulated bug" in lines[0] and "report" in lines[0]
+    assert shlex.join(["edgepe", "--verbose", *args]) in lines[0]  # the command to rerun, whole
     assert list(tmp_path.iterdir()) == []
 
     verbose = CliRunner().invoke(app, ["--verbose", *args])
@@ -62,3 +66,22 @@ def test_identical_reexport_is_a_noop(tmp_path):
     forced = CliRunner().invoke(app, [*args[:-4], "--max-len", "32", "--out", str(out), "--force"])
     assert forced.exit_code == 0, forced.output
     assert os.stat(out).st_mtime_ns != before[0]
+
+
+def test_a_reader_that_leaves_early_is_not_a_bug():
+    """``edgepe list | head -1``: a closed pipe ends the command quietly, as for ``--help``."""
+    for args in (["list"], ["export", "--help"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader has left before the first write: EPIPE, every time
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "edgepe", *args],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                timeout=120,
+            )
+        finally:
+            os.close(write_end)
+        stderr = proc.stderr.decode()
+        assert proc.returncode == 1, (args, stderr)  # typer's exit code for EPIPE
+        assert stderr == "", (args, stderr)

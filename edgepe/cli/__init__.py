@@ -8,6 +8,7 @@ else is a bug, reported in one line (the traceback with ``--verbose``) with exit
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Annotated
 
@@ -30,7 +31,9 @@ class _Group(TyperGroup):
     """Renders every failure of a subcommand in one line (also under ``CliRunner``)."""
 
     def invoke(self, ctx: typer.Context):
-        argv = [*getattr(ctx, "protected_args", []), *ctx.args]
+        # the subcommand and its arguments (click keeps the name in ``_protected_args`` since 8.2)
+        protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", [])
+        argv = [*protected, *ctx.args]
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort):
@@ -46,15 +49,21 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError:
+            # `edgepe list | head`: the reader left. Not a bug; typer's main() handles EPIPE
+            # quietly (silences the final flush, exits 1), as it does for `--help | head`.
+            raise
         except Exception as exc:  # noqa: BLE001 - a bug: say so, briefly
-            if (ctx.obj or {}).get("verbose"):
+            verbose = (ctx.obj or {}).get("verbose")
+            if verbose:
                 import traceback
 
                 traceback.print_exc()
+            rerun = shlex.join(["edgepe", "--verbose", *argv])
             typer.echo(
                 f"internal error: {type(exc).__name__}: {exc}. This is a bug in edgepe "
-                f"{__version__}; please report it to {REPORT_URL} "
-                "(run with --verbose for the traceback).",
+                f"{__version__}; please report it to {REPORT_URL} with "
+                + ("the traceback above." if verbose else f"the output of: {rerun}"),
                 err=True,
             )
             raise typer.Exit(BUG_EXIT) from None
