@@ -6,6 +6,7 @@ Prints one line with the path and size, and one with the quick parity check on o
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -121,6 +122,7 @@ def command(
     """Export a positional encoding as an ONNX graph, a table or a C header."""
     from edgepe import api
     from edgepe.export.artifact import DEFAULT_TABLE_CAP
+    from edgepe.progress import reporting
 
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering)
@@ -135,8 +137,10 @@ def command(
                          else parse_int("--max-table-bytes", max_table_bytes)),
         out=out, extra=extra,
     )
-    result, report = api.export(config, force=force, verify=not no_verify)
     quiet = (ctx.obj or {}).get("quiet", False)
+    # A bar for large tables and the quick check, on a terminal only; short work shows nothing.
+    with reporting(not quiet and sys.stderr.isatty()):
+        result, report = api.export(config, force=force, verify=not no_verify)
     if not quiet:
         size = result.path.stat().st_size
         state = "unchanged (identical export already there)" if result.unchanged else "wrote"

@@ -18,6 +18,7 @@ chunks with a progress bar when that takes a while.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -168,20 +169,12 @@ def render(console, values, row_ids, col_ids, row_labels, label_names, column_na
                       style="dim", highlight=False, soft_wrap=True)
 
 
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    return Progress(
-        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-        TimeRemainingColumn(), disable=not enabled, transient=True,
-    )
-
-
 def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple[int, ...]:
     """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
     import numpy as np
 
     from edgepe.export.artifact import atomic_write
+    from edgepe.progress import reporting, track
 
     if runtime.kind == "bias":
         whole = runtime.encode(positions, keys)
@@ -203,15 +196,15 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple
             np.lib.format.write_array_header_1_0(f, header)
         else:
             f.write(_csv_header(runtime, shape, keys).encode())
-        with _progress(show_progress and len(starts) > 1) as bar:
-            task = bar.add_task(f"encoding {len(positions)} positions", total=len(starts))
+        with reporting(show_progress and len(starts) > 1):
+            advance = track(f"encoding {len(positions)} positions", len(starts))
             for start in starts:
                 values = block(start)
                 if out.suffix.lower() == ".npy":
                     f.write(np.ascontiguousarray(values).tobytes())
                 else:
                     f.write(_csv_rows(runtime, positions, start, values).encode())
-                bar.advance(task)
+                advance(1)
 
     atomic_write(out, write)
     return tuple(shape)
@@ -317,7 +310,8 @@ def command(
                 f"a bias of [{runtime.width}, {len(rows)}, {len(keys)}] is more than "
                 f"{MAX_VALUES} values: ask for fewer positions or key positions"
             )
-        shape = write_out(out, runtime, rows, keys, show_progress=not quiet)
+        shape = write_out(out, runtime, rows, keys,
+                          show_progress=not quiet and sys.stderr.isatty())  # bar: terminals
         if not quiet:
             err.print(f"wrote {out} {list(shape)}", highlight=False, soft_wrap=True)
         return

@@ -22,6 +22,10 @@ import numpy as np
 from edgepe.schemes._registry import SchemeConfig
 
 CHUNK_ROWS = 4096
+# Tables from this many entries show a progress bar under ``edgepe.progress.reporting`` (the
+# CLI, on a terminal): 2^22 float32 entries take 0.15 s as npy, 0.25 s as an ONNX initializer,
+# 6 s as C text (2-core machine).
+PROGRESS_ENTRIES = 1 << 22
 
 
 def table_shape(config: SchemeConfig) -> tuple[int, int]:
@@ -61,10 +65,20 @@ def table_rows(config: SchemeConfig, module, start: int, stop: int) -> np.ndarra
 
 
 def iter_table(config: SchemeConfig, module, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
-    """The whole table in chunks of at most ``chunk_rows`` rows (bounded memory)."""
-    rows = table_shape(config)[0]
+    """The whole table in chunks of at most ``chunk_rows`` rows (bounded memory).
+
+    A large table reports each pass over it to ``edgepe.progress`` (int8 makes three).
+    """
+    from edgepe.progress import track
+
+    rows, cols = table_shape(config)
+    advance = track(f"{config.scheme} table [{rows}, {cols}]", rows) if (
+        rows * cols >= PROGRESS_ENTRIES) else None
     for start in range(0, rows, chunk_rows):
-        yield table_rows(config, module, start, min(start + chunk_rows, rows))
+        stop = min(start + chunk_rows, rows)
+        yield table_rows(config, module, start, stop)
+        if advance is not None:
+            advance(stop - start)
 
 
 def full_table(config: SchemeConfig, module) -> np.ndarray:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.errors import ArtifactError
+from edgepe.progress import reporting, track
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
 __all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
@@ -272,7 +273,8 @@ def verify_artifact(
     ``quick``: onnxruntime CPU (or the table's own runtime) over positions
     ``0 .. min(max_len, 4096) - 1`` and a small probe, as ``edgepe export`` runs after writing.
     ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr;
-    ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never.
+    ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never; inside an
+    ``edgepe.progress.reporting`` block (``edgepe export``'s quick check), that block decides.
     ``strict_placement``: fail a GPU provider on which some nodes ran on the CPU.
 
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
@@ -310,12 +312,10 @@ def verify_artifact(
         return table_chunks(config, module, shape, quick)
 
     total = in_range_total(config, manifest, quick)
-    with _progress(sys.stderr.isatty() if progress is None else progress,
-                   force=bool(progress)) as bar:
+    with reporting(sys.stderr.isatty() if progress is None else progress, force=bool(progress)):
         for name in names:
-            task = bar.add_task(f"verify on {name}", total=total) if bar else None
             result = _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance,
-                                by_position, (lambda n, t=task: bar.advance(t, n)) if bar else None)
+                                by_position, track(f"verify on {name}", total))
             if result.placement is not None:
                 _audit_placement(result, result.placement, strict_placement)
             report.results.append(result)
@@ -358,8 +358,7 @@ def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_posi
                     break
                 comparison.update(actual, _as_stored(chunk.expected, manifest), chunk.where,
                                   chunk.positions, probe_tolerance if chunk.probe else None)
-                if advance is not None:
-                    advance(chunk.progress)
+                advance(chunk.progress)
             placement = getattr(runtime, "placement", None)
         finally:
             getattr(runtime, "close", lambda: None)()
@@ -402,23 +401,3 @@ def _reraise_bad_input(exc: BaseException) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
-class _NoBar:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _progress(show: bool, force: bool = False):
-    """A transient rich progress bar on stderr (``force``: even when it is not a terminal)."""
-    if not show:
-        return _NoBar()
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True, force_terminal=force or None),
-                    transient=True)
