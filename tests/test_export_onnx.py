@@ -322,3 +322,26 @@ def test_mask_form_falls_back_to_shifts_where_scaling_is_not_exact():
     assert "BitShift" in ops and "MatMul" in ops and "Gemm" not in ops
     feeds = feeds_for(config)
     assert_parity(config, run_ort(model, feeds), reference(config, module, feeds))
+
+
+@pytest.mark.parametrize("scheme,options", [
+    (s, {}) for s in scheme_ids()] + [("sinusoidal", {"dtype": "float16"}),
+                                      ("gray", {"dtype": "uint8"})])
+def test_a_streamed_table_file_is_the_model_built_in_memory(scheme, options):
+    """The exported file (model, then the table appended as a second message that protobuf
+    merges) parses to the graph ``table.build`` makes in memory: the same nodes, inputs, outputs,
+    manifest and initializers (the table moved to the end), the table bit for bit, and it passes
+    the full checker."""
+    from edgepe.export.graphs.table import TABLE, build
+
+    config, module, data = graph(scheme, 37, mode="table", randomise=True, **options)
+    streamed = onnx.load_from_string(data)
+    onnx.checker.check_model(streamed, full_check=True)
+    whole = build(config, module, read_manifest_prop(streamed))
+    names = [t.name for t in whole.graph.initializer]
+    assert [t.name for t in streamed.graph.initializer] == [n for n in names if n != TABLE] + [
+        TABLE]
+    order = sorted(whole.graph.initializer, key=lambda t: t.name == TABLE)
+    del whole.graph.initializer[:]
+    whole.graph.initializer.extend(order)
+    assert streamed == whole

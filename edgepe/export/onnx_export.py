@@ -2,8 +2,9 @@
 
 ``prepare`` checks the options an ONNX file can take (``--dtype``, ``--lowering``,
 ``--quantize``), builds the graph with the scheme's builder (``graphs.builder``; the int8
-builder of ``edgepe.quant`` for ``--quantize int8``) and serialises it once. The manifest written
-next to the file is the one stored in the graph's ``metadata_props`` (plus the file's sha256).
+builder of ``edgepe.quant`` for ``--quantize int8``) and serialises it once; a float table
+graph's table is streamed after it (``graphs.table.streamed``), never held whole. The manifest
+written next to the file is the one stored in the graph's ``metadata_props`` (plus its sha256).
 """
 
 from __future__ import annotations
@@ -78,10 +79,22 @@ def prepare(config: ExportConfig, module) -> Prepared:
         build = _int8_builder()
     else:
         build = builder(config.scheme.scheme, config.mode)
-    model = build(config, module, manifest)
+    write_table = None
+    if config.mode == "table" and config.quantize == "none":
+        from edgepe.export.graphs.table import streamed
+
+        model, write_table = streamed(config, module, manifest)  # the table streams after it
+    else:
+        model = build(config, module, manifest)
     # SerializeToString is deterministic for a given ModelProto (no maps, fixed field order).
     data = model.SerializeToString()
     stored = read_manifest_prop(model)
     if config.quantize == "int8":  # the int8 graph embeds a slim copy (edgepe.quant.graphs)
         stored = {**stored, "inputs": manifest["inputs"], "quant": manifest["quant"]}
-    return Prepared(stored, lambda f: f.write(data))
+
+    def write(f) -> None:
+        f.write(data)
+        if write_table is not None:
+            write_table(f)
+
+    return Prepared(stored, write)

@@ -6,16 +6,27 @@ bias schemes), in the output dtype (float32, float16, or uint8 for 0/1 schemes),
 graph is half the size rather than a float32 table plus a Cast. Every position (and key
 position) is clamped to ``[0, L - 1]`` first: table artifacts clamp (DESIGN.md), and Gather with
 an index out of range is an error in onnxruntime, so no input can make the graph fail.
+
+``edgepe export`` streams the table (``streamed``): the file is the serialised model without its
+``table`` initializer, followed by a second serialised ``ModelProto`` holding only that
+initializer, whose raw data is written chunk by chunk as ``iter_table`` computes it. Protobuf
+parses concatenated messages as one merged message (repeated fields appended, "Encoding:
+Last One Wins" / merging in the protobuf encoding guide), so every reader sees one model with
+the table as its last initializer, and the table is never held whole: peak memory stays a few
+chunks above the imports instead of several copies of the table (array, TensorProto,
+serialised bytes).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from edgepe.errors import BadParameterError
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs._common import (
     BIAS,
+    ELEM_TYPES,
     KEY_POSITIONS,
     PE,
     POSITIONS,
@@ -26,6 +37,7 @@ from edgepe.export.graphs._common import (
 )
 from edgepe.export.table_values import iter_table, table_bytes, table_shape
 
+TABLE = "table"
 # A protobuf message cannot exceed 2 GiB; leave room for the rest of the model.
 ONNX_TABLE_LIMIT = 2**31 - 2**20
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8}
@@ -102,16 +114,19 @@ def _columns(config: ExportConfig) -> tuple[np.ndarray, np.ndarray]:
     return axis * width + np.minimum(shift, width - 1), inside
 
 
-def build(config: ExportConfig, module, manifest: dict):
+def build(config: ExportConfig, module, manifest: dict, table: np.ndarray | None = None):
     """``positions [N] (or [N, k]) int64 -> pe [N, D]``, or ``bias [H, N, M]``: table rows.
 
     Positions are clamped to ``[0, L - 1]``, then ``Gather`` reads the stored rows; bias schemes
     gather by the distance ``clip(t) - clip(u) + L - 1``; multi-index schemes gather one row per
-    coordinate and place its bits in the output columns.
+    coordinate and place its bits in the output columns. ``table``: store this instead of the
+    scheme's table (``streamed`` checks the graph around a one-row stand-in).
     """
     s = config.scheme
     g = Graph(f"{s.scheme.replace('-', '_')}_table")
-    table = g.const(stored_table(config, module), NP_DTYPES[config.dtype], "table")
+    if table is None:
+        table = stored_table(config, module)
+    table = g.const(table, NP_DTYPES[config.dtype], TABLE)
     high = s.max_len - 1
     if s.spec.kind == "bias":
         last = g.const([-1], np.int64, "last_axis")
@@ -138,3 +153,54 @@ def build(config: ExportConfig, module, manifest: dict):
         inputs = [positions_input(s.arity)]
         outputs = [output(PE, config.dtype, ["N", s.d_model])]
     return g.model(inputs, outputs, config.opset, manifest)
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative ``n``."""
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+# Field tags (field number << 3 | wire type 2, length-delimited) of onnx.proto:
+# ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.raw_data = 9.
+_GRAPH, _INITIALIZER, _RAW_DATA = b"\x3a", b"\x2a", b"\x4a"
+
+
+def streamed(config: ExportConfig, module, manifest: dict):
+    """``(model, write_table)``: the table graph without its table, and a writer of the rest.
+
+    ``model`` is built and checked (``onnx.checker``, full) around a one-row stand-in of the
+    table (same dtype and width; no op reads the row count, the clamp bounds come from
+    ``max_len``), which is then removed. ``write_table(f)`` appends, after
+    ``model.SerializeToString()``, the ``ModelProto`` fragment ``graph { initializer { table } }``
+    with the real ``dims`` and the raw data (little-endian, as ONNX stores it) streamed from
+    ``iter_table``; the lengths of the enclosing messages are known up front from the shape.
+    """
+    check_table_size(config)
+    rows, cols = table_shape(config.scheme)
+    dtype = np.dtype(NP_DTYPES[config.dtype]).newbyteorder("<")
+    model = build(config, module, manifest, table=np.zeros((1, cols), dtype))
+    index = [t.name for t in model.graph.initializer].index(TABLE)
+    del model.graph.initializer[index]
+
+    header = onnx.TensorProto(name=TABLE, dims=[rows, cols],
+                              data_type=ELEM_TYPES[config.dtype]).SerializeToString()
+    size = rows * cols * dtype.itemsize
+    tensor = len(header) + len(_RAW_DATA) + len(_varint(size)) + size
+    graph = len(_INITIALIZER) + len(_varint(tensor)) + tensor
+
+    def write_table(f) -> None:
+        f.write(_GRAPH + _varint(graph) + _INITIALIZER + _varint(tensor) + header + _RAW_DATA
+                + _varint(size))
+        written = 0
+        for chunk in iter_table(config.scheme, module):
+            data = chunk.astype(dtype).tobytes()  # float32 -> dtype (0/1 exact in uint8)
+            f.write(data)
+            written += len(data)
+        assert written == size, (written, size)
+
+    return model, write_table
