@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.errors import BadParameterError
+from edgepe.runtime import with_options
 
 # Short names for onnxruntime's providers; anything else matches its full name or the name
 # without "ExecutionProvider" (case-insensitive).
@@ -144,7 +145,8 @@ class OrtRuntime:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(self._profile_dir, "ort")
         providers = [self.provider] + ([CPU_PROVIDER] if self.provider != CPU_PROVIDER else [])
-        self.session = ort.InferenceSession(str(path), options, providers=providers)
+        # float32 stays float32 on GPUs (no TF32 MatMul: edgepe.runtime.PROVIDER_OPTIONS)
+        self.session = ort.InferenceSession(str(path), options, providers=with_options(providers))
         self.output = self.session.get_outputs()[0].name
         self.placement: dict[str, dict[str, int]] | None = None
 
