@@ -20,27 +20,14 @@ _OPEN: ContextVar[_Lazy | object | None] = ContextVar("edgepe_progress", default
 _OFF = object()  # an open block that shows nothing
 
 
-def bar(show: bool, force: bool = False):
-    """A transient rich ``Progress`` on stderr, or a context giving ``None`` when not ``show``.
-
-    ``force``: draw it even when stderr is not a terminal (tests, ``progress=True``).
-    """
-    if not show:
-        return _NoBar()
+def _bar(force: bool):
+    """A transient rich ``Progress`` on stderr (``force``: even when it is not a terminal)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True, force_terminal=force or None),
                     transient=True)
-
-
-class _NoBar:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _Lazy:
@@ -52,7 +39,7 @@ class _Lazy:
 
     def add(self, description: str, total: int) -> Callable[[int], None]:
         if self.progress is None:
-            self.progress = bar(True, self.force)
+            self.progress = _bar(self.force)
             self.progress.start()
         task = self.progress.add_task(description, total=total)
         return lambda n: self.progress.advance(task, n)
