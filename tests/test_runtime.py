@@ -426,3 +426,13 @@ def test_edited_manifests_load_or_refuse_in_one_line(artifacts, tmp_path, name):
                 assert str(exc) and "\n" not in str(exc), (field, value)
                 outcomes.add("refused")
     assert outcomes == {"ok", "refused"}  # some edits are harmless, some are caught
+
+
+def test_cuda_sessions_keep_float32_out_of_tf32():
+    """On the GPU the float32 graphs must compute in float32: onnxruntime's CUDA provider uses
+    TF32 for MatMul/Gemm unless told not to (6 of 198 grid cells failed on an H100 with it on;
+    tests/test_gpu.py runs them where CUDA is installed). Other providers go in unchanged."""
+    from edgepe.runtime import with_options
+
+    assert with_options(["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
+        ("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
