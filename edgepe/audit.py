@@ -194,14 +194,14 @@ def describe(path: str | Path) -> dict[str, Any]:
         model = load_onnx(path)
         info["graph"] = graph_summary(model)
         info["audit"] = audit(model)
-        from edgepe.export.graphs._common import read_manifest_prop
+        from edgepe.export.graphs._common import onnx_section, read_manifest_prop
 
-        embedded = read_manifest_prop(model)
-        expected = {k: v for k, v in manifest.items() if k != "sha256"}
-        if manifest.get("quant"):  # int8 graphs embed a slim copy (edgepe.quant.graphs.embedded)
-            from edgepe.quant.graphs import embedded as slim
-
-            expected = slim(expected)
-        info["embedded_ok"] = embedded == expected
+        if manifest.get("quant"):  # int8 graphs embed a slimmer copy
+            from edgepe.quant.graphs import embedded as expected
+        else:
+            from edgepe.export.graphs._common import embedded_manifest as expected
+        # The graph's copy, and the sidecar's account of the graph's header, both agree.
+        info["embedded_ok"] = (read_manifest_prop(model) == expected(manifest)
+                               and manifest.get("onnx") == onnx_section(model))
     info["sha256_ok"] = manifest.get("sha256") == info["sha256"]
     return info

@@ -187,6 +187,46 @@ def test_tampered_artifact_is_flagged_by_inspect(tmp_path):
     assert "DIFFERS from the manifest" in _invoke("inspect", str(out)).stdout
 
 
+@pytest.mark.parametrize("scheme,noted", [("sinusoidal", True), ("integer", True),
+                                           ("binary", False), ("sinusoidal-learned", False)])
+def test_int8_export_says_when_the_graph_only_quantises_its_output(tmp_path, scheme, noted):
+    """A weightless compute graph grows under int8 (its output is quantised, nothing is stored
+    int8): export says so and names the small artifact; a graph with int8 constants does not."""
+    out = tmp_path / "q.onnx"
+    result = _invoke("export", "--scheme", scheme, "--max-len", "64", "--quantize", "int8",
+                     "--out", str(out), "--no-verify")
+    assert result.exit_code == 0, result.output
+    notes = [line for line in _lines(result.stdout) if line.startswith("note:")]
+    assert len(notes) == (1 if noted else 0)
+    if noted:
+        assert f"{scheme}'s compute graph stores no weights" in notes[0]
+        assert "--mode table --quantize int8" in notes[0]
+        plain = tmp_path / "f.onnx"
+        assert _invoke("export", "--scheme", scheme, "--max-len", "64", "--out", str(plain),
+                       "--no-verify").exit_code == 0
+        assert out.stat().st_size > plain.stat().st_size  # what the note says
+
+
+@pytest.mark.parametrize("edit", ["onnx", "params"])
+def test_inspect_checks_the_sidecar_against_the_graph(tmp_path, edit):
+    """The graph's header (the sidecar's ``onnx``) and its embedded manifest agree with the
+    sidecar, field by field, even where the file's sha256 still matches."""
+    out = tmp_path / "g.onnx"
+    assert _invoke("export", "--scheme", "binary-smooth", "--max-len", "16", "--out", str(out),
+                   "--no-verify").exit_code == 0
+    assert "metadata_props: matches" in _invoke("inspect", str(out)).stdout
+    sidecar = tmp_path / "g.onnx.json"
+    manifest = json.loads(sidecar.read_text())
+    if edit == "onnx":
+        manifest["onnx"]["opset"] = 17
+    else:
+        manifest["params"]["c"] = 4.0
+    sidecar.write_text(json.dumps(manifest))
+    text = _invoke("inspect", str(out)).stdout
+    assert "matches the manifest" in text  # the sha256 of the file
+    assert "metadata_props: DIFFERS" in text
+
+
 def test_real_subprocess_export_and_inspect(tmp_path):
     proc = subprocess.run([EDGEPE, "export", "--scheme", "gray", "--max-len", "100"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)

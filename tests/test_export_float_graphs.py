@@ -20,7 +20,7 @@ from edgepe.errors import BadParameterError
 from edgepe.export import export
 from edgepe.export.artifact import ExportConfig, base_manifest, manifest_path
 from edgepe.export.graphs import builder
-from edgepe.export.graphs._common import read_manifest_prop
+from edgepe.export.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
 from edgepe.export.onnx_export import output_shape
 from edgepe.schemes import build, resolve
 from edgepe.schemes.sinusoidal import angles
@@ -223,7 +223,8 @@ def test_export_writes_a_deterministic_graph_with_its_manifest(tmp_path, scheme,
     assert manifest_path(first.path).read_bytes() == manifest_path(second.path).read_bytes()
     model = onnx.load_from_string(data)
     stored = read_manifest_prop(model)
-    assert {k: v for k, v in first.manifest.items() if k != "sha256"} == stored
+    assert embedded_manifest(first.manifest) == stored
+    assert first.manifest["onnx"] == onnx_section(model)
     assert stored["tolerance"] == dict(zip(("rtol", "atol"), config.scheme.spec.tolerance,
                                            strict=True))
     assert stored["positions"]["out_of_range"] in ("extrapolate", "mixed")

@@ -28,7 +28,7 @@ from _export_helpers import (
 )
 
 from edgepe.errors import BadParameterError
-from edgepe.export.graphs._common import read_manifest_prop
+from edgepe.export.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
 from edgepe.schemes import scheme_ids
 
 WIDTHS = ["default", "odd"]
@@ -166,17 +166,27 @@ def test_graph_size_is_close_to_its_information():
     assert len(model) <= 1.25 * 2560 + 600  # issue 8's bound; includes the manifest
 
 
-def test_manifest_is_embedded_with_the_onnx_section():
-    config, _, model = graph("gray", 16)
-    manifest = read_manifest_prop(onnx.load_from_string(model))
-    assert manifest["scheme"] == "gray" and manifest["mode"] == "compute"
-    assert manifest["onnx"]["opset"] == 18
-    assert manifest["onnx"]["ir_version"] == onnx.load_from_string(model).ir_version <= 13
-    assert manifest["onnx"]["inputs"] == [{"name": "positions", "dtype": "int64",
+def test_embedded_manifest_leaves_out_only_what_the_graph_says_itself(tmp_path):
+    from edgepe import api
+
+    config = api.make_config("gray", 16, out=tmp_path / "g.onnx")
+    result, _ = api.export(config, verify=False)
+    model = onnx.load(str(result.path))
+    embedded = read_manifest_prop(model)
+    sidecar = json.loads((tmp_path / "g.onnx.json").read_text())
+    assert embedded["scheme"] == "gray" and embedded["mode"] == "compute"
+    assert set(sidecar) - set(embedded) == {"onnx", "inputs", "sha256"}
+    assert embedded == {k: sidecar[k] for k in embedded}
+    # the sidecar's onnx section is the graph's own header
+    assert sidecar["onnx"] == onnx_section(model)
+    assert sidecar["onnx"]["opset"] == 18 and sidecar["onnx"]["extra_opsets"] == {}
+    assert sidecar["onnx"]["ir_version"] == model.ir_version <= 13
+    assert sidecar["onnx"]["inputs"] == [{"name": "positions", "dtype": "int64",
                                           "shape": ["N"]}]
-    assert manifest["onnx"]["outputs"] == [{"name": "pe", "dtype": "float32",
+    assert sidecar["onnx"]["outputs"] == [{"name": "pe", "dtype": "float32",
                                            "shape": ["N", config.scheme.d_model]}]
-    assert json.loads(json.dumps(manifest)) == manifest
+    assert sidecar["inputs"] == json.loads(json.dumps(config.inputs()))
+    assert json.loads(json.dumps(embedded)) == embedded
 
 
 def test_export_twice_is_byte_identical_and_sha256_matches(tmp_path):
@@ -194,7 +204,7 @@ def test_export_twice_is_byte_identical_and_sha256_matches(tmp_path):
         manifest = json.loads((tmp_path / f"{path.name}.json").read_text())
         assert manifest["sha256"] == sha256_file(path)
         embedded = read_manifest_prop(onnx.load(str(path)))
-        assert {k: v for k, v in manifest.items() if k != "sha256"} == embedded
+        assert embedded_manifest(manifest) == embedded
 
 
 def test_api_export_runs_the_quick_parity_check(tmp_path):

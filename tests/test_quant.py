@@ -16,6 +16,10 @@ the theoretical one, recomputed here from the manifest's scales:
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -34,6 +38,7 @@ from edgepe.quant import table_quant
 from edgepe.quant.graphs import build_int8, max_popcount
 from edgepe.quant.int8 import half_scales, measure_table, quantize, scales
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
+from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
 
 L = 512
 FLOAT_SCHEMES = [s for s in scheme_ids() if not get_spec(s).exact]
@@ -286,10 +291,73 @@ def file_ratio(tmp_path, scheme: str, mode: str, fmt: str) -> float:
     return sizes[1] / sizes[0]
 
 
-@pytest.mark.parametrize(("scheme", "fmt"), [("binary", "npy"), ("binary", "onnx"),
-                                             ("sinusoidal", "bin"), ("learned", "onnx")])
+# Where issue 5's size points do not hold, and why (docs/readme/quant.md has every figure).
+# Strict: the day one holds, its test fails and this list must shrink.
+TABLE_MISSES = {("gaussian", "onnx"): (
+    "issue 5 open: one head of 1023 values, 2628 B against 5365 B (0.49): the ~1.6 KB both "
+    "graphs hold besides the table (embedded manifest, clamp and Gather nodes) outweigh the "
+    "3 KB int8 saves; its npy/bin/C tables are 0.25-0.27")}
+COMPUTE_MISSES = {"fourier-binary": (
+    "issue 5 open: a 10 x 20 basis, 1441 B against 1577 B (0.91): int8 saves 520 B of basis "
+    "and adds ~400 B (4 front-end nodes for MatMulInteger's 0/1 bits, the quant fields)")} | {
+    s: ("issue 5 open: a compute graph with no weights; int8 quantises its output only, and its "
+        "Q/DQ nodes make the file grow (1.4-2.5x); export says so and points to the int8 table")
+    for s in FLOAT_SCHEMES
+    if "compute" in get_spec(s).modes and s not in ("binary", "fourier-binary",
+                                                      "sinusoidal-learned")
+}
+
+
+def _sized(cases, misses):
+    """``cases`` as pytest params, each of ``misses`` (keyed by the case, or its scheme alone)
+    a strict xfail with its reason."""
+    params = []
+    for case in cases:
+        why = misses.get(case if len(case) > 1 else case[0])
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+        params.append(pytest.param(*case, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("scheme", "fmt"), _sized(
+    [(s, f) for s in FLOAT_SCHEMES for f in ("npy", "bin", "onnx")], TABLE_MISSES))
 def test_int8_table_is_at_most_0_3_of_float32(tmp_path, scheme, fmt):
     assert file_ratio(tmp_path, scheme, "table", fmt) <= 0.3
+
+
+def compiled_bytes(tmp_path, header: Path, manifest: dict) -> int:
+    """text + data of an object that reads one dequantised row of ``header`` (what a device's
+    flash holds), compiled by the host gcc at -Os."""
+    symbol, macro = manifest["symbol"], manifest["macro_prefix"]
+    quant = manifest["quant"]
+    scale = (f"{symbol}_scale[{'k' if quant['axis'] is not None else 0}] * " if quant else "")
+    src = tmp_path / f"{header.stem}.c"
+    src.write_text(
+        f'#include "{header.name}"\nvoid pe_row(unsigned p, float *out);\n'
+        f"void pe_row(unsigned p, float *out)\n{{\n    unsigned k;\n"
+        f"    for (k = 0; k < {macro}_COLS; ++k) out[k] = {scale}(float){symbol}[p][k];\n}}\n")
+    obj = src.with_suffix(".o")
+    subprocess.run([compiler(), *COMPILE_FLAGS, "-Os", "-c", str(src), "-o", str(obj)],
+                   check=True, cwd=tmp_path)
+    fields = subprocess.run(["size", str(obj)], capture_output=True, text=True,
+                            check=True).stdout.splitlines()[1].split()
+    return int(fields[0]) + int(fields[1])
+
+
+@pytest.mark.skipif(compiler() is None or shutil.which("size") is None,
+                    reason="needs a C compiler and binutils' size (apt-get install gcc binutils)")
+@pytest.mark.parametrize("scheme", FLOAT_SCHEMES)
+def test_int8_c_table_compiles_to_at_most_0_3_of_float32(tmp_path, scheme):
+    """A header's text never reaches the device; what it compiles to does. (The text is 0.28-0.63
+    of the float32 header's: an int8 value takes 3-5 characters, a float32 one 9-14, and the
+    comments and macros are the same.)"""
+    sizes = []
+    for q in ("none", "int8"):
+        out = tmp_path / f"{scheme.replace('-', '_')}_{q}.h"
+        result = export(ExportConfig(scheme=resolve(scheme, L), mode="table", format="c",
+                                     quantize=q, out=out))
+        sizes.append(compiled_bytes(tmp_path, out, result.manifest))
+    assert sizes[1] <= 0.3 * sizes[0]
 
 
 def test_sinusoidal_learned_compute_stores_its_residual_in_int8(tmp_path):
@@ -301,16 +369,24 @@ def test_sinusoidal_learned_compute_stores_its_residual_in_int8(tmp_path):
     assert file_ratio(tmp_path, "sinusoidal-learned", "compute", "onnx") <= 0.3
 
 
-def test_int8_compute_graph_is_at_most_0_6_of_float32_and_its_constants_0_4(tmp_path):
-    """binary L=512 d=64 (issue 5: at most 0.6): 640 B of int8 weights + 128 B of float16 scales
-    against 2560 B of float32 (constants <= 0.4x); both files carry the embedded manifest and a
-    mask front end (BitwiseAnd on int64; the int8 one then Casts to bool and uint8 for
-    MatMulInteger's 0/1 bits)."""
-    assert file_ratio(tmp_path, "binary", "compute", "onnx") <= 0.6
-    constants = [sum(len(t.raw_data) for t in
-                     onnx.load(str(tmp_path / f"binary-compute-{q}.onnx")).graph.initializer)
-                 for q in ("none", "int8")]
-    assert constants[1] / constants[0] <= 0.4
+@pytest.mark.parametrize("scheme", _sized(
+    [(s,) for s in FLOAT_SCHEMES if "compute" in get_spec(s).modes], COMPUTE_MISSES))
+def test_int8_compute_graph_is_at_most_0_6_of_float32(tmp_path, scheme):
+    assert file_ratio(tmp_path, scheme, "compute", "onnx") <= 0.6
+
+
+def test_int8_projection_constants_are_at_most_0_3_of_float32(tmp_path):
+    """binary L=512 d=64: 640 B of int8 weights + 128 B of float16 scales against 2560 B of
+    float32, the masks the same in both; the files differ by the front end (the int8 one Casts
+    the masked int64 to bool and uint8 for MatMulInteger's 0/1 bits, 7 nodes against 3)."""
+    file_ratio(tmp_path, "binary", "compute", "onnx")
+    sizes = [{t.name: len(t.raw_data) for t in
+              onnx.load(str(tmp_path / f"binary-compute-{q}.onnx")).graph.initializer}
+             for q in ("none", "int8")]
+    assert sizes[0]["projection_scaled"] == 2560 and sizes[0]["bit_masks"] == 80
+    assert sizes[1]["weight_int8"] == 640 and sizes[1]["weight_scale"] == 128
+    assert sizes[1]["bit_masks"] == 80
+    assert (sizes[1]["weight_int8"] + sizes[1]["weight_scale"]) / 2560 <= 0.3
 
 
 def test_float16_scales_round_up_so_nothing_clips():

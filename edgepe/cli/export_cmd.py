@@ -146,6 +146,10 @@ def command(
         state = "unchanged (identical export already there)" if result.unchanged else "wrote"
         typer.echo(f"{state} {result.path} ({size} bytes, sha256 "
                    f"{result.manifest['sha256'][:12]}) + {result.path.name}.json")
+        from edgepe.quant.int8 import export_note
+
+        if note := export_note(result.manifest):
+            typer.echo(note)
     if report is not None:
         if not report:
             typer.echo(str(report), err=True)

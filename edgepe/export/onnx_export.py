@@ -4,7 +4,9 @@
 ``--quantize``), builds the graph with the scheme's builder (``graphs.builder``; the int8
 builder of ``edgepe.quant`` for ``--quantize int8``) and serialises it once; a float table
 graph's table is streamed after it (``graphs.table.streamed``), never held whole. The manifest
-written next to the file is the one stored in the graph's ``metadata_props`` (plus its sha256).
+written next to the file is the one stored in the graph's ``metadata_props`` plus its sha256 and
+what the graph leaves out: its ``onnx`` header, the export record, an int8 graph's per-channel
+lists.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from edgepe.errors import BadParameterError
 from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
 from edgepe.export.graphs import COMPUTE, builder
-from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES, read_manifest_prop
+from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES, onnx_section, read_manifest_prop
 
 
 def output_shape(config: ExportConfig) -> list[Any]:
@@ -88,9 +90,10 @@ def prepare(config: ExportConfig, module) -> Prepared:
         model = build(config, module, manifest)
     # SerializeToString is deterministic for a given ModelProto (no maps, fixed field order).
     data = model.SerializeToString()
-    stored = read_manifest_prop(model)
-    if config.quantize == "int8":  # the int8 graph embeds a slim copy (edgepe.quant.graphs)
-        stored = {**stored, "inputs": manifest["inputs"], "quant": manifest["quant"]}
+    # The graph stores all but what it says itself (graphs._common.SIDECAR_ONLY) and, for int8,
+    # the per-channel lists (edgepe.quant.graphs.embedded): the sidecar gets them back.
+    stored = {**read_manifest_prop(model), "onnx": onnx_section(model),
+              "inputs": manifest["inputs"], "quant": manifest["quant"]}
 
     def write(f) -> None:
         f.write(data)

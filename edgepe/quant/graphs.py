@@ -68,9 +68,16 @@ from onnx import TensorProto, helper, numpy_helper
 from edgepe.errors import BadParameterError
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs import builder
-from edgepe.export.graphs._common import Graph, make_model, output, positions_input
+from edgepe.export.graphs._common import (
+    Graph,
+    embedded_manifest,
+    make_model,
+    output,
+    positions_input,
+)
 from edgepe.export.table_values import CHUNK_ROWS, iter_table, table_rows, table_shape
 from edgepe.quant.int8 import (
+    OUTPUT_ROW,
     QMAX,
     U32,
     TableQuant,
@@ -90,6 +97,9 @@ PROJECTIONS = {"binary": "projection", "fourier-binary": "basis"}
 QDQ_OPSET = 19
 # Outputs within +-1 at every position (see ``_output_range``).
 UNIT_RANGE = ("sinusoidal", "rope")
+# What a Cast node and its output name cost in a graph (48 + 8 bytes, measured): float16 scales
+# save 2 bytes each, so they pay from 29 channels on.
+CAST_NODE_BYTES = 56
 # The quant fields a graph carries in its own metadata (the rest is in the sidecar JSON).
 EMBEDDED_QUANT = ("granularity", "zero_point", "axis", "max_abs_err", "bound", "tensor",
                   "scale_tensor")
@@ -139,13 +149,13 @@ def _rebuild(config: ExportConfig, float_model: onnx.ModelProto, nodes, initiali
 
 
 def embedded(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest stored in the int8 graph's ``metadata_props``: all but the export record
-    (``inputs``) and all of ``quant`` but ``EMBEDDED_QUANT``, which the sidecar JSON keeps
-    (``onnx_export.prepare`` writes the full manifest there). The graph holds the scales as an
-    initializer (``quant.scale_tensor``); on the demo's small graph repeating them as JSON would
-    cost more bytes than int8 saves (docs/readme/quant.md has the figures)."""
+    """The manifest stored in the int8 graph's ``metadata_props``: what every graph stores
+    (``embedded_manifest``), with only the ``EMBEDDED_QUANT`` fields of ``quant``; the sidecar JSON
+    keeps the rest (``onnx_export.prepare`` writes the full manifest there). The graph holds the
+    scales as an initializer (``quant.scale_tensor``); on the demo's small graph repeating them
+    as JSON would cost more bytes than int8 saves (docs/readme/quant.md has the figures)."""
     quant = {k: v for k, v in manifest["quant"].items() if k in EMBEDDED_QUANT}
-    return {**{k: v for k, v in manifest.items() if k != "inputs"}, "quant": quant}
+    return {**embedded_manifest(manifest), "quant": quant}
 
 
 def _zero_points(scale: np.ndarray, per_channel: bool) -> np.ndarray:
@@ -273,9 +283,10 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
     per_channel = config.quant_granularity == "channel"
     peak = absmax([weight], config.quant_granularity)
-    # Scales stored as float16 (rounded up) where they fit: on the demo's graph the 64 float32
-    # scales are a tenth of the file; every proof below holds for any s >= max|W| / 127.
-    half = half_scales(peak)
+    # Scales stored as float16 (rounded up) where they fit and pay for the Cast to float32 they
+    # need: on the demo's graph the 64 float32 scales are an eighth of the file; every proof
+    # below holds for any s >= max|W| / 127.
+    half = half_scales(peak) if 2 * peak.size > CAST_NODE_BYTES else None
     scale = scales(peak) if half is None else half.astype(np.float32)
     q = quantize(weight, scale)
 
@@ -457,6 +468,6 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
         int8_bytes=tq.cols,
         tensor=f"{out}_int8",
         scale_tensor="out_scale",
-        bytes_of="one output row (the int8 tensor the device receives)",
+        bytes_of=OUTPUT_ROW,
     )
     return _rebuild(config, float_model, nodes, initializers, manifest)

@@ -43,6 +43,8 @@ from edgepe.errors import BadParameterError
 QMIN, QMAX = -127, 127
 U32 = 2.0**-24  # float32 unit roundoff: a correctly rounded op moves a value by <= u |value|
 GRANULARITIES = ("channel", "tensor")
+# ``quant.bytes_of`` of a graph whose only int8 tensor is its output (edgepe.quant.graphs).
+OUTPUT_ROW = "one output row (the int8 tensor the device receives)"
 
 
 def check_quantizable(config) -> None:
@@ -283,3 +285,14 @@ def describe(quant: dict[str, Any]) -> str:
         line += (f"; {quant.get('bytes_of', 'table')}: {size['float32']} B float32 -> "
                  f"{size['int8']} B int8 (saves {saved} B, {100 * saved / size['float32']:.0f}%)")
     return line
+
+
+def export_note(manifest: dict[str, Any]) -> str | None:
+    """One line for ``edgepe export`` where int8 grows the artifact instead of shrinking it: a
+    compute graph with no weights, whose output alone is quantised; else ``None``."""
+    quant = manifest.get("quant") or {}
+    if quant.get("bytes_of") != OUTPUT_ROW:
+        return None
+    return (f"note: {manifest['scheme']}'s compute graph stores no weights, so int8 quantises "
+            "its output (error bounded, Q/DQ nodes added: the file grows); for a small int8 "
+            "artifact use --mode table --quantize int8")

@@ -8,10 +8,10 @@ complex number. edgepe defines it as the discrete Fourier transform of the ``n``
     PE(pos) = [Re F_0, ..., Re F_{d/2-1}, Im F_0, ..., Im F_{d/2-1}]
 
 It is a fixed linear map of the bits, ``bits @ M`` with ``M = [cos | -sin]`` (float64, stored as
-float32), exported as one MatMul. The bits are real, so ``F_{n-k}`` is the conjugate of ``F_k``
-and frequencies ``0 .. floor(n/2)`` already determine them: the encoding is unique per position
-when ``d/2 > n/2``, which is checked. ``d_model`` defaults to ``2 n`` and must be even;
-frequencies ``k >= n`` alias ``k mod n``.
+float32, with the entries that are mathematically 0 exactly 0), exported as one MatMul. The bits
+are real, so ``F_{n-k}`` is the conjugate of ``F_k`` and frequencies ``0 .. floor(n/2)`` already
+determine them: the encoding is unique per position when ``d/2 > n/2``, which is checked.
+``d_model`` defaults to ``2 n`` and must be even; frequencies ``k >= n`` alias ``k mod n``.
 """
 
 from __future__ import annotations
@@ -54,8 +54,12 @@ class FourierBinary(Scheme):
         n = config.n_bits
         j = torch.arange(n, dtype=torch.float64).unsqueeze(-1)
         k = torch.arange(config.d_model // 2, dtype=torch.float64)
-        angle = 2 * math.pi * j * k / n
+        angle = 2 * math.pi * torch.remainder(j * k, n) / n
         basis = torch.cat([torch.cos(angle), -torch.sin(angle)], dim=-1)
+        # cos/sin of a multiple of pi/2 are exactly 0, not float64's ~1e-16: every other entry
+        # is at least sin(pi / (2n)) > 1/n in magnitude, so the snap changes nothing else. Noise
+        # would pass as signal downstream (an int8 scale of 1e-18 for an all-zero column).
+        basis = torch.where(basis.abs() < 1e-9, 0.0, basis)
         self.register_buffer("basis", basis.to(torch.float32))  # [n, d]
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
