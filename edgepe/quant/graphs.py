@@ -10,7 +10,7 @@ Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a dro
    float step is ``bits @ W``): the bit front end of ``graphs.bits`` (integer ops only), ``Cast``
    to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0, int32 accumulation), then
    ONE dequantise: ``DequantizeLinear`` of the int32 sum by the per-output-column scale (float16
-   storage, rounded up, where it fits; float32 otherwise).
+   storage, rounded up, where it fits and saves more than its Cast costs; float32 otherwise).
 3. **Int8 constant** (``--mode compute``, ``sinusoidal-learned``): its learned residual table
    ``[L, d]`` is the graph's only large constant; it is stored int8 and gathered as in (1).
 4. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
@@ -23,7 +23,9 @@ Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a dro
    bound outside the table (``pos / (L - 1)``, distances), so their int8 graph clamps positions to
    ``[0, L - 1]`` as tables do (manifest ``positions.out_of_range = "clamp"``). Bound: half a
    step, plus the float graph's own tolerance (``spec.tolerance``), plus the two float32
-   roundings of Q/DQ.
+   roundings of Q/DQ. The Q/DQ pair makes such a graph larger than its float one (nothing was
+   stored to shrink); ``edgepe export`` says so and points to the int8 table
+   (``int8.export_note``).
 
 The manifest's ``bound`` holds at every position the artifact accepts; ``max_abs_err`` is
 measured over every position ``0 .. L-1`` (every distance for bias schemes) by replaying the
