@@ -207,6 +207,31 @@ def test_int8_export_says_when_the_graph_only_quantises_its_output(tmp_path, sch
         assert out.stat().st_size > plain.stat().st_size  # what the note says
 
 
+@pytest.mark.parametrize("args,bytes_line", [
+    (("binary", "--max-len", "512"),
+     "projection weights: 2560 B float32 -> 768 B int8 (saves 1792 B, 70%)"),
+    (("sinusoidal", "--max-len", "64", "--d-model", "8", "--mode", "table", "--format", "npy"),
+     "table (entries + scales): 2048 B float32 -> 544 B int8 (saves 1504 B, 73%)"),
+    (("sinusoidal", "--max-len", "64", "--d-model", "8"),
+     "int8 output only: a row is 8 B int8 instead of 32 B at the device boundary"),
+])
+def test_inspect_shows_the_quantisation_and_the_bytes_saved(tmp_path, args, bytes_line):
+    out = tmp_path / "q.art"
+    scheme, *rest = args
+    assert _invoke("export", "--scheme", scheme, *rest, "--quantize", "int8", "--out", str(out),
+                   "--no-verify").exit_code == 0
+    manifest = json.loads((tmp_path / "q.art.json").read_text())
+    quant = [line for line in _lines(_invoke("inspect", str(out)).stdout)
+             if line.startswith("quant:")]
+    assert len(quant) == 1
+    scales = len(manifest["quant"]["scale"])
+    assert quant[0].startswith(f"quant: int8 symmetric [-127, 127] per channel (axis "
+                               f"{manifest['quant']['axis']}, {scales} scales), zero point 0; ")
+    assert (f"max abs err {manifest['quant']['max_abs_err']:.3g} <= bound "
+            f"{manifest['quant']['bound']:.3g}") in quant[0]
+    assert quant[0].endswith(bytes_line) or bytes_line + "," in quant[0]
+
+
 @pytest.mark.parametrize("edit", ["onnx", "params"])
 def test_inspect_checks_the_sidecar_against_the_graph(tmp_path, edit):
     """The graph's header (the sidecar's ``onnx``) and its embedded manifest agree with the

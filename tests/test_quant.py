@@ -194,18 +194,22 @@ def test_exact_schemes_refuse_int8_with_the_lossless_alternative(scheme, mode):
         table_quant(config, None)
 
 
-@pytest.mark.parametrize("scheme", ["binary", "sinusoidal", "learned", "alibi"])
-def test_int8_npy_table_dequantises_with_numpy_within_half_a_step(scheme, tmp_path):
+@pytest.mark.parametrize("fmt", ["npy", "bin"])
+@pytest.mark.parametrize("scheme", FLOAT_SCHEMES)
+def test_int8_table_dequantises_with_numpy_within_half_a_step(scheme, fmt, tmp_path):
     """The written table, read with plain numpy and the manifest's scale and zero point."""
     cfg = resolve(scheme, L)
-    result = export(ExportConfig(scheme=cfg, mode="table", format="npy", quantize="int8",
-                                 out=tmp_path / "t.npy"))
+    result = export(ExportConfig(scheme=cfg, mode="table", format=fmt, quantize="int8",
+                                 out=tmp_path / f"t.{fmt}"))
     quant = result.manifest["quant"]
-    q = np.load(tmp_path / "t.npy")
-    assert q.dtype == np.int8 and q.min() >= -127
+    ref = full_table(cfg, build(cfg)).astype(np.float64)
+    if fmt == "npy":
+        q = np.load(tmp_path / "t.npy")
+    else:
+        q = np.fromfile(tmp_path / "t.bin", dtype=np.int8).reshape(ref.shape)
+    assert q.dtype == np.int8 and q.shape == ref.shape and q.min() >= -127
     scale = np.asarray(quant["scale"], dtype=np.float32).astype(np.float64)
     real = scale * (q.astype(np.float64) - quant["zero_point"])  # axis 1: one scale a column
-    ref = full_table(cfg, build(cfg)).astype(np.float64)
     assert (np.abs(real - ref) <= scale / 2).all()
     assert quant["max_abs_err"] <= quant["bound"]  # measured as a float32 runtime dequantises
 

@@ -280,7 +280,10 @@ def describe(quant: dict[str, Any]) -> str:
             f"point {quant.get('zero_point')}; max abs err {quant.get('max_abs_err'):.3g} <= "
             f"bound {quant.get('bound'):.3g}")
     size = quant.get("bytes") or {}
-    if size.get("float32"):
+    if quant.get("bytes_of") == OUTPUT_ROW:  # nothing stored is int8: no bytes saved on file
+        line += (f"; int8 output only: a row is {size['int8']} B int8 instead of "
+                 f"{size['float32']} B at the device boundary, the graph stores no weights")
+    elif size.get("float32"):
         saved = size["float32"] - size["int8"]
         line += (f"; {quant.get('bytes_of', 'table')}: {size['float32']} B float32 -> "
                  f"{size['int8']} B int8 (saves {saved} B, {100 * saved / size['float32']:.0f}%)")
