@@ -57,7 +57,7 @@ class FourierBinary(Scheme):
         angle = 2 * math.pi * torch.remainder(j * k, n) / n
         basis = torch.cat([torch.cos(angle), -torch.sin(angle)], dim=-1)
         # cos/sin of a multiple of pi/2 are exactly 0, not float64's ~1e-16: every other entry
-        # is at least sin(pi / (2n)) > 1/n in magnitude, so the snap changes nothing else. Noise
+        # is at least sin(pi / (2n)) >= 1/n in magnitude, so the snap changes nothing else. Noise
         # would pass as signal downstream (an int8 scale of 1e-18 for an all-zero column).
         basis = torch.where(basis.abs() < 1e-9, 0.0, basis)
         self.register_buffer("basis", basis.to(torch.float32))  # [n, d]
