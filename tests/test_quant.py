@@ -301,11 +301,12 @@ TABLE_MISSES = {("gaussian", "onnx"): (
     "issue 5 open: one head of 1023 values, 2628 B against 5365 B (0.49): the 1.3-1.6 KB each "
     "graph holds besides the table (embedded manifest, clamp and Gather nodes) outweigh the "
     "3 KB int8 saves; its npy/bin/C tables are 0.25-0.27")}
-COMPUTE_MISSES = {"fourier-binary": (
+COMPUTE_MISSES = {("fourier-binary",): (
     "issue 5 open: a 10 x 20 basis, 1441 B against 1577 B (0.91): int8 saves 520 B of basis "
     "and adds ~400 B (4 front-end nodes for MatMulInteger's 0/1 bits, the quant fields)")} | {
-    s: ("issue 5 open: a compute graph with no weights; int8 quantises its output only, and its "
-        "Q/DQ nodes make the file grow (1.4-2.5x); export says so and points to the int8 table")
+    (s,): ("issue 5 open: a compute graph with no weights; int8 quantises its output only, and "
+           "its Q/DQ nodes make the file grow (1.4-2.5x); export says so and points to the int8 "
+           "table")
     for s in FLOAT_SCHEMES
     if "compute" in get_spec(s).modes and s not in ("binary", "fourier-binary",
                                                       "sinusoidal-learned")
@@ -313,14 +314,10 @@ COMPUTE_MISSES = {"fourier-binary": (
 
 
 def _sized(cases, misses):
-    """``cases`` as pytest params, each of ``misses`` (keyed by the case, or its scheme alone)
-    a strict xfail with its reason."""
-    params = []
-    for case in cases:
-        why = misses.get(case if len(case) > 1 else case[0])
-        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
-        params.append(pytest.param(*case, marks=marks))
-    return params
+    """``cases`` (tuples) as pytest params, each one in ``misses`` a strict xfail with its
+    reason."""
+    return [pytest.param(*case, marks=[pytest.mark.xfail(strict=True, reason=misses[case])]
+                         if case in misses else []) for case in cases]
 
 
 @pytest.mark.parametrize(("scheme", "fmt"), _sized(
