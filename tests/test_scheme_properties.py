@@ -214,9 +214,9 @@ def test_alibi_slopes_powers_of_two(heads, expected):
     assert module("alibi", 16, heads=heads).slopes.tolist() == expected
 
 
-def test_alibi_slopes_for_any_head_count():
+def test_alibi_geometric_slopes_for_any_head_count():
     for heads in (3, 12, 20):
-        slopes = module("alibi", 16, heads=heads).slopes.double()
+        slopes = module("alibi", 16, heads=heads, params={"slopes": "geometric"}).slopes.double()
         exact = torch.tensor([2 ** (-8 * (h + 1) / heads) for h in range(heads)],
                              dtype=torch.float64)
         assert torch.allclose(slopes, exact, rtol=EPS32, atol=0)

@@ -163,10 +163,23 @@ def f_rope(cfg, w, pos):  # principles: theta_i = pos base^(-2i/d); encode gives
     return [math.cos(t) for t in theta] + [math.sin(t) for t in theta]
 
 
-def f_alibi(cfg, w, pos):  # principles: -m_h |t - u|, m_h = 2^(-8 (h + 1) / H)
+def alibi_paper_slopes(n):  # the ALiBi paper's get_slopes (Press et al., reference code)
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + alibi_paper_slopes(2 * closest)[0::2][: n - closest]
+
+
+def f_alibi(cfg, w, pos):  # principles: -m_h |t - u|, m_h by the paper's rule (default)
     t, u = pos
     heads = cfg.heads
-    return [-(2 ** (-8 * (h + 1) / heads)) * abs(t - u) for h in range(heads)]
+    if cfg.params["slopes"] == "geometric":
+        return [-(2 ** (-8 * (h + 1) / heads)) * abs(t - u) for h in range(heads)]
+    return [-m * abs(t - u) for m in alibi_paper_slopes(heads)]
 
 
 def f_gaussian(cfg, w, pos):  # principles: Gaussian locality bump -(t - u)^2 / (2 sigma^2)
