@@ -6,8 +6,9 @@ returns a ``Runtime``:
 - ONNX artifacts (compute or table graphs) run in one ``onnxruntime.InferenceSession``, made
   once and reused by every call;
 - npy and bin tables (float, uint8, int8-quantised or bit-packed) are read with numpy and
-  indexed as the table graphs index them: every position, and key position, clamps to
-  ``[0, max_len - 1]`` (``edgepe.export.table_values``);
+  indexed as the table graphs index them: every position clamps to ``[0, max_len - 1]``; a
+  bias table is indexed by the distance ``t - u``, clamped to the table
+  (``edgepe.export.table_values``);
 - C headers are refused: they are compiled into firmware, not loaded (see ``models/README.md``).
 
 ``encode(positions)`` returns what the artifact outputs (``[N, D]``, or ``[H, N, M]`` for bias
@@ -470,7 +471,8 @@ class TableRuntime(Runtime):
 
     Layout (``edgepe.export.table_values``): ``pe``/``rope`` rows are positions; ``binary-2d`` and
     ``hierarchical`` rows hold the bits of one coordinate, placed per column here; bias rows are
-    distances ``t - u = row - (max_len - 1)``. Positions clamp to ``[0, max_len - 1]``.
+    distances ``t - u = row - (max_len - 1)``. Positions clamp to ``[0, max_len - 1]``; bias
+    tables clamp the distance instead (``table_values.bias_rows``).
     """
 
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
@@ -506,11 +508,12 @@ class TableRuntime(Runtime):
         return rows if not self._quant else dequantize(rows, self._scale, self._zero)
 
     def _encode(self, positions, key_positions):
-        positions = np.clip(positions, 0, self._hi)
         if self.kind == "bias":
-            keys = np.clip(key_positions, 0, self._hi)
-            distance = positions[:, None] - keys[None, :] + self._hi  # [N, M] row numbers
-            return np.ascontiguousarray(np.moveaxis(self._rows(distance), -1, 0))  # [H, N, M]
+            from edgepe.export.table_values import bias_rows
+
+            rows = bias_rows(positions, key_positions, self._hi + 1)  # [N, M] row numbers
+            return np.ascontiguousarray(np.moveaxis(self._rows(rows), -1, 0))  # [H, N, M]
+        positions = np.clip(positions, 0, self._hi)
         if self._arity is None:
             return self._rows(positions)
         axis, bit, valid = self._columns

@@ -152,9 +152,12 @@ def test_artifact_and_reference_agree_out_of_range(artifact, data):
         feeds = {"positions": p, "key_positions": k}
         expected = table_reference(config, module, p, k).numpy() if table else _encode(module,
                                                                                        p, k)
-        if table:  # clamp: the same as the reference at clamped positions
-            assert np.array_equal(expected, _encode(module, np.clip(p, 0, L - 1),
-                                                    np.clip(k, 0, L - 1)))
+        if table:  # clamp: the reference at the distance t - u clamped to the table (issue
+            # 16), positions saturated at +-2^61 so that t - u cannot overflow
+            t, u = np.clip(p, -(2**61), 2**61), np.clip(k, -(2**61), 2**61)
+            d = np.clip(t[:, None] - u[None, :], -(L - 1), L - 1)
+            at_distance = _encode(module, d.ravel(), np.zeros(1, np.int64))
+            assert np.array_equal(expected, at_distance.reshape(-1, *d.shape))
     else:
         if config.arity is not None:
             others = data.draw(st.lists(positions(limit, len(p)), min_size=config.arity - 1,

@@ -155,17 +155,24 @@ def test_projection_bound_holds_at_wrapped_positions():
 
 @pytest.mark.parametrize("scheme", ["integer", "binary-gated", "alibi"])
 def test_unbounded_schemes_clamp_positions_as_tables_do(scheme):
-    """No int8 scale covers pos / (L - 1) or distances past the table: the int8 graph clamps, with
-    Where (onnxruntime's int64 Clip/Min/Max get [2^31, 2^32) wrong)."""
+    """No int8 scale covers pos / (L - 1) or distances past the table: the int8 graph clamps
+    positions (bias schemes: the distance t - u, issue 16), with Where on int64 (onnxruntime's
+    int64 Clip/Min/Max get [2^31, 2^32) wrong; a bias's Max is on float32)."""
     config, module, manifest, model = int8_model(scheme, "compute")
     assert manifest["positions"]["out_of_range"] == "clamp"
-    assert not {"Clip", "Min", "Max"} & {n.op_type for n in model.graph.node}
+    int64_clamps = [n for n in model.graph.node if n.op_type in ("Clip", "Min", "Max")
+                    and n.name != "clamp_distance"]
+    assert not int64_clamps
     pos = np.array([-(2**63), -5, L - 1, L, 2**31, 2**32 - 1, 2**63 - 1], dtype=np.int64)
     clamped = np.clip(pos, 0, L - 1)
     if config.scheme.spec.kind == "bias":
         keys = np.array([0, 3], dtype=np.int64)
         got = run(model, {"positions": pos, "key_positions": keys})
-        want = run(model, {"positions": clamped, "key_positions": keys})
+        # the distance clamped to the table, read at (distance, key 0); int64 ends saturate
+        # at +-2^61 first, so -2^63 - 3 is -(L - 1), not an overflow
+        distance = np.clip(np.clip(pos, -(2**61), 2**61)[:, None] - keys, -(L - 1), L - 1)
+        want = np.stack([run(model, {"positions": distance[:, j], "key_positions": keys[:1] * 0})
+                         [:, :, 0] for j in range(len(keys))], axis=-1)
     else:
         got, want = run(model, {"positions": pos}), run(model, {"positions": clamped})
     np.testing.assert_array_equal(got, want)

@@ -6,7 +6,9 @@ named by the manifest: ``symbol`` (the array), ``function`` (compute mode), ``ac
 (bit-packed tables), ``macro_prefix``. Identifiers are ``{c_prefix}_{scheme}_...`` with every
 character outside ``[A-Za-z0-9_]`` replaced by ``_``.
 
-``--mode table`` (any scheme; the table of ``table_values``, positions clamped to its rows):
+``--mode table`` (any scheme; the table of ``table_values``, positions clamped to its rows;
+a bias table adds ``int64_t edgepe_alibi_table_row(int64_t t, int64_t u)``, the row of query
+``t`` and key ``u``: the distance clamped to the table, as every bias format indexes it):
 
     static EDGEPE_GRAY_TABLE_ATTR const uint8_t edgepe_gray_table[512][10] = {{0, 0, ...}, ...};
 
@@ -284,6 +286,8 @@ def _table_header(config: ExportConfig, module) -> Prepared:
                 digest.update(chunk.astype(chunk.dtype.newbyteorder("<")).tobytes())
                 f.write(c_rows(chunk).encode())
         f.write(b"};\n")
+        if config.scheme.spec.kind == "bias":
+            f.write(_bias_row_function(symbol, macro).encode())
         if packed:
             index = "uint32_t" if rows * cols <= 2**32 else "uint64_t"
             f.write(
@@ -298,6 +302,22 @@ def _table_header(config: ExportConfig, module) -> Prepared:
         f.write(_closing(config, symbol, digest.hexdigest(), size).encode())
 
     return Prepared(manifest, write)
+
+
+def _bias_row_function(symbol: str, macro: str) -> str:
+    """``{symbol}_row(t, u)``: the row of a bias table for query ``t`` and key ``u``, as
+    ``table_values.bias_rows`` computes it (the same index as the ONNX graph and the npy reader)."""
+    return (
+        f"\n/* Row of {symbol} for query position t and key position u: the distance t - u\n"
+        f" * clamped to [-({macro}_ROWS - 1) / 2, ({macro}_ROWS - 1) / 2], offset to a row. Each\n"
+        " * position saturates at +-2^61 first, so t - u cannot overflow. */\n"
+        f"static inline int64_t {symbol}_row(int64_t t, int64_t u)\n{{\n"
+        "    const int64_t sat = (int64_t)1 << 61;\n"
+        f"    const int64_t half = ({macro}_ROWS - 1) / 2;\n"
+        "    const int64_t d = (t < -sat ? -sat : t > sat ? sat : t)\n"
+        "                    - (u < -sat ? -sat : u > sat ? sat : u);\n"
+        "    return (d < -half ? -half : d > half ? half : d) + half;\n}\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

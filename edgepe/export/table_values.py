@@ -9,8 +9,14 @@ Every table is 2-D, ``[rows, cols]``, row-major, one row per index:
 - bias schemes: row ``r`` is the bias of the distance ``t - u = r - (max_len - 1)`` for every
   head, ``[2 max_len - 1, H]``.
 
-Table artifacts clamp each position (and key position) to ``[0, max_len - 1]``;
-``table_reference`` is the reference under that policy.
+Table artifacts clamp each position to ``[0, max_len - 1]``, except bias tables, which are
+indexed by the distance alone (a bias depends only on ``t - u``; issue 16): any two positions,
+however large, whose distance lies in ``[-(L - 1), L - 1]`` read their exact row, and a distance
+past that clamps to the nearest end (the bias of distance ``+-(L - 1)``). So that ``t - u``
+cannot overflow int64, each position first saturates at ``+-2^61`` (``BIAS_SATURATION``), which
+changes nothing for positions within it. ``bias_rows`` is that index, shared by every reader
+(the ONNX table graph and the C header build the same one); ``table_reference`` is the
+reference under these policies.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import numpy as np
 from edgepe.schemes._registry import SchemeConfig
 
 CHUNK_ROWS = 4096
+# Bias tables saturate positions here before ``t - u``: |t - u| <= 2^62 never overflows int64.
+BIAS_SATURATION = 2**61
 # Tables from this many entries show a progress bar under ``edgepe.progress.reporting`` (the
 # CLI, on a terminal): 2^22 float32 entries take 0.15 s as npy, 0.25 s as an ONNX initializer,
 # 6 s as C text (2-core machine).
@@ -86,14 +94,25 @@ def full_table(config: SchemeConfig, module) -> np.ndarray:
     return table_rows(config, module, 0, table_shape(config)[0])
 
 
+def bias_rows(positions, key_positions, max_len: int) -> np.ndarray:
+    """``[N, M]`` int64 rows of a bias table for queries ``positions [N]`` and keys ``[M]``:
+    ``clamp(t - u, -(L - 1), L - 1) + L - 1``, each position saturated at ``+-2^61`` first."""
+    hi = max_len - 1
+    t = np.clip(np.asarray(positions, dtype=np.int64), -BIAS_SATURATION, BIAS_SATURATION)
+    u = np.clip(np.asarray(key_positions, dtype=np.int64), -BIAS_SATURATION, BIAS_SATURATION)
+    return np.clip(t[:, None] - u[None, :], -hi, hi) + hi
+
+
 def table_reference(config: SchemeConfig, module, positions, key_positions=None):
-    """The reference output of a table artifact: ``encode`` at positions clamped to the table."""
+    """The reference output of a table artifact: ``encode`` at positions clamped to the table;
+    for bias schemes, at the distance ``t - u`` clamped to the table (``bias_rows``)."""
     import torch
 
     hi = config.max_len - 1
-    positions = torch.as_tensor(positions, dtype=torch.int64).clamp(0, hi)
     with torch.no_grad():
         if config.spec.kind == "bias":
-            keys = torch.as_tensor(key_positions, dtype=torch.int64).clamp(0, hi)
-            return module.encode(positions, keys)
-        return module.encode(positions)
+            rows = bias_rows(positions, key_positions, config.max_len)  # [N, M]
+            distance = torch.from_numpy(rows.ravel() - hi)
+            bias = module.encode(distance, torch.zeros(1, dtype=torch.int64))  # [H, N M, 1]
+            return bias.reshape(-1, *rows.shape)
+        return module.encode(torch.as_tensor(positions, dtype=torch.int64).clamp(0, hi))

@@ -86,8 +86,9 @@ def row_meaning(config: ExportConfig) -> str:
     s = config.scheme
     if s.spec.kind == "bias":
         return (
-            f"row r is the bias at distance t - u = r - {s.max_len - 1} (clamped to the table), "
-            "one column per head"
+            f"row r is the bias at distance t - u = r - {s.max_len - 1}, one column per head; "
+            "query t and key u read row clamp(t - u, -(L - 1), L - 1) + L - 1 (positions "
+            "saturated at +-2^61 first)"
         )
     if s.arity is not None:
         return (

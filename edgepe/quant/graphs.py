@@ -21,7 +21,8 @@ Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a dro
    every position the graph accepts (``_output_range``): sin/cos stay within +-1 (extrapolation
    kept), wrapped bits take at most ``2^n <= 2L`` patterns (wrap kept); the others grow without
    bound outside the table (``pos / (L - 1)``, distances), so their int8 graph clamps positions to
-   ``[0, L - 1]`` as tables do (manifest ``positions.out_of_range = "clamp"``). Bound: half a
+   ``[0, L - 1]`` as tables do (manifest ``positions.out_of_range = "clamp"``; alibi and
+   gaussian clamp the distance ``t - u`` to ``[-(L - 1), L - 1]``, as bias tables do). Bound: half a
    step, plus the float graph's own tolerance (``spec.tolerance``), plus the two float32
    roundings of Q/DQ. The Q/DQ pair makes such a graph larger than its float one (nothing was
    stored to shrink); ``edgepe export`` says so and points to the int8 table
@@ -77,7 +78,13 @@ from edgepe.export.graphs._common import (
     output,
     positions_input,
 )
-from edgepe.export.table_values import CHUNK_ROWS, iter_table, table_rows, table_shape
+from edgepe.export.table_values import (
+    BIAS_SATURATION,
+    CHUNK_ROWS,
+    iter_table,
+    table_rows,
+    table_shape,
+)
 from edgepe.quant.int8 import (
     OUTPUT_ROW,
     QMAX,
@@ -382,15 +389,17 @@ def _output_range(config: ExportConfig, module) -> tuple[np.ndarray | None, str]
     return peak, "clamp"
 
 
-def _clamp_inputs(config: ExportConfig, graph: onnx.GraphProto) -> tuple[list, list]:
-    """Nodes clamping every int64 input to ``[0, L - 1]``, and the renamed graph nodes.
+def _clamp_inputs(config: ExportConfig, graph: onnx.GraphProto, low: int = 0,
+                  high: int | None = None) -> tuple[list, list]:
+    """Nodes clamping every int64 input to ``[low, high]`` (default ``[0, L - 1]``), and the
+    renamed graph nodes.
 
     Less/Greater + Where, not Clip/Min/Max: onnxruntime's CPU Clip, Min and Max return wrong
     int64 results for values in ``[2^31, 2^32)`` (an Eigen SSE2 bug, microsoft/onnxruntime
     PR #25280; measured here: Min(2^31, 511) = 2^31).
     """
-    hi = config.scheme.max_len - 1
-    bounds = [numpy_helper.from_array(np.array(0, np.int64), "clamp_low"),
+    hi = config.scheme.max_len - 1 if high is None else high
+    bounds = [numpy_helper.from_array(np.array(low, np.int64), "clamp_low"),
               numpy_helper.from_array(np.array(hi, np.int64), "clamp_high")]
     front, renamed = [], {}
     for value in graph.input:
@@ -429,9 +438,22 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
         raise RuntimeError(f"{config.scheme.scheme}: expected one graph output")  # builder change
     out = graph.output[0].name
     nodes, initializers = list(graph.node), list(graph.initializer)
-    if policy == "clamp":
+    if policy == "clamp" and spec.kind == "bias":
+        # A bias depends on t - u alone: clamp the distance, not the positions (issue 16), as
+        # bias tables do (table_values.bias_rows). Positions saturate at +-2^61 (no int64
+        # overflow in the graph's Sub); both biases fall monotonically with |t - u|, so
+        # clamping the distance to L - 1 is Max(bias, the bias at distance L - 1), exactly.
+        nodes, bounds = _clamp_inputs(config, graph, -BIAS_SATURATION, BIAS_SATURATION)
+        for node in nodes:
+            node.output[:] = [f"{out}_unclamped" if o == out else o for o in node.output]
+        floor = table_rows(config.scheme, module, 0, 1).reshape(-1, 1, 1)  # distance -(L - 1)
+        nodes.append(helper.make_node("Max", [f"{out}_unclamped", "bias_floor"], [out],
+                                      name="clamp_distance"))
+        initializers += bounds + [numpy_helper.from_array(floor, "bias_floor")]
+    elif policy == "clamp":
         nodes, bounds = _clamp_inputs(config, graph)
         initializers += bounds
+    if policy == "clamp":
         manifest["positions"] = {**manifest["positions"], "out_of_range": "clamp",
                                  "limit": None}
     scale = tq.scale if per_channel else tq.scale.reshape(())

@@ -3,9 +3,10 @@
 The stored initializer ``table`` has the layout of ``edgepe.export.table_values`` (``[L, D]``;
 per-coordinate bit rows ``[L, W]`` for binary-2d/hierarchical; ``[2L - 1, H]`` by distance for
 bias schemes), in the output dtype (float32, float16, or uint8 for 0/1 schemes), so a float16
-graph is half the size rather than a float32 table plus a Cast. Every position (and key
-position) is clamped to ``[0, L - 1]`` first: table artifacts clamp (DESIGN.md), and Gather with
-an index out of range is an error in onnxruntime, so no input can make the graph fail.
+graph is half the size rather than a float32 table plus a Cast. Every position is clamped to
+``[0, L - 1]`` first (bias schemes: the distance ``t - u`` to ``[-(L - 1), L - 1]``, as
+``table_values.bias_rows`` says): table artifacts clamp (DESIGN.md), and Gather with an index out
+of range is an error in onnxruntime, so no input can make the graph fail.
 
 ``edgepe export`` streams the table (``streamed``): the file is the serialised model without its
 ``table`` initializer, followed by a second serialised ``ModelProto`` holding only that
@@ -35,7 +36,7 @@ from edgepe.export.graphs._common import (
     output,
     positions_input,
 )
-from edgepe.export.table_values import iter_table, table_bytes, table_shape
+from edgepe.export.table_values import BIAS_SATURATION, iter_table, table_bytes, table_shape
 
 TABLE = "table"
 # A protobuf message cannot exceed 2 GiB; leave room for the rest of the model.
@@ -81,6 +82,20 @@ def stored_table(config: ExportConfig, module) -> np.ndarray:
 FLOAT32_EXACT = 2**24
 
 
+def _bias_row(g: Graph, max_len: int) -> str:
+    """``[N, M]`` int64 rows of a bias table: ``table_values.bias_rows`` as graph ops.
+
+    Each position saturates at ``+-BIAS_SATURATION`` (``clamp_int64``, on the ``[N]`` and ``[M]``
+    vectors), so the int64 ``Sub`` cannot overflow; the row ``t - u + L - 1`` is then clipped to
+    the table on the ``[N, M]`` grid.
+    """
+    t = clamp_int64(g, POSITIONS, -BIAS_SATURATION, BIAS_SATURATION, POSITIONS)
+    u = clamp_int64(g, KEY_POSITIONS, -BIAS_SATURATION, BIAS_SATURATION, KEY_POSITIONS)
+    distance = g.op("Sub", g.op("Unsqueeze", t, g.const([-1], np.int64, "last_axis")), u)
+    row = g.op("Add", distance, g.const(max_len - 1, np.int64, "row_offset"))
+    return _clip(g, row, 2 * (max_len - 1))
+
+
 def _clip(g: Graph, x: str, high: int) -> str:
     """int64 ``x`` clamped to ``[0, high]``, exactly, for every int64.
 
@@ -118,9 +133,10 @@ def build(config: ExportConfig, module, manifest: dict, table: np.ndarray | None
     """``positions [N] (or [N, k]) int64 -> pe [N, D]``, or ``bias [H, N, M]``: table rows.
 
     Positions are clamped to ``[0, L - 1]``, then ``Gather`` reads the stored rows; bias schemes
-    gather by the distance ``clip(t) - clip(u) + L - 1``; multi-index schemes gather one row per
-    coordinate and place its bits in the output columns. ``table``: store this instead of the
-    scheme's table (``streamed`` checks the graph around a one-row stand-in).
+    gather by the distance, ``clip(t - u, -(L - 1), L - 1) + L - 1`` (``_bias_row``);
+    multi-index schemes gather one row per coordinate and place its bits in the output columns.
+    ``table``: store this instead of the scheme's table (``streamed`` checks the graph around a
+    one-row stand-in).
     """
     s = config.scheme
     g = Graph(f"{s.scheme.replace('-', '_')}_table")
@@ -129,11 +145,7 @@ def build(config: ExportConfig, module, manifest: dict, table: np.ndarray | None
     table = g.const(table, NP_DTYPES[config.dtype], TABLE)
     high = s.max_len - 1
     if s.spec.kind == "bias":
-        last = g.const([-1], np.int64, "last_axis")
-        q = g.op("Unsqueeze", _clip(g, POSITIONS, high), last)  # [N, 1]
-        distance = g.op("Sub", q, _clip(g, KEY_POSITIONS, high))  # [N, M] in [-(L-1), L-1]
-        row = g.op("Add", distance, g.const(high, np.int64, "row_offset"))
-        rows = g.op("Gather", table, row, axis=0)  # [N, M, H]
+        rows = g.op("Gather", table, _bias_row(g, s.max_len), axis=0)  # [N, M, H]
         g.rename(g.op("Transpose", rows, perm=[2, 0, 1]), BIAS)  # [H, N, M]
         inputs = [positions_input(None), positions_input(None, KEY_POSITIONS)]
         outputs = [output(BIAS, config.dtype, [s.heads, "N", "M"])]

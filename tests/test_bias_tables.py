@@ -1,0 +1,170 @@
+"""Bias tables (alibi, gaussian) are indexed by the distance ``t - u`` (issue 16).
+
+A decoder at position ``10^4`` with its keys in the last 64 positions reads, from a table of
+``max_len`` 64, exactly what the compute graph gives: on the ONNX table graph, npy, bin, the C
+header (through its ``_row`` function) and ``edgepe.load``. Distances past the table clamp to
+``+-(L - 1)``, the same in every format, int8 ones included; positions saturate at ``+-2^61``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import edgepe
+from edgepe import api
+from edgepe.export.table_values import BIAS_SATURATION, bias_rows
+from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
+
+L = 64
+QUERIES = np.arange(10**4, 10**4 + 9, dtype=np.int64)  # a decode step's positions
+KEYS = np.arange(10**4 + 9 - L, 10**4 + 9, dtype=np.int64)  # the last 64 positions
+# Far pairs inside the positions the artifacts' manifests accept (|pos| <= 2^24, the compute
+# schemes' float32 limit, which edgepe.load enforces), and int64's extremes for the raw readers.
+LIMIT = 2**24
+FAR_QUERIES = np.array([0, 5, 10**4, LIMIT, -LIMIT, LIMIT - 30], dtype=np.int64)
+FAR_KEYS = np.array([0, 63, 64, 9000, -5, LIMIT, -LIMIT, LIMIT - 1], dtype=np.int64)
+EXTREMES = np.array([0, 2**40, 2**61 - 1, 2**61 + 9, 2**62, -(2**63), 2**63 - 1], dtype=np.int64)
+CASES = [("alibi", 12, {}), ("gaussian", 2, {"sigma": 3.0})]
+
+C_PROGRAM = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include "bias.h"
+/* argv[1]: int64 pairs (t, u); prints row(t, u)'s values, one line a pair. */
+int main(int argc, char **argv)
+{
+    int64_t tu[2];
+    unsigned h;
+    FILE *f;
+    if (argc != 2 || (f = fopen(argv[1], "rb")) == NULL) return 2;
+    while (fread(tu, sizeof tu[0], 2, f) == 2) {
+        const int64_t r = SYMBOL_row(tu[0], tu[1]);
+        for (h = 0; h < MACRO_COLS; ++h) printf(h ? " " FMT : FMT, CAST SYMBOL[r][h]);
+        putchar('\n');
+    }
+    fclose(f);
+    return 0;
+}
+"""
+
+
+def _export(tmp_path, scheme, heads, params, **options):
+    ext = {"npy": "npy", "bin": "bin", "c": "h"}.get(options.get("format", "onnx"), "onnx")
+    name = "-".join(f"{k}{v}" for k, v in options.items())
+    config = api.make_config(scheme, L, heads=heads, params=params,
+                             out=tmp_path / f"{scheme}-{name}.{ext}", **options)
+    result, _ = api.export(config, verify=False)
+    return result.path, result.manifest
+
+
+def _run_c(tmp_path, path, manifest, queries, keys) -> np.ndarray:
+    """The C header's bias ``[H, N, M]`` at every (query, key) pair, through ``_row``."""
+    int8 = manifest["quant"] is not None
+    source = (C_PROGRAM.replace("bias.h", path.name).replace("SYMBOL", manifest["symbol"])
+              .replace("MACRO", manifest["macro_prefix"])
+              .replace("FMT", '"%d"' if int8 else '"%a"').replace("CAST", "(int)" if int8
+                                                                   else "(double)"))
+    src, exe, data = tmp_path / "print.c", tmp_path / "print", tmp_path / "pairs.bin"
+    src.write_text(source)
+    subprocess.run([compiler(), *COMPILE_FLAGS, "-O2", "-I", str(path.parent), str(src), "-o",
+                    str(exe)], check=True)
+    pairs = np.stack(np.meshgrid(queries, keys, indexing="ij"), axis=-1).astype("<i8")
+    data.write_bytes(pairs.tobytes())
+    out = subprocess.run([str(exe), str(data)], check=True, capture_output=True, text=True)
+    lines = out.stdout.split()
+    if int8:
+        q = np.array(lines, dtype=np.int64).reshape(len(queries), len(keys), -1)
+        values = (q * np.asarray(manifest["quant"]["scale"], np.float32)).astype(np.float32)
+    else:
+        values = np.array([float.fromhex(v) for v in lines], np.float32).reshape(
+            len(queries), len(keys), -1)
+    return np.moveaxis(values, -1, 0)
+
+
+def _every_format(tmp_path, scheme, heads, params, quantize="none"):
+    """name -> a function (queries, keys) -> bias [H, N, M], for every table format."""
+    readers = {}
+    for fmt in ("onnx", "npy", "bin") + (("c",) if compiler() is not None else ()):
+        options = {"format": fmt, "mode": "table"}
+        if quantize != "none":
+            options["quantize"] = quantize
+        path, manifest = _export(tmp_path, scheme, heads, params, **options)
+        if fmt == "c":
+            readers[fmt] = (lambda q, k, p=path, m=manifest: _run_c(tmp_path, p, m, q, k))
+        else:
+            readers[fmt] = edgepe.load(path).encode
+    return readers
+
+
+@pytest.mark.parametrize(("scheme", "heads", "params"), CASES, ids=[c[0] for c in CASES])
+def test_decode_far_past_max_len_equals_the_compute_graph_on_every_format(
+        tmp_path, scheme, heads, params):
+    """Acceptance: positions 10^4 .. 10^4 + 8, keys in the last 64, table of max_len 64."""
+    compute, _ = _export(tmp_path, scheme, heads, params)
+    want = edgepe.load(compute).encode(QUERIES, KEYS)
+    assert np.unique(want[0]).size > 1  # recency is there: the bias is not flat
+    readers = _every_format(tmp_path, scheme, heads, params)
+    assert "c" in readers or compiler() is None
+    for name, read in readers.items():
+        got = read(QUERIES, KEYS)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+@pytest.mark.parametrize(("scheme", "heads", "params"), CASES, ids=[c[0] for c in CASES])
+def test_distances_past_the_table_clamp_alike_in_every_format(
+        tmp_path, scheme, heads, params, quantize):
+    """Far and extreme pairs (int64's ends included) give the same values in every format:
+    the table row of ``clamp(t - u, -(L - 1), L - 1)``; int8 compute graphs too."""
+    readers = _every_format(tmp_path, scheme, heads, params, quantize)
+    if quantize == "int8":
+        compute, _ = _export(tmp_path, scheme, heads, params, quantize="int8")
+        readers["onnx-compute"] = edgepe.load(compute).encode
+    npy_path, manifest = _export(tmp_path, scheme, heads, params, format="npy",
+                                 quantize=quantize)
+    table = edgepe.load(npy_path)._rows(np.arange(2 * L - 1))  # [2L - 1, H], dequantised
+    rows = bias_rows(FAR_QUERIES, FAR_KEYS, L)
+    want = np.moveaxis(table[rows], -1, 0)
+    for name, read in readers.items():
+        got = read(FAR_QUERIES, FAR_KEYS)
+        assert np.array_equal(got, want), name
+
+
+@pytest.mark.parametrize(("scheme", "heads", "params"), CASES, ids=[c[0] for c in CASES])
+def test_int64_extremes_read_the_same_rows_in_the_graphs_and_the_c_header(
+        tmp_path, scheme, heads, params):
+    """Graphs and C take every int64 (no overflow in ``t - u``): the rows of ``bias_rows``."""
+    import onnxruntime as ort
+
+    npy_path, _ = _export(tmp_path, scheme, heads, params, format="npy")
+    table = np.load(npy_path)
+    want = np.moveaxis(table[bias_rows(EXTREMES, EXTREMES, L)], -1, 0)
+    path, _ = _export(tmp_path, scheme, heads, params, mode="table")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(["bias"], {"positions": EXTREMES, "key_positions": EXTREMES})[0]
+    assert np.array_equal(got, want)
+    if compiler() is not None:
+        path, manifest = _export(tmp_path, scheme, heads, params, format="c", mode="table")
+        assert np.array_equal(_run_c(tmp_path, path, manifest, EXTREMES, EXTREMES), want)
+    # the int8 compute graph (it takes every int64) against the int8 table's rows
+    q_npy, _ = _export(tmp_path, scheme, heads, params, format="npy", quantize="int8")
+    q_table = edgepe.load(q_npy)._rows(np.arange(2 * L - 1))
+    q_path, _ = _export(tmp_path, scheme, heads, params, quantize="int8")
+    got = edgepe.load(q_path).encode(EXTREMES, EXTREMES)
+    assert np.array_equal(got, np.moveaxis(q_table[bias_rows(EXTREMES, EXTREMES, L)], -1, 0))
+
+
+def test_bias_rows_is_the_clamped_distance():
+    """The index itself, against the policy in words (no int64 overflow anywhere)."""
+    t = np.array([10**4, 10**4, 10**4, -(2**63), 2**63 - 1, 2**61 + 5], dtype=np.int64)
+    u = np.array([10**4 - 63, 10**4 + 70, 0, 2**63 - 1, -(2**63), 2**61 + 2], dtype=np.int64)
+    rows = bias_rows(t, u, L)
+    exact = [max(-(L - 1), min(L - 1, max(-BIAS_SATURATION, min(BIAS_SATURATION, int(a)))
+                             - max(-BIAS_SATURATION, min(BIAS_SATURATION, int(b)))))
+             + L - 1 for a, b in zip(t, u, strict=True)]
+    assert np.diag(rows).tolist() == exact
+    assert exact[:5] == [2 * L - 2, 0, 2 * L - 2, 0, 2 * L - 2]
+    assert exact[5] == L - 1  # both saturate at 2^61: distance 0 past the saturation
