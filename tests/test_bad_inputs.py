@@ -76,7 +76,7 @@ EXPORT_CASES = [
     ("zero-d-model", ["--scheme", "sinusoidal", "--max-len", "16", "--d-model", "0"], ["d_model"]),
     ("odd-d-model", ["--scheme", "sinusoidal", "--max-len", "16", "--d-model", "63"], ["even"]),
     ("odd-rope", ["--scheme", "rope", "--max-len", "16", "--d-model", "7"], ["even"]),
-    ("narrow-bits", ["--scheme", "gray", "--max-len", "512", "--d-model", "3"], ["10 bits"]),
+    ("narrow-bits", ["--scheme", "gray", "--max-len", "512", "--d-model", "3"], ["9 bits"]),
     ("bad-param-value", ["--scheme", "binary-smooth", "--max-len", "16", "--param", "c=abc"],
      ["c", "abc"]),
     ("unknown-param", ["--scheme", "gray", "--max-len", "16", "--param", "nope=1"], ["nope"]),

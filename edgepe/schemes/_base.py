@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from edgepe.errors import BadParameterError, PositionError
-from edgepe.schemes._registry import MODULE_BYTES_LIMIT, SchemeConfig, SchemeSpec
+from edgepe.schemes._registry import MODULE_BYTES_LIMIT, SchemeConfig, SchemeSpec, min_bits
 
 
 class Scheme(nn.Module):
@@ -87,11 +87,19 @@ def wrap(positions: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def require_bits(config: SchemeConfig, width: int, what: str = "d_model") -> None:
-    """Refuse a bit width that cannot keep positions ``0 .. max_len - 1`` distinct."""
-    if width < config.n_bits:
+    """Refuse a bit width that cannot keep positions ``0 .. max_len - 1`` distinct.
+
+    The guide's minimum ``ceil(log2 L)`` (``min_bits``) is accepted (issue 16: guide 3.7's
+    ``L = 16``, 3 groups of 4 bits), though the default widths stay ``n = ceil(log2(L + 1))``.
+    The wrap policy is unchanged (bits of ``pos mod 2^n``); at the minimum width, positions
+    past ``2^width - 1`` repeat the codes of smaller ones, as any ``width < n`` does.
+    """
+    need = min_bits(config.max_len)
+    if width < need:
         raise BadParameterError(
             f"scheme '{config.scheme}': {what} {width} is too narrow for max_len "
-            f"{config.max_len}, which needs {config.n_bits} bits; use at least {config.n_bits}"
+            f"{config.max_len}, which needs ceil(log2 {config.max_len}) = {need} bits; use at "
+            f"least {need}"
         )
 
 

@@ -40,6 +40,12 @@ def n_bits(max_len: int) -> int:
     return max(1, int(max_len).bit_length())
 
 
+def min_bits(max_len: int) -> int:
+    """``ceil(log2(max_len))`` (at least 1): the fewest bits that keep positions
+    ``0 .. max_len - 1`` distinct, the guide's minimum (section 7.1: "L = 512: need d >= 9")."""
+    return max(1, (int(max_len) - 1).bit_length())
+
+
 @dataclass(frozen=True)
 class Param:
     """A scheme parameter beyond ``max_len``/``d_model``/``heads``.
