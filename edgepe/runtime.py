@@ -282,6 +282,9 @@ class Runtime:
         self._arity = domain.get("arity")
         self._limit = domain.get("limit")
 
+    def _rope_layout(self) -> tuple[str, int]:
+        return _rope_convention(self._manifest, self.width)
+
     @property
     def manifest(self) -> dict[str, Any]:
         """The artifact's manifest (a copy)."""
@@ -386,19 +389,44 @@ class Runtime:
             return self._rotate(x, positions)
         pe = self._encode(positions, None)
         if self.kind == "rope":
-            return rotate(x, pe)
+            return rotate(x, pe, *self._rope_layout())
         return x + pe.astype(x.dtype, copy=False)
 
 
-def rotate(x: np.ndarray, pe: np.ndarray) -> np.ndarray:
-    """RoPE: rotate pairs ``(x_{2i}, x_{2i+1})`` of ``x [..., S, d]`` by ``pe = [cos | sin]``.
+def _rope_convention(manifest: Mapping[str, Any], width: int) -> tuple[str, int]:
+    """``(layout, rotary_dim)`` from a rope manifest's params, checked (an untrusted file)."""
+    params = manifest.get("params") if isinstance(manifest.get("params"), dict) else {}
+    layout = params.get("layout", "interleaved")
+    r = params.get("rotary_dim") or width
+    if layout not in ("interleaved", "half") or not (_is_int(r, 2) and r <= width and r % 2 == 0):
+        raise ArtifactError(
+            f"rope manifest: params.layout must be interleaved or half and params.rotary_dim an "
+            f"even width up to {width} (0: all); got {layout!r}, {params.get('rotary_dim')!r}"
+        )
+    return layout, r
 
-    The same op order as ``edgepe.schemes.rope.Rope.apply`` (products, then one subtraction or
+
+def rotate(x: np.ndarray, pe: np.ndarray, layout: str = "interleaved",
+           rotary_dim: int | None = None) -> np.ndarray:
+    """RoPE: rotate ``x [..., S, d]`` by ``pe = [cos | sin]`` in the manifest's ``layout``:
+    pairs ``(x_{2i}, x_{2i+1})`` (interleaved), or ``(x_i, x_{i+R/2})`` of the first
+    ``rotary_dim = R`` dimensions with the rest copied (half).
+
+    The same op order as ``edgepe.schemes.rope.rotate`` (products, then one subtraction or
     addition, each rounded in ``x``'s dtype), so float32 results match it bitwise.
     """
     cos, sin = np.split(pe.astype(x.dtype, copy=False), 2, axis=-1)
-    even, odd = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
+    if layout == "half":
+        r = rotary_dim or x.shape[-1]
+        half = r // 2
+        cos, sin = cos[..., :half], sin[..., :half]
+        first, second = x[..., :half], x[..., half:r]
+        out[..., :half] = first * cos - second * sin
+        out[..., half:r] = first * sin + second * cos
+        out[..., r:] = x[..., r:]
+        return out
+    even, odd = x[..., 0::2], x[..., 1::2]
     out[..., 0::2] = even * cos - odd * sin
     out[..., 1::2] = even * sin + odd * cos
     return out

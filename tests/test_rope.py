@@ -152,7 +152,7 @@ def test_apply_graph_io_and_manifest(tmp_path):
 
 
 @pytest.mark.parametrize("extra,message", [
-    ({"rope_graph": "rotate"}, "--rope-graph 'rotate' is not one of: encode, apply"),
+    ({"rope_graph": "rotate"}, "--rope-graph 'rotate' is not one of: encode, cache, apply"),
     ({"rope_graph": "apply", "rope_lowering": "trt"}, "--rope-lowering 'trt' is not one of"),
     ({"rope_lowering": "ort"}, "add --rope-graph apply"),
     ({"rope_lowering": "rotary23"}, "add --rope-graph apply"),
@@ -204,7 +204,7 @@ def test_cli_exports_each_rope_graph_to_its_own_default_file(tmp_path, monkeypat
 @pytest.mark.parametrize("args,words", [
     (["--scheme", "sinusoidal", "--rope-graph", "apply"], ["--rope-graph", "rope only"]),
     (["--scheme", "rope", "--mode", "table", "--rope-graph", "apply"], ["--mode table"]),
-    (["--scheme", "rope", "--rope-graph", "rotate"], ["'rotate'", "encode, apply"]),
+    (["--scheme", "rope", "--rope-graph", "rotate"], ["'rotate'", "encode, cache, apply"]),
     (["--scheme", "rope", "--rope-lowering", "ort"], ["--rope-graph apply"]),
     (["--scheme", "rope", "--rope-graph", "apply", "--rope-lowering", "rotary23"],
      ["--opset 18", "RotaryEmbedding needs opset 23"]),

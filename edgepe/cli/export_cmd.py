@@ -31,6 +31,19 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
     return params
 
 
+def head_dim_alias(scheme: str, d_model: str | None, head_dim: str | None) -> str | None:
+    """``--head-dim``: rope's name for ``--d-model`` (a rotary width is the head dimension)."""
+    if head_dim is None:
+        return d_model
+    if scheme != "rope":
+        raise BadParameterError(f"--head-dim applies to --scheme rope only (its d_model is the "
+                                f"head dimension); use --d-model for {scheme!r}")
+    if d_model is not None and d_model != head_dim:
+        raise BadParameterError(f"--head-dim {head_dim} and --d-model {d_model} disagree; "
+                                "give one (they are the same option for rope)")
+    return head_dim
+
+
 def rope_extra(scheme: str, mode: str | None, graph: str | None,
                lowering: str | None) -> dict[str, str]:
     """``ExportConfig.extra`` for rope's graph choice; defaults are left out, so an explicit
@@ -64,6 +77,8 @@ def command(
         "--max-len", metavar="L", help="Positions 0 .. L-1 the artifact is built for.")],
     d_model: Annotated[str | None, typer.Option(
         "--d-model", metavar="D", help="Encoding width (default: the scheme's).")] = None,
+    head_dim: Annotated[str | None, typer.Option(
+        "--head-dim", metavar="D", help="rope: the head dimension (= --d-model).")] = None,
     heads: Annotated[str | None, typer.Option(
         "--heads", metavar="H", help="Heads (bias schemes).")] = None,
     param: Annotated[list[str] | None, typer.Option(
@@ -106,10 +121,13 @@ def command(
                                          help="Alignment of C arrays, bytes.")] = "16",
     no_verify: Annotated[bool, typer.Option("--no-verify", rich_help_panel=PANEL_MORE,
                                             help="Skip the quick parity check.")] = False,
-    rope_graph: Annotated[str | None, typer.Option("--rope-graph", metavar="encode|apply",
+    rope_graph: Annotated[str | None, typer.Option("--rope-graph",
+                                                   metavar="encode|cache|apply",
                                                    rich_help_panel=PANEL_MORE,
                                                    help="rope: positions -> cos|sin "
-                                                   "(default), or x, positions -> rotated y.")]
+                                                   "(default), + cos_cache/sin_cache for the "
+                                                   "RotaryEmbedding ops, or x, positions -> "
+                                                   "rotated y.")]
     = None,
     rope_lowering: Annotated[str | None, typer.Option("--rope-lowering",
                                                       metavar="onnx|ort|rotary23",
@@ -126,6 +144,7 @@ def command(
 
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering)
+    d_model = head_dim_alias(scheme, d_model, head_dim)
     # Sizes stay strings until resolve() checks them, so messages can name the bad value.
     config = api.make_config(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,

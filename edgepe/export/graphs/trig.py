@@ -6,11 +6,16 @@ bitwise the reference's and only the Sin/Cos kernels differ (measured gap: each 
 ``tolerance_why``). The schemes extrapolate, so the graphs hold no position-indexed table, except
 the learned residual of sinusoidal-learned, which is zero outside ``0 .. max_len - 1``.
 
-rope has three graphs, chosen by ``config.extra`` (``--rope-graph``, ``--rope-lowering``):
+rope has these graphs, chosen by ``config.extra`` (``--rope-graph``, ``--rope-lowering``), each
+in the scheme's ``layout`` (pairs ``(2i, 2i+1)`` or ``(i, i + R/2)``), ``rotary_dim`` and
+frequency scaling (``edgepe.schemes.rope``):
 
 - ``rope_graph="encode"`` (default): ``positions [N] -> pe [N, d] = [cos(theta) | sin(theta)]``;
-- ``rope_graph="apply"``: ``x [B, N, d], positions [N] -> y [B, N, d]``, pairs ``(2i, 2i+1)``
-  rotated with plain ONNX ops, as ``Rope.apply``;
+- ``rope_graph="cache"``: the encode graph plus ``cos_cache``, ``sin_cache`` ``[N, R/2]``, the
+  caches onnxruntime's ``com.microsoft.RotaryEmbedding`` and ONNX opset 23's
+  ``RotaryEmbedding`` take (``[max_position, rotary_dim / 2]``; feed ``positions 0 .. L-1``);
+- ``rope_graph="apply"``: ``x [B, N, d], positions [N] -> y [B, N, d]``, rotated with plain ONNX
+  ops, as ``Rope.apply``;
 - ``rope_graph="apply", rope_lowering="ort"``: the same rotation by onnxruntime's fused
   ``com.microsoft.RotaryEmbedding`` kernel (CPU and CUDA providers);
 - ``rope_graph="apply", rope_lowering="rotary23"``: by the standard ``RotaryEmbedding`` of ONNX
@@ -35,21 +40,29 @@ from edgepe.export.graphs._common import (
 
 X = "x"
 Y = "y"
-ROPE_GRAPHS = ("encode", "apply")
+ROPE_GRAPHS = ("encode", "cache", "apply")
 ROPE_LOWERINGS = ("onnx", "ort", "rotary23")
 MS_DOMAIN = "com.microsoft"
 
 
-def _angles(g: Graph, module) -> str:
-    """``theta [N, d/2]`` float32 ``= Cast(positions) * inv_freq``, as ``sinusoidal.angles``."""
+def _angles(g: Graph, module, width: int | None = None) -> str:
+    """``theta [N, width]`` float32 ``= Cast(positions) * inv_freq[:width]`` (default all
+    ``d/2``), as ``sinusoidal.angles``."""
     column = g.op("Unsqueeze", g.cast(POSITIONS, "float32"), g.const([-1], np.int64))
-    inv_freq = module.inv_freq.detach().numpy().reshape(1, -1)
+    inv_freq = module.inv_freq.detach().numpy()[:width].reshape(1, -1)
     return g.op("Mul", column, g.const(inv_freq, np.float32, name="inv_freq"), out="theta")
 
 
-def _sin_cos(g: Graph, module) -> tuple[str, str]:
-    theta = _angles(g, module)
-    return g.op("Sin", theta, out="sin"), g.op("Cos", theta, out="cos")
+def _sin_cos(g: Graph, module, width: int | None = None) -> tuple[str, str]:
+    """``sin``, ``cos`` of the angles; rope with an attention factor (yarn) multiplies both by
+    its ``scale`` buffer, as ``Rope.encode`` does (no Mul otherwise: the same graph as before)."""
+    theta = _angles(g, module, width)
+    sin, cos = g.op("Sin", theta, out="sin"), g.op("Cos", theta, out="cos")
+    if getattr(module, "scaled", False):
+        scale = g.const(module.scale.detach().numpy()[:width].reshape(1, -1), np.float32,
+                        name="attention_factor")
+        sin, cos = g.op("Mul", sin, scale), g.op("Mul", cos, scale)
+    return sin, cos
 
 
 def _interleaved(g: Graph, module) -> str:
@@ -119,10 +132,18 @@ def rope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
         g = Graph("edgepe_rope")
         sin, cos = _sin_cos(g, module)
         return _pe_model(config, g, g.op("Concat", cos, sin, axis=1), manifest)
+    if graph == "cache":
+        return _cache_model(config, module, manifest)
+    layout, r = module.layout, module.rotary_dim
     g = Graph(f"edgepe_rope_apply_{lowering}")
-    sin, cos = _sin_cos(g, module)
-    rotate = {"onnx": _onnx_rotary, "ort": _ort_rotary, "rotary23": _standard_rotary}[lowering]
-    y = rotate(g, d, sin, cos)
+    # the fused ops and the half layout take the R/2 rotated slots; interleaved ONNX ops all d/2
+    sin, cos = _sin_cos(g, module, None if (lowering, layout) == ("onnx", "interleaved")
+                        else r // 2)
+    if lowering == "onnx":
+        y = (_onnx_rotary if layout == "interleaved" else _onnx_rotary_half)(g, d, sin, cos, r)
+    else:
+        rotate = {"ort": _ort_rotary, "rotary23": _standard_rotary}[lowering]
+        y = rotate(g, d, sin, cos, r, int(layout == "interleaved"))
     g.finish(y, config.dtype, name=Y)
     shape = ["B", "N", d]
     x_in = output(X, "float32", shape)
@@ -132,7 +153,43 @@ def rope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
                       extra_opsets=extra)
 
 
-def _onnx_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
+def _cache_model(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+    """``positions [N] -> pe [N, d], cos_cache [N, R/2], sin_cache [N, R/2]``.
+
+    ``pe`` is the encode graph's output (what ``edgepe verify`` and ``edgepe.load`` check and
+    read); the caches are its first ``R/2`` cos and sin columns (``Slice``: the same values), in
+    the shape the ``RotaryEmbedding`` ops take for ``cos_cache``/``sin_cache``.
+    """
+    g = Graph("edgepe_rope_cache")
+    sin, cos = _sin_cos(g, module)
+    g.finish(g.op("Concat", cos, sin, axis=1), config.dtype)
+    half = module.rotary_dim // 2
+    axis = g.const([1], np.int64, name="column_axis")
+    start, stop = g.const([0], np.int64, name="first_slot"), g.const([half], np.int64,
+                                                                       name="rotated_slots")
+    for name, value in (("cos_cache", cos), ("sin_cache", sin)):
+        g.finish(g.op("Slice", value, start, stop, axis), config.dtype, name=name)
+    d = config.scheme.d_model
+    outputs = [output("pe", config.dtype, ["N", d]), output("cos_cache", config.dtype, ["N", half]),
+               output("sin_cache", config.dtype, ["N", half])]
+    return g.model([positions_input(None)], outputs, config.opset, manifest)
+
+
+def _onnx_rotary_half(g: Graph, d: int, sin: str, cos: str, r: int) -> str:
+    """``x`` with pairs ``(x_i, x_{i+R/2})``, ``i < R/2``, rotated and ``x_R ..`` copied, op for
+    op as ``Rope.apply`` in the half layout (Hugging Face's ``rotate_half``)."""
+    last = g.const([-1], np.int64)
+    bounds = [g.const([v], np.int64) for v in (0, r // 2, r, d)]
+    first = g.op("Slice", X, bounds[0], bounds[1], last)
+    second = g.op("Slice", X, bounds[1], bounds[2], last)
+    parts = [g.op("Sub", g.op("Mul", first, cos), g.op("Mul", second, sin)),
+             g.op("Add", g.op("Mul", first, sin), g.op("Mul", second, cos))]
+    if r < d:
+        parts.append(g.op("Slice", X, bounds[2], bounds[3], last))
+    return g.op("Concat", *parts, axis=-1)
+
+
+def _onnx_rotary(g: Graph, d: int, sin: str, cos: str, r: int) -> str:
     """``x`` with pairs ``(x_2i, x_2i+1)`` rotated by ``theta_i``, op for op as ``Rope.apply``."""
     last = g.const([-1], np.int64)
     end, step = g.const([d], np.int64), g.const([2], np.int64)
@@ -146,8 +203,10 @@ def _onnx_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
     return g.op("Reshape", pairs, g.op("Shape", X))
 
 
-def _ort_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
-    """``com.microsoft.RotaryEmbedding(x, position_ids=0, cos, sin)``, interleaved.
+def _ort_rotary(g: Graph, d: int, sin: str, cos: str, r: int, interleaved: int) -> str:
+    """``com.microsoft.RotaryEmbedding(x, position_ids=0, cos, sin)`` in the scheme's layout
+    (``interleaved`` 1 or 0), rotating the first ``rotary_embedding_dim = R`` dimensions
+    (``num_heads = 1``: a 3-D ``x`` is one head of width ``d``).
 
     The caches are ``cos(theta)``, ``sin(theta)`` of exactly the requested positions, computed
     in the graph, and ``position_ids`` is the scalar offset 0, so the kernel reads cache row
@@ -156,12 +215,14 @@ def _ort_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
     (``contrib_ops/cpu/bert/rotary_embedding.cc``: ``cache_offset = position_id * half``): an
     id past the cache reads other memory instead of extrapolating like the reference.
     """
+    partial = {"rotary_embedding_dim": r, "num_heads": 1} if r < d else {}
     return g.op("RotaryEmbedding", X, g.const([0], np.int64), cos, sin, domain=MS_DOMAIN,
-                interleaved=1)
+                interleaved=interleaved, **partial)
 
 
-def _standard_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
-    """``RotaryEmbedding(x, cos, sin)`` of ONNX opset 23, interleaved, without ``position_ids``.
+def _standard_rotary(g: Graph, d: int, sin: str, cos: str, r: int, interleaved: int) -> str:
+    """``RotaryEmbedding(x, cos, sin)`` of ONNX opset 23 in the scheme's layout, without
+    ``position_ids``, rotating the first ``rotary_embedding_dim = R`` dimensions.
 
     Without ids the op takes caches of shape ``[B, N, d/2]`` (onnxruntime checks them against
     ``x`` and does not broadcast), so the rows of the requested positions are expanded over the
@@ -171,4 +232,5 @@ def _standard_rotary(g: Graph, d: int, sin: str, cos: str) -> str:
     batch = g.op("Shape", X, end=1)
     shape = g.op("Concat", batch, g.const([1, 1], np.int64), axis=0)
     caches = [g.op("Expand", cache, shape) for cache in (cos, sin)]
-    return g.op("RotaryEmbedding", X, *caches, interleaved=1, num_heads=1)
+    partial = {"rotary_embedding_dim": r} if r < d else {}
+    return g.op("RotaryEmbedding", X, *caches, interleaved=interleaved, num_heads=1, **partial)
