@@ -285,6 +285,24 @@ class Runtime:
     def _rope_layout(self) -> tuple[str, int]:
         return _rope_convention(self._manifest, self.width)
 
+    def _apply_rows(self, x: np.ndarray, positions: Any) -> np.ndarray:
+        """rope at per-row ``positions [B, S]``: the apply-4d graph, or ``encode`` rotated here."""
+        if x.shape[-1] != self.width:
+            raise BadParameterError(f"x has D (last axis) = {x.shape[-1]}, but this artifact's "
+                                    f"is {self.width}; x shape {list(x.shape)}")
+        flat = check_positions(np.asarray(positions).reshape(-1), None, self._limit)
+        rows = flat.reshape(np.shape(positions))
+        _rows_shape(x, rows)
+        if self.rotates:
+            return self._rotate_rows(x, rows)
+        pe = self._encode(flat, None).reshape(*rows.shape, -1)  # [B, S, d]
+        if x.ndim == 4:
+            pe = pe[:, None]
+        return rotate(x, pe, *self._rope_layout())
+
+    def _rotate_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError  # only ONNX apply graphs rotate x themselves
+
     @property
     def manifest(self) -> dict[str, Any]:
         """The artifact's manifest (a copy)."""
@@ -355,9 +373,12 @@ class Runtime:
           ``offset .. offset + N - 1``, keys at ``0 .. M - 1``.
 
         ``positions`` (``[S]`` or ``[S, k]``) replaces ``offset``; multi-index schemes need it.
+        rope also takes per-row ``positions [B, S]`` for ``x [B, S, d]`` or ``[B, H, S, d]``.
         """
         what = "scores" if self.kind == "bias" else "x"
         x = _float_input(x, what, 3 if self.kind == "bias" else 2)
+        if self.kind == "rope" and positions is not None and np.ndim(positions) == 2:
+            return self._apply_rows(x, positions)
         if x.shape[-3 if self.kind == "bias" else -1] != self.width:
             axis = "H (axis -3)" if self.kind == "bias" else "D (last axis)"
             raise BadParameterError(
@@ -391,6 +412,15 @@ class Runtime:
         if self.kind == "rope":
             return rotate(x, pe, *self._rope_layout())
         return x + pe.astype(x.dtype, copy=False)
+
+
+def _rows_shape(x: np.ndarray, positions: np.ndarray) -> None:
+    """Refuse per-row ``positions [B, S]`` that do not match ``x [B, S, d]`` / ``[B, H, S, d]``."""
+    if x.ndim not in (3, 4) or positions.shape != (x.shape[0], x.shape[-2]):
+        raise PositionError(
+            f"per-row positions [B, S] need x [B, S, d] or [B, H, S, d] with the same B and S; "
+            f"got positions {list(positions.shape)} and x {list(x.shape)}"
+        )
 
 
 def _rope_convention(manifest: Mapping[str, Any], width: int) -> tuple[str, int]:
@@ -453,8 +483,10 @@ class OnnxRuntime(Runtime):
             raise ArtifactError(f"{str(path)!r} does not load in onnxruntime: {first}") from None
         self._inputs = [i.name for i in self.session.get_inputs()]
         self._output = self.session.get_outputs()[0].name
-        # rope's apply graph (export --rope-graph apply) rotates x itself: x, positions -> y.
+        # rope's apply graph (export --rope-graph apply) rotates x itself: x, positions -> y;
+        # apply-4d takes x [B, H, S, d] and per-row positions [B, S].
         self.rotates = self.kind == "rope" and self._inputs == ["x", "positions"]
+        self._per_row = self.rotates and len(self.session.get_inputs()[1].shape) == 2
         expected = ["positions", "key_positions"] if self.kind == "bias" else ["positions"]
         if self._inputs != expected and not self.rotates:
             raise ArtifactError(
@@ -462,6 +494,8 @@ class OnnxRuntime(Runtime):
             )
         graph_shape = next(i.shape for i in self.session.get_inputs() if i.name == "positions")
         want = ["N"] if self._arity is None else ["N", self._arity]
+        if self._per_row:
+            graph_shape, want = ["B", "S"], ["B", "S"]
         if len(graph_shape) != len(want) or (
             self._arity is not None and isinstance(graph_shape[1], int)
             and graph_shape[1] != self._arity
@@ -487,8 +521,23 @@ class OnnxRuntime(Runtime):
             feeds["key_positions"] = key_positions
         return self.session.run([self._output], feeds)[0]
 
+    def _rotate_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """An apply graph at per-row ``positions [B, S]`` (``x [B, S, d]`` gets a heads axis)."""
+        if not self._per_row:
+            raise BadParameterError(
+                f"{str(self.path)!r} is an apply graph for positions [S]; per-row positions "
+                "[B, S] need --rope-graph apply-4d (or the encode graph)"
+            )
+        x4 = (x[:, None] if x.ndim == 3 else x).astype(np.float32, copy=False)
+        y = self.session.run([self._output], {"x": x4, "positions": rows})[0]
+        return y.reshape(x.shape)
+
     def _rotate(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The apply graph on ``x [..., S, d]``: leading axes folded into its batch axis."""
+        if self._per_row:  # apply-4d: x [..., S, d] as [1, H', S, d], positions [1, S]
+            x4 = x.reshape(1, -1, *x.shape[-2:]).astype(np.float32, copy=False)
+            y = self.session.run([self._output], {"x": x4, "positions": positions[None]})[0]
+            return y.reshape(x.shape)
         batch = x.reshape(-1, *x.shape[-2:]).astype(np.float32, copy=False)
         y = self.session.run([self._output], {"x": batch, "positions": positions})[0]
         return y.reshape(x.shape)

@@ -20,6 +20,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+import edgepe
 from edgepe import api
 from edgepe.errors import BadParameterError
 from edgepe.export import prepare
@@ -308,3 +309,49 @@ def test_apply_graph_in_each_layout_with_partial_rotary(layout, lowering):
         ref = m.apply(torch.from_numpy(x), torch.from_numpy(p)).numpy()
     np.testing.assert_allclose(y, ref, rtol=0, atol=2 * 1e-6)
     np.testing.assert_array_equal(y[..., R:], x[..., R:])
+
+
+@pytest.mark.parametrize("lowering", ["onnx", "ort", "rotary23"])
+def test_apply_4d_graph_takes_attention_shapes_and_per_row_positions(tmp_path, lowering):
+    """--rope-graph apply-4d: x [2, 8, 128, 64], positions [B, S] with rows at different
+    offsets (300.. and a padded row), on onnxruntime and through edgepe.load(...).apply."""
+    opset = 23 if lowering == "rotary23" else 18
+    params = {"layout": "half", "rotary_dim": R}
+    out = tmp_path / f"rope-4d-{lowering}.onnx"
+    config = api.make_config("rope", L, d_model=D, params=params, opset=opset, out=out,
+                             extra={"rope_graph": "apply-4d", "rope_lowering": lowering})
+    result, report = api.export(config)
+    assert report, str(report)  # the quick parity check ran on the 4-D graph and passed
+    _, m = rope(D, **params)
+    x = uniform((B, H, S, D), seed=11)
+    p = np.stack([np.arange(OFFSET, OFFSET + S), np.r_[np.zeros(28), np.arange(100)]]).astype(
+        np.int64)
+    with torch.no_grad():
+        ref = m.apply(torch.from_numpy(x), torch.from_numpy(p)).numpy()
+    runtime = edgepe.load(result.path)
+    for got in (runtime.apply(x, positions=p), runtime.apply(x[:, 0], positions=p)[:, None]):
+        assert got.shape[-1] == D
+        np.testing.assert_allclose(got, ref[:, : got.shape[1]], rtol=0, atol=2e-6)
+    # the encode graph of the same convention, read by edgepe.load, rotates alike
+    enc = tmp_path / "rope-encode.onnx"
+    api.export(api.make_config("rope", L, d_model=D, params=params, out=enc), verify=False)
+    np.testing.assert_allclose(edgepe.load(enc).apply(x, positions=p), ref, rtol=0, atol=2e-6)
+
+
+def test_head_dim_is_rope_d_model_on_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "r.onnx"
+    ok = runner.invoke(app, ["export", "--scheme", "rope", "--max-len", "16", "--head-dim", "8",
+                             "--param", "layout=half", "--out", str(out)])
+    assert ok.exit_code == 0, ok.output
+    assert edgepe.load(out).manifest["d_model"] == 8
+    for args, words in [(["--scheme", "sinusoidal", "--head-dim", "8"], "rope only"),
+                        (["--scheme", "rope", "--head-dim", "8", "--d-model", "16"], "disagree")]:
+        bad = runner.invoke(app, ["export", "--max-len", "16", *args,
+                                  "--out", str(tmp_path / "bad.onnx")])
+        assert bad.exit_code == 2 and words in bad.stderr, bad.output
+        assert not (tmp_path / "bad.onnx").exists()

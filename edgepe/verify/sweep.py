@@ -165,16 +165,23 @@ def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
     step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // (2 * d)))
     ranges = [np.arange(a, min(a + step, stop), dtype=np.int64) for a in range(0, stop, step)]
     probe = probe_values(config, position_limit(manifest, config), 16 if quick else 128)
+    four = len(manifest["shape"]) == 4  # apply-4d: x [B, H, S, d], per-row positions [B, S]
     for positions, is_probe in [(r, False) for r in ranges] + [(probe, True)]:
-        x = rng.uniform(-0.5, 0.5, (2, len(positions), d)).astype(np.float32)
+        if four:  # two batch rows at different positions (the second reversed), two heads
+            feed = np.stack([positions, positions[::-1]])
+            x = rng.uniform(-0.5, 0.5, (2, 2, len(positions), d)).astype(np.float32)
+        else:
+            feed = positions
+            x = rng.uniform(-0.5, 0.5, (2, len(positions), d)).astype(np.float32)
         with torch.no_grad():
-            y = module.apply(torch.from_numpy(x), torch.from_numpy(positions)).numpy()
+            y = module.apply(torch.from_numpy(x), torch.from_numpy(feed)).numpy()
 
-        def where(index: tuple[int, ...], positions: np.ndarray = positions) -> str:
-            batch, row, column = index
-            return f"x[{batch}] position {positions[row]} column {column}"
+        def where(index: tuple[int, ...], feed: np.ndarray = feed) -> str:
+            *batch, row, column = index
+            at = feed[batch[0], row] if feed.ndim == 2 else feed[row]
+            return f"x{list(batch)} position {at} column {column}"
 
-        yield Chunk({"x": x, "positions": positions}, y, where, len(positions), is_probe,
+        yield Chunk({"x": x, "positions": feed}, y, where, len(positions), is_probe,
                     0 if is_probe else len(positions))
 
 

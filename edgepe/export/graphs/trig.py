@@ -16,6 +16,9 @@ frequency scaling (``edgepe.schemes.rope``):
   ``RotaryEmbedding`` take (``[max_position, rotary_dim / 2]``; feed ``positions 0 .. L-1``);
 - ``rope_graph="apply"``: ``x [B, N, d], positions [N] -> y [B, N, d]``, rotated with plain ONNX
   ops, as ``Rope.apply``;
+- ``rope_graph="apply-4d"``: ``x [B, H, S, d], positions [B, S] -> y [B, H, S, d]``, the tensor
+  attention code holds, each batch row at its own positions (padding, packed sequences), with
+  any of the three lowerings below;
 - ``rope_graph="apply", rope_lowering="ort"``: the same rotation by onnxruntime's fused
   ``com.microsoft.RotaryEmbedding`` kernel (CPU and CUDA providers);
 - ``rope_graph="apply", rope_lowering="rotary23"``: by the standard ``RotaryEmbedding`` of ONNX
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper
 
 from edgepe.errors import BadParameterError
 from edgepe.export.artifact import ExportConfig
@@ -40,7 +44,7 @@ from edgepe.export.graphs._common import (
 
 X = "x"
 Y = "y"
-ROPE_GRAPHS = ("encode", "cache", "apply")
+ROPE_GRAPHS = ("encode", "cache", "apply", "apply-4d")
 ROPE_LOWERINGS = ("onnx", "ort", "rotary23")
 MS_DOMAIN = "com.microsoft"
 
@@ -112,7 +116,7 @@ def rope_choice(config: ExportConfig) -> tuple[str, str]:
         raise BadParameterError(
             f"--rope-lowering {lowering!r} is not one of: {', '.join(ROPE_LOWERINGS)}"
         )
-    if lowering != "onnx" and graph != "apply":
+    if lowering != "onnx" and not graph.startswith("apply"):
         raise BadParameterError(
             f"--rope-lowering {lowering} lowers the rotation: add --rope-graph apply"
         )
@@ -135,22 +139,66 @@ def rope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
     if graph == "cache":
         return _cache_model(config, module, manifest)
     layout, r = module.layout, module.rotary_dim
-    g = Graph(f"edgepe_rope_apply_{lowering}")
+    four = graph == "apply-4d"
+    g = Graph(f"edgepe_rope_{graph.replace('-', '_')}_{lowering}")
     # the fused ops and the half layout take the R/2 rotated slots; interleaved ONNX ops all d/2
     sin, cos = _sin_cos(g, module, None if (lowering, layout) == ("onnx", "interleaved")
-                        else r // 2)
+                        else r // 2)  # [N, k], or [B, S, k] from positions [B, S]
+    interleaved = int(layout == "interleaved")
     if lowering == "onnx":
-        y = (_onnx_rotary if layout == "interleaved" else _onnx_rotary_half)(g, d, sin, cos, r)
+        if four:  # [B, S, k] -> [B, 1, S, k]: the same rotation for every head
+            one = g.const([1], np.int64, name="heads_axis")
+            sin, cos = g.op("Unsqueeze", sin, one), g.op("Unsqueeze", cos, one)
+        y = (_onnx_rotary if interleaved else _onnx_rotary_half)(g, d, sin, cos, r)
+    elif four:
+        y = {"ort": _ort_rotary_4d, "rotary23": _standard_rotary_4d}[lowering](
+            g, d, sin, cos, r, interleaved)
     else:
         rotate = {"ort": _ort_rotary, "rotary23": _standard_rotary}[lowering]
-        y = rotate(g, d, sin, cos, r, int(layout == "interleaved"))
+        y = rotate(g, d, sin, cos, r, interleaved)
     g.finish(y, config.dtype, name=Y)
-    shape = ["B", "N", d]
+    shape = ["B", "H", "S", d] if four else ["B", "N", d]
     x_in = output(X, "float32", shape)
+    p_in = (helper.make_tensor_value_info(POSITIONS, TensorProto.INT64, ["B", "S"]) if four
+            else positions_input(None))
     extra = {MS_DOMAIN: 1} if lowering == "ort" else None
-    return make_model(g.nodes, [x_in, positions_input(None)], [output(Y, config.dtype, shape)],
+    return make_model(g.nodes, [x_in, p_in], [output(Y, config.dtype, shape)],
                       g.initializers, config.opset, {**manifest, "shape": shape}, g.name,
                       extra_opsets=extra)
+
+
+def _ort_rotary_4d(g: Graph, d: int, sin: str, cos: str, r: int, interleaved: int) -> str:
+    """``com.microsoft.RotaryEmbedding`` on ``x [B, H, S, d]`` with per-row positions.
+
+    The kernel reads cache row ``position_ids[b, s]`` and does not bounds-check it (see
+    ``_ort_rotary``), so the caches are the cos/sin of exactly the requested positions,
+    flattened to ``[B S, R/2]``, and the ids are ``b S + s``: every id lies inside the cache.
+    The heads are folded into the batch (``[B H, 1, S, d]``, ids repeated per head) because the
+    CPU kernel needs a fixed ``num_heads`` attribute with ``rotary_embedding_dim``, and the
+    artifact does not fix ``H``; the reshapes are views.
+    """
+    flat = g.const([-1, r // 2], np.int64, name="cache_shape")
+    caches = [g.op("Reshape", c, flat) for c in (cos, sin)]
+    ids = g.op("Range", g.const(0, np.int64, name="id_start"), g.op("Size", POSITIONS),
+               g.const(1, np.int64, name="id_step"))
+    ids = g.op("Reshape", ids, g.op("Shape", POSITIONS))  # [B, S]: b S + s
+    ids = g.op("Expand", g.op("Unsqueeze", ids, g.const([1], np.int64, name="heads_axis")),
+               g.op("Shape", X, end=3))  # [B, H, S]
+    rows = g.op("Concat", g.const([-1], np.int64, name="fold"),
+                g.op("Shape", POSITIONS, start=1), axis=0)
+    ids = g.op("Reshape", ids, rows)  # [B H, S]
+    folded = g.op("Reshape", X, g.const([-1, 1, 0, 0], np.int64, name="one_head"))
+    partial = {"rotary_embedding_dim": r} if r < d else {}
+    y = g.op("RotaryEmbedding", folded, ids, *caches, domain=MS_DOMAIN, interleaved=interleaved,
+             num_heads=1, **partial)
+    return g.op("Reshape", y, g.op("Shape", X))
+
+
+def _standard_rotary_4d(g: Graph, d: int, sin: str, cos: str, r: int, interleaved: int) -> str:
+    """ONNX opset 23 ``RotaryEmbedding`` on ``x [B, H, S, d]`` without ``position_ids``: the op
+    takes caches ``[B, S, R/2]`` then, the cos/sin of ``positions [B, S]`` as computed."""
+    partial = {"rotary_embedding_dim": r} if r < d else {}
+    return g.op("RotaryEmbedding", X, cos, sin, interleaved=interleaved, **partial)
 
 
 def _cache_model(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
@@ -179,13 +227,13 @@ def _onnx_rotary_half(g: Graph, d: int, sin: str, cos: str, r: int) -> str:
     """``x`` with pairs ``(x_i, x_{i+R/2})``, ``i < R/2``, rotated and ``x_R ..`` copied, op for
     op as ``Rope.apply`` in the half layout (Hugging Face's ``rotate_half``)."""
     last = g.const([-1], np.int64)
-    bounds = [g.const([v], np.int64) for v in (0, r // 2, r, d)]
-    first = g.op("Slice", X, bounds[0], bounds[1], last)
-    second = g.op("Slice", X, bounds[1], bounds[2], last)
+    start, middle, end = (g.const([v], np.int64) for v in (0, r // 2, r))
+    first = g.op("Slice", X, start, middle, last)
+    second = g.op("Slice", X, middle, end, last)
     parts = [g.op("Sub", g.op("Mul", first, cos), g.op("Mul", second, sin)),
              g.op("Add", g.op("Mul", first, sin), g.op("Mul", second, cos))]
     if r < d:
-        parts.append(g.op("Slice", X, bounds[2], bounds[3], last))
+        parts.append(g.op("Slice", X, end, g.const([d], np.int64), last))
     return g.op("Concat", *parts, axis=-1)
 
 
