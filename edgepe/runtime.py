@@ -368,7 +368,8 @@ class Runtime:
 
         - ``pe``: ``x [..., S, D] + encode(positions)`` (cast to ``x``'s dtype), as the demo's
           forward adds it;
-        - ``rope``: ``x [..., S, d]`` with pair ``(2i, 2i + 1)`` rotated by ``theta_i``;
+        - ``rope``: ``x [..., S, d]`` rotated in the manifest's ``params.layout`` (pairs
+          ``(2i, 2i + 1)``, or ``(i, i + R/2)`` of the first ``rotary_dim`` dimensions);
         - ``bias``: ``x`` are attention scores ``[..., H, N, M]``: queries at
           ``offset .. offset + N - 1``, keys at ``0 .. M - 1``.
 
