@@ -98,18 +98,17 @@ def float_columns(g, x: str, shifts: np.ndarray, wrap: np.ndarray, gray: bool) -
     down = g.op("Floor", g.op("Mul", xf, g.const(np.ldexp(1.0, -wrap), np.float32, "inv_modulus")))
     r = g.op("Sub", xf, g.op("Mul", down, g.const(np.ldexp(1.0, wrap), np.float32, "modulus_f")))
     capped = np.minimum(shifts, wrap)
+    two = g.const(2.0, np.float32, "bit_two")
 
     def floor_div(k: np.ndarray, stem: str) -> str:
         return g.op("Floor", g.op("Mul", r, g.const(np.ldexp(1.0, -k), np.float32, stem)))
 
-    def bit(k: np.ndarray, stem: str) -> str:
-        # floor(r/2^k) - 2 floor(r/2^(k+1)); columns at the width give 0 - 0.
-        lo = floor_div(k, f"{stem}_scale")
-        hi = floor_div(np.minimum(k + 1, wrap), f"{stem}_scale_next")
-        return g.op("Sub", lo, g.op("Mul", hi, g.const(2.0, np.float32, f"{stem}_two")))
-
-    b = bit(capped, "bit")
+    # b_k = floor(r/2^k) - 2 floor(r/2^(k+1)); columns at the width give 0 - 0.
+    lo = floor_div(capped, "scale")
+    hi = floor_div(np.minimum(capped + 1, wrap), "scale_next")
+    b = g.op("Sub", lo, g.op("Mul", hi, two))
     if gray:
-        # b_k xor b_(k+1) = |b_k - b_(k+1)| for 0/1 values
-        b = g.op("Abs", g.op("Sub", b, bit(np.minimum(capped + 1, wrap), "bit_next")))
+        # b_k xor b_(k+1) = |b_k - b_(k+1)| for 0/1 values, b_(k+1) from the floor above
+        top = floor_div(np.minimum(capped + 2, wrap), "scale_next2")
+        b = g.op("Abs", g.op("Sub", b, g.op("Sub", hi, g.op("Mul", top, two))))
     return b
