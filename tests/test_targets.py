@@ -134,6 +134,17 @@ def test_rules_uint64_initializers_opset_and_negative_gather_indices():
     assert not refused and "negative constant indices" in "; ".join(refused.blocking)
 
 
+def test_the_documented_support_table_is_the_profiles():
+    """docs/readme/targets.md's op x target table is rendered from the profiles, not kept apart."""
+    from pathlib import Path
+
+    from edgepe.targets import support_markdown
+
+    doc = (Path(__file__).resolve().parent.parent / "docs/readme/targets.md").read_text()
+    table = doc.split("<!-- support-table -->\n")[1].split("\n<!-- /support-table -->")[0]
+    assert table == support_markdown()
+
+
 def test_profiles_cite_their_source_and_name_a_known_target():
     for name, p in PROFILES.items():
         assert p.name == name and p.source and p.ops and p.opsets[0] <= p.opsets[1]

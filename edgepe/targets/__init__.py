@@ -130,3 +130,29 @@ def for_export(config, target: str, lowering_given: bool):
     raise BadParameterError(f"target {prof.name} ({prof.runtime}) cannot run scheme "
                             f"'{config.scheme.scheme}' --mode {config.mode}: {' | '.join(why)}; "
                             f"{hint}")
+
+
+# Short dtype names for the support table in docs/readme/targets.md.
+_SHORT = {"float32": "f32", "float16": "f16", "float64": "f64", "bool": "bool", "int8": "i8",
+          "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
+          "uint32": "u32", "uint64": "u64"}
+
+
+def support_markdown() -> str:
+    """The op x target table of docs/readme/targets.md, rendered from ``PROFILES`` (a test keeps
+    the document equal to it): each cell the dtypes the target runs the op on, ``-`` for none."""
+    ops = sorted({op for p in PROFILES.values() for op in p.ops})
+    names = list(PROFILES)
+    lines = ["| op | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for op in ops:
+        cells = []
+        for name in names:
+            dtypes = PROFILES[name].ops.get(op)
+            cells.append(" ".join(_SHORT[d] for d in sorted(dtypes, key=list(_SHORT).index))
+                         if dtypes else "-")
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    lines.append("| *opsets* | " + " | ".join(f"{p.opsets[0]}-{p.opsets[1]}"
+                                            for p in PROFILES.values()) + " |")
+    lines.append("| *Gather indices* | " + " | ".join(
+        " ".join(_SHORT[d] for d in sorted(p.index_dtypes)) for p in PROFILES.values()) + " |")
+    return "\n".join(lines)
