@@ -145,3 +145,14 @@ def test_float_lowering_sweeps_every_position_in_plus_minus_2_24(scheme):
             want_of = want_of ^ (want_of >> 1)
         got = session.run(None, {"positions": pos})[0]
         np.testing.assert_array_equal(got, _bits(want_of, 24, 24), err_msg=f"chunk {start}")
+
+
+@pytest.mark.parametrize("lowering", NEW)
+@pytest.mark.parametrize("scheme", ["binary", "fourier-binary"])
+def test_int8_projection_graphs_take_the_new_lowerings_bit_for_bit(scheme, lowering):
+    """The int8 projection reads the same 0/1 bits whatever the lowering: outputs identical to
+    the bitwise int8 graph's over every position the lowering accepts."""
+    base_config, _, base = graph(scheme, 300, quantize="int8")
+    _, _, model = graph(scheme, 300, quantize="int8", lowering=lowering)
+    feeds = _within(feeds_for(base_config), LOWERING_LIMITS[lowering])
+    np.testing.assert_array_equal(run_ort(model, feeds), run_ort(base, feeds))
