@@ -107,8 +107,10 @@ def _print_target(console, path: Path, target: str) -> None:
     from edgepe.targets import check_file
 
     report = check_file(path, target)
-    nodes = Table(title=f"target {report.profile.name}: {report.profile.source}",
-                  title_justify="left")
+    p = report.profile
+    how = (f"executed by edgepe's tests on {p.executed}" if p.executed
+           else "checked against the published table only (no such runtime on edgepe's CI)")
+    nodes = Table(title=f"target {p.name}: {how}; source: {p.source}", title_justify="left")
     for column in ("node", "op", "", "why"):
         nodes.add_column(column)
     for n in report.nodes:
