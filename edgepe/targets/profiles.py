@@ -72,7 +72,7 @@ ORT_CPU = Profile(
     ops=_ops(
         Abs=NUMERIC - {"float16"}, Add=NUMERIC - {"float16"}, Sub=NUMERIC - {"float16"},
         Mul=NUMERIC - {"float16"}, Div=NUMERIC - {"float16"}, Mod=NUMERIC,
-        Neg=frozenset({"float32", "float64", "int8", "int32", "int64"}),
+        Neg=frozenset({"float32", "float64", "int8", "int16", "int32", "int64"}),
         BitShift=frozenset({"uint8", "uint32", "uint64"}),
         BitwiseAnd=INTS, BitwiseOr=INTS, BitwiseXor=INTS, BitwiseNot=INTS,
         Cast=ALL, Clip=NUMERIC - {"int16", "uint16"}, Concat=ALL, Expand=ALL, Gather=ALL,
@@ -90,7 +90,9 @@ ORT_CPU = Profile(
 )
 
 # onnxruntime CUDAExecutionProvider: the same table's CUDA section. No BitShift or Bitwise*
-# kernel at all (DESIGN.md: those nodes fall back to the CPU, with copies).
+# kernel at all (DESIGN.md: those nodes fall back to the CPU, with copies). Mod, Equal, Less and
+# Greater take float16/32/64, int32/64 and uint32/64 only (no 8- or 16-bit integers).
+CUDA_COMPARE = FLOATS | frozenset({"float64", "int32", "int64", "uint32", "uint64"})
 ORT_CUDA = Profile(
     name="ort-cuda",
     runtime="onnxruntime CUDAExecutionProvider",
@@ -98,13 +100,13 @@ ORT_CUDA = Profile(
            "1.32): no BitShift, BitwiseAnd/Or/Xor/Not kernels; MatMulInteger int8 x int8 only",
     opsets=(7, 25),
     ops=_ops(
-        Abs=NUMERIC, Add=NUMERIC, Sub=NUMERIC, Mul=NUMERIC, Div=NUMERIC, Mod=NUMERIC,
+        Abs=NUMERIC, Add=NUMERIC, Sub=NUMERIC, Mul=NUMERIC, Div=NUMERIC, Mod=CUDA_COMPARE,
         Neg=frozenset({"float32", "float64", "float16", "int8", "int16", "int32", "int64"}),
         Cast=ALL, Clip=FLOATS | frozenset({"float64", "int8", "uint8", "int64", "uint64"}),
         Concat=ALL, Expand=ALL, Gather=ALL, Reshape=ALL, Transpose=ALL, Unsqueeze=ALL,
         Squeeze=ALL, Slice=ALL, Split=ALL, Identity=ALL,
         Where=frozenset({"uint8", "int32", "int64", "float32", "float64", "float16", "bool"}),
-        Equal=ALL, Less=NUMERIC | BOOL, Greater=NUMERIC | BOOL,
+        Equal=CUDA_COMPARE | BOOL, Less=CUDA_COMPARE | BOOL, Greater=CUDA_COMPARE | BOOL,
         Floor=FLOATS | {"float64"}, Sin=FLOATS | {"float64"}, Cos=FLOATS | {"float64"},
         Gemm=FLOATS | {"float64"}, MatMul=FLOATS | {"float64"},
         MatMulInteger=frozenset({"int8", "int32"}),
