@@ -10,11 +10,11 @@ and dislike int64 (TensorRT, QNN, CoreML, NNAPI: docs/readme/targets.md).
 int32: ``r = Mod(x, 2^w)`` with ``fmod=0`` (the divisor's sign: ``r`` in ``[0, 2^w)``),
 ``Div(r, 2^k)`` (``r >= 0``, so truncation is floor: ``r >> k``), ``Mod(., 2)``. The largest
 positive int32 power of two is ``2^30``, so widths up to ``MAX_ARITH32_BITS = 30``. Accepted
-positions: ``|pos| <= 2^31 - 1`` (``ARITH32_LIMIT``, the manifest's ``positions.limit``), where
-the Cast is exact on every runtime; there the int32 value IS the int64 one and the result is the
-``arith`` lowering's, bit for bit. (onnxruntime's Cast also wraps larger int64 to their low 32
-bits, which keeps ``pos mod 2^w`` for ``w <= 30``, but a runtime may saturate instead, so the
-artifact does not promise it.)
+positions: ``|pos| <= 2^31 - 1`` (``artifact.LOWERING_LIMITS``: the manifest's
+``positions.limit``), where the Cast is exact on every runtime; there the int32 value IS the
+int64 one and the result is the ``arith`` lowering's, bit for bit. (onnxruntime's Cast also
+wraps larger int64 to their low 32 bits, which keeps ``pos mod 2^w`` for ``w <= 30``, but a
+runtime may saturate instead, so the artifact does not promise it.)
 
 ``float`` (Floor/Mul/Sub in float32). ``x = Cast(int64 -> float32)``; then, with every
 multiplier a power of two::
@@ -22,11 +22,11 @@ multiplier a power of two::
     r = x - Floor(x * 2^-w) * 2^w            # pos mod 2^w, in [0, 2^w)
     b_k = Floor(r * 2^-k) - 2 Floor(r * 2^-(k+1))
 
-Exact for ``|pos| <= 2^24`` and ``w <= 24`` (``FLOAT_LIMIT``, ``MAX_FLOAT_BITS``); the proof:
+Exact for ``|pos| <= 2^24`` and ``w <= 24`` (``LOWERING_LIMITS``, ``MAX_FLOAT_BITS``); the proof:
 
 1. every integer of magnitude ``<= 2^24`` is a float32, so the Cast is exact;
-2. multiplying by ``2^-m`` (``m <= 24 + 1``) only changes the exponent: the results are
-   ``>= 2^-25`` in magnitude when nonzero, far above float32's smallest normal ``2^-126``, so
+2. multiplying by ``2^-m`` (``m <= w + 2 <= 26``) only changes the exponent: the results are
+   ``>= 2^-26`` in magnitude when nonzero, far above float32's smallest normal ``2^-126``, so
    they are exact, and ``Floor`` of an exact value is exact;
 3. ``q = Floor(x 2^-w)`` is an integer with ``|q| <= 2^(24-w) + 1 <= 2^24``, a float32, and
    ``q 2^w`` only scales it by a power of two: exact;
@@ -38,7 +38,7 @@ Exact for ``|pos| <= 2^24`` and ``w <= 24`` (``FLOAT_LIMIT``, ``MAX_FLOAT_BITS``
 
 Columns past the width read shift ``w`` (``r < 2^w`` makes both floors 0). Gray bit ``k`` is
 ``|b_k - b_(k+1)|`` (b xor b', exact for 0/1): not the ``arith`` lowering's parity of
-``f_k + f_(k+1)``, whose sum can pass ``2^24`` and round. Widths past 24 and ``max_len > 2^24``
+``f_k + f_(k+1)``, whose sum can pass ``2^24`` and round. Widths past 24 (``max_len >= 2^24``)
 are refused (``BadParameterError``); positions past ``2^24`` are outside the manifest's
 ``positions.limit`` (``edgepe.load`` refuses them; the verifier probes up to it).
 tests/test_lowerings.py sweeps every position in ``[-2^24, 2^24]``.
@@ -50,14 +50,11 @@ import numpy as np
 from onnx import TensorProto
 
 from edgepe.errors import BadParameterError
-from edgepe.export.artifact import LOWERING_LIMITS
 
 # Largest power of two an int32 Div/Mod divisor can be with its sign bit clear.
 MAX_ARITH32_BITS = 30
-ARITH32_LIMIT = LOWERING_LIMITS["arith32"]
 # float32 holds every integer up to 2^24 exactly.
 MAX_FLOAT_BITS = 24
-FLOAT_LIMIT = LOWERING_LIMITS["float"]
 MAX_BITS = {"arith32": MAX_ARITH32_BITS, "float": MAX_FLOAT_BITS}
 
 
