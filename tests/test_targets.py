@@ -151,3 +151,17 @@ def test_profiles_cite_their_source_and_name_a_known_target():
     assert profile("QNN") is PROFILES["qnn"]
     with pytest.raises(BadParameterError, match="known"):
         profile("edge-tpu")
+
+
+def test_refusal_as_a_real_process_is_one_error_line_exit_2_nothing_written(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "a.onnx"
+    done = subprocess.run([sys.executable, "-m", "edgepe", "export", "--scheme", "alibi",
+                           "--max-len", "64", "--target", "qnn", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: target qnn"), done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
