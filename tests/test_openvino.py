@@ -20,9 +20,15 @@ from edgepe.targets import for_export
 
 pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'edgepe[openvino]'")
 
+from edgepe.export.graphs import COMPUTE  # noqa: E402
+from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES  # noqa: E402
 from edgepe.verify.runtimes import OpenVinoRuntime  # noqa: E402
 
-CASES = [(s, m) for s in scheme_ids() for m in resolve(s, 64).spec.modes]
+# Every scheme x mode in float32; the bit family's compute graphs (the float lowering) also in
+# float16, and in uint8 where the outputs are 0/1.
+CASES = [(s, m, "float32") for s in scheme_ids() for m in resolve(s, 64).spec.modes]
+CASES += [(s, "compute", d) for s, (family, _) in COMPUTE.items() if family == "bits"
+          for d in ("float16", *(("uint8",) if s in BIT_OUTPUT_SCHEMES else ()))]
 
 
 def _write(tmp_path, model: bytes):
@@ -31,10 +37,11 @@ def _write(tmp_path, model: bytes):
     return path
 
 
-@pytest.mark.parametrize("scheme,mode", CASES, ids=[f"{s}-{m}" for s, m in CASES])
-def test_parity_grid_on_openvino_for_what_its_profile_accepts(tmp_path, scheme, mode):
+@pytest.mark.parametrize("scheme,mode,dtype", CASES, ids=["-".join(c) for c in CASES])
+def test_parity_grid_on_openvino_for_what_its_profile_accepts(tmp_path, scheme, mode, dtype):
     try:
-        config, _ = for_export(api.make_config(scheme, 64, mode=mode), "openvino", False)
+        config, _ = for_export(api.make_config(scheme, 64, mode=mode, dtype=dtype), "openvino",
+                               False)
     except BadParameterError as exc:
         pytest.skip(f"the openvino profile refuses it: {exc}")
     result = export(config.with_out(tmp_path / f"{scheme}.onnx"))
