@@ -15,13 +15,13 @@ from _export_helpers import graph, reference
 from edgepe import api
 from edgepe.errors import BadParameterError
 from edgepe.export import export
+from edgepe.export.graphs import COMPUTE
+from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES
 from edgepe.schemes import resolve, scheme_ids
 from edgepe.targets import for_export
 
 pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'edgepe[openvino]'")
 
-from edgepe.export.graphs import COMPUTE  # noqa: E402
-from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES  # noqa: E402
 from edgepe.verify.runtimes import OpenVinoRuntime  # noqa: E402
 
 # Every scheme x mode in float32; the bit family's compute graphs (the float lowering) also in
