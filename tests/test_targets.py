@@ -6,6 +6,7 @@ node by node. OpenVINO's real execution is in tests/test_openvino.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -50,18 +51,26 @@ def test_export_target_writes_what_the_profile_accepts_or_names_the_blocker(sche
         assert named, message
         assert set(named) <= {s.name for s in onnx.defs.get_all_schemas()}, named
         return
-    model = onnx.load_from_string(data := _bytes(chosen))
+    model = onnx.load_from_string(_checked_bytes(scheme, mode, chosen.lowering))
     assert check(model, PROFILES[target]), report  # every node of what would be written
     assert all(node.supported for node in report.nodes)
-    # The artifact computes the reference (onnxruntime CPU runs every lowering), within the
-    # positions its lowering accepts.
-    feeds = feeds_for(chosen)
-    limit = LOWERING_LIMITS.get(chosen.lowering) if mode == "compute" else None
+
+
+@functools.cache
+def _checked_bytes(scheme: str, mode: str, lowering: str) -> bytes:
+    """The graph ``export`` writes for this choice, after checking that it computes the
+    reference on onnxruntime CPU (which runs every lowering) over the positions its lowering
+    accepts; targets that pick the same lowering share it."""
+    config = api.make_config(scheme, 64, mode=mode, lowering=lowering)
+    data = _bytes(config)
+    feeds = feeds_for(config)
+    limit = LOWERING_LIMITS.get(lowering) if mode == "compute" else None
     if limit is not None:
         pos = feeds["positions"]
         feeds["positions"] = pos[np.abs(pos).reshape(len(pos), -1).max(axis=1) <= limit]
-    module = build(chosen.scheme, seed=chosen.seed)
-    assert_parity(chosen, run_ort(data, feeds), reference(chosen, module, feeds))
+    module = build(config.scheme, seed=config.seed)
+    assert_parity(config, run_ort(data, feeds), reference(config, module, feeds))
+    return data
 
 
 @pytest.mark.parametrize("target,lowering", [("ort-cpu", "bitwise"), ("ort-cuda", "arith"),
