@@ -44,16 +44,16 @@ def check_model(model, target: str):
 
 
 def check_file(path: str | Path, target: str):
-    """Check the ONNX artifact at ``path`` (read through ``edgepe.audit.describe``'s checks)."""
-    import onnx
+    """Check the ONNX artifact at ``path``, read as ``edgepe inspect`` reads it: an artifact
+    with its manifest (``audit.describe`` refuses anything else), the graph parsed from its
+    bytes (``audit.load_onnx``: no external data, so no path the file names is opened)."""
+    from edgepe.audit import describe, load_onnx
 
-    from edgepe.audit import describe
-
-    info = describe(path)  # refuses what is not an artifact, bounded reads
+    info = describe(path)
     if info["manifest"].get("format") != "onnx":
         raise BadParameterError(f"--target checks ONNX graphs; {str(path)!r} is a "
                                 f"{info['manifest'].get('format')} artifact")
-    return check_model(onnx.load(str(path)), target)
+    return check_model(load_onnx(Path(path)), target)
 
 
 def _candidate(config, module):
