@@ -74,3 +74,24 @@ def test_the_arith_lowering_runs_every_node_on_the_gpu(tmp_path, scheme):
 def test_the_onnx_grid_on_cuda(cell, artifacts):  # noqa: F811 (the grid's fixture)
     """Every ONNX cell of the default parity grid, on the CUDA provider (same tolerances)."""
     check_cell(cell, artifacts(cell))
+
+
+@pytest.mark.parametrize("lowering", ["arith32", "float"])
+@pytest.mark.parametrize("scheme", ["gray", "binary", "binary-2d", "hierarchical"])
+def test_the_int32_and_float_lowerings_run_every_node_on_the_gpu(tmp_path, scheme, lowering):
+    """Issue 17: the lowerings for runtimes without bitwise kernels stay on the GPU as well."""
+    path = _export(tmp_path, scheme, lowering=lowering)
+    report = verify_artifact(path, providers=["cuda"], strict_placement=True)
+    assert report, str(report)
+    assert set(report.results[0].placement) == {"CUDAExecutionProvider"}
+
+
+@pytest.mark.parametrize("scheme", ["gray", "sinusoidal", "integer-norm", "alibi"])
+def test_what_export_target_ort_cuda_writes_runs_every_node_on_the_gpu(tmp_path, scheme):
+    from edgepe import api
+    from edgepe.targets import for_export
+
+    config, _ = for_export(api.make_config(scheme, 256), "ort-cuda", lowering_given=False)
+    result = export(config.with_out(tmp_path / f"{scheme}.onnx"))
+    report = verify_artifact(result.path, providers=["cuda"], strict_placement=True)
+    assert report, str(report)

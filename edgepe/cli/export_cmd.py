@@ -102,11 +102,19 @@ def command(
         "--out", metavar="PATH", help="Output file (default: under models/).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
     = False,
-    lowering: Annotated[str, typer.Option("--lowering", metavar="bitwise|arith",
-                                          rich_help_panel=PANEL_MORE,
-                                          help="Bit family: arith uses no bitwise ops "
-                                          "(GPU runtimes without bitwise kernels).")]
-    = "bitwise",
+    lowering: Annotated[str | None, typer.Option("--lowering",
+                                                 metavar="bitwise|arith|arith32|float",
+                                                 rich_help_panel=PANEL_MORE,
+                                                 help="Bit family: arith uses no bitwise ops "
+                                                 "(int64 Div/Mod), arith32 int32 Div/Mod, "
+                                                 "float Floor/Mul/Sub (|pos| <= 2^24). "
+                                                 "Default: bitwise, or what --target runs.")]
+    = None,
+    target: Annotated[str | None, typer.Option("--target", metavar="NAME",
+                                               help="Runtime the graph must run on whole "
+                                               "(ort-cpu, ort-cuda, directml, tensorrt, "
+                                               "openvino, qnn, coreml, nnapi, xnnpack): picks "
+                                               "a lowering or refuses.")] = None,
     quant_granularity: Annotated[str, typer.Option("--quant-granularity",
                                                    metavar="channel|tensor",
                                                    rich_help_panel=PANEL_MORE)] = "channel",
@@ -149,13 +157,18 @@ def command(
     config = api.make_config(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
-        lowering=lowering, checkpoint=checkpoint, seed=parse_int("--seed", seed),
+        lowering=lowering or "bitwise", checkpoint=checkpoint, seed=parse_int("--seed", seed),
         opset=parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None
                          else parse_int("--max-table-bytes", max_table_bytes)),
         out=out, extra=extra,
     )
+    if target is not None:
+        from edgepe.targets import check_file, for_export
+
+        # the first lowering whose graph the target runs whole, or exit 2 naming what blocks
+        config, _ = for_export(config, target, lowering_given=lowering is not None)
     quiet = (ctx.obj or {}).get("quiet", False)
     # A bar for large tables and the quick check, on a terminal only; short work shows nothing.
     with reporting(not quiet and sys.stderr.isatty()):
@@ -169,6 +182,14 @@ def command(
 
         if note := export_note(result.manifest):
             typer.echo(note)
+    if target is not None:
+        checked = check_file(result.path, target)  # the same check, on what was written
+        if not checked:  # for_export checked the same graph: a builder that changed under us
+            typer.echo(f"error: {checked}", err=True)
+            raise typer.Exit(2)
+        if not quiet:
+            typer.echo(f"{checked}" + (f" (--lowering {config.lowering})"
+                                       if config.mode == "compute" else ""))
     if report is not None:
         if not report:
             typer.echo(str(report), err=True)

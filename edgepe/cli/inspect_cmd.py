@@ -15,6 +15,10 @@ def _yes(flag: bool) -> str:
 def command(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="An artifact: .onnx, .npy, .bin or .h.")],
+    target: Annotated[str | None, typer.Option(
+        "--target", metavar="NAME",
+        help="Check every node against a runtime's profile (exit 1 if one is unsupported).")]
+    = None,
 ) -> None:
     """Show an artifact's ops, sizes, inputs/outputs, manifest and graph audit."""
     from rich.console import Console
@@ -92,3 +96,30 @@ def command(
     tables = ", ".join(f"{name} {dims}" for name, dims in a.tables) or "none"
     console.print(f"audit: position-indexed tables: {tables}")
     console.print(f"audit: bitwise ops: {'yes' if a.bitwise else 'none'}")
+    if target is not None:
+        _print_target(console, path, target)
+
+
+def _print_target(console, path: Path, target: str) -> None:
+    """Every node supported or not by ``target`` and why, then the one-line verdict."""
+    from rich.table import Table
+
+    from edgepe.targets import check_file
+
+    report = check_file(path, target)
+    p = report.profile
+    how = (f"executed by edgepe's tests on {p.executed}" if p.executed
+           else "checked against the published table only (no such runtime on edgepe's CI)")
+    nodes = Table(title=f"target {p.name}: {how}; source: {p.source}", title_justify="left")
+    for column in ("node", "op", "", "why"):
+        nodes.add_column(column)
+    for n in report.nodes:
+        nodes.add_row(n.name, n.op, _yes(n.supported),
+                      "" if n.supported else n.reason)
+    console.print(nodes)
+    for line in report.problems:
+        console.print(f"[red]{line}[/]")
+    console.print(("[green]" if report else "[red]") + str(report) + "[/]", markup=True)
+    if not report:
+        raise typer.Exit(1)
+

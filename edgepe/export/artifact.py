@@ -24,7 +24,10 @@ from edgepe.schemes._registry import SchemeConfig
 FORMATS = ("onnx", "npy", "bin", "c")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
-LOWERINGS = ("bitwise", "arith")
+LOWERINGS = ("bitwise", "arith", "arith32", "float")
+# |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
+# proves it): the manifest's positions.limit, which edgepe.load and verify honour.
+LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
 DEFAULT_OPSET = 18
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
@@ -128,12 +131,22 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
         "positions": {
             "arity": s.arity,
             "out_of_range": "clamp" if config.mode == "table" else spec.oob,
-            "limit": spec.position_limit,
+            "limit": position_limit(config),
         },
         "tolerance": {"rtol": spec.tolerance[0], "atol": spec.tolerance[1]},
         "inputs": config.inputs(),
     }
     return manifest
+
+
+def position_limit(config: ExportConfig) -> int | None:
+    """``|position|`` up to which the artifact is defined: the scheme's own limit, lowered to
+    what the compute graph's lowering computes exactly (``LOWERING_LIMITS``)."""
+    limits = [config.scheme.spec.position_limit]
+    if config.mode == "compute" and config.format == "onnx":
+        limits.append(LOWERING_LIMITS.get(config.lowering))
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
 
 
 def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:

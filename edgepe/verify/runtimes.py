@@ -52,6 +52,9 @@ CPU_PROVIDER = "CPUExecutionProvider"
 REF = "ref"
 FILE = "file"
 C = "c"
+# OpenVINO itself (the `openvino` package, `pip install 'edgepe[openvino]'`), not onnxruntime's
+# OpenVINO provider: the name wins over that provider's alias when the package is installed.
+OPENVINO = "openvino"
 
 
 def short_name(provider: str) -> str:
@@ -69,10 +72,17 @@ def ort_providers() -> list[str]:
     return [p for p in ort.get_available_providers() if p not in NOT_COMPUTE]
 
 
+def openvino_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
 def available(fmt: str) -> list[str]:
     """Runtime names that can run an artifact of format ``fmt``."""
     if fmt == "onnx":
-        return [short_name(p) for p in ort_providers()] + [REF]
+        ort_names = [short_name(p) for p in ort_providers() if short_name(p) != OPENVINO]
+        return ort_names + [REF] + ([OPENVINO] if openvino_installed() else [])
     if fmt == "c":
         return [C]
     return [FILE]
@@ -84,7 +94,9 @@ def default_runtimes(fmt: str, quick: bool = False) -> list[str]:
     reference evaluator). The export's quick check runs the CPU provider alone."""
     if fmt == "onnx" and quick:
         return ["cpu"]
-    return available(fmt)
+    # OpenVINO runs when asked for (--providers openvino): its profile refuses some graphs
+    # that every onnxruntime provider runs (edgepe.targets.profiles.OPENVINO).
+    return [name for name in available(fmt) if name != OPENVINO]
 
 
 def resolve_runtimes(names: list[str] | tuple[str, ...], fmt: str) -> list[str]:
@@ -96,7 +108,9 @@ def resolve_runtimes(names: list[str] | tuple[str, ...], fmt: str) -> list[str]:
         key = name.lower()
         if not key:
             continue
-        if fmt == "onnx" and key not in (REF,):
+        if key == "ov":
+            key = OPENVINO
+        if fmt == "onnx" and key not in (REF, OPENVINO):
             full = ALIASES.get(key)
             if full is None:
                 full = next(
@@ -111,6 +125,8 @@ def resolve_runtimes(names: list[str] | tuple[str, ...], fmt: str) -> list[str]:
                 f"available: {', '.join(allowed)}"
                 + (" (the CUDA and TensorRT providers come with onnxruntime-gpu: see the "
                    "README's GPU install)" if fmt == "onnx" and key in ("cuda", "trt") else "")
+                + (" (pip install 'edgepe[openvino]')" if fmt == "onnx" and key == OPENVINO
+                   else "")
             )
         if key not in resolved:
             resolved.append(key)
@@ -205,8 +221,61 @@ class RefRuntime:
             return np.asarray(self.session.run([self.output], feeds)[0])
 
 
+class OpenVinoRuntime:
+    """OpenVINO's CPU plugin running the graph through its ONNX frontend, in float32.
+
+    The CPU plugin computes float32 graphs in bfloat16 by default on CPUs with AVX512-BF16
+    (these machines: the demo graph is off by 0.0037 at L = 512, 1.24 on the issue's), as CUDA
+    defaults to TF32: ``CONFIG`` asks for f32, and the compiled model is checked to have it.
+    The graph is read from its bytes (no path from the artifact is ever opened: ONNX external
+    data cannot resolve). Placement proof, before any run: ``Core.query_model`` must map every
+    op of the converted model to the CPU device (an op the plugin cannot run would be missing:
+    nothing can fall back, as there is no second device), and no op of the compiled runtime
+    graph may run in bf16/f16. ``placement``: ``{"CPU": {layerType: count}}`` of that graph.
+    """
+
+    name = OPENVINO
+    CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+    LOW_PRECISION = ("bf16", "f16")
+
+    def __init__(self, path: Path, config: dict[str, str] | None = None) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        model = core.read_model(model=Path(path).read_bytes())
+        on_cpu = core.query_model(model, "CPU")
+        missing = [op.get_friendly_name() for op in model.get_ops()
+                   if on_cpu.get(op.get_friendly_name()) != "CPU"]
+        if missing:
+            raise RuntimeError(f"OpenVINO's CPU plugin cannot run {len(missing)} op(s): "
+                               f"{', '.join(missing[:5])}")
+        self.compiled = core.compile_model(model, "CPU", self.CONFIG if config is None
+                                           else config)
+        self.precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        layers: Counter = Counter()
+        self.low_precision: list[str] = []
+        for op in self.compiled.get_runtime_model().get_ops():
+            info = op.get_rt_info()
+            kind = info["layerType"].astype(str)
+            if kind in ("Input", "Output", "Const"):
+                continue
+            layers[kind] += 1
+            if info["runtimePrecision"].astype(str) in self.LOW_PRECISION:
+                self.low_precision.append(f"{op.get_friendly_name()} ({kind})")
+        if config is None and (self.low_precision or "float32" not in self.precision):
+            raise RuntimeError(f"OpenVINO ignored INFERENCE_PRECISION_HINT=f32 "
+                               f"({self.precision}): {', '.join(self.low_precision[:5])}")
+        self.placement = {"CPU": dict(sorted(layers.items()))}
+        self.output = self.compiled.outputs[0]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(self.compiled(feeds)[self.output])
+
+
 def open_onnx(name: str, path: Path):
     """The runtime called ``name`` (a canonical name from ``resolve_runtimes``) for a graph."""
+    if name == OPENVINO:
+        return OpenVinoRuntime(path)
     return RefRuntime(path) if name == REF else OrtRuntime(name, path)
 
 

@@ -37,6 +37,10 @@ import numpy as np
 from edgepe.errors import BadParameterError
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs._common import POSITIONS, Graph, output, positions_input
+from edgepe.export.graphs.lowerings import arith32_columns, float_columns
+
+# Lowerings whose arithmetic is int32 or float32, built in lowerings.py.
+NARROW = {"arith32": arith32_columns, "float": float_columns}
 
 # BitShift of a uint64 by 64 or more is undefined in C++ (onnxruntime shifts with ">>"): counts
 # are clamped to 63 and those columns masked to 0 instead.
@@ -45,14 +49,15 @@ MAX_SHIFT = 63
 MAX_ARITH_BITS = 62
 
 
-def _columns(g: Graph, index: np.ndarray | None) -> str:
+def _columns(g: Graph, index: np.ndarray | None, index_dtype=np.int64) -> str:
     """``[N, W]`` int64 positions, one column per output bit (``[N, 1]`` when ``index`` is None).
 
-    Multi-index schemes pick coordinate ``index[j]`` for column ``j`` (Gather on axis 1).
+    Multi-index schemes pick coordinate ``index[j]`` for column ``j`` (Gather on axis 1, with
+    ``index_dtype`` indices: int32 for the lowerings meant for runtimes that want them).
     """
     if index is None:
         return g.op("Unsqueeze", POSITIONS, g.const([-1], np.int64, "last_axis"))
-    return g.op("Gather", POSITIONS, g.const(index, np.int64, "coordinate"), axis=1)
+    return g.op("Gather", POSITIONS, g.const(index, index_dtype, "coordinate"), axis=1)
 
 
 def bit_columns(g: Graph, config: ExportConfig, x: str, shifts, wrap, gray: bool = False) -> str:
@@ -60,11 +65,13 @@ def bit_columns(g: Graph, config: ExportConfig, x: str, shifts, wrap, gray: bool
 
     ``x`` is int64 ``[N, 1]`` or ``[N, W]``; ``wrap`` a bit width (scalar, or one per column);
     ``gray`` reads the Gray code ``p ^ (p >> 1)`` of ``p = x mod 2^wrap`` instead (scalar wrap).
-    Columns with ``shifts[j] >= wrap`` are 0. The result is uint64 (``bitwise``) or int64
-    (``arith``), never float.
+    Columns with ``shifts[j] >= wrap`` are 0. The result is uint64 (``bitwise``), int64
+    (``arith``), int32 (``arith32``) or float32 (``float``, exact 0/1).
     """
     shifts = np.asarray(shifts, dtype=np.int64)
     wrap = np.asarray(wrap, dtype=np.int64)
+    if config.lowering in NARROW:  # int32 or float32 arithmetic (lowerings.py)
+        return NARROW[config.lowering](g, x, shifts, wrap, gray)
     inside = (shifts < wrap).astype(np.uint64)
     if config.lowering == "bitwise":
         u = g.cast(x, "uint64")  # two's complement: the low bits of a negative int64 survive
@@ -107,7 +114,7 @@ def _bits_model(config: ExportConfig, module, manifest: dict, name: str, shifts,
     positions ``x [N, 1]``) to the float32 output.
     """
     g = Graph(name)
-    x = _columns(g, index)
+    x = _columns(g, index, np.int32 if config.lowering in NARROW else np.int64)
     b = bit_columns(g, config, x, shifts, wrap, gray)
     arity = config.scheme.arity
     width = config.scheme.d_model
@@ -119,7 +126,8 @@ def _bits_model(config: ExportConfig, module, manifest: dict, name: str, shifts,
                  g.const(lo, np.float32, "lo"))
         g.finish(y, config.dtype)
     else:
-        y = g.cast(b, "float32")  # the one cast to float
+        # the one cast to float (the float lowering's bits already are)
+        y = b if config.lowering == "float" else g.cast(b, "float32")
         g.finish(float_step(g, y, x) if float_step else y, config.dtype)
     return g.model([positions_input(arity)], [output("pe", config.dtype, ["N", width])],
                    config.opset, manifest)
