@@ -44,11 +44,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from edgepe.errors import ArtifactError, BadParameterError, did_you_mean
+
+if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays light
+    import numpy as np
 
 # protobuf refuses messages of 2 GiB and more: no ONNX file without external data is bigger.
 MODEL_BYTES_LIMIT = 2**31 - 1
@@ -371,6 +372,7 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
     first input. Raises ``BadParameterError`` for a tensor that is not there, a shape that does
     not fit, or positions that are not integers.
     """
+    import numpy as np
     import onnx
     from onnx import TensorProto, compose, helper, numpy_helper
 
@@ -587,6 +589,8 @@ def _session(model):
 
 def _pe_values(pe, max_len: int) -> np.ndarray:
     """The PE's rows at positions ``0 .. max_len - 1``, from onnxruntime."""
+    import numpy as np
+
     session = _session(pe)
     name = session.get_inputs()[0].name
     return session.run(None, {name: np.arange(max_len, dtype=np.int64)})[0]
@@ -594,6 +598,7 @@ def _pe_values(pe, max_len: int) -> np.ndarray:
 
 def table_pe(table: np.ndarray, opset: int):
     """``positions [N] int64 -> pe [N, D]``: rows of a constant float32 table (a reference)."""
+    import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(
@@ -608,6 +613,8 @@ def table_pe(table: np.ndarray, opset: int):
 
 
 def _finite(value: Any, where: str) -> float:
+    import numpy as np
+
     values = np.asarray(value if isinstance(value, list) else [value], dtype=object)
     if not values.size or not all(isinstance(v, int | float) and not isinstance(v, bool)
                                   and math.isfinite(v) and v >= 0 for v in values.ravel()):
@@ -619,6 +626,8 @@ def _finite(value: Any, where: str) -> float:
 def pe_tolerance(manifest: dict[str, Any], values: np.ndarray, quantised: bool) -> float:
     """How far the artifact's outputs may be from its float reference: the scheme's ``atol +
     rtol * max|pe|`` and, for int8 (``quantised``), the manifest's proven ``quant.bound``."""
+    import numpy as np
+
     tol = manifest.get("tolerance") or {}
     if not isinstance(tol, dict):
         raise ArtifactError(f"the artifact's manifest tolerance must be an object, got {tol!r}")
@@ -631,6 +640,8 @@ def pe_tolerance(manifest: dict[str, Any], values: np.ndarray, quantised: bool) 
 
 
 def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -> dict:
+    import numpy as np
+
     feeds = {}
     for value in session.get_inputs():
         shape = [length if d == seq_dim and d is not None else d if isinstance(d, int) else 2
@@ -669,6 +680,8 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     ``gain`` is the output's change per unit change of the PE, measured by adding random +-1e-3
     (times max|PE|) to the reference table (a linearisation, hence the factor 2).
     """
+    import numpy as np
+
     max_len = int(manifest["max_len"])
     values = _pe_values(pe, max_len)
     opset = _opset(grafted.model)
@@ -717,6 +730,8 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
 
 
 def _max_diff(a, b) -> float:
+    import numpy as np
+
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return math.inf
@@ -739,6 +754,7 @@ class Candidate:
 
 
 def _constants(graph) -> dict[str, np.ndarray]:
+
     from onnx import numpy_helper
 
     found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
@@ -750,6 +766,7 @@ def _constants(graph) -> dict[str, np.ndarray]:
 
 def _trace_length(graph, name: str, inputs: set[str], consts) -> Positions | None:
     """``arange`` of the input axis whose size ``name`` carries (Shape -> Gather/Unsqueeze...)."""
+    import numpy as np
     from onnx import helper
 
     makers = {o: n for n in graph.node for o in n.output}
@@ -781,6 +798,8 @@ def _trace_length(graph, name: str, inputs: set[str], consts) -> Positions | Non
 
 def detect(model, scheme: str) -> list[Candidate]:
     """Every PE subgraph of ``scheme`` in ``model`` (see the module doc for the pattern)."""
+    import numpy as np
+
     from edgepe.schemes._registry import n_bits
 
     if scheme not in DETECTABLE:
@@ -821,6 +840,7 @@ def detect(model, scheme: str) -> list[Candidate]:
 
 def _table_read(graph, node, axis: int, ndim: int, inputs, consts):
     """How a Slice/Gather of the table picks rows: Positions, None (unknown), False (not rows)."""
+    import numpy as np
     from onnx import helper
 
     if node.op_type == "Gather":
@@ -854,6 +874,7 @@ def build_detected(candidate: Candidate, scheme: str, **options):
     """
     import io
 
+    import numpy as np
     import torch
 
     from edgepe import api
