@@ -582,7 +582,7 @@ def _session(model):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # a failing run is reported once, by _run, in one line
     return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                 providers=["CPUExecutionProvider"])
 
@@ -712,8 +712,9 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
             feeds = _feeds(mine, length, seq if isinstance(seq, str) else None, grafted, max_len,
                            rng)
             inputs = {k: v for k, v in feeds.items() if k in wanted}
-            got = dict(zip(names, mine.run(names, feeds), strict=True))
-            want = dict(zip(names, reference.run(names, inputs), strict=True))
+            want = dict(zip(names, _run(reference, names, inputs, length, "original"),
+                            strict=True))
+            got = dict(zip(names, _run(mine, names, feeds, length, "grafted"), strict=True))
             if length == lengths[-1] and trial == 0:
                 base = dict(zip(names, table_ref.run(names, feeds), strict=True))
                 moved = dict(zip(names, perturbed.run(names, feeds), strict=True))
@@ -727,6 +728,23 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
                           + FLOAT_ULPS * float(np.spacing(np.float32(peak[name]))))
               for name in names]
     return list(lengths), checks
+
+
+def _run(session, names: list[str], feeds: dict, length: int, which: str) -> list:
+    """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
+    (e.g. a torch export that fixed the sequence length), the grafted's a failed proof."""
+    from edgepe.errors import ParityError
+
+    try:
+        return session.run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        text = str(exc).strip()
+        first = text.splitlines()[0][-300:] if text else type(exc).__name__
+        if which == "original":
+            raise BadParameterError(
+                f"the original model does not run at sequence length {length} ({first}); give "
+                "lengths it takes with --lengths, or --no-check") from None
+        raise ParityError(f"the grafted model fails at sequence length {length}: {first}") from None
 
 
 def _max_diff(a, b) -> float:
@@ -758,9 +776,11 @@ def _constants(graph) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 
     found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
+    for node in graph.node:  # in topological order, so an Identity's input is known first
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             found[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+        elif node.op_type == "Identity" and node.input[0] in found:  # torch shares equal tensors
+            found[node.output[0]] = found[node.input[0]]
     return found
 
 
@@ -822,13 +842,15 @@ def detect(model, scheme: str) -> list[Candidate]:
                 (np.arange(length)[:, None] >> np.arange(width)) & 1):
             continue
         axis = table.ndim - 2
+        # rows: (tensor, positions) of the table read by position; an export at a fixed length
+        # L reads the whole table (torch drops the no-op slice), at the default positions
+        reads = [(name, None)]
         for node in readers.get(name, []):
-            if node.input[0] != name or node.op_type not in TABLE_OPS:
-                continue
-            positions = _table_read(graph, node, axis, table.ndim, inputs, consts)
-            if positions is False:
-                continue
-            rows = node.output[0]
+            if node.input[0] == name and node.op_type in TABLE_OPS:
+                positions = _table_read(graph, node, axis, table.ndim, inputs, consts)
+                if positions is not False:
+                    reads.append((node.output[0], positions))
+        for rows, positions in reads:
             for user in readers.get(rows, []):
                 weight = consts.get(user.input[1]) if len(user.input) > 1 else None
                 if user.op_type == "MatMul" and user.input[0] == rows and weight is not None \
