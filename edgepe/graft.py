@@ -122,6 +122,7 @@ class Grafted:
     positions: Positions
     prefix: str
     add: bool
+    from_input: bool  # at was a model input: the original never had this PE inside
     new_input: bool  # positions became a new model input
     converted: bool  # the model was converted up to the PE's opset (reconcile)
     metadata_bytes: int  # the PE's record in metadata_props
@@ -529,7 +530,7 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
         first = str(exc).strip().splitlines()[0]
         raise BadParameterError(f"the grafted model does not pass onnx.checker: {first}") from None
     pe_bytes = sum(n.ByteSize() for n in nodes) + sum(t.ByteSize() for t in inits)
-    return Grafted(model, at, positions, prefix, add, new_input, converted,
+    return Grafted(model, at, positions, prefix, add, producer is None, new_input, converted,
                    model.metadata_props[-1].ByteSize(), seq_dim, removed["count"],
                    removed["bytes"], pe_bytes)
 
@@ -669,14 +670,16 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
           lengths: Sequence[int] | None = None, seed: int = 0, trials: int = 2):
     """``(lengths, [OutputCheck])``: the grafted model against the reference on onnxruntime CPU.
 
-    The reference is the original model (``add``: the original with the artifact's own rows added
-    at ``at`` as a constant table, built by this same grafting code from ``table_pe``). Inputs:
+    The reference is the original model; where it has no PE there (``add``, or ``at`` a model
+    input) it is the original with the artifact's own rows put at ``at`` as a constant table, by
+    this same grafting code from ``table_pe``: then the proof is that the graft wires the PE in
+    right, and ``edgepe verify`` is the artifact's proof against its reference. Inputs:
     ``trials`` random draws at each sequence length (default 2, ``max_len // 2`` and ``max_len``,
     so positions reach ``max_len - 1``; a static sequence axis gives its one length); a position
     input gets random positions in ``0 .. max_len - 1`` with the last one ``max_len - 1``.
 
     Tolerance of an output: ``2 * gain * eps + 64 ulp`` of its largest value. ``eps`` is the PE's
-    own (``pe_tolerance``; ``add``: its float tolerance only, as the reference uses its rows);
+    own (``pe_tolerance``; its float tolerance only when the reference uses its rows);
     ``gain`` is the output's change per unit change of the PE, measured by adding random +-1e-3
     (times max|PE|) to the reference table (a linearisation, hence the factor 2).
     """
@@ -694,14 +697,15 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     step = PROBE * max(1.0, float(np.abs(values).max(initial=0.0)))
     table_ref = with_table(values)
     perturbed = with_table(values + step * rng.choice([-1.0, 1.0], size=values.shape))
-    reference = table_ref if grafted.add else _session(original)
+    own_rows = grafted.add or grafted.from_input  # the original has no PE to compare with
+    reference = table_ref if own_rows else _session(original)
     mine = _session(grafted.model)
     seq = grafted.seq_dim
     if isinstance(seq, int) and seq > 0:
         lengths = [seq]
     elif lengths is None:
         lengths = sorted({min(2, max_len), max(1, max_len // 2), max_len})
-    eps = pe_tolerance(manifest, values, quantised=not grafted.add)
+    eps = pe_tolerance(manifest, values, quantised=not own_rows)
     names = [o.name for o in mine.get_outputs()]
     err = dict.fromkeys(names, 0.0)
     gain = dict.fromkeys(names, 0.0)
