@@ -136,8 +136,7 @@ class Grafted:
 class GraftReport:
     """What ``graft`` did; truthy unless the equivalence check failed. ``str`` is the report."""
 
-    scheme: str
-    artifact: str
+    artifact: str  # what was grafted, in words
     at: str
     positions: str
     prefix: str
@@ -151,6 +150,7 @@ class GraftReport:
     lengths: list[int] = field(default_factory=list)
     checks: list[OutputCheck] | None = None
     out: Path | None = None
+    model: Any = field(default=None, repr=False)  # the grafted onnx.ModelProto
 
     def __bool__(self) -> bool:
         return self.checks is None or all(c.passed for c in self.checks)
@@ -521,7 +521,8 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
     model.opset_import.extend(o for o in pe.opset_import if o.domain not in domains)
     model.ir_version = max(model.ir_version, pe.ir_version,
                            helper.find_min_ir_version_for(list(model.opset_import), True))
-    record = {"at": at, "positions": str(positions), "add": add, "manifest": manifest}
+    record = {"at": at, "positions": str(positions), "add": add, "sha256": manifest.get("sha256"),
+              "manifest": _slim(manifest)}
     entry = model.metadata_props.add()
     entry.key, entry.value = METADATA_KEY.format(number), json.dumps(record, sort_keys=True)
     try:
@@ -533,6 +534,21 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
     return Grafted(model, at, positions, prefix, add, producer is None, new_input, converted,
                    model.metadata_props[-1].ByteSize(), seq_dim, removed["count"],
                    removed["bytes"], pe_bytes)
+
+
+def _slim(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest as the artifact's graph stores it (without the per-channel int8 lists: the
+    model carries the scales as tensors), plus what ``--scheme`` recorded of its weights."""
+    from edgepe.export.graphs._common import embedded_manifest
+
+    if isinstance(manifest.get("quant"), dict):
+        from edgepe.quant.graphs import embedded
+
+        slim = embedded(manifest)
+    else:
+        slim = embedded_manifest(manifest)
+    return {**slim, **({"weights_from": manifest["weights_from"]}
+                       if "weights_from" in manifest else {})}
 
 
 def _remove_dead(graph, nodes: list, old_producer) -> dict[str, Any]:
@@ -961,7 +977,12 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
                 "[.., L, n_bits(L)] sliced or gathered by position, then MatMul by a constant "
                 "[n_bits, D] weight; pass --pe ARTIFACT --at TENSOR instead")
         if at is not None:
-            candidates = [c for c in candidates if c.at == at] or candidates
+            chosen = [c for c in candidates if c.at == at]
+            if not chosen:
+                raise BadParameterError(
+                    f"no '{scheme}' PE makes tensor {at!r}; found at "
+                    f"{', '.join(repr(c.at) for c in candidates)}")
+            candidates = chosen
         if len(candidates) > 1:
             raise BadParameterError(
                 f"{len(candidates)} '{scheme}' PE subgraphs found in {str(model)!r} (at "
@@ -969,19 +990,19 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
         found = candidates[0]
         pe_model, manifest = build_detected(found, scheme, **export_options)
         at, positions = found.at, positions or found.positions
-        name = f"{scheme} ({manifest['mode']}, {manifest['inputs']['quantize']}) built from " \
-               f"{found.table!r} and {found.weight_name!r}"
+        kind = "int8" if manifest["inputs"]["quantize"] == "int8" else manifest["dtype"]
+        name = f"{scheme} ({manifest['mode']}, {kind}) built from {found.table!r} and " \
+               f"{found.weight_name!r}"
     else:
         pe_model, manifest = load_pe(pe)
         name = f"{manifest['scheme']} ({manifest['mode']}) from {str(pe)!r}"
     grafted = graft_model(original, pe_model, manifest, at, positions, add)
     data = grafted.model.SerializeToString()
-    report = GraftReport(name, name, at, str(grafted.positions), grafted.prefix,
+    report = GraftReport(name, at, str(grafted.positions), grafted.prefix,
                          grafted.removed_nodes, grafted.removed_bytes, grafted.pe_bytes, size,
                          len(data), grafted.metadata_bytes,
                          f"opset {_opset(original)} -> {_opset(grafted.model)}"
-                         if grafted.converted else None)
-    report.model = grafted.model
+                         if grafted.converted else None, model=grafted.model)
     if check:
         report.lengths, report.checks = prove(original, grafted, pe_model, manifest,
                                               lengths=lengths, seed=seed)
