@@ -669,9 +669,7 @@ def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -
                 continue
             ids = rng.integers(0, max_len, size=shape)
             ids.flat[-1] = max_len - 1
-            dtype = np.dtype(value.type[len("tensor("):-1].replace("float", "float32")
-                             if value.type != "tensor(float)" else "float32")
-            feeds[value.name] = ids.astype(dtype)
+            feeds[value.name] = ids.astype(np.dtype(value.type[len("tensor("):-1]))
         elif value.type == "tensor(float)":
             feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
         elif value.type == "tensor(bool)":

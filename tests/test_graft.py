@@ -309,3 +309,28 @@ def test_bad_artifact_changed_after_export(models, float_pe, tmp_path):
         (float_pe[D].parent / (float_pe[D].name + ".json")).read_bytes())
     stderr = _bad([models["dynamo"], "--pe", tampered, "--at", "linear"], tmp_path)
     assert "sha256" in stderr
+
+
+@pytest.mark.parametrize("dtype", [onnx.TensorProto.INT64, onnx.TensorProto.INT32])
+def test_positions_from_an_existing_rank_2_input(float_pe, dtype, tmp_path):
+    """``position_ids [B, S]`` (HF style, int64 or int32): flattened for the PE, the encodings
+    shaped back to ``[B, S, D]``; the proof feeds random positions ending at max_len - 1."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", D]),
+         helper.make_tensor_value_info("position_ids", dtype, ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", D])])
+    model = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                ir_version=8), model)
+    report = edgepe.graft(model, pe=float_pe[D], at="h", add=True, out=tmp_path / "out.onnx")
+    assert report and report.positions == "position_ids", str(report)
+    ids = np.random.default_rng(3).integers(0, L, (2, 7)).astype(
+        np.int64 if dtype == onnx.TensorProto.INT64 else np.int32)
+    x = np.random.default_rng(4).standard_normal((2, 7, D)).astype(np.float32)
+    session = ort.InferenceSession(str(tmp_path / "out.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(["y"], {"x": x, "position_ids": ids})[0]
+    pe = edgepe.load(float_pe[D]).encode(ids.reshape(-1).astype(np.int64)).reshape(2, 7, D)
+    np.testing.assert_allclose(got, np.tanh(np.maximum(x, 0) + pe), rtol=0, atol=1e-6)
