@@ -507,7 +507,7 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
     all_nodes = list(graph.node)
     all_nodes[where:where] = nodes
     removed = _remove_dead(graph, all_nodes,
-                           graph.node[producer] if producer is not None and not add else None)
+                           all_nodes[producer] if producer is not None and not add else None)
     del graph.node[:]
     graph.node.extend(removed["nodes"])
     graph.initializer.extend(inits)

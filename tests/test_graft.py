@@ -67,6 +67,19 @@ class TwoPE(nn.Module):
         return self.b(self.a(x))
 
 
+class EdgepeOwn(nn.Module):
+    """edgepe's own ``binary`` reference module (the demo's class, vectorised) before the layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from edgepe.schemes import build, resolve
+
+        self.pe, self.layers = build(resolve("binary", L, d_model=D), seed=3), _layers()
+
+    def forward(self, x):
+        return self.layers(self.pe(x))
+
+
 class NoPE(nn.Module):
     """Token ids ``[B, S]`` -> embedding -> layers: a model without a PE."""
 
@@ -118,10 +131,12 @@ def models(tmp_path_factory):
     torch.save(tiny.pe.state_dict(), folder / "demo-pe.pt")
     files["two"] = _export(TwoPE().eval(), torch.randn(1, L, D), folder / "two.onnx",
                            "torchscript")
+    own = EdgepeOwn().eval()
+    files["own"] = _export(own, torch.randn(2, L, D), folder / "own.onnx", "torchscript")
     nope = NoPE().eval()
     files["nope"] = _export(nope, torch.randint(0, VOCAB, (2, L)), folder / "nope.onnx",
                             "torchscript", name="ids")
-    return {"dir": folder, "tiny": tiny, "nope_module": nope, **files}
+    return {"dir": folder, "tiny": tiny, "own_module": own, "nope_module": nope, **files}
 
 
 def _lengths(exporter: str) -> list[str]:
@@ -149,6 +164,14 @@ def test_detect_finds_the_demo_pe_and_reads_the_trained_projection(models, expor
     assert found.max_len == L
     np.testing.assert_array_equal(found.weight, weight)  # the checkpoint, read from the model
     assert (found.positions.kind, found.positions.name, found.positions.axis) == ("arange", "x", 1)
+
+
+def test_detect_finds_edgepes_own_binary_module(models, tmp_path):
+    (found,) = detect(load_model(models["own"])[0], "binary")
+    weight = models["own_module"].pe.projection.weight.detach().numpy().T
+    np.testing.assert_array_equal(found.weight, weight)
+    report = edgepe.graft(models["own"], scheme="binary", lengths=[L], out=tmp_path / "o.onnx")
+    assert report and report.saved > 0, str(report)
 
 
 @pytest.mark.parametrize("quantize", ["none", "int8"])
