@@ -357,3 +357,20 @@ def test_positions_from_an_existing_rank_2_input(float_pe, dtype, tmp_path):
     got = session.run(["y"], {"x": x, "position_ids": ids})[0]
     pe = edgepe.load(float_pe[D]).encode(ids.reshape(-1).astype(np.int64)).reshape(2, 7, D)
     np.testing.assert_allclose(got, np.tanh(np.maximum(x, 0) + pe), rtol=0, atol=1e-6)
+
+
+def test_a_pe_that_changes_the_outputs_fails_the_proof_and_writes_nothing(models, float_pe,
+                                                                           tmp_path):
+    """The proof can fail: the seeded-init artifact is not the trained projection."""
+    out = tmp_path / "wrong.onnx"
+    code, stdout, stderr = _cli("graft", models["dynamo"], "--pe", float_pe[D], "--at", "linear",
+                                "--out", out)
+    assert code == 1, (stdout, stderr)
+    assert "y: max abs err" in stdout and "MISMATCH" in stdout
+    assert stderr.strip().splitlines() == [
+        f"error: the grafted model's outputs differ from the original's beyond tolerance (y); "
+        f"{str(out)!r} was not written"]
+    assert not out.exists()
+    code, stdout, _ = _cli("graft", models["dynamo"], "--pe", float_pe[D], "--at", "linear",
+                           "--out", out, "--no-check")
+    assert code == 0 and "equivalence not checked (--no-check)" in stdout and out.exists()
