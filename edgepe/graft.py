@@ -661,7 +661,9 @@ def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -
 
     feeds = {}
     for value in session.get_inputs():
-        shape = [length if d == seq_dim and d is not None else d if isinstance(d, int) else 2
+        # the sequence axis gets the length, other free axes (batch) 2; when the sequence axis
+        # is not known by name, every free axis gets the length, so positions still reach it
+        shape = [d if isinstance(d, int) else length if seq_dim in (None, d) else 2
                  for d in value.shape]
         if value.name == grafted.positions.name and grafted.positions.kind == "input":
             if grafted.new_input:  # the original gathered 0..S-1 itself
