@@ -396,9 +396,13 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
         raise BadParameterError(f"tensor {at!r} is both a model input and output; nothing to graft")
     elem, dims = _value_type(model, at)
     d_model = int(manifest["d_model"])
-    if elem not in (None, 0, TensorProto.FLOAT):
-        raise BadParameterError(f"tensor {at!r} is {TensorProto.DataType.Name(elem).lower()}; the "
-                                "PE outputs float32")
+    made = pe.graph.output[0].type.tensor_type.elem_type
+    if elem not in (None, 0, made):
+        name = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16",
+                TensorProto.UINT8: "uint8"}
+        have = name.get(elem, TensorProto.DataType.Name(elem).lower())
+        raise BadParameterError(f"tensor {at!r} is {have}; the PE outputs {name.get(made, made)}"
+                                + (f": export it with --dtype {have}" if elem in name else ""))
     if dims is not None and (not dims or (isinstance(dims[-1], int) and dims[-1] not in
                                           (0, d_model))):
         raise BadParameterError(f"shape mismatch: tensor {at!r} has shape {dims}, the PE outputs "

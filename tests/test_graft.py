@@ -308,6 +308,16 @@ def test_bad_shape_mismatch(models, float_pe, tmp_path):
     assert "shape mismatch" in stderr and "[N, 8]" in stderr
 
 
+def test_bad_dtype_mismatch(models, tmp_path_factory, tmp_path):
+    from edgepe import api
+
+    folder = tmp_path_factory.mktemp("u8")
+    bits = api.export(api.make_config("binary-bits", L, d_model=D, dtype="uint8",
+                                      out=folder / "bits.onnx"), verify=False)[0].path
+    stderr = _bad([models["dynamo"], "--pe", bits, "--at", "linear"], tmp_path)
+    assert "tensor 'linear' is float32; the PE outputs uint8" in stderr
+
+
 def test_bad_two_candidate_subgraphs(models, tmp_path):
     stderr = _bad([models["two"], "--scheme", "binary"], tmp_path)
     assert "2 'binary' PE subgraphs found" in stderr and "--at" in stderr
