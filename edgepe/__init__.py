@@ -8,7 +8,7 @@ from __future__ import annotations
 from edgepe.errors import EdgepeError
 
 __version__ = "0.1.0"
-__all__ = ["EdgepeError", "__version__", "load"]
+__all__ = ["EdgepeError", "__version__", "graft", "load"]
 
 
 def load(path, providers=None):
@@ -16,3 +16,8 @@ def load(path, providers=None):
     from edgepe.runtime import load as _load
 
     return _load(path, providers=providers)
+
+
+# ``edgepe.graft(...)``: the function shadows its module's name here on purpose (the module stays
+# importable: ``from edgepe.graft import graft_model``); the module imports nothing heavy.
+from edgepe.graft import graft  # noqa: E402

@@ -17,9 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from edgepe.errors import CheckpointError
+from edgepe.errors import BadParameterError, CheckpointError
 from edgepe.export.artifact import (
-    DEFAULT_OPSET,
     DEFAULT_TABLE_CAP,
     ExportConfig,
     ExportResult,
@@ -41,7 +40,7 @@ def make_config(
     lowering: str = "bitwise",
     checkpoint: str | Path | None = None,
     seed: int = 0,
-    opset: int = DEFAULT_OPSET,
+    opset: int | None = None,
     c_prefix: str = "edgepe",
     c_align: int = 16,
     max_table_bytes: int = DEFAULT_TABLE_CAP,
@@ -51,13 +50,16 @@ def make_config(
     """A validated ``ExportConfig`` from user values (strings from the CLI are fine).
 
     ``mode`` defaults to the scheme's default (compute where it has one; table for npy/bin
-    files). A ``checkpoint`` must
+    files). ``opset`` (ONNX only; refused for other formats) defaults to 18, 19 for int8 graphs,
+    and is written as given or refused with the reason. A ``checkpoint`` must
     be an existing file; its sha256 goes into the config (and so into the manifest).
     """
     from edgepe.checkpoint import sha256_file
     from edgepe.schemes import resolve
 
     resolved = resolve(scheme, max_len, d_model=d_model, heads=heads, params=params)
+    if opset is not None and format != "onnx":
+        raise BadParameterError(f"--opset applies to ONNX graphs; --format {format} writes none")
     checkpoint_sha256 = None
     if checkpoint is not None:
         if not Path(checkpoint).is_file():
@@ -75,7 +77,7 @@ def make_config(
         seed=int(seed),
         checkpoint=None if checkpoint is None else str(checkpoint),
         checkpoint_sha256=checkpoint_sha256,
-        opset=int(opset),
+        opset=None if opset is None else int(opset),
         c_prefix=c_prefix,
         c_align=int(c_align),
         max_table_bytes=int(max_table_bytes),

@@ -33,8 +33,9 @@ def test_merged_graph_matches_pytorch_across_the_wrap(example, tmp_path):
     assert "BitwiseAnd" in result["pe_ops"]
     assert result["float_casts"] == 1
     merged = onnx.load(result["path"])
-    pe_nodes = [n.op_type for n in merged.graph.node if not n.name.startswith("layer/")]
-    assert not {"Sin", "Cos", "Gather"} & set(pe_nodes)
+    pe_nodes = [n.op_type for n in merged.graph.node if n.name.startswith("edgepe_pe0/")]
+    assert "BitwiseAnd" in pe_nodes and not {"Sin", "Cos", "Gather"} & set(pe_nodes)
+    assert result["graft"], str(result["graft"])  # edgepe.graft's own equivalence check
 
 
 def test_integer_prefix_sees_a_float_path(example):

@@ -118,6 +118,9 @@ app.command("plot")(plot_cmd.command)
 from edgepe.cli import verify_cmd  # noqa: E402
 
 app.command("verify")(verify_cmd.command)
+from edgepe.cli import graft_cmd  # noqa: E402
+
+app.command("graft")(graft_cmd.command)
 
 
 def main() -> None:

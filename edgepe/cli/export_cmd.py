@@ -96,8 +96,9 @@ def command(
         help="state_dict for the learned weights (weights_only load).")] = None,
     seed: Annotated[str, typer.Option(
         "--seed", metavar="N", help="Seed of the learned weights' init.")] = "0",
-    opset: Annotated[str, typer.Option(
-        "--opset", metavar="N", help="ONNX opset (>= 18 for the bitwise ops).")] = "18",
+    opset: Annotated[str | None, typer.Option(
+        "--opset", metavar="N", help="ONNX opset (default 18, the bitwise ops' first; int8: "
+        "19).")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="PATH", help="Output file (default: under models/).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
@@ -158,7 +159,7 @@ def command(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
         lowering=lowering or "bitwise", checkpoint=checkpoint, seed=parse_int("--seed", seed),
-        opset=parse_int("--opset", opset), c_prefix=c_prefix,
+        opset=None if opset is None else parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None
                          else parse_int("--max-table-bytes", max_table_bytes)),

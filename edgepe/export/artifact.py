@@ -30,6 +30,10 @@ LOWERINGS = ("bitwise", "arith", "arith32", "float")
 LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
 DEFAULT_OPSET = 18
+# int8 graphs dequantise per channel (DequantizeLinear with ``axis``), which onnx's reference
+# evaluator, a verification runtime, implements from opset 19 on (onnx 1.23: versions 19, 21, 23,
+# 25): their default opset, and the lowest they accept (issue 18: never raised silently).
+INT8_OPSET = 19
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
 TMP_MARK = ".edgepe-tmp-"
 
@@ -48,12 +52,17 @@ class ExportConfig:
     seed: int = 0
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
-    opset: int = DEFAULT_OPSET
+    opset: int | None = None  # None: DEFAULT_OPSET, or INT8_OPSET for an int8 ONNX graph
     c_prefix: str = "edgepe"
     c_align: int = 16
     max_table_bytes: int = DEFAULT_TABLE_CAP
     out: Path | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.opset is None:
+            int8_graph = self.quantize == "int8" and self.format == "onnx"
+            object.__setattr__(self, "opset", INT8_OPSET if int8_graph else DEFAULT_OPSET)
 
     def with_out(self, out: Path) -> ExportConfig:
         return replace(self, out=Path(out))

@@ -69,7 +69,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.errors import BadParameterError
-from edgepe.export.artifact import ExportConfig
+from edgepe.export.artifact import INT8_OPSET, ExportConfig
 from edgepe.export.graphs import builder
 from edgepe.export.graphs._common import (
     Graph,
@@ -77,6 +77,7 @@ from edgepe.export.graphs._common import (
     make_model,
     output,
     positions_input,
+    require_opset,
 )
 from edgepe.export.table_values import (
     BIAS_SATURATION,
@@ -102,8 +103,8 @@ from edgepe.quant.int8 import (
 # Schemes whose compute graph is ``bits @ M`` (M the module's buffer): int8 MatMulInteger.
 PROJECTIONS = {"binary": "projection", "fourier-binary": "basis"}
 # QuantizeLinear/DequantizeLinear take ``axis`` from opset 13, but onnx's reference evaluator
-# (a verification runtime) implements them from 19 on: int8 graphs are written at opset >= 19.
-QDQ_OPSET = 19
+# (a verification runtime) implements them from 19 on: int8 graphs need --opset 19 or later.
+QDQ_OPSET = INT8_OPSET
 # Outputs within +-1 at every position (see ``_output_range``).
 UNIT_RANGE = ("sinusoidal", "rope")
 # What a Cast node and its output name cost in a graph (48 + 8 bytes, measured): float16 scales
@@ -122,6 +123,8 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
     and ``--dtype`` other than float32 (``check_quantizable``).
     """
     check_quantizable(config)
+    require_opset(config.opset, QDQ_OPSET, "--quantize int8 (DequantizeLinear per channel, "
+                  "which onnx's reference evaluator implements from opset 19)")
     if config.extra.get("rope_graph", "encode") != "encode":
         raise BadParameterError(
             "--quantize int8 applies to rope's encode graph (cos/sin) and tables; the apply "
@@ -152,9 +155,8 @@ def _float_model(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx
 def _rebuild(config: ExportConfig, float_model: onnx.ModelProto, nodes, initializers,
              manifest: dict[str, Any]) -> onnx.ModelProto:
     graph = float_model.graph
-    opset = max(config.opset, QDQ_OPSET)
-    return make_model(nodes, graph.input, graph.output, initializers, opset, embedded(manifest),
-                      f"{graph.name}_int8")
+    return make_model(nodes, graph.input, graph.output, initializers, config.opset,
+                      embedded(manifest), f"{graph.name}_int8")
 
 
 def embedded(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -342,7 +344,7 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         bytes_of="projection weights",
     )
     return make_model(g.nodes, [positions_input(None)], [output("pe", "float32", ["N", s.d_model])],
-                      g.initializers, max(config.opset, QDQ_OPSET), embedded(manifest), g.name)
+                      g.initializers, config.opset, embedded(manifest), g.name)
 
 
 def _weight(config: ExportConfig, module) -> np.ndarray:

@@ -1,0 +1,89 @@
+"""``edgepe graft MODEL.onnx``: put a PE inside a user's ONNX model and prove the model unchanged.
+
+    edgepe graft model.onnx --pe models/binary-compute-L512-d64.onnx --at TENSOR --out out.onnx
+    edgepe graft model.onnx --scheme binary [--quantize int8 ...] --out out.onnx
+
+``edgepe.graft.graft`` does the work (its module doc says how); this prints its report. Exit 0
+when the grafted model's outputs match the original's within tolerance (then ``--out`` is
+written), 1 when they do not (nothing written), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+PANEL_SCHEME = "With --scheme (export options)"
+
+
+def _lengths(raw: str | None) -> list[int] | None:
+    from edgepe.errors import BadParameterError
+
+    if raw is None:
+        return None
+    try:
+        values = [int(part) for part in raw.split(",")]
+    except ValueError:
+        raise BadParameterError(
+            f"--lengths must be comma-separated integers, got {raw!r}") from None
+    if not values or min(values) < 1:
+        raise BadParameterError(f"--lengths must be positive, got {raw!r}")
+    return values
+
+
+def command(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Argument(metavar="MODEL.onnx", help="The model to graft into.")],
+    out: Annotated[Path, typer.Option("--out", metavar="OUT.onnx", help="The grafted model.")],
+    pe: Annotated[Path | None, typer.Option(
+        "--pe", metavar="ARTIFACT", help="An edgepe ONNX artifact (from 'edgepe export').")] = None,
+    at: Annotated[str | None, typer.Option(
+        "--at", metavar="TENSOR", help="The tensor the PE replaces (with --add: is added to).")]
+    = None,
+    positions: Annotated[str | None, typer.Option(
+        "--positions", metavar="INPUT|arange:INPUT[:AXIS]",
+        help="A model input (a new int64 [S] one if absent), or 0..S-1 from an input's axis "
+        "(default: position_ids/positions if present, else arange of the first input).")] = None,
+    add: Annotated[bool, typer.Option(
+        "--add", help="Add the PE to --at (a model without a PE) instead of replacing it.")]
+    = False,
+    scheme: Annotated[str | None, typer.Option(
+        "--scheme", metavar="ID", help="Find this scheme's PE in the model (binary) and graft "
+        "edgepe's artifact for it.")] = None,
+    no_check: Annotated[bool, typer.Option(
+        "--no-check", help="Skip the equivalence check on onnxruntime.")] = False,
+    lengths: Annotated[str | None, typer.Option(
+        "--lengths", metavar="S,...", help="Sequence lengths the check runs (default 2, "
+        "max_len/2, max_len).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
+                                             rich_help_panel=PANEL_SCHEME)] = None,
+    quantize: Annotated[str | None, typer.Option("--quantize", metavar="none|int8",
+                                                 rich_help_panel=PANEL_SCHEME)] = None,
+    quant_granularity: Annotated[str | None, typer.Option(
+        "--quant-granularity", metavar="channel|tensor", rich_help_panel=PANEL_SCHEME)] = None,
+    lowering: Annotated[str | None, typer.Option("--lowering", metavar="bitwise|arith",
+                                                 rich_help_panel=PANEL_SCHEME)] = None,
+    opset: Annotated[str | None, typer.Option("--opset", metavar="N",
+                                              rich_help_panel=PANEL_SCHEME)] = None,
+) -> None:
+    """Put a PE inside your ONNX model and prove the model's outputs unchanged."""
+    from edgepe.cli.export_cmd import parse_int
+    from edgepe.errors import ParityError
+    from edgepe.graft import graft
+
+    options = {"mode": mode, "quantize": quantize, "quant_granularity": quant_granularity,
+               "lowering": lowering,
+               "opset": None if opset is None else parse_int("--opset", opset)}
+    report = graft(model, pe=pe, at=at, positions=positions, out=out, scheme=scheme, add=add,
+                   check=not no_check, force=force, lengths=_lengths(lengths),
+                   **{k: v for k, v in options.items() if v is not None})
+    if not (ctx.obj or {}).get("quiet", False) or not report:
+        for line in report.lines():
+            typer.echo(line)
+    if not report:
+        failed = ", ".join(c.name for c in report.checks if not c.passed)
+        raise ParityError(f"the grafted model's outputs differ from the original's beyond "
+                          f"tolerance ({failed}); {str(out)!r} was not written")
