@@ -27,6 +27,18 @@ from edgepe.export.artifact import (
 )
 
 
+def default_mode(scheme: str, scheme_default: str, format: str) -> str:
+    """``--mode`` when none is given: npy/bin files hold tables; a C header computes where a C
+    function exists, else holds the table (issue 21); ONNX takes the scheme's default."""
+    if format in ("npy", "bin"):
+        return "table"
+    if format == "c":
+        from edgepe.export.c_header import default_mode as c_default
+
+        return c_default(scheme) if scheme_default == "compute" else "table"
+    return scheme_default
+
+
 def make_config(
     scheme: str,
     max_len: int,
@@ -51,7 +63,7 @@ def make_config(
     """A validated ``ExportConfig`` from user values (strings from the CLI are fine).
 
     ``mode`` defaults to the scheme's default (compute where it has one; table for npy/bin
-    files). A ``checkpoint`` must
+    files, and for C headers of schemes with no C function: ``default_mode``). A ``checkpoint`` must
     be an existing file; its sha256 goes into the config (and so into the manifest).
     """
     from edgepe.checkpoint import sha256_file
@@ -65,8 +77,7 @@ def make_config(
         checkpoint_sha256 = sha256_file(checkpoint)
     config = ExportConfig(
         scheme=resolved,
-        # npy/bin files hold tables: their only mode, so the default too.
-        mode=mode or ("table" if format in ("npy", "bin") else resolved.spec.default_mode),
+        mode=mode or default_mode(resolved.scheme, resolved.spec.default_mode, format),
         format=format,
         dtype=dtype,
         quantize=quantize,

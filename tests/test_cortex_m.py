@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_c_header import check_int8_projection, probe_positions
+from test_c_header import bias_reference, check_int8_projection, probe_positions
 
 from edgepe.errors import PositionError
 from edgepe.export import ExportConfig, export
@@ -58,7 +58,8 @@ def variants() -> dict[str, tuple]:
 VARIANTS = variants()
 # Cortex-M3 (no FPU): the table paths of each stored dtype and the int8 paths.
 M3 = ["binary-table-float32", "binary-table-int8", "sinusoidal-table-int8", "gray-table-bit",
-      "binary-bits-table-uint8", "binary-compute-int8", "binary-compute"]
+      "binary-bits-table-uint8", "binary-compute-int8", "binary-compute", "sinusoidal-compute",
+      "alibi-compute"]
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +94,13 @@ def check_on_board(exported, key, board):
         assert run.values.dtype == expected.dtype or config.quantize == "none"
         np.testing.assert_array_equal(run.values, expected.astype(run.values.dtype))
         return run
-    pos = probe_positions(cfg.max_len)
     limit = manifest["positions"]["limit"]
+    if cfg.spec.kind == "bias":  # f(t, u) over (query, key) pairs: alibi, exact
+        pairs, ref = bias_reference(module, cfg.max_len, limit)
+        run = run_header(path.read_bytes(), manifest, pairs, board)
+        np.testing.assert_array_equal(run.values, ref)
+        return run
+    pos = probe_positions(cfg.max_len)
     if limit is not None:  # the linear part is defined up to 2^24
         inside = (pos >= -limit) & (pos <= limit)
         pos = np.concatenate([pos[inside], [limit, -limit, limit - 1]])

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.errors import EdgepeError, ParityError, PositionError
-from edgepe.verify.c_runner import COMPILE_FLAGS, CompileError
+from edgepe.verify.c_runner import COMPILE_FLAGS, CompileError, call, out_width, record_arity
 
 INSTALL = (
     "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm (Debian/Ubuntu)"
@@ -153,6 +153,11 @@ SECTIONS {{
 """
 
 
+def _record(manifest: Mapping[str, Any]) -> int:
+    """int64 values a compute record holds (1, the arity, or 2 for a bias function's (t, u))."""
+    return record_arity(manifest) or 1
+
+
 def _pe_source(manifest: Mapping[str, Any]) -> tuple[str, str]:
     """``(pe.c, pe.h)``: the object that holds the encoding, and its declarations.
 
@@ -163,10 +168,9 @@ def _pe_source(manifest: Mapping[str, Any]) -> tuple[str, str]:
     """
     macro = manifest["macro_prefix"]
     if manifest["mode"] == "compute":
-        arity = (manifest.get("positions") or {}).get("arity")
-        ptype = f"const int64_t p[{arity}]" if arity else "int64_t p"
-        width = f"{macro}_D"
-        row = f"    {manifest['function']}(p, out);\n"
+        # Every compute function takes its record as int64 p[k] here (k = 1 for one position).
+        ptype = f"const int64_t p[{_record(manifest)}]"
+        row = f"    {call(manifest, 'p')}\n"
         raw = "    pe_row(p, (float *)out);\n"
     else:
         ptype = "uint32_t p"
@@ -208,23 +212,21 @@ def _main_source(manifest: Mapping[str, Any], positions: np.ndarray, timed: int,
     """The program: calibrate, time ``pe_row`` over ``0 .. timed-1``, then print every probe's
     raw row as hex (``value_bytes`` bytes a value, ``width`` values a row)."""
     compute = manifest["mode"] == "compute"
-    arity = (manifest.get("positions") or {}).get("arity") if compute else None
-    k = arity or 1
+    k = _record(manifest)
     if compute:
         flat = positions.reshape(len(positions), k)
         literals = ",\n".join(
             "{" + ", ".join(f"INT64_C({int(v)})" if v != -(2**63) else "INT64_MIN" for v in row)
             + "}" for row in flat.tolist()
         )
-        ptype, pcall, tcall = "int64_t", ("probes[i]" if arity else "probes[i][0]"), (
-            "tp" if arity else "(int64_t)t")
+        ptype, pcall, tcall, fptype = "int64_t", "probes[i]", "tp", "const int64_t *"
+        # Timed records: (t, t / 2, ...): position t; for a bias function query t, key t / 2.
+        timed_setup = (f"        int64_t tp[{k}];\n        uint32_t j;\n"
+                       f"        for (j = 0; j < {k}u; ++j) tp[j] = (int64_t)(t >> j);\n")
     else:
         literals = ",\n".join(f"{{{v}}}" for v in positions.tolist())
-        ptype, pcall, tcall = "uint32_t", "probes[i][0]", "t"
-    timed_setup = (
-        f"        int64_t tp[{k}];\n        uint32_t j;\n"
-        f"        for (j = 0; j < {k}u; ++j) tp[j] = (int64_t)t;\n" if arity else ""
-    )
+        ptype, pcall, tcall, fptype = "uint32_t", "probes[i][0]", "t", "uint32_t"
+        timed_setup = ""
     raw_bytes = width * value_bytes
     return f"""#include <stdint.h>
 #include "pe.h"
@@ -261,7 +263,7 @@ static uint32_t now(void)  /* ticks since start, counting wraps of the 24-bit co
     if (SYST_CSR & (1u << 16)) ++wraps;  /* COUNTFLAG: wrapped since the last read */
     return wraps * 0x1000000u - v;
 }}
-static uint32_t time_loop(void (*f)({ptype if not arity else "const int64_t *"}, float *))
+static uint32_t time_loop(void (*f)({fptype}, float *))
 {{
     uint32_t t, start = now(), ticks;
     for (t = 0; t < TIMED; ++t) {{
@@ -367,30 +369,32 @@ def run_header(
     """Build ``header`` (its bytes) into a bare-metal program for ``board``, run it under QEMU
     and return the values it computed at ``positions`` with the measured costs.
 
-    ``positions``: compute headers int64 ``[N]`` (``[N, k]`` for multi-index schemes), every
-    int64 allowed; tables, row indices ``[N]`` (the program clamps them to the table). Raises
-    ``ToolsNotFound`` (with the install line), ``CompileError``, ``ParityError`` (the program
-    did not finish or printed the wrong amount), ``PositionError``.
+    ``positions``: compute headers int64 ``[N]`` (``[N, k]`` for multi-index schemes, ``[N, 2]``
+    (query, key) pairs for a bias function), every int64 allowed; tables, row indices ``[N]``
+    (the program clamps them to the table). Raises ``ToolsNotFound`` (with the install line),
+    ``CompileError``, ``ParityError`` (the program did not finish or printed the wrong amount),
+    ``PositionError``.
     """
     found = tools()
     if found is None:
         raise ToolsNotFound(f"the Cortex-M toolchain or QEMU is missing: {INSTALL}")
     spec = BOARDS[board]
     compute = manifest["mode"] == "compute"
-    arity = (manifest.get("positions") or {}).get("arity") if compute else None
+    arity = record_arity(manifest)
     positions = np.asarray(positions)
     if positions.dtype.kind not in "iu":
         raise PositionError(f"positions must be integers, got dtype {positions.dtype}")
     if positions.ndim != (2 if arity else 1) or (arity and positions.shape[1] != arity):
         shape = f"[N, {arity}]" if arity else "[N]"
         raise PositionError(f"this C header takes positions {shape}, got {list(positions.shape)}")
+    width = out_width(manifest)
     if compute:
         positions = positions.astype(np.int64)
-        dtype, width, timed = "float32", manifest["d_model"], manifest["max_len"]
+        dtype, timed = "float32", manifest["max_len"]
     else:
         # Rows as uint32 (firmware's index type): negatives become row 0, as the clamp gives.
         positions = np.clip(positions, 0, manifest["shape"][0] - 1).astype(np.int64)
-        dtype, width, timed = manifest["dtype"], manifest["shape"][1], manifest["shape"][0]
+        dtype, timed = manifest["dtype"], manifest["shape"][0]
     value_bytes = 4 if dtype == "float32" else 1
     pe_c, pe_h = _pe_source(manifest)
     cc = found["arm-none-eabi-gcc"]
