@@ -49,8 +49,6 @@ VARIANTS = {
 
 def _check(run, config, module, manifest) -> None:
     """The emulated values equal the reference (exact tables; compute within tolerance)."""
-    import torch
-
     from edgepe.export.table_values import full_table
     from edgepe.quant import table_quant
 
@@ -62,12 +60,10 @@ def _check(run, config, module, manifest) -> None:
         ok = np.array_equal(run.values, expected.astype(run.values.dtype))
     elif config.quantize == "int8":  # within the proven bound over 0 .. L-1
         quant = manifest["quant"]
-        with torch.no_grad():
-            ref = module.encode(torch.arange(cfg.max_len)).numpy()
+        ref = _reference(module, cfg)
         ok = np.abs(run.values - ref).max() <= quant.get("bound_in_range", quant["bound"])
     else:
-        with torch.no_grad():
-            ref = module.encode(torch.arange(cfg.max_len)).numpy()
+        ref = _reference(module, cfg)
         rtol, atol = cfg.spec.tolerance
         ok = np.allclose(run.values, ref, rtol=rtol, atol=atol)
     if not ok:
@@ -106,10 +102,9 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
                     result = export(config)
                 except BadParameterError:
                     continue  # the scheme has no such variant
-                rows_ = manifest_rows(result.manifest)
                 print(f"cortex-m {board}: {scheme} {variant}", file=sys.stderr, flush=True)
                 got = run_header(result.path.read_bytes(), result.manifest,
-                                 np.arange(rows_), board)
+                                 probes(result.manifest), board)
                 _check(got, config, module, result.manifest)
                 row = {"scheme": scheme, "max_len": max_len, "d_model": cfg.d_model,
                        "variant": variant, "flash": got.flash, "ram": got.ram,
@@ -125,9 +120,26 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
             "date": datetime.date.today().isoformat()}
 
 
-def manifest_rows(manifest) -> int:
-    """How many positions the timed loop covers: the table's rows, or max_len."""
-    return manifest["shape"][0] if manifest["mode"] == "table" else manifest["max_len"]
+def probes(manifest) -> np.ndarray:
+    """What the run reads back: every table row, or positions 0 .. L-1 (a bias function's
+    (query t, key 0) pairs: every distance 0 .. L-1)."""
+    if manifest["mode"] == "table":
+        return np.arange(manifest["shape"][0])
+    positions = np.arange(manifest["max_len"])
+    if manifest["kind"] == "bias":
+        return np.stack([positions, np.zeros_like(positions)], axis=1)
+    return positions
+
+
+def _reference(module, cfg) -> np.ndarray:
+    """The reference at ``probes``: ``[L, D]``, or ``[L, H]`` for a bias function."""
+    import torch
+
+    positions = torch.arange(cfg.max_len)
+    with torch.no_grad():
+        if cfg.spec.kind == "bias":
+            return module.encode(positions, torch.zeros(1, dtype=torch.int64))[:, :, 0].T.numpy()
+        return module.encode(positions).numpy()
 
 
 def markdown(report: dict[str, Any]) -> str:
