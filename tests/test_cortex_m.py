@@ -4,11 +4,11 @@ Every C-exportable variant (each scheme's table, float32 or lossless uint8/bit; 
 where int8 applies; each compute function, and binary's int8 one) is built by
 ``edgepe.verify.cortex_m`` for QEMU's ``mps2-an386`` (Cortex-M4F, hard float) and run over every
 position ``0 .. L-1`` plus the out-of-range probes; a subset also runs on ``lm3s6965evb``
-(Cortex-M3, soft float). Comparisons are those of the host check (``test_c_header``): exact for
-tables, bit and int8 values; the scheme's registered tolerance for float compute functions
-(``tolerance_why`` in each scheme says why). Skipped without the toolchain and QEMU (Debian:
-``apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm``; ``.ci/run``
-installs them).
+(Cortex-M3, soft float; every variant under ``-m slow``). Comparisons are those of the host
+check (``test_c_header``): exact for tables, bit and int8 values; the scheme's registered
+tolerance for float compute functions (``tolerance_why`` in each scheme says why). Skipped
+without the toolchain and QEMU (Debian: ``apt-get install gcc-arm-none-eabi
+libnewlib-arm-none-eabi qemu-system-arm``; ``.ci/run`` installs them).
 """
 
 from __future__ import annotations
@@ -126,6 +126,13 @@ def test_cortex_m4f_matches_reference(exported, key):
 
 @pytest.mark.parametrize("key", M3)
 def test_cortex_m3_matches_reference(exported, key):
+    check_on_board(exported, key, "m3")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", [k for k in VARIANTS if k not in M3])
+def test_cortex_m3_every_variant(exported, key):
+    """The rest of the variants on the Cortex-M3 (soft float): the exhaustive sweep."""
     check_on_board(exported, key, "m3")
 
 
