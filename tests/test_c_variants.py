@@ -108,12 +108,14 @@ def test_format_c_defaults_to_compute_where_a_function_exists(tmp_path, scheme, 
     assert "parity PASSED" in result.stdout
 
 
-def test_lowering_is_refused_for_c(tmp_path):
-    """``--lowering`` picks an ONNX graph's integer ops: for a C header it is refused (exit 2,
-    one line, nothing written) rather than silently ignored."""
+@pytest.mark.parametrize("mode", [[], ["--mode", "table"]])
+def test_lowering_is_refused_for_c(tmp_path, mode):
+    """``--lowering`` picks an ONNX graph's integer ops: for a C header (function or table) it
+    is refused (exit 2, one line, nothing written) rather than silently ignored."""
     out = tmp_path / "g.h"
     result = CliRunner().invoke(app, ["export", "--scheme", "gray", "--max-len", "32",
-                                      "--format", "c", "--lowering", "arith", "--out", str(out)])
+                                      "--format", "c", "--lowering", "arith", *mode,
+                                      "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert "--lowering arith" in result.output and "drop --lowering" in result.output
     assert not out.exists()

@@ -18,15 +18,16 @@ packed as the bin format packs it, read through ``uint8_t
 edgepe_gray_L512_d10_bit_table_bit(uint32_t p, uint32_t k)``.
 float16 has no C99 type and is refused.
 
-``--mode compute`` (the bit family and ``binary``; float schemes below): ``static inline void
-edgepe_gray_encode(int64_t pos, float out[D])`` (``const int64_t pos[K]`` for multi-index
-schemes) computes one position with shifts and masks, wrapping like the reference: the bits are
-those of ``pos mod 2^n`` in two's complement (``(uint64_t)pos`` is exactly that in C99, 6.3.1.3).
-``binary`` adds its projection as ``const float edgepe_binary_L512_d64_f32_weights[n][D]``
-(row ``k`` = the weights of bit ``k``) and sums the rows of the set bits in bit order: a device
-stores ``n x D`` weights instead of ``max_len x D`` values. With ``--quantize int8`` the weights are
-``int8_t`` with a float32 scale per column (``edgepe.quant``'s projection, shared with the int8
-ONNX graph): an exact ``int32`` sum of the active rows, then one float32 multiply.
+``--mode compute`` (the bit family and ``binary``; float schemes below): ``static inline
+void edgepe_gray_L512_d10_f32_encode(int64_t pos, float out[D])`` (``const int64_t pos[K]``
+for multi-index schemes) computes one position with shifts and masks, wrapping like the
+reference: the bits are those of ``pos mod 2^n`` in two's complement (``(uint64_t)pos`` is
+exactly that in C99, 6.3.1.3). ``binary`` adds its projection as ``const float
+edgepe_binary_L512_d64_f32_weights[n][D]`` (row ``k`` = the weights of bit ``k``) and sums the
+rows of the set bits in bit order: a device stores ``n x D`` weights instead of ``max_len x D``
+values. With ``--quantize int8`` the weights are ``int8_t`` with a float32 scale per column
+(``edgepe.quant``'s projection, shared with the int8 ONNX graph): an exact ``int32`` sum of
+the active rows, then one float32 multiply.
 
 ``sinusoidal`` and ``rope`` (``--mode compute``): ``f(int64_t pos, float out[D])`` from the
 reference's own float32 frequencies ``..._inv_freq[D/2]``: the angle ``(float)pos * w_i`` in
@@ -159,6 +160,12 @@ def check_c_choices(config: ExportConfig) -> None:
     align = config.c_align
     if align < 1 or align & (align - 1):
         raise BadParameterError(f"--c-align must be a power of two (bytes), got {align}")
+    if config.lowering != "bitwise":
+        raise BadParameterError(
+            f"--lowering {config.lowering} chooses the integer ops of an ONNX graph; a C header "
+            "holds a table or computes with C's own shifts and masks: drop --lowering for "
+            "--format c"
+        )
     if config.mode == "table":
         if config.dtype == "float16":
             raise BadParameterError(
@@ -176,11 +183,6 @@ def check_c_choices(config: ExportConfig) -> None:
         raise BadParameterError(
             f"C compute functions write float32 (--dtype float32), got --dtype {config.dtype}; "
             "for a uint8 or bit table use --mode table"
-        )
-    if config.lowering != "bitwise":
-        raise BadParameterError(
-            f"--lowering {config.lowering} chooses the integer ops of an ONNX graph; a C "
-            "function computes with C's own shifts and masks: drop --lowering for --format c"
         )
     if config.quantize != "none" and scheme != "binary":
         raise BadParameterError(
