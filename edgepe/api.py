@@ -26,6 +26,18 @@ from edgepe.export.artifact import (
 )
 
 
+def default_mode(scheme: str, scheme_default: str, format: str) -> str:
+    """``--mode`` when none is given: npy/bin files hold tables; a C header computes where a C
+    function exists, else holds the table (issue 21); ONNX takes the scheme's default."""
+    if format in ("npy", "bin"):
+        return "table"
+    if format == "c":
+        from edgepe.export.c_header import default_mode as c_default
+
+        return c_default(scheme) if scheme_default == "compute" else "table"
+    return scheme_default
+
+
 def make_config(
     scheme: str,
     max_len: int,
@@ -50,8 +62,9 @@ def make_config(
     """A validated ``ExportConfig`` from user values (strings from the CLI are fine).
 
     ``mode`` defaults to the scheme's default (compute where it has one; table for npy/bin
-    files). ``opset`` (ONNX only; refused for other formats) defaults to 18, 19 for int8 graphs,
-    and is written as given or refused with the reason. A ``checkpoint`` must
+    files, and for C headers of schemes with no C function: ``default_mode``). ``opset`` (ONNX
+    only; refused for other formats) defaults to 18, 19 for int8 graphs, and is written as given
+    or refused with the reason. A ``checkpoint`` must
     be an existing file; its sha256 goes into the config (and so into the manifest).
     """
     from edgepe.checkpoint import sha256_file
@@ -67,8 +80,7 @@ def make_config(
         checkpoint_sha256 = sha256_file(checkpoint)
     config = ExportConfig(
         scheme=resolved,
-        # npy/bin files hold tables: their only mode, so the default too.
-        mode=mode or ("table" if format in ("npy", "bin") else resolved.spec.default_mode),
+        mode=mode or default_mode(resolved.scheme, resolved.spec.default_mode, format),
         format=format,
         dtype=dtype,
         quantize=quantize,

@@ -1054,6 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or (3 if args.quick else 61)
     min_sample = 0.0003  # well inside a scheduler time slice: most samples run unpreempted
 
+    import bench_cortexm  # scripts/: this script's folder is on sys.path
     import torch
 
     torch.set_num_threads(1)  # the reference and the peer exports stay off the timed core
@@ -1082,6 +1083,7 @@ def main(argv: list[str] | None = None) -> int:
         print("scale", file=sys.stderr, flush=True)
         report["scale"] = bench_scale(work, sizes, {"npy": 1} if args.quick
                                       else {"npy": 3, "onnx": 2})
+        report["cortex_m"] = bench_cortexm.run(("binary",) if args.quick else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["targets"] = evaluate(report["cases"], report["export"], report["cli_help"],
@@ -1098,7 +1100,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - no plot is not a reason to lose the figures
         report["plot_error"] = one_line(exc)
     args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    md.write_text(markdown(report))
+    md.write_text(markdown(report) + bench_cortexm.markdown(report["cortex_m"]))
     if args.readme:
         args.readme.write_text(readme_section(report, md.name))
     for t in report["targets"]:

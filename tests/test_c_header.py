@@ -50,6 +50,9 @@ HEADERS = {
     "hybrid-int-binary-compute": ("hybrid-int-binary", 100, "compute", "float32", "none", {}),
     "binary-gated-compute": ("binary-gated", 300, "compute", "float32", "none", {}),
     "fourier-binary-compute": ("fourier-binary", 512, "compute", "float32", "none", {}),
+    "sinusoidal-compute": ("sinusoidal", 256, "compute", "float32", "none", {}),
+    "rope-compute": ("rope", 100, "compute", "float32", "none", {}),
+    "alibi-compute": ("alibi", 64, "compute", "float32", "none", {}),
     "gray-table-bit": ("gray", 512, "table", "bit", "none", {}),
     "binary-bits-table-uint8": ("binary-bits", 100, "table", "uint8", "none", {}),
     "binary-multilevel-table-bit": ("binary-multilevel", 77, "table", "bit", "none", {}),
@@ -92,6 +95,17 @@ def probe_positions(max_len: int) -> np.ndarray:
     return np.concatenate([np.arange(-3 * max_len, 3 * max_len, dtype=np.int64), far, edges])
 
 
+def bias_reference(module, max_len: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(pairs [N, 2], reference [N, H])`` for a bias function ``f(t, u)``: every query and key
+    in ``0 .. L-1`` and around it, and the edges of the defined range ``|t|, |u| <= limit``."""
+    values = np.concatenate([np.arange(-2, max_len + 2), [limit, -limit, limit - 1, -limit + 1]])
+    with torch.no_grad():
+        ref = module.encode(torch.as_tensor(values), torch.as_tensor(values)).numpy()  # [H, N, M]
+    t, u = np.meshgrid(values, values, indexing="ij")
+    pairs = np.stack([t.ravel(), u.ravel()], axis=1).astype(np.int64)
+    return pairs, ref.reshape(ref.shape[0], -1).T
+
+
 @pytest.mark.parametrize("variant", ["O0", "O2", "O2-unsigned-char", "Os-signed-char", "m32"])
 @pytest.mark.parametrize("key", list(HEADERS))
 def test_header_matches_reference(exported, key, variant):
@@ -99,6 +113,11 @@ def test_header_matches_reference(exported, key, variant):
         pytest.skip(f"gcc cannot build and run {variant} programs here (-m32: gcc-multilib)")
     path, manifest, config, module = exported(key)
     cfg = config.scheme
+    if config.mode == "compute" and cfg.spec.kind == "bias":
+        pairs, ref = bias_reference(module, cfg.max_len, manifest["positions"]["limit"])
+        got = run_c_header(path, manifest, pairs, flag_variants()[variant])
+        np.testing.assert_array_equal(got, ref)  # alibi: exact (one multiply, rounded once)
+        return
     if config.mode == "compute":
         pos = probe_positions(cfg.max_len)
         limit = manifest["positions"]["limit"]
@@ -139,7 +158,7 @@ def check_int8_projection(got, ref, pos, manifest, header_text):
     graph's arithmetic), within the manifest's proven bounds of the float reference."""
     quant = manifest["quant"]
     n = manifest["n_bits"]
-    array = r"int8_t edgepe_binary_weights\[.*?\] = \{(.*?)\};"
+    array = rf"int8_t {manifest['symbol']}\[.*?\] = \{{(.*?)\}};"
     weights = re.search(array, header_text, re.S).group(1)
     q = np.array(re.findall(r"-?\d+", weights), dtype=np.int32).reshape(n, -1)
     bits = (pos[:, None] >> np.arange(n)) & 1
@@ -159,16 +178,18 @@ def test_table_header_anatomy(exported, tmp_path):
     path, manifest, config, _ = exported("gray-table-bit")
     text = path.read_text()
     symbol = manifest["symbol"]
-    assert symbol == "edgepe_gray_table" and manifest["accessor"] == "edgepe_gray_table_bit"
-    assert text.count("#ifndef EDGEPE_GRAY_TABLE_H") == 1 and "#include <stdint.h>" in text
-    assert "#define EDGEPE_GRAY_TABLE_ROWS 512" in text
-    assert "#define EDGEPE_GRAY_TABLE_COLS 10" in text
-    assert "#define EDGEPE_GRAY_TABLE_BYTES 640" in text
-    assert f"const uint8_t {symbol}[EDGEPE_GRAY_TABLE_BYTES]" in text
-    assert "static inline uint8_t edgepe_gray_table_bit(uint32_t p, uint32_t k)" in text
+    assert symbol == "edgepe_gray_L512_d10_bit_table"
+    assert manifest["accessor"] == "edgepe_gray_L512_d10_bit_table_bit"
+    macro = "EDGEPE_GRAY_L512_D10_BIT_TABLE"
+    assert text.count(f"#ifndef {macro}_H") == 1 and "#include <stdint.h>" in text
+    assert f"#define {macro}_ROWS 512" in text
+    assert f"#define {macro}_COLS 10" in text
+    assert f"#define {macro}_BYTES 640" in text
+    assert f"const uint8_t {symbol}[{macro}_BYTES]" in text
+    assert f"static inline uint8_t {symbol}_bit(uint32_t p, uint32_t k)" in text
     assert "scheme gray (guide 3.6)" in text
     # The closing comment's sha256 covers the array's bytes: those of the --format bin export.
-    digest = re.search(r"sha256 of the 640 bytes of edgepe_gray_table.*?\* ([0-9a-f]{64})",
+    digest = re.search(rf"sha256 of the 640 bytes of {symbol}.*?\* ([0-9a-f]{{64}})",
                        text, re.S).group(1)
     bin_export = export(ExportConfig(config.scheme, mode="table", format="bin", dtype="bit",
                                      out=tmp_path / "gray.bin"))
@@ -178,11 +199,9 @@ def test_table_header_anatomy(exported, tmp_path):
 def test_float_table_anatomy(exported):
     path, manifest, _, _ = exported("sinusoidal-table-float32")
     text = path.read_text()
-    assert manifest["symbol"] == "edgepe_sinusoidal_table" and manifest["c_type"] == "float"
-    assert (
-        "static EDGEPE_SINUSOIDAL_TABLE_ATTR const float "
-        "edgepe_sinusoidal_table[EDGEPE_SINUSOIDAL_TABLE_ROWS][EDGEPE_SINUSOIDAL_TABLE_COLS]"
-    ) in text
+    symbol, macro = "edgepe_sinusoidal_L256_d64_f32_table", "EDGEPE_SINUSOIDAL_L256_D64_F32_TABLE"
+    assert manifest["symbol"] == symbol and manifest["c_type"] == "float"
+    assert f"static {macro}_ATTR const float {symbol}[{macro}_ROWS][{macro}_COLS]" in text
     assert '"base": 10000.0' in text
     assert "{0.0f, 1.0f, 0.0f, 1.0f," in text  # row 0: sin 0, cos 0, ... as float literals
 
@@ -190,22 +209,22 @@ def test_float_table_anatomy(exported):
 def test_int8_header_has_scale_and_zero_point(exported):
     path, manifest, _, _ = exported("sinusoidal-table-int8")
     text = path.read_text()
-    assert "#define EDGEPE_SINUSOIDAL_TABLE_ZERO_POINT 0" in text
-    assert "#define EDGEPE_SINUSOIDAL_TABLE_SCALES 64" in text
-    assert "const int8_t edgepe_sinusoidal_table[" in text
+    assert "#define EDGEPE_SINUSOIDAL_L256_D64_I8_TABLE_ZERO_POINT 0" in text
+    assert "#define EDGEPE_SINUSOIDAL_L256_D64_I8_TABLE_SCALES 64" in text
+    assert "const int8_t edgepe_sinusoidal_L256_d64_i8_table[" in text
     assert manifest["dtype"] == "int8" and len(manifest["quant"]["scale"]) == 64
 
 
 def test_binary_compute_stores_n_bits_by_d_model_weights(exported):
     path, manifest, _, _ = exported("binary-compute")
     text = path.read_text()
-    assert manifest["function"] == "edgepe_binary_encode"
-    assert manifest["symbol"] == "edgepe_binary_weights" and manifest["symbol_shape"] == [10, 64]
-    assert "const float edgepe_binary_weights[EDGEPE_BINARY_N_BITS][EDGEPE_BINARY_D]" in text
-    signature = "static inline void edgepe_binary_encode(int64_t pos, float out[EDGEPE_BINARY_D])"
-    assert signature in text
+    base, macro = "edgepe_binary_L512_d64_f32", "EDGEPE_BINARY_L512_D64_F32"
+    assert manifest["function"] == f"{base}_encode"
+    assert manifest["symbol"] == f"{base}_weights" and manifest["symbol_shape"] == [10, 64]
+    assert f"const float {base}_weights[{macro}_N_BITS][{macro}_D]" in text
+    assert f"static inline void {base}_encode(int64_t pos, float out[{macro}_D])" in text
     # No position-indexed table: the only array is the [n][d] weights, read under a bit test.
-    assert text.count("static EDGEPE_BINARY_ATTR const") == 1
+    assert text.count(f"static {macro}_ATTR const") == 1
     assert "if ((u >> k) & 1u)" in text
 
 
@@ -229,8 +248,8 @@ def test_table_is_aligned(tmp_path, align):
 def test_header_links_into_two_translation_units(exported, tmp_path):
     """Self-contained: static arrays and static inline functions, no duplicate symbols."""
     path, manifest, _, _ = exported("gray-table-bit")
-    for name, body in (("a", "return edgepe_gray_table_bit(5, 1);"),
-                       ("b", "return (int)edgepe_gray_table[1];")):
+    symbol = manifest["symbol"]
+    for name, body in (("a", f"return {symbol}_bit(5, 1);"), ("b", f"return (int){symbol}[1];")):
         (tmp_path / f"{name}.c").write_text(
             f'#include "{path}"\n#include "{path}"\nint {name}(void);\n'
             f"int {name}(void) {{ {body} }}\n"
@@ -244,7 +263,8 @@ def test_header_links_into_two_translation_units(exported, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "prefix, symbol", [("my-board.v2", "my_board_v2_gray_table"), ("3d", "_3d_gray_table")]
+    "prefix, symbol",
+    [("my-board.v2", "my_board_v2_gray_L40_d6_bit_table"), ("3d", "_3d_gray_L40_d6_bit_table")],
 )
 def test_prefix_makes_valid_identifiers(tmp_path, prefix, symbol):
     cfg = resolve("gray", 40)
@@ -270,7 +290,8 @@ def test_a_warning_fails_the_check(exported, tmp_path):
     "scheme, mode, kw, message",
     [
         ("sinusoidal", "table", {"dtype": "float16"}, "no float16"),
-        ("sinusoidal", "compute", {}, "no function for scheme 'sinusoidal'"),
+        ("gaussian", "compute", {}, "no function for scheme 'gaussian'"),
+        ("gray", "compute", {"lowering": "arith"}, "drop --lowering"),
         ("gray", "table", {"c_align": 3}, "power of two"),
         ("gray", "compute", {"dtype": "bit"}, "write float32"),
         ("gray", "compute", {"quantize": "int8"}, "only for 'binary'"),

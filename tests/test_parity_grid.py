@@ -38,7 +38,7 @@ from edgepe.verify import verify_artifact
 # the schemes the C exporter documents (edgepe/export/c_header.py, COMPUTE_SCHEMES).
 C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
              "binary-multilevel", "binary-2d", "hierarchical", "hybrid-int-binary",
-             "binary-gated", "fourier-binary")
+             "binary-gated", "fourier-binary", "sinusoidal", "rope", "alibi")
 RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",)}
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}

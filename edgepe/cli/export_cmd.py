@@ -84,7 +84,9 @@ def command(
     param: Annotated[list[str] | None, typer.Option(
         "--param", metavar="KEY=VALUE", help="Scheme parameter; repeatable.")] = None,
     mode: Annotated[str | None, typer.Option(
-        "--mode", metavar="compute|table", help="Default: compute where the scheme has it.")]
+        "--mode", metavar="compute|table",
+        help="Default: compute where the scheme (for --format c: a C function) has it; npy/bin: "
+        "table.")]
     = None,
     format: Annotated[str, typer.Option("--format", metavar="onnx|npy|bin|c")] = "onnx",
     dtype: Annotated[str, typer.Option(

@@ -231,7 +231,8 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
         initializers = {t.name for t in graph.initializer}
         inputs = tuple(i.name for i in graph.input if i.name not in initializers)
         return inputs, {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
-    rows, cols = (int(s) for s in manifest["shape"])
+    # A table's [rows, cols]; a C compute header's shape is its graph's (["N", D]): unused here.
+    rows, cols = (int(s) for s in manifest["shape"]) if manifest["mode"] == "table" else (0, 0)
     if fmt == "npy":
         try:
             table = np.load(path, mmap_mode="r", allow_pickle=False)

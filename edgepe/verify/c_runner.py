@@ -76,11 +76,32 @@ def flag_variants() -> dict[str, tuple[str, ...]]:
     return variants
 
 
-def _arity(manifest: Mapping[str, Any]) -> int | None:
-    """``k`` when the header's function takes ``const int64_t pos[k]``; tables take one index."""
+def record_arity(manifest: Mapping[str, Any]) -> int | None:
+    """``k`` when the header's function takes ``const int64_t pos[k]`` (2 for a bias function
+    ``f(t, u, out)``: a record is a (query, key) pair); tables take one index."""
     if manifest["mode"] != "compute":
         return None
+    if manifest.get("kind") == "bias":
+        return 2
     return (manifest.get("positions") or {}).get("arity")
+
+
+def out_width(manifest: Mapping[str, Any]) -> int:
+    """Values the header gives a record: a table's columns, a compute function's ``out[]``
+    (``d_model``; ``heads`` for a bias function)."""
+    if manifest["mode"] != "compute":
+        return manifest["shape"][1]
+    return manifest["heads"] if manifest.get("kind") == "bias" else manifest["d_model"]
+
+
+def call(manifest: Mapping[str, Any], pos: str = "pos") -> str:
+    """The C call of a compute header's function on record ``pos`` (an ``int64_t`` array)."""
+    arity = record_arity(manifest)
+    if manifest.get("kind") == "bias":
+        args = f"{pos}[0], {pos}[1]"
+    else:
+        args = pos if arity else f"{pos}[0]"
+    return f"{manifest['function']}({args}, out);"
 
 
 def c_program(include: str, manifest: Mapping[str, Any]) -> str:
@@ -90,12 +111,10 @@ def c_program(include: str, manifest: Mapping[str, Any]) -> str:
     macro = manifest["macro_prefix"]
     if mode == "compute":
         fmt, cast, _ = _PRINT["float32"]
-        arity = _arity(manifest)
-        k = arity or 1
-        call = f"{manifest['function']}({'pos' if arity else 'pos[0]'}, out);"
-        width = f"{macro}_D"
+        k = record_arity(manifest) or 1
+        width = out_width(manifest)
         body = (
-            f"        float out[{width}];\n        {call}\n"
+            f"        float out[{width}];\n        {call(manifest)}\n"
             f"        for (j = 0; j < {width}; ++j) printf(j ? \" {fmt}\" : \"{fmt}\", "
             f"{cast}out[j]);\n"
         )
@@ -153,7 +172,7 @@ def compile_program(
     link.unlink(missing_ok=True)
     link.symlink_to(Path(header).resolve())
     src.write_text(c_program(link.name, manifest))
-    command = [cc, *COMPILE_FLAGS, *flags, str(src), "-o", str(exe)]
+    command = [cc, *COMPILE_FLAGS, *flags, str(src), "-o", str(exe), "-lm"]  # sinf, cosf
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if "error" in line] or [done.stderr]
@@ -168,14 +187,15 @@ def compile_program(
 def run_program(exe: str | Path, manifest: Mapping[str, Any], positions) -> np.ndarray:
     """Run a program from ``compile_program`` on ``positions``; the printed values as NumPy.
 
-    Compute headers: ``positions`` int64 ``[N]`` (``[N, k]`` for multi-index schemes) ->
-    float32 ``[N, D]``. Tables: ``positions`` are row indices ``[N]`` (clamped by the program) ->
-    ``[N, cols]`` in the stored dtype (float32, uint8, int8; bit-packed entries as uint8 0/1).
+    Compute headers: ``positions`` int64 ``[N]`` (``[N, k]`` for multi-index schemes, ``[N, 2]``
+    (query, key) pairs for a bias function) -> float32 ``[N, D]`` (``[N, H]`` for bias).
+    Tables: ``positions`` are row indices ``[N]`` (clamped by the program) -> ``[N, cols]`` in
+    the stored dtype (float32, uint8, int8; bit-packed entries as uint8 0/1).
     """
     positions = np.asarray(positions)
     if positions.dtype.kind not in "iu":
         raise PositionError(f"positions must be integers, got dtype {positions.dtype}")
-    arity = _arity(manifest)
+    arity = record_arity(manifest)
     if positions.ndim != (1 if arity is None else 2) or (arity and positions.shape[1] != arity):
         shape = "[N]" if arity is None else f"[N, {arity}]"
         raise PositionError(
@@ -184,7 +204,7 @@ def run_program(exe: str | Path, manifest: Mapping[str, Any], positions) -> np.n
         )
     positions = np.ascontiguousarray(positions, dtype="<i8")
     dtype = "float32" if manifest["mode"] == "compute" else manifest["dtype"]
-    cols = manifest["d_model"] if manifest["mode"] == "compute" else manifest["shape"][1]
+    cols = out_width(manifest)
     with tempfile.TemporaryDirectory(prefix="edgepe-c-") as tmp:
         data = Path(tmp, "positions.bin")
         data.write_bytes(positions.tobytes())

@@ -367,6 +367,11 @@ class CRuntime:
         self._run = c_runner.run_program
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        if "key_positions" in feeds:  # a bias function f(t, u): every (query, key) pair
+            t, u = feeds["positions"], feeds["key_positions"]
+            pairs = np.stack(np.broadcast_arrays(t[:, None], u[None, :]), axis=-1)
+            out = self._run(self._exe, self.manifest, pairs.reshape(-1, 2))
+            return out.reshape(len(t), len(u), -1).transpose(2, 0, 1)  # [H, N, M]
         return self._run(self._exe, self.manifest, feeds["positions"])
 
     def rows(self, start: int, stop: int) -> np.ndarray:
