@@ -21,11 +21,11 @@ from edgepe import __version__
 from edgepe.errors import BadParameterError, OutputPathError
 from edgepe.schemes._registry import SchemeConfig
 
-FORMATS = ("onnx", "npy", "bin", "c")
+FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
 LOWERINGS = ("bitwise", "arith")
-EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
+EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte"}
 DEFAULT_OPSET = 18
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
 TMP_MARK = ".edgepe-tmp-"

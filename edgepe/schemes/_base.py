@@ -42,8 +42,12 @@ class Scheme(nn.Module):
         raise NotImplementedError
 
     def check_domain(self, *positions: torch.Tensor) -> None:
-        """Raise ``PositionError`` for positions past ``spec.position_limit`` (float schemes)."""
-        if self.spec.position_limit is not None:
+        """Raise ``PositionError`` for positions past ``spec.position_limit`` (float schemes).
+
+        Skipped while ``torch.export`` traces the module (``--format pte``): a data-dependent
+        check cannot be traced, and the runtimes check positions before they run an artifact.
+        """
+        if self.spec.position_limit is not None and not torch.compiler.is_exporting():
             for p in positions:
                 check_float_positions(p, self.spec.position_limit)
 
@@ -77,7 +81,9 @@ def bit_select(positions: torch.Tensor, shifts: torch.Tensor, n: int) -> torch.T
     Columns whose shift is ``>= n`` are 0. Negative positions are read in two's complement
     (``>>`` on int64 is arithmetic), matching ``Cast(int64 -> uint64)`` then ``BitShift``.
     """
-    shifted = positions.unsqueeze(-1) >> shifts.clamp(max=63)
+    # torch.bitwise_right_shift, not ``>>``: the operator traces to aten.__rshift__, which is not
+    # in the Core ATen opset that torch.export / ExecuTorch programs are made of (issue 22).
+    shifted = torch.bitwise_right_shift(positions.unsqueeze(-1), shifts.clamp(max=63))
     return ((shifted & 1) * (shifts < n)).to(torch.float32)
 
 

@@ -6,6 +6,7 @@
 - Table files (npy, bin): ``FileRuntime`` reads the rows back as a consumer would, from the
   manifest alone (dtype, shape, bitorder, quant).
 - C headers: ``CRuntime`` compiles and runs them through ``edgepe.verify.c_runner``.
+- ExecuTorch programs (``.pte``): ``edgepe.export.pte.Program`` in ExecuTorch's runtime.
 
 Names are forgiving (STYLE 6): ``cpu``, ``CUDA``, ``trt``/``tensorrt``, ``openvino``, ``dml``
 match case-insensitively; an unknown or unavailable one is a ``BadParameterError`` that lists
@@ -52,6 +53,7 @@ CPU_PROVIDER = "CPUExecutionProvider"
 REF = "ref"
 FILE = "file"
 C = "c"
+EXECUTORCH = "executorch"
 
 
 def short_name(provider: str) -> str:
@@ -75,6 +77,8 @@ def available(fmt: str) -> list[str]:
         return [short_name(p) for p in ort_providers()] + [REF]
     if fmt == "c":
         return [C]
+    if fmt == "pte":
+        return [EXECUTORCH]
     return [FILE]
 
 
@@ -313,4 +317,8 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any]):
     header (``c``)."""
     if name == C:
         return CRuntime(path, manifest)
+    if name == EXECUTORCH:
+        from edgepe.export.pte import Program
+
+        return Program(path.read_bytes(), manifest)
     return open_onnx(name, path)
