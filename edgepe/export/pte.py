@@ -22,7 +22,9 @@ schemes shift with ``torch.bitwise_right_shift``, which ExecuTorch keeps through
 ``_core_aten_ops_exception_list`` and runs with its portable kernel; data-dependent position
 checks skip while exporting (the runtimes check positions before a call); state ``encode`` does
 not use (the demo's ``pe_binary`` table) is dropped, so the program holds only the weights.
-Integer ``Div``/``Mod`` are avoided: ExecuTorch's ``remainder(-1, 2)`` is -1 where PyTorch's is 1.
+Integer ``Div``/``Mod`` are avoided: ExecuTorch's ``remainder(-1, 2)`` is -1 where PyTorch's is 1;
+float divisions divide tensors of one shape (``edgepe.schemes._base.divide``): ExecuTorch divides
+by a broadcast divisor through its reciprocal, one ulp off.
 """
 
 from __future__ import annotations
@@ -43,12 +45,6 @@ MAX_N = 4096
 BIAS_MAX_N = 512
 # Operators outside Core ATen that the programs use, each with a portable kernel in ExecuTorch.
 CORE_ATEN_EXCEPTIONS = ("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar")
-# ExecuTorch's portable ``div`` is not correctly rounded (it differs from PyTorch, numpy and
-# onnxruntime by one float32 ulp at 2883 of 4000 positions of integer-norm, measured with
-# executorch 1.5.1): float schemes that divide get this much relative tolerance on top of their
-# own on ExecuTorch. Bit outputs stay exact.
-DIV_RTOL = 2.0**-23
-DIV = "aten::div.out"
 PROJECTIONS = ("binary", "fourier-binary")
 
 
@@ -123,22 +119,14 @@ def output_shape(config: ExportConfig) -> list[Any]:
     return [s.heads, "N", "M"] if s.spec.kind == "bias" else ["N", s.d_model]
 
 
-def tolerance(scheme, operators: list[str]) -> tuple[float, float]:
-    """``(rtol, atol)`` of a program on ExecuTorch: the scheme's, plus ``DIV_RTOL`` where the
-    program divides (see ``DIV_RTOL``)."""
-    rtol, atol = scheme.spec.tolerance
-    return (rtol + DIV_RTOL if DIV in operators else rtol), atol
-
-
 def prepare(config: ExportConfig, module) -> Prepared:
     """The ``.pte`` artifact for ``config``: manifest (all but sha256) and a writer of its bytes."""
     et_version = require_executorch()
     check_options(config)
     manifest = base_manifest(config, output_shape(config), config.dtype)
+    manifest["lowering"] = None  # --lowering chooses ONNX ops; a program has ATen operators
     program_module = _program_module(config, module, manifest)
     data, operators = _lower(config, program_module)
-    rtol, atol = tolerance(config.scheme, operators)
-    manifest["tolerance"] = {"rtol": rtol, "atol": atol}
     manifest["pte"] = {
         "executorch": et_version,
         "max_n": max_n(config),
@@ -146,9 +134,6 @@ def prepare(config: ExportConfig, module) -> Prepared:
         "inputs": ["positions", "key_positions"] if config.scheme.spec.kind == "bias"
         else ["positions"],
         "operators": operators,
-        "tolerance_why": "the scheme's tolerance" + (
-            ", plus rtol 2^-23: ExecuTorch's div is not correctly rounded" if DIV in operators
-            else ""),
     }
 
     def write(f) -> None:
@@ -405,3 +390,51 @@ class Program:
 
     def close(self) -> None:
         self._method = self._program = None
+
+
+def describe_program(data: bytes) -> dict[str, Any]:
+    """What ``edgepe inspect`` shows of a ``.pte``, read from the program itself (not from its
+    manifest): each method's operators with the kernel library that provides them (ExecuTorch's
+    portable kernels, the set its selective build takes from ``kernels/portable/*.yaml``) and
+    whether this runtime registers them, its instruction count, and its constant bytes."""
+    require_executorch()
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.extension.pybindings.portable_lib import _get_operator_names
+
+    try:
+        program = deserialize_pte_binary(data).program
+    except Exception as exc:  # noqa: BLE001 - any parse failure: not a program
+        from edgepe.errors import ArtifactError
+
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(f"not an ExecuTorch program edgepe can read ({first})") from None
+    portable = _portable_operators()
+    registered = set(_get_operator_names())
+    methods = []
+    for plan in program.execution_plan:
+        operators = [f"{op.name}.{op.overload}" if op.overload else op.name
+                     for op in plan.operators]
+        methods.append({
+            "name": plan.name,
+            "instructions": sum(len(chain.instructions) for chain in plan.chains),
+            "operators": [(op, op in portable, op in registered) for op in operators],
+        })
+    return {"methods": methods,
+            "constant_bytes": sum(len(b.storage) for b in program.constant_buffer)}
+
+
+def _portable_operators() -> set[str]:
+    """``namespace::name.overload`` of every operator with a portable kernel (the yaml files
+    ExecuTorch ships: ``functions.yaml`` holds aten ops, ``custom_ops.yaml`` its own)."""
+    import re
+    from pathlib import Path
+
+    import executorch.kernels.portable as kernels
+
+    found = set()
+    for path in sorted(Path(kernels.__file__).parent.glob("*.yaml")):
+        for line in path.read_text().splitlines():
+            if match := re.match(r"^- (?:op|func): ([\w:]+)\.(\w+)", line):
+                name, overload = match.groups()
+                found.add(f"{name if '::' in name else 'aten::' + name}.{overload}")
+    return found

@@ -103,7 +103,18 @@ def require_bits(config: SchemeConfig, width: int, what: str = "d_model") -> Non
 
 def normalised(positions: torch.Tensor, max_len: int) -> torch.Tensor:
     """``pos / (L - 1)`` in float32, as ``Cast`` then ``Div`` compute it; ``L = 1`` divides by 1."""
-    return positions.to(torch.float32) / torch.tensor(float(max(max_len - 1, 1)))
+    return divide(positions.to(torch.float32), torch.tensor(float(max(max_len - 1, 1))))
+
+
+def divide(x: torch.Tensor, divisor: torch.Tensor) -> torch.Tensor:
+    """``x / divisor`` (correctly rounded), with the divisor expanded to ``x``'s shape.
+
+    The same values as a broadcast ``x / divisor`` in PyTorch, but a traced program divides
+    elementwise: ExecuTorch's ``div`` multiplies by the reciprocal of a broadcast divisor, one
+    ulp off at most positions (executorch 1.5.1), while dividing tensors of one shape it rounds
+    correctly, as PyTorch, numpy and onnxruntime do (issue 22, ``--format pte``).
+    """
+    return x / divisor.expand_as(x)
 
 
 def check_float_positions(positions: torch.Tensor, limit: int) -> None:
