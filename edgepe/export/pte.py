@@ -180,9 +180,9 @@ def _projection_quant(config: ExportConfig, module, manifest: dict[str, Any]):
     tensors = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     q = tensors[quant["tensor"]].astype(np.int8)
     scale = tensors[quant["scale_tensor"]].astype(np.float32).reshape(-1)
-    quant.pop("tensor", None)
-    quant.pop("scale_tensor", None)
-    quant.pop("scale_storage", None)
+    for graph_only in ("tensor", "scale_tensor", "scale_storage"):
+        quant.pop(graph_only, None)
+    quant["bytes"]["int8"] = q.size + 4 * scale.size  # the program keeps float32 scales
     return np.arange(config.scheme.n_bits, dtype=np.int64), q, scale
 
 
@@ -202,7 +202,11 @@ def _lower(config: ExportConfig, program_module) -> tuple[bytes, list[str]]:
     if bias:
         dynamic["key_positions"] = {0: Dim("M", min=1, max=limit)}
 
-    with torch.no_grad():
+    import warnings
+
+    # torch.export's pytree warns (FutureWarning) about its own LeafSpec use: not the user's.
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
         program_module = program_module.eval()
         exported = export(program_module, args, dynamic_shapes=dynamic, strict=True)
         unused = _unused_state(exported)
@@ -212,7 +216,7 @@ def _lower(config: ExportConfig, program_module) -> tuple[bytes, list[str]]:
                 owner, _, attr = name.rpartition(".")
                 delattr(program_module.get_submodule(owner), attr)
             exported = export(program_module, args, dynamic_shapes=dynamic, strict=True)
-    return _to_executorch(exported)
+        return _to_executorch(exported)
 
 
 def _unused_state(exported) -> list[str]:
@@ -368,9 +372,27 @@ class Program:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ArtifactError(f"the .pte does not load in ExecuTorch: {first}") from None
 
+    _started = False  # ExecuTorch's thread pool starts on the first call of the process
+
     def _call(self, *inputs: np.ndarray) -> np.ndarray:
-        out = self._method.execute([torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])
-        return out[0].numpy()
+        tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+        if Program._started:
+            return self._method.execute(tensors)[0].numpy()
+        # Starting the thread pool, ExecuTorch's native code logs its probing of
+        # /sys/devices/... for an Arm CPU id to file descriptor 2 (five lines that say nothing
+        # about the program): that one call runs with fd 2 on /dev/null. Errors still raise.
+        import os
+
+        saved = os.dup(2)
+        try:
+            with open(os.devnull, "wb") as null:
+                os.dup2(null.fileno(), 2)
+            out = self._method.execute(tensors)[0].numpy()
+            Program._started = True
+            return out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         positions = np.asarray(feeds["positions"], dtype=np.int64)
