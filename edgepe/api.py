@@ -101,6 +101,11 @@ def make_config(
         from edgepe.export.onnx_export import check_options
 
         check_options(config)  # refuse now, before a module or table is built
+    elif config.format == "pte":
+        from edgepe.export.pte import check_options, require_executorch
+
+        require_executorch()
+        check_options(config)
     return config
 
 

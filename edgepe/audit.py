@@ -203,5 +203,9 @@ def describe(path: str | Path) -> dict[str, Any]:
         # The graph's copy, and the sidecar's account of the graph's header, both agree.
         info["embedded_ok"] = (read_manifest_prop(model) == expected(manifest)
                                and manifest.get("onnx") == onnx_section(model))
+    elif manifest["format"] == "pte":
+        from edgepe.export.pte import describe_program
+
+        info["program"] = describe_program(path.read_bytes())
     info["sha256_ok"] = manifest.get("sha256") == info["sha256"]
     return info

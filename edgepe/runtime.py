@@ -9,6 +9,7 @@ returns a ``Runtime``:
   indexed as the table graphs index them: every position clamps to ``[0, max_len - 1]``; a
   bias table is indexed by the distance ``t - u``, clamped to the table
   (``edgepe.export.table_values``);
+- ExecuTorch programs (``.pte``) run in ExecuTorch's runtime (the ``[executorch]`` extra);
 - C headers are refused: they are compiled into firmware, not loaded (see ``models/README.md``).
 
 ``encode(positions)`` returns what the artifact outputs (``[N, D]``, or ``[H, N, M]`` for bias
@@ -121,6 +122,13 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runt
         if providers is not None:
             resolve_providers(providers)  # a misspelt name is still an error
         return TableRuntime(path, manifest)
+    if fmt == "pte":
+        if providers is not None:
+            raise BadParameterError(
+                f"{str(path)!r} is an ExecuTorch program: it runs on ExecuTorch's runtime, "
+                "providers apply to ONNX artifacts"
+            )
+        return PteRuntime(path, manifest)
     if fmt == "c":
         raise ArtifactError(
             f"{str(path)!r} is a C header: it is compiled into firmware, not loaded; #include it "
@@ -542,6 +550,26 @@ class OnnxRuntime(Runtime):
         batch = x.reshape(-1, *x.shape[-2:]).astype(np.float32, copy=False)
         y = self.session.run([self._output], {"x": batch, "positions": positions})[0]
         return y.reshape(x.shape)
+
+
+class PteRuntime(Runtime):
+    """An ExecuTorch program (``--format pte``) in ExecuTorch's runtime, loaded once from the
+    bytes whose sha256 was checked (``edgepe.export.pte.Program``)."""
+
+    def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        super().__init__(path, manifest)
+        from edgepe.export.pte import Program
+
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+            raise ArtifactError(f"{str(path)!r} changed after its sha256 was checked")
+        self.program = Program(data, dict(manifest))
+
+    def _encode(self, positions, key_positions):
+        feeds = {"positions": positions}
+        if key_positions is not None:
+            feeds["key_positions"] = key_positions
+        return self.program.run(feeds)
 
 
 class TableRuntime(Runtime):

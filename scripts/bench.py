@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib.util
 import io
 import json
 import math
@@ -1059,6 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # the reference and the peer exports stay off the timed core
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "scripts"))
     report: dict[str, Any] = {
         "command": "scripts/bench.py" + (" --quick" if args.quick else ""),
         "machine": machine(),
@@ -1084,6 +1086,11 @@ def main(argv: list[str] | None = None) -> int:
         report["scale"] = bench_scale(work, sizes, {"npy": 1} if args.quick
                                       else {"npy": 3, "onnx": 2})
         report["cortex_m"] = bench_cortexm.run(("binary",) if args.quick else None)
+        if importlib.util.find_spec("executorch") is not None:  # the [executorch] extra
+            import bench_pte
+
+            print("executorch", file=sys.stderr, flush=True)
+            report["executorch"] = bench_pte.measure(work, reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["targets"] = evaluate(report["cases"], report["export"], report["cli_help"],
@@ -1100,7 +1107,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - no plot is not a reason to lose the figures
         report["plot_error"] = one_line(exc)
     args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    md.write_text(markdown(report) + bench_cortexm.markdown(report["cortex_m"]))
+    md.write_text(markdown(report) + bench_cortexm.markdown(report["cortex_m"]) + (
+        "\n## ExecuTorch\n\n" + __import__("bench_pte").markdown(report["executorch"])
+        if "executorch" in report else ""))
     if args.readme:
         args.readme.write_text(readme_section(report, md.name))
     for t in report["targets"]:

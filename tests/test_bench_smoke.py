@@ -7,6 +7,7 @@ targets are evaluated from the run's own numbers, and that the timed graphs were
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -68,3 +69,10 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
     md = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## Targets (issue 8)" in md and machine["cpu"] in md and machine["date_utc"] in md
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if importlib.util.find_spec("executorch") is not None:  # .ci/run installs the extra
+        rows = {r["artifact"]: r for r in report["executorch"]["rows"]}
+        assert set(rows) == {"demo onnx float32", "demo pte float32", "demo onnx int8",
+                             "demo pte int8"}
+        assert all(r["bytes"] > 0 and r["us"] > 0 for r in rows.values())
+        assert rows["demo pte float32"]["bytes"] <= 2560 + 2560  # weights + 2.5 KB (issue 22)
+        assert "## ExecuTorch" in md

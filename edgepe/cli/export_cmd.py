@@ -88,7 +88,7 @@ def command(
         help="Default: compute where the scheme (for --format c: a C function) has it; npy/bin: "
         "table.")]
     = None,
-    format: Annotated[str, typer.Option("--format", metavar="onnx|npy|bin|c")] = "onnx",
+    format: Annotated[str, typer.Option("--format", metavar="onnx|npy|bin|c|pte")] = "onnx",
     dtype: Annotated[str, typer.Option(
         "--dtype", metavar="float32|float16|uint8|bit",
         help="Output dtype (uint8: 0/1 schemes; bit: tables).")] = "float32",

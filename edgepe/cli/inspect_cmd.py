@@ -14,7 +14,7 @@ def _yes(flag: bool) -> str:
 
 def command(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="An artifact: .onnx, .npy, .bin or .h.")],
+    path: Annotated[Path, typer.Argument(help="An artifact: .onnx, .npy, .bin, .h or .pte.")],
     target: Annotated[str | None, typer.Option(
         "--target", metavar="NAME",
         help="Check every node against a runtime's profile (exit 1 if one is unsupported).")]
@@ -56,6 +56,8 @@ def command(
     if "embedded_ok" in info:
         console.print("manifest in the graph's metadata_props: "
                       + ("matches" if info["embedded_ok"] else "[red]DIFFERS[/]"))
+    if "program" in info:
+        _print_program(console, info["program"])
     graph = info.get("graph")
     if graph is None:
         return
@@ -123,3 +125,21 @@ def _print_target(console, path: Path, target: str) -> None:
     if not report:
         raise typer.Exit(1)
 
+
+def _print_program(console, program: dict) -> None:
+    """An ExecuTorch program's methods: operators, the kernels they need, constants."""
+    from rich.table import Table
+
+    for method in program["methods"]:
+        ops = Table(title=f"method {method['name']}: {method['instructions']} instructions, "
+                    f"{len(method['operators'])} operators", title_justify="left")
+        for column in ("operator", "portable kernel", "in this runtime"):
+            ops.add_column(column)
+        for op, portable, here in method["operators"]:
+            ops.add_row(op, _yes(portable), _yes(here))
+        console.print(ops)
+        need = "portable kernels only" if all(p for _, p, _ in method["operators"]) else (
+            "[red]kernels outside the portable library[/]")
+        console.print(f"kernels: {need} (a selective build of ExecuTorch needs these "
+                      f"{len(method['operators'])} operators)")
+    console.print(f"constants: {program['constant_bytes']} bytes")

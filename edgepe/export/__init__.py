@@ -35,6 +35,8 @@ def prepare(config: ExportConfig, module=None) -> Prepared:
         from edgepe.export.onnx_export import prepare as prepare_format
     elif config.format in ("npy", "bin"):
         from edgepe.export.tables import prepare as prepare_format
+    elif config.format == "pte":
+        from edgepe.export.pte import prepare as prepare_format
     else:
         from edgepe.export.c_header import prepare as prepare_format
     return prepare_format(config, module)

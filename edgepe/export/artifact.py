@@ -21,14 +21,14 @@ from edgepe import __version__
 from edgepe.errors import BadParameterError, OutputPathError
 from edgepe.schemes._registry import SchemeConfig
 
-FORMATS = ("onnx", "npy", "bin", "c")
+FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
 LOWERINGS = ("bitwise", "arith", "arith32", "float")
 # |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
 LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
-EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
+EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte"}
 DEFAULT_OPSET = 18
 # int8 graphs dequantise per channel (DequantizeLinear with ``axis``), which onnx's reference
 # evaluator, a verification runtime, implements from opset 19 on (onnx 1.23: versions 19, 21, 23,

@@ -42,8 +42,12 @@ class Scheme(nn.Module):
         raise NotImplementedError
 
     def check_domain(self, *positions: torch.Tensor) -> None:
-        """Raise ``PositionError`` for positions past ``spec.position_limit`` (float schemes)."""
-        if self.spec.position_limit is not None:
+        """Raise ``PositionError`` for positions past ``spec.position_limit`` (float schemes).
+
+        Skipped while ``torch.export`` traces the module (``--format pte``): a data-dependent
+        check cannot be traced, and the runtimes check positions before they run an artifact.
+        """
+        if self.spec.position_limit is not None and not torch.compiler.is_exporting():
             for p in positions:
                 check_float_positions(p, self.spec.position_limit)
 
@@ -77,7 +81,9 @@ def bit_select(positions: torch.Tensor, shifts: torch.Tensor, n: int) -> torch.T
     Columns whose shift is ``>= n`` are 0. Negative positions are read in two's complement
     (``>>`` on int64 is arithmetic), matching ``Cast(int64 -> uint64)`` then ``BitShift``.
     """
-    shifted = positions.unsqueeze(-1) >> shifts.clamp(max=63)
+    # torch.bitwise_right_shift, not ``>>``: the operator traces to aten.__rshift__, which is not
+    # in the Core ATen opset that torch.export / ExecuTorch programs are made of (issue 22).
+    shifted = torch.bitwise_right_shift(positions.unsqueeze(-1), shifts.clamp(max=63))
     return ((shifted & 1) * (shifts < n)).to(torch.float32)
 
 
@@ -105,7 +111,18 @@ def require_bits(config: SchemeConfig, width: int, what: str = "d_model") -> Non
 
 def normalised(positions: torch.Tensor, max_len: int) -> torch.Tensor:
     """``pos / (L - 1)`` in float32, as ``Cast`` then ``Div`` compute it; ``L = 1`` divides by 1."""
-    return positions.to(torch.float32) / torch.tensor(float(max(max_len - 1, 1)))
+    return divide(positions.to(torch.float32), torch.tensor(float(max(max_len - 1, 1))))
+
+
+def divide(x: torch.Tensor, divisor: torch.Tensor) -> torch.Tensor:
+    """``x / divisor`` (correctly rounded), with the divisor expanded to ``x``'s shape.
+
+    The same values as a broadcast ``x / divisor`` in PyTorch, but a traced program divides
+    elementwise: ExecuTorch's ``div`` multiplies by the reciprocal of a broadcast divisor, one
+    ulp off at most positions (executorch 1.5.1), while dividing tensors of one shape it rounds
+    correctly, as PyTorch, numpy and onnxruntime do (issue 22, ``--format pte``).
+    """
+    return x / divisor.expand_as(x)
 
 
 def check_float_positions(positions: torch.Tensor, limit: int) -> None:

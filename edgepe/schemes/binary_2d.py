@@ -35,5 +35,5 @@ class Binary2D(Scheme):
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
         coordinate = positions[:, self.axis]  # [N, d]: x for even columns, y for odd
-        shifted = coordinate >> self.shifts.clamp(max=63)
+        shifted = torch.bitwise_right_shift(coordinate, self.shifts.clamp(max=63))
         return ((shifted & 1) * (self.shifts < self.config.n_bits)).to(torch.float32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from edgepe.schemes._base import Scheme
+from edgepe.schemes._base import Scheme, divide
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
     Param,
@@ -46,7 +46,7 @@ class Gaussian(Scheme):
     def encode(self, positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
         self.check_domain(positions, key_positions)
         d = (positions.unsqueeze(-1) - key_positions).to(torch.float32)  # [N, M]
-        bias = -((d * d) / self.two_sigma_sq)
+        bias = -divide(d * d, self.two_sigma_sq)
         return bias.unsqueeze(0).expand(self.config.heads, -1, -1).contiguous()
 
     def forward(self, scores: torch.Tensor, offset: int = 0) -> torch.Tensor:

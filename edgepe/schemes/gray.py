@@ -26,4 +26,4 @@ from edgepe.schemes._registry import SchemeSpec, n_bits, register
 class Gray(Scheme):
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
         p = wrap(positions, self.config.n_bits)
-        return bits(p ^ (p >> 1), self.config.d_model, self.config.n_bits)
+        return bits(p ^ torch.bitwise_right_shift(p, 1), self.config.d_model, self.config.n_bits)

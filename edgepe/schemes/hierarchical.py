@@ -61,5 +61,6 @@ class Hierarchical(Scheme):
         )
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
-        shifted = positions[:, self.level] >> self.shifts  # bit shifts[j] of level[j]
+        # bit shifts[j] of level[j]
+        shifted = torch.bitwise_right_shift(positions[:, self.level], self.shifts)
         return (shifted & 1).to(torch.float32)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from edgepe.schemes._base import Scheme
+from edgepe.schemes._base import Scheme, divide
 from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, Param, SchemeSpec, register
 
 
@@ -28,5 +28,5 @@ from edgepe.schemes._registry import FLOAT_EXACT_POSITIONS, Param, SchemeSpec, r
 class Integer(Scheme):
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
         self.check_domain(positions)
-        value = positions.to(torch.float32) / torch.tensor(self.config.params["C"])
+        value = divide(positions.to(torch.float32), torch.tensor(self.config.params["C"]))
         return value.unsqueeze(-1).expand(-1, self.config.d_model).contiguous()

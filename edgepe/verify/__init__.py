@@ -118,16 +118,16 @@ def _check_fields(manifest: dict[str, Any], mpath: Path) -> None:
         if not isinstance(manifest[key], str):
             raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be a string, "
                                 f"got {manifest[key]!r}")
-    if manifest["format"] not in ("onnx", "npy", "bin", "c"):
+    if manifest["format"] not in ("onnx", "npy", "bin", "c", "pte"):
         raise ArtifactError(
             f"manifest {str(mpath)!r} has format {manifest['format']!r}; "
-            "edgepe verifies onnx, npy, bin and c"
+            "edgepe verifies onnx, npy, bin, c and pte"
         )
     if manifest["mode"] not in ("compute", "table") or (
             manifest["format"] in ("npy", "bin") and manifest["mode"] != "table"):
         raise ArtifactError(f"manifest {str(mpath)!r}: mode {manifest['mode']!r} does not fit "
                             f"format {manifest['format']!r} (npy and bin hold tables)")
-    if manifest["format"] != "onnx" and manifest["mode"] == "table":  # a stored table file
+    if manifest["format"] in ("npy", "bin", "c") and manifest["mode"] == "table":  # a table file
         shape = manifest["shape"]
         if not (isinstance(shape, list) and len(shape) == 2
                 and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
@@ -231,6 +231,16 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
         initializers = {t.name for t in graph.initializer}
         inputs = tuple(i.name for i in graph.input if i.name not in initializers)
         return inputs, {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
+    if fmt == "pte":
+        # An ExecuTorch program is a flatbuffer whose file identifier (bytes 4..8) is "ET" and a
+        # two-digit schema version; ExecuTorch's loader then checks its internal consistency.
+        with path.open("rb") as f:
+            head = f.read(8)
+        if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():
+            raise ArtifactError(f"{str(path)!r} is not an ExecuTorch program (no ET flatbuffer "
+                                "identifier: truncated or another file?)")
+        return (("positions", "key_positions") if manifest.get("kind") == "bias"
+                else ("positions",)), set()
     # A table's [rows, cols]; a C compute header's shape is its graph's (["N", D]): unused here.
     rows, cols = (int(s) for s in manifest["shape"]) if manifest["mode"] == "table" else (0, 0)
     if fmt == "npy":
@@ -304,7 +314,7 @@ def verify_artifact(
     config, module = reference_module(manifest, path)
     tolerance = tolerance_for(manifest)
     probe_tolerance = tolerance_for(manifest, probe=True)
-    by_position = fmt == "onnx" or manifest["mode"] == "compute"
+    by_position = fmt in ("onnx", "pte") or manifest["mode"] == "compute"
     shape = tuple(int(s) for s in manifest["shape"]) if not by_position else None
 
     def chunks():

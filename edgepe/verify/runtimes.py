@@ -6,6 +6,7 @@
 - Table files (npy, bin): ``FileRuntime`` reads the rows back as a consumer would, from the
   manifest alone (dtype, shape, bitorder, quant).
 - C headers: ``CRuntime`` compiles and runs them through ``edgepe.verify.c_runner``.
+- ExecuTorch programs (``.pte``): ``edgepe.export.pte.Program`` in ExecuTorch's runtime.
 
 Names are forgiving (STYLE 6): ``cpu``, ``CUDA``, ``trt``/``tensorrt``, ``openvino``, ``dml``
 match case-insensitively; an unknown or unavailable one is a ``BadParameterError`` that lists
@@ -55,6 +56,7 @@ C = "c"
 # OpenVINO itself (the `openvino` package, `pip install 'edgepe[openvino]'`), not onnxruntime's
 # OpenVINO provider: the name wins over that provider's alias when the package is installed.
 OPENVINO = "openvino"
+EXECUTORCH = "executorch"
 
 
 def short_name(provider: str) -> str:
@@ -85,6 +87,8 @@ def available(fmt: str) -> list[str]:
         return ort_names + [REF] + ([OPENVINO] if openvino_installed() else [])
     if fmt == "c":
         return [C]
+    if fmt == "pte":
+        return [EXECUTORCH]
     return [FILE]
 
 
@@ -387,4 +391,8 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any]):
     header (``c``)."""
     if name == C:
         return CRuntime(path, manifest)
+    if name == EXECUTORCH:
+        from edgepe.export.pte import Program
+
+        return Program(path.read_bytes(), manifest)
     return open_onnx(name, path)
