@@ -30,6 +30,7 @@ by a broadcast divisor through its reciprocal, one ulp off.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -176,7 +177,8 @@ def _projection_quant(config: ExportConfig, module, manifest: dict[str, Any]):
 
     from edgepe.quant.graphs import build_int8
 
-    model = build_int8(config, module, manifest)
+    # The ONNX int8 graph of the same inputs (its own default opset): only its tensors are used.
+    model = build_int8(replace(config, format="onnx", opset=None), module, manifest)
     quant = manifest["quant"]
     tensors = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     q = tensors[quant["tensor"]].astype(np.int8)

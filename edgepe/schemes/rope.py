@@ -166,11 +166,9 @@ class Rope(Scheme):
         self.register_buffer("scale", scale.to(torch.float32))
         self.layout = config.params["layout"]
         self.rotary_dim = rotary_dim(config)
-
-    @property
-    def scaled(self) -> bool:
-        """Whether cos/sin are multiplied by an attention factor other than 1 (yarn)."""
-        return bool((self.scale != 1).any())
+        # Whether cos/sin are multiplied by an attention factor other than 1 (yarn): decided
+        # here, not from the buffer in encode, so torch.export (--format pte) can trace encode.
+        self.scaled = bool((scale != 1).any())
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
         self.check_domain(positions)
