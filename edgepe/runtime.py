@@ -111,7 +111,10 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runt
     forgiving names (``"cpu"``, ``"cuda"``); default CPU. Raises ``ArtifactError`` for a file
     that is missing, has no manifest, or does not match its manifest.
     """
+    from edgepe.export.commit import recover
+
     path = Path(path)
+    recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read_artifact_manifest(path)
     fmt = manifest["format"]
     if fmt == "onnx":

@@ -268,13 +268,14 @@ def command(
     options = ctx.obj or {}
     quiet, verbose = options.get("quiet", False), options.get("verbose", False)
     if out is not None:
-        from edgepe.export.artifact import check_writable
+        from edgepe.export.artifact import check_not_input, check_writable
 
         if out.suffix.lower() not in OUT_SUFFIXES:
             raise BadParameterError(
                 f"--out {str(out)!r}: the file name must end in .npy or .csv"
             )
         check_writable(out)
+        check_not_input(out, [path])
 
     import edgepe
     from edgepe.runtime import check_positions

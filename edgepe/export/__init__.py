@@ -13,10 +13,13 @@ from edgepe.export.artifact import (
     ExportConfig,
     ExportResult,
     Prepared,
+    check_manifest_slot,
+    check_not_input,
     check_replace,
     check_writable,
     default_out,
     read_manifest,
+    target_lock,
     validate_choices,
     write_artifact,
 )
@@ -45,10 +48,14 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     validate_choices(config)
     out = Path(config.out) if config.out is not None else default_out(config)
     check_writable(out)
+    check_manifest_slot(out, force)
+    check_not_input(out, [Path(config.checkpoint)] if config.checkpoint else [])
     # Build before looking at what is on disk, so every bad input is named as such (not as a
     # file in the way); an identical artifact already there is then left untouched.
     prepared = prepare(config)
-    if check_replace(out, config, force):
-        return ExportResult(out, read_manifest(out), unchanged=True)
-    manifest = write_artifact(out, prepared.write, prepared.manifest)
+    # One export of a PATH at a time; it also finishes one that was killed mid-commit.
+    with target_lock(out):
+        if check_replace(out, config, force):
+            return ExportResult(out, read_manifest(out), unchanged=True)
+        manifest = write_artifact(out, prepared.write, prepared.manifest)
     return ExportResult(out, manifest)

@@ -1,9 +1,9 @@
 """What every exporter shares: the export configuration, the manifest and safe file writing.
 
-An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to a temporary
-file in the target directory and renamed into place, artifact first, manifest last (it carries
-the artifact's sha256), so a failure or a kill leaves the old artifact or the new one, never
-half of one. Stale temporary files of the same target are removed by the next export.
+An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to temporary
+files in the target directory, under a per-target lock, and committed by renames with a journal
+(``edgepe.export.commit``), so a failure or a kill leaves the old pair or the new one, never half
+of one, and concurrent exports of one PATH never clobber each other's files.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +19,8 @@ from typing import Any, BinaryIO
 
 from edgepe import __version__
 from edgepe.errors import BadParameterError, OutputPathError
+from edgepe.export.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
+from edgepe.export.commit import cannot_write, target_lock, write_pair, write_temp
 from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c")
@@ -28,7 +30,6 @@ LOWERINGS = ("bitwise", "arith")
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
 DEFAULT_OPSET = 18
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
-TMP_MARK = ".edgepe-tmp-"
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,15 @@ def read_manifest(path: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def check_writable(out: Path) -> None:
-    """Refuse an output path that cannot be written, before any work is done."""
+def check_writable(out: Path, option: str = "--out") -> None:
+    """Refuse an output path that cannot be written, before any work is done: a folder, a
+    non-regular file (device, FIFO, socket: refused even with ``--force``), a place under a
+    file or not writable, a name that is not UTF-8 or leaves no room for ``.json``."""
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raise OutputPathError(f"{option} {str(out)!r}: the name is not valid UTF-8; "
+                              "choose a UTF-8 file name") from None
     parent = out.parent
     probe = parent
     while not probe.exists():
@@ -159,8 +167,61 @@ def check_writable(out: Path) -> None:
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is a file, not a folder")
     if out.exists() and out.is_dir():
         raise OutputPathError(f"cannot write {str(out)!r}: it is a folder")
+    _check_regular(out)
     if not os.access(probe, os.W_OK):
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is not writable")
+    room = _name_max(probe) - len(".json")
+    if len(os.fsencode(out.name)) > room:
+        raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
+                              "bytes (its manifest adds '.json')")
+
+
+def check_manifest_slot(out: Path, force: bool) -> None:
+    """Refuse to touch ``PATH.json`` unless it is edgepe's to replace: a folder or non-regular
+    file there is refused always; a file there beside no artifact (a manifest of nothing, or a
+    file edgepe did not write) only goes with ``force``. (A ``PATH.json`` beside an existing
+    ``PATH`` is judged with the artifact, by ``check_replace``.)"""
+    mpath = manifest_path(out)
+    if mpath.is_dir():
+        raise OutputPathError(f"cannot write {str(mpath)!r}, the manifest of {str(out)!r}: "
+                              "it is a folder")
+    _check_regular(mpath)
+    if mpath.exists() and not out.exists() and not force:
+        raise OutputPathError(f"{str(mpath)!r} exists and is not the manifest of an artifact at "
+                              f"{str(out)!r}; pass --force to replace it")
+
+
+def check_not_input(out: Path, inputs: list[Path], option: str = "--out") -> None:
+    """Refuse an output that is one of the command's inputs or an input's manifest."""
+    for given in inputs:
+        for source in (Path(given), manifest_path(given)):
+            if _same_file(out, source):
+                raise OutputPathError(f"{option} {str(out)!r} is the input {str(source)!r}; "
+                                      "write somewhere else")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _check_regular(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent (or a dangling link, which a rename replaces)
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OutputPathError(f"cannot write {str(path)!r}: it is not a regular file "
+                              "(a device, FIFO or socket); edgepe never writes into one")
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
@@ -186,48 +247,47 @@ def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
     raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
 
 
-def clean_stale(out: Path) -> None:
-    """Remove temporary files a killed export of ``out`` left behind."""
-    if out.parent.is_dir():
-        for stale in out.parent.glob(f".{out.name}*{TMP_MARK}*"):
-            stale.unlink(missing_ok=True)
-
-
 def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
     """Write ``out`` via a temporary file and a rename; returns the sha256 of what was written."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}{TMP_MARK}", dir=out.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; artifacts get the usual mode
-        with os.fdopen(fd, "wb") as raw:
-            hashing = _HashingWriter(raw)
-            write(hashing)
-            raw.flush()
-            os.fsync(raw.fileno())
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from None
+    tmp, digest = write_temp(out, _hashed(write))
+    try:
         os.replace(tmp, out)
-    except BaseException:
+    except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise
-    return hashing.hexdigest()
+        raise cannot_write(out, exc) from None
+    return digest
 
 
 def write_artifact(
     out: Path, write: Callable[[BinaryIO], None], manifest: dict[str, Any]
 ) -> dict[str, Any]:
-    """Write the artifact, then its manifest (with ``sha256``) last. Returns the manifest."""
-    clean_stale(out)
-    clean_stale(manifest_path(out))
-    digest = atomic_write(out, write)
-    manifest = {**manifest, "sha256": digest}
-    text = dumps_manifest(manifest)
-    atomic_write(manifest_path(out), lambda f: f.write(text))
-    return manifest
+    """Write the artifact, then its manifest (with ``sha256``), under the target's lock (taken
+    here unless the caller holds it), committed as ``edgepe.export.commit`` says. Returns the
+    manifest."""
+    written: dict[str, Any] = {}
+
+    def manifest_bytes(digest: str) -> bytes:
+        written.update(manifest, sha256=digest)
+        return dumps_manifest(written)
+
+    with target_lock(out):
+        write_pair(out, _hashed(write), manifest_bytes)
+    return written
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _hashed(write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], str]:
+    """``write`` through a hashing wrapper; the result returns the sha256 of what it wrote."""
+
+    def run(raw: BinaryIO) -> str:
+        hashing = _HashingWriter(raw)
+        write(hashing)
+        return hashing.hexdigest()
+
+    return run
 
 
 class _HashingWriter:
