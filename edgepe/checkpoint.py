@@ -2,7 +2,9 @@
 
 Checkpoints are read with ``torch.load(weights_only=True)``: a pickle that would run code is
 refused by torch's restricted unpickler, never executed. The state_dict must hold exactly the
-module's keys with the module's shapes (the message lists expected vs found), and finite values.
+module's keys with the module's shapes (the message lists expected vs found), and finite values;
+each tensor a plain dense CPU tensor of a real dtype (not float8, complex, quantized, sparse or
+meta, which the reference modules cannot take without silent loss or a crash).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def sha256_file(path: str | Path) -> str:
 def read_state_dict(path: str | Path) -> dict:
     """The state_dict in ``path`` (a bare one, or under a ``state_dict`` key)."""
     import pickle
+    import warnings
 
     import torch
 
@@ -31,7 +34,9 @@ def read_state_dict(path: str | Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's deprecation notes are not the user's problem
+            warnings.simplefilter("ignore")
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
@@ -50,7 +55,35 @@ def read_state_dict(path: str | Path) -> dict:
         raise CheckpointError(
             f"checkpoint {str(path)!r} does not hold a state_dict (a mapping of names to tensors)"
         )
+    allowed = _real_dtypes(torch)
+    for key, value in loaded.items():
+        kind = _unusable(value, allowed)
+        if kind:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r}: {key} is a {kind} tensor; edgepe takes dense CPU "
+                f"tensors of {', '.join(sorted(str(d).removeprefix('torch.') for d in allowed))}"
+            )
     return loaded
+
+
+def _real_dtypes(torch) -> set:
+    return {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
+            torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+
+
+def _unusable(value, allowed: set) -> str | None:
+    """What makes ``value`` unusable as a weight ('meta', 'sparse', ...), or ``None``."""
+    import torch
+
+    if value.is_meta:
+        return "meta (no data)"
+    if value.layout != torch.strided:
+        return f"{str(value.layout).removeprefix('torch.')} (not dense)"
+    if value.is_quantized:
+        return f"quantized {str(value.dtype).removeprefix('torch.')}"
+    if value.dtype not in allowed:
+        return str(value.dtype).removeprefix("torch.")
+    return None
 
 
 def load_into(module, path: str | Path) -> None:

@@ -30,6 +30,8 @@ LOWERINGS = ("bitwise", "arith")
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
 DEFAULT_OPSET = 18
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
+SEED_MAX = 2**63 - 1  # torch.manual_seed takes 64 bits; the manifest's JSON keeps an int64 exact
+C_ALIGN_MAX = 8192  # the most MSVC's __declspec(align(N)) takes (GCC: 2^28 in ELF objects)
 
 
 @dataclass(frozen=True)
@@ -327,6 +329,11 @@ def validate_choices(config: ExportConfig) -> None:
         raise BadParameterError(
             f"scheme '{spec.id}' has no learned weights: --checkpoint does not apply"
         )
+    if not 0 <= config.seed <= SEED_MAX:
+        raise BadParameterError(f"--seed must be between 0 and {SEED_MAX}, got {config.seed}")
+    if not (1 <= config.c_align <= C_ALIGN_MAX and config.c_align & (config.c_align - 1) == 0):
+        raise BadParameterError(f"--c-align must be a power of two from 1 to {C_ALIGN_MAX} "
+                                f"bytes, got {config.c_align}")
     if not 1 <= config.opset <= 30:
         raise BadParameterError(f"--opset must be between 1 and 30, got {config.opset}")
     if config.max_table_bytes < 1:

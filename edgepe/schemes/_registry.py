@@ -277,6 +277,11 @@ def resolve(
         width = None
     elif d_model is None:
         width = spec.d_model(max_len, values) if callable(spec.d_model) else spec.d_model
+        if not 1 <= width <= D_MODEL_LIMIT:  # a width derived from params (groups=10**20)
+            raise BadParameterError(
+                f"scheme '{scheme}' with these parameters is {width} wide; d_model must be "
+                f"between 1 and {D_MODEL_LIMIT}"
+            )
     else:
         width = _size("d_model", d_model, D_MODEL_LIMIT)
     if width is not None and spec.even_d_model and width % 2:
