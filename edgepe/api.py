@@ -40,6 +40,7 @@ def make_config(
     quant_granularity: str = "channel",
     lowering: str = "bitwise",
     checkpoint: str | Path | None = None,
+    checkpoint_key: str | None = None,
     seed: int = 0,
     opset: int = DEFAULT_OPSET,
     c_prefix: str = "edgepe",
@@ -52,7 +53,8 @@ def make_config(
 
     ``mode`` defaults to the scheme's default (compute where it has one; table for npy/bin
     files). A ``checkpoint`` must
-    be an existing file; its sha256 goes into the config (and so into the manifest).
+    be an existing file; its sha256 goes into the config (and so into the manifest);
+    ``checkpoint_key`` picks the entries under that prefix of a whole model's state_dict.
     """
     from edgepe.checkpoint import sha256_file
     from edgepe.schemes import resolve
@@ -75,6 +77,7 @@ def make_config(
         seed=int(seed),
         checkpoint=None if checkpoint is None else str(checkpoint),
         checkpoint_sha256=checkpoint_sha256,
+        checkpoint_key=checkpoint_key,
         opset=int(opset),
         c_prefix=c_prefix,
         c_align=int(c_align),

@@ -23,8 +23,10 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def read_state_dict(path: str | Path) -> dict:
-    """The state_dict in ``path`` (a bare one, or under a ``state_dict`` key)."""
+def read_state_dict(path: str | Path, key: str | None = None) -> dict:
+    """The state_dict in ``path`` (a bare one, or under a ``state_dict`` key); with ``key``, the
+    entries under ``key.`` with that prefix removed (a whole model's state_dict:
+    ``--checkpoint-key pos`` takes ``pos.projection.weight`` as ``projection.weight``)."""
     import pickle
     import warnings
 
@@ -56,14 +58,48 @@ def read_state_dict(path: str | Path) -> dict:
             f"checkpoint {str(path)!r} does not hold a state_dict (a mapping of names to tensors)"
         )
     allowed = _real_dtypes(torch)
-    for key, value in loaded.items():
+    for name, value in loaded.items():
         kind = _unusable(value, allowed)
         if kind:
             raise CheckpointError(
-                f"checkpoint {str(path)!r}: {key} is a {kind} tensor; edgepe takes dense CPU "
+                f"checkpoint {str(path)!r}: {name} is a {kind} tensor; edgepe takes dense CPU "
                 f"tensors of {', '.join(sorted(str(d).removeprefix('torch.') for d in allowed))}"
             )
+    if key is not None:
+        prefix = key.rstrip(".") + "."
+        picked = {k[len(prefix):]: v for k, v in loaded.items() if k.startswith(prefix)}
+        if not picked:
+            heads = sorted({k.split(".")[0] for k in loaded if "." in k})
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} has no entries under --checkpoint-key {key!r}; "
+                f"its prefixes: {', '.join(heads[:12]) or 'none (a bare state_dict)'}"
+            )
+        loaded = picked
     return loaded
+
+
+def _prefixes(expected, found) -> list[str]:
+    """The prefixes under which ``found`` holds every ``expected`` name (``pos`` for
+    ``pos.projection.weight``), for the error that suggests ``--checkpoint-key``."""
+    candidates = None
+    for name in expected:
+        here = {f[: -len(name) - 1] for f in found if f.endswith("." + name)}
+        candidates = here if candidates is None else candidates & here
+    return sorted(candidates or ())
+
+
+def _implied_d_model(expected: dict, found: dict, d_model) -> int | None:
+    """The d_model the checkpoint's shapes imply, when they differ from the module's in the
+    d_model axes only and agree on one value there."""
+    implied = set()
+    for name, want in expected.items():
+        got = found.get(name)
+        if got is None or len(got) != len(want):
+            return None
+        for w, g in zip(want, got, strict=True):
+            if w != g:
+                implied.add(g if w == d_model else None)
+    return implied.pop() if len(implied) == 1 and None not in implied else None
 
 
 def _real_dtypes(torch) -> set:
@@ -86,11 +122,13 @@ def _unusable(value, allowed: set) -> str | None:
     return None
 
 
-def load_into(module, path: str | Path) -> None:
-    """Load ``path`` into ``module`` after checking keys, shapes and finiteness."""
+def load_into(module, path: str | Path, key: str | None = None) -> None:
+    """Load ``path`` (its entries under ``key``, if given) into ``module`` after checking keys,
+    shapes and finiteness. A mismatch names what would fit: the ``--checkpoint-key`` prefixes
+    that hold the module's names, or the ``--d-model`` the shapes imply."""
     import torch
 
-    state = read_state_dict(path)
+    state = read_state_dict(path, key)
     expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state.items()}
     scheme = module.config.scheme
@@ -98,10 +136,18 @@ def load_into(module, path: str | Path) -> None:
         def fmt(d: dict) -> str:
             return ", ".join(f"{k} {list(s)}" for k, s in sorted(d.items())) or "nothing"
 
+        hint = ""
+        if prefixes := _prefixes(expected, found):
+            hint = ("; it holds them under a prefix: pass --checkpoint-key "
+                    + " or ".join(repr(p) for p in prefixes))
+        elif (d := _implied_d_model(expected, found, module.config.d_model)) is not None:
+            hint = f"; its shapes imply --d-model {d}"
+        if len(found) > 8:  # a whole model: its names would drown the message
+            found = dict(sorted(found.items())[:8]) | {f"... ({len(state) - 8} more)": ()}
         raise CheckpointError(
             f"checkpoint {str(path)!r} does not fit scheme '{scheme}' "
             f"(max_len {module.config.max_len}, d_model {module.config.d_model}): "
-            f"expected {fmt(expected)}; found {fmt(found)}"
+            f"expected {fmt(expected)}; found {fmt(found)}{hint}"
         )
     for key, value in state.items():
         if value.is_floating_point() and not torch.isfinite(value).all():

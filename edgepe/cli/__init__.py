@@ -60,7 +60,7 @@ class _Group(TyperGroup):
         except NoArgsIsHelpError:
             raise
         except UsageError as exc:  # `edgepe --bogus`: one line, like every other error
-            typer.echo(f"error: {exc.format_message()} (see 'edgepe --help')", err=True)
+            typer.echo(error_line(f"{exc.format_message()} (see 'edgepe --help')"), err=True)
             raise typer.Exit(2) from None
         except BrokenPipeError:  # `edgepe --help | head -0`
             _reader_left()
@@ -78,11 +78,19 @@ class _Group(TyperGroup):
         except UsageError as exc:
             command = f"edgepe {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "edgepe"
             message = exc.format_message() + _given(exc, argv)
-            typer.echo(f"error: {message} (see '{command} --help')", err=True)
+            typer.echo(error_line(f"{message} (see '{command} --help')"), err=True)
             raise typer.Exit(2) from None
         except EdgepeError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(error_line(str(exc)), err=True)
             raise typer.Exit(exc.exit_code) from None
+        except ModuleNotFoundError as exc:
+            extra = optional_extra(exc.name or "")
+            if extra is None:
+                raise
+            command = f"edgepe {protected[0]}" if protected else "edgepe"
+            typer.echo(error_line(f"{command} needs {exc.name}, which is not installed; install "
+                                  f"it with: pip install 'edgepe[{extra}]'"), err=True)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
@@ -104,6 +112,37 @@ class _Group(TyperGroup):
                 err=True,
             )
             raise typer.Exit(BUG_EXIT) from None
+
+
+def error_line(message: str) -> str:
+    """``error: message``, the message starting lower-case (``Unknown scheme`` and click's
+    ``No such option`` alike) unless its first word is an acronym or a name (``ONNX``)."""
+    head = message.split(" ", 1)[0]
+    if head[:1].isupper() and head[1:2].islower():
+        message = message[0].lower() + message[1:]
+    return f"error: {message}"
+
+
+def optional_extra(module: str) -> str | None:
+    """The extra of edgepe's metadata that installs ``module`` (``matplotlib`` -> ``plot``), or
+    ``None`` when it is no optional dependency; extras are read from the installed package, so
+    a new extra needs no change here (``dev`` is not for users)."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("edgepe") or []
+    except metadata.PackageNotFoundError:  # pragma: no cover - edgepe runs from a checkout
+        return None
+    wanted = module.split(".")[0].replace("-", "_").lower()
+    for line in requires:
+        spec, _, marker = line.partition(";")
+        name = spec.strip().split("[")[0]
+        for sep in "<>=!~ ":
+            name = name.split(sep)[0]
+        extra = marker.split("extra ==")[-1].strip().strip("'\"") if "extra ==" in marker else ""
+        if extra and extra != "dev" and name.replace("-", "_").lower() == wanted:
+            return extra
+    return None
 
 
 def _reader_left():

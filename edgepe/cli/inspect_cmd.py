@@ -35,7 +35,7 @@ def command(
         f"scheme {m.get('scheme')} ({params or 'no params'})  mode {m.get('mode')}  format "
         f"{m.get('format')}  max_len {m.get('max_len')}  {width}  dtype {m.get('dtype')}  "
         f"shape {m.get('shape')}"
-        + (f"  lowering {m['lowering']}" if m.get("lowering") else "")
+        + (f"  lowering {m['lowering']}" if m.get("lowering") and _has_bits(m) else "")
     )
     positions = m.get("positions") or {}
     quant = m.get("quant")
@@ -92,3 +92,11 @@ def command(
     tables = ", ".join(f"{name} {dims}" for name, dims in a.tables) or "none"
     console.print(f"audit: position-indexed tables: {tables}")
     console.print(f"audit: bitwise ops: {'yes' if a.bitwise else 'none'}")
+
+
+def _has_bits(manifest: dict) -> bool:
+    """Whether the scheme's compute graph has a bit front end (the one thing --lowering picks);
+    for the others the manifest's ``lowering`` says nothing about the graph."""
+    from edgepe.export.graphs import COMPUTE
+
+    return COMPUTE.get(manifest.get("scheme"), ("",))[0] == "bits"

@@ -48,6 +48,7 @@ class ExportConfig:
     seed: int = 0
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
+    checkpoint_key: str | None = None  # prefix of the module's entries in a model's state_dict
     opset: int = DEFAULT_OPSET
     c_prefix: str = "edgepe"
     c_align: int = 16
@@ -73,6 +74,8 @@ class ExportConfig:
             "opset": self.opset if self.format == "onnx" else None,
             "c_prefix": self.c_prefix if self.format == "c" else None,
             "c_align": self.c_align if self.format == "c" else None,
+            # only when given, so every manifest made without it keeps its bytes
+            **({"checkpoint_key": self.checkpoint_key} if self.checkpoint_key else {}),
             **dict(self.extra),
         }
 
@@ -94,6 +97,23 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     # Scheme-specific choices (rope's apply graph and its lowering) name a different graph.
     parts += [str(value) for _, value in sorted(config.extra.items())]
     return root / ("-".join(parts) + EXTENSIONS[config.format])
+
+
+def infer_format(out: Path | None, given: str | None) -> str:
+    """``--format``: as given, else the one ``out``'s extension names (``EXTENSIONS``), else
+    onnx. A given format that contradicts a known extension (``--format c --out g.onnx``) is
+    refused; an unknown extension (``.txt``, none) takes the format as it is."""
+    implied = None
+    if out is not None:
+        implied = next((f for f, ext in EXTENSIONS.items() if ext == out.suffix.lower()), None)
+    if given is None:
+        return implied or "onnx"
+    if implied is not None and given in EXTENSIONS and implied != given:
+        raise BadParameterError(
+            f"--format {given} writes {EXTENSIONS[given]} files, but --out {str(out)!r} ends in "
+            f"{out.suffix} (--format {implied}); drop --format or rename the output"
+        )
+    return given
 
 
 def manifest_path(path: str | Path) -> Path:
@@ -126,7 +146,8 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
         "checkpoint": (
             None
             if config.checkpoint is None
-            else {"path": str(config.checkpoint), "sha256": config.checkpoint_sha256}
+            else {"path": str(config.checkpoint), "sha256": config.checkpoint_sha256,
+                  **({"key": config.checkpoint_key} if config.checkpoint_key else {})}
         ),
         "positions": {
             "arity": s.arity,
@@ -325,6 +346,9 @@ def validate_choices(config: ExportConfig) -> None:
         raise BadParameterError(
             f"scheme '{spec.id}' has no {config.mode} mode; it has: {', '.join(spec.modes)}"
         )
+    if config.checkpoint_key is not None and config.checkpoint is None:
+        raise BadParameterError("--checkpoint-key names a prefix inside --checkpoint FILE; "
+                                "give --checkpoint too")
     if config.checkpoint is not None and not spec.learnable:
         raise BadParameterError(
             f"scheme '{spec.id}' has no learned weights: --checkpoint does not apply"

@@ -302,11 +302,13 @@ def resolve(
     return config
 
 
-def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None):
+def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
+          checkpoint_key: str | None = None):
     """The reference module for ``config``, in eval mode.
 
     Learnable parameters are initialised from ``seed`` (without touching the global RNG), or
-    loaded from ``checkpoint`` (``torch.load(weights_only=True)``, keys and shapes checked).
+    loaded from ``checkpoint`` (``torch.load(weights_only=True)``, keys and shapes checked;
+    ``checkpoint_key``: the prefix of the module's entries in a whole model's state_dict).
     """
     import torch
 
@@ -317,5 +319,5 @@ def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None):
     if checkpoint is not None:
         from edgepe.checkpoint import load_into
 
-        load_into(module, checkpoint)
+        load_into(module, checkpoint, checkpoint_key)
     return module.eval()
