@@ -44,6 +44,8 @@ class _Group(TyperGroup):
         for command in [self, *self.commands.values()]:
             for param in command.params:
                 _polish(param)
+            # --help is made per context, not kept in params
+            command.get_help_option = lambda ctx, made=command.get_help_option: _polish(made(ctx))
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         # `edgepe export ... -q` means `edgepe -q export ...`: the root's options are flags, so
@@ -166,15 +168,19 @@ def _reader_left_rich(exc: SystemExit):
     raise exc
 
 
-def _polish(param) -> None:
+def _polish(param):
     """Help as users read it: a flag shows no ``<bool>`` (it takes no value), and an argument
-    shows its name as ``PATH`` in the usage line (typer 0.29 writes ``{path}``)."""
+    shows its name as ``PATH`` in the usage line (typer 0.29 writes ``{path}``). Returns
+    ``param``."""
+    if param is None:
+        return None
     if getattr(param, "is_flag", False) and param.metavar is None:
         param.metavar = ""
     if param.param_type_name == "argument":
         name = (param.metavar or param.name).upper()
         piece = name if param.required else f"[{name}]"
         param.get_usage_pieces = lambda ctx, piece=piece: [piece]
+    return param
 
 
 def _given(exc: UsageError, argv: list[str]) -> str:
