@@ -352,6 +352,22 @@ def test_concurrent_exports_complete_or_refuse(tmp_path, count):
     assert _leftovers(tmp_path) == []
 
 
+def test_an_export_while_another_holds_the_lock_exits_2(tmp_path):
+    """Deterministic overlap: while this process holds PATH's lock (as a running export does),
+    a real `edgepe export` of PATH exits 2 naming it, and writes nothing."""
+    from edgepe.export.commit import target_lock
+
+    out = tmp_path / "g.onnx"
+    with target_lock(out):
+        before = _snapshot(tmp_path)
+        proc = subprocess.run(_edgepe("export", *GRAY, "--out", str(out), "--no-verify"),
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert f"another export is writing '{out}'" in _one_line(proc.stderr)
+        assert _snapshot(tmp_path) == before
+    assert list(tmp_path.iterdir()) == []  # the lock file goes with its holder
+
+
 # A real `edgepe export`, SIGKILLed by itself at one point of the commit (os.replace wrapped).
 _KILLER = """
 import os, signal, sys
@@ -422,6 +438,6 @@ def test_the_table_is_grouped_and_large_enough():
     """The issue asks >= 60 cases with i23a's test_trust.py; this file brings >= 35."""
     groups = {c.group for c in CASES}
     assert groups == {"clobbered outputs", "malformed values"}
-    # + concurrency (1) + kills (6 = 2 states x 3 readers) + 240-byte name + int64 ranges
-    assert len(CASES) + 1 + 6 + 2 >= 35
+    # + concurrency (2) + kills (6 = 2 states x 3 readers) + 240-byte name + int64 ranges
+    assert len(CASES) + 2 + 6 + 2 >= 35
     assert len({c.id for c in CASES}) == len(CASES)
