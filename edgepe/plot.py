@@ -259,6 +259,7 @@ def plot(
     positions: Any = None,
     seed: int = 0,
     checkpoint: str | None = None,
+    checkpoint_key: str | None = None,
 ) -> Path:
     """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``) and write ``out`` (.png/.svg).
 
@@ -298,8 +299,8 @@ def plot(
         fig = quant_error(runtime, config, build(config, seed=seed, checkpoint=checkpoint))
     else:
         span = default_positions(config.max_len) if positions is None else positions
-        source = runtime if runtime is not None else build(config, seed=seed,
-                                                           checkpoint=checkpoint)
+        source = runtime if runtime is not None else build(
+            config, seed=seed, checkpoint=checkpoint, checkpoint_key=checkpoint_key)
         fig = {"heatmap": heatmap, "similarity": similarity, "hamming": hamming}[kind](
             config, source, span
         )

@@ -133,6 +133,11 @@ def test_a_whole_model_checkpoint_names_its_prefix(checkpoints, tmp_path):
     positions = list(range(0, 512, 7))
     assert (edgepe.load(out).encode(positions) == edgepe.load(seeded).encode(positions)).all()
     assert _invoke("verify", str(out)).exit_code == 0
+    # plot takes the same option
+    png = tmp_path / "w.png"
+    plotted = _invoke("plot", *base[1:], "--checkpoint-key", "encoder.pos", "--out", str(png))
+    assert plotted.exit_code == 0, plotted.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_d_model_mismatch_suggests_the_checkpoints_width(checkpoints, tmp_path):
