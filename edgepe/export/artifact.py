@@ -176,7 +176,7 @@ def read_manifest(path: str | Path) -> dict[str, Any] | None:
 def check_writable(out: Path, option: str = "--out") -> None:
     """Refuse an output path that cannot be written, before any work is done: a folder, a
     non-regular file (device, FIFO, socket: refused even with ``--force``), a place under a
-    file or not writable, a name that is not UTF-8 or leaves no room for ``.json``."""
+    file or not writable, a name that is not UTF-8 or too long."""
     try:
         str(out).encode("utf-8")
     except UnicodeEncodeError:
@@ -193,18 +193,26 @@ def check_writable(out: Path, option: str = "--out") -> None:
     _check_regular(out)
     if not os.access(probe, os.W_OK):
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is not writable")
+    room = _name_max(probe)
+    if len(os.fsencode(out.name)) > room:
+        raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
+                              "bytes")
+
+
+def check_manifest_slot(out: Path, force: bool) -> None:
+    """Refuse to touch ``PATH.json`` unless it is edgepe's to replace (and a name with no room
+    for it): a folder or non-regular file there is refused always; a file there beside no
+    artifact (a manifest of nothing, or a file edgepe did not write) only goes with ``force``.
+    (A ``PATH.json`` beside an existing ``PATH`` is judged with the artifact, by
+    ``check_replace``.)"""
+    mpath = manifest_path(out)
+    probe = out.parent
+    while not probe.exists():
+        probe = probe.parent
     room = _name_max(probe) - len(".json")
     if len(os.fsencode(out.name)) > room:
         raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
                               "bytes (its manifest adds '.json')")
-
-
-def check_manifest_slot(out: Path, force: bool) -> None:
-    """Refuse to touch ``PATH.json`` unless it is edgepe's to replace: a folder or non-regular
-    file there is refused always; a file there beside no artifact (a manifest of nothing, or a
-    file edgepe did not write) only goes with ``force``. (A ``PATH.json`` beside an existing
-    ``PATH`` is judged with the artifact, by ``check_replace``.)"""
-    mpath = manifest_path(out)
     if mpath.is_dir():
         raise OutputPathError(f"cannot write {str(mpath)!r}, the manifest of {str(out)!r}: "
                               "it is a folder")
