@@ -182,10 +182,7 @@ def check_writable(out: Path, option: str = "--out") -> None:
     except UnicodeEncodeError:
         raise OutputPathError(f"{option} {str(out)!r}: the name is not valid UTF-8; "
                               "choose a UTF-8 file name") from None
-    parent = out.parent
-    probe = parent
-    while not probe.exists():
-        probe = probe.parent
+    probe = _existing_ancestor(out)
     if not probe.is_dir():
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is a file, not a folder")
     if out.exists() and out.is_dir():
@@ -206,10 +203,7 @@ def check_manifest_slot(out: Path, force: bool) -> None:
     (A ``PATH.json`` beside an existing ``PATH`` is judged with the artifact, by
     ``check_replace``.)"""
     mpath = manifest_path(out)
-    probe = out.parent
-    while not probe.exists():
-        probe = probe.parent
-    room = _name_max(probe) - len(".json")
+    room = _name_max(_existing_ancestor(out)) - len(".json")
     if len(os.fsencode(out.name)) > room:
         raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
                               "bytes (its manifest adds '.json')")
@@ -246,6 +240,14 @@ def _check_regular(path: Path) -> None:
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise OutputPathError(f"cannot write {str(path)!r}: it is not a regular file "
                               "(a device, FIFO or socket); edgepe never writes into one")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest of ``path``'s parents that exists (where a write would create folders)."""
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    return probe
 
 
 def _name_max(folder: Path) -> int:
