@@ -51,6 +51,7 @@ def make_config(
     quant_granularity: str = "channel",
     lowering: str = "bitwise",
     checkpoint: str | Path | None = None,
+    checkpoint_key: str | None = None,
     seed: int = 0,
     opset: int | None = None,
     c_prefix: str = "edgepe",
@@ -65,7 +66,8 @@ def make_config(
     files, and for C headers of schemes with no C function: ``default_mode``). ``opset`` (ONNX
     only; refused for other formats) defaults to 18, 19 for int8 graphs, and is written as given
     or refused with the reason. A ``checkpoint`` must
-    be an existing file; its sha256 goes into the config (and so into the manifest).
+    be an existing file; its sha256 goes into the config (and so into the manifest);
+    ``checkpoint_key`` picks the entries under that prefix of a whole model's state_dict.
     """
     from edgepe.checkpoint import sha256_file
     from edgepe.schemes import resolve
@@ -89,6 +91,7 @@ def make_config(
         seed=int(seed),
         checkpoint=None if checkpoint is None else str(checkpoint),
         checkpoint_sha256=checkpoint_sha256,
+        checkpoint_key=checkpoint_key,
         opset=None if opset is None else int(opset),
         c_prefix=c_prefix,
         c_align=int(c_align),

@@ -259,6 +259,7 @@ def plot(
     positions: Any = None,
     seed: int = 0,
     checkpoint: str | None = None,
+    checkpoint_key: str | None = None,
 ) -> Path:
     """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``) and write ``out`` (.png/.svg).
 
@@ -269,6 +270,7 @@ def plot(
     """
     from edgepe.export.artifact import atomic_write, check_writable
 
+    _matplotlib_config()
     out = Path(out)
     fmt = image_format(out)
     if kind not in KINDS:
@@ -297,8 +299,8 @@ def plot(
         fig = quant_error(runtime, config, build(config, seed=seed, checkpoint=checkpoint))
     else:
         span = default_positions(config.max_len) if positions is None else positions
-        source = runtime if runtime is not None else build(config, seed=seed,
-                                                           checkpoint=checkpoint)
+        source = runtime if runtime is not None else build(
+            config, seed=seed, checkpoint=checkpoint, checkpoint_key=checkpoint_key)
         fig = {"heatmap": heatmap, "similarity": similarity, "hamming": hamming}[kind](
             config, source, span
         )
@@ -310,6 +312,34 @@ def plot(
     data = render(fig, fmt)
     atomic_write(out, lambda f: f.write(data))
     return out
+
+
+def _matplotlib_config() -> None:
+    """Point matplotlib at a private folder when its default one (``$XDG_CONFIG_HOME`` or
+    ``~/.config``, then ``/matplotlib``) cannot be written, e.g. a read-only HOME: otherwise it
+    prints two warnings about a temporary cache on every run. ``MPLCONFIGDIR`` set by the user
+    wins."""
+    import os
+    import tempfile
+
+    if "MPLCONFIGDIR" in os.environ:
+        return
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    default = os.path.join(base, "matplotlib")
+    try:
+        os.makedirs(default, exist_ok=True)
+        if os.access(default, os.W_OK):
+            return
+    except OSError:
+        pass
+    private = os.path.join(tempfile.gettempdir(), f"edgepe-matplotlib-{os.getuid()}")
+    try:
+        os.makedirs(private, mode=0o700, exist_ok=True)
+        info = os.lstat(private)
+    except OSError:
+        return  # matplotlib falls back (and says so); nothing better to offer
+    if os.path.isdir(private) and not os.path.islink(private) and info.st_uid == os.getuid():
+        os.environ["MPLCONFIGDIR"] = private
 
 
 def config_of(manifest: dict) -> tuple[Any, int, str | None]:

@@ -113,7 +113,10 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runt
     forgiving names (``"cpu"``, ``"cuda"``); default CPU. Raises ``ArtifactError`` for a file
     that is missing, has no manifest, or does not match its manifest.
     """
+    from edgepe.export.commit import recover
+
     path = Path(path)
+    recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read_artifact_manifest(path)
     fmt = manifest["format"]
     if fmt == "onnx":
@@ -478,6 +481,7 @@ class OnnxRuntime(Runtime):
         super().__init__(path, manifest)
         import onnxruntime as ort
 
+        ort.set_default_logger_severity(3)  # its own warnings (telemetry, placement): errors only
         options = ort.SessionOptions()
         options.log_severity_level = 3  # warnings about node placement are the verifier's job
         try:
@@ -528,7 +532,7 @@ class OnnxRuntime(Runtime):
         feeds = {"positions": positions}
         if key_positions is not None:
             feeds["key_positions"] = key_positions
-        return self.session.run([self._output], feeds)[0]
+        return self._run(feeds)
 
     def _rotate_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """An apply graph at per-row ``positions [B, S]`` (``x [B, S, d]`` gets a heads axis)."""
@@ -548,8 +552,16 @@ class OnnxRuntime(Runtime):
             y = self.session.run([self._output], {"x": x4, "positions": positions[None]})[0]
             return y.reshape(x.shape)
         batch = x.reshape(-1, *x.shape[-2:]).astype(np.float32, copy=False)
-        y = self.session.run([self._output], {"x": batch, "positions": positions})[0]
-        return y.reshape(x.shape)
+        return self._run({"x": batch, "positions": positions}).reshape(x.shape)
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The session's output for ``feeds``; a graph that fails inside onnxruntime (a damaged
+        or foreign artifact) is an ``ArtifactError`` naming the file, not onnxruntime's error."""
+        try:
+            return self.session.run([self._output], feeds)[0]
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactError(f"{str(self.path)!r} fails in onnxruntime: {first}") from None
 
 
 class PteRuntime(Runtime):

@@ -228,5 +228,5 @@ def test_refusal_is_one_line_in_a_real_subprocess(tmp_path):
         capture_output=True, text=True,
     )
     assert proc.returncode == 2
-    assert _one_line(proc.stderr).startswith("error: Unknown scheme 'grey'")
+    assert _one_line(proc.stderr).startswith("error: unknown scheme 'grey'")
     assert list(tmp_path.iterdir()) == []

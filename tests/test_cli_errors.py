@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import edgepe.export
-from edgepe.cli import BUG_EXIT, app
+from edgepe.cli import BUG_EXIT, PIPE_EXIT, app
 
 
 def test_an_unexpected_exception_is_a_short_bug_report(monkeypatch, tmp_path):
@@ -69,8 +69,9 @@ def test_identical_reexport_is_a_noop(tmp_path):
 
 
 def test_a_reader_that_leaves_early_is_not_a_bug():
-    """``edgepe list | head -1``: a closed pipe ends the command quietly, as for ``--help``."""
-    for args in (["list"], ["export", "--help"]):
+    """``edgepe list | head -0``: a closed pipe ends the command quietly with 141 (a shell's
+    code for SIGPIPE), never 1 (a failed verification), for a command and for ``--help``."""
+    for args in (["list"], ["export", "--help"], ["--help"], ["--version"]):
         read_end, write_end = os.pipe()
         os.close(read_end)  # the reader has left before the first write: EPIPE, every time
         try:
@@ -83,5 +84,5 @@ def test_a_reader_that_leaves_early_is_not_a_bug():
         finally:
             os.close(write_end)
         stderr = proc.stderr.decode()
-        assert proc.returncode == 1, (args, stderr)  # typer's exit code for EPIPE
+        assert proc.returncode == PIPE_EXIT == 141, (args, stderr)
         assert stderr == "", (args, stderr)

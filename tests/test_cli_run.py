@@ -196,7 +196,7 @@ def test_quiet_writes_nothing_on_stderr(arts, tmp_path):
         (["-p", "0.5"], "not an integer"),
         (["-p", "0:4", "-o", "x.txt"], "must end in .npy or .csv"),
         (["-p", "0:4", "-k", "0:2"], "--key-positions is for bias schemes"),
-        (["-p", "0:4", "--providers", "gpu"], "Unknown provider 'gpu'"),
+        (["-p", "0:4", "--providers", "gpu"], "unknown provider 'gpu'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(arts, tmp_path, args, match):

@@ -121,7 +121,7 @@ def test_quant_error_of_an_int8_artifact(tmp_path):
         (["--scheme", "binary", "--max-len", "64", "--out", "x.jpg"], "must end in .png or .svg"),
         (["--scheme", "alibi", "--max-len", "64", "--kind", "similarity", "--out", "x.png"],
          "'alibi' is a bias"),
-        (["--scheme", "grey", "--max-len", "64", "--out", "x.png"], "Unknown scheme 'grey'"),
+        (["--scheme", "grey", "--max-len", "64", "--out", "x.png"], "unknown scheme 'grey'"),
         (["--max-len", "64", "--out", "x.png"], "needs --scheme and --max-len"),
         (["--scheme", "binary", "--max-len", "64", "--kind", "bars", "--out", "x.png"],
          "--kind 'bars' is not one of"),

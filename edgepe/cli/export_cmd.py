@@ -6,6 +6,7 @@ Prints one line with the path and size, and one with the quick parity check on o
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -45,9 +46,10 @@ def head_dim_alias(scheme: str, d_model: str | None, head_dim: str | None) -> st
 
 
 def rope_extra(scheme: str, mode: str | None, graph: str | None,
-               lowering: str | None) -> dict[str, str]:
+               lowering: str | None, format: str = "onnx") -> dict[str, str]:
     """``ExportConfig.extra`` for rope's graph choice; defaults are left out, so an explicit
-    ``--rope-graph encode`` gives the same bytes as none. Values are checked by the builder."""
+    ``--rope-graph encode`` gives the same bytes as none. Values are checked by the builder;
+    a choice of graph for a file that holds no graph (npy, bin, c) is refused."""
     given = {"--rope-graph": graph, "--rope-lowering": lowering}
     if scheme != "rope" and any(v is not None for v in given.values()):
         flag = next(k for k, v in given.items() if v is not None)
@@ -58,6 +60,9 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
     if extra and mode not in (None, "compute"):
         raise BadParameterError(f"--rope-graph/--rope-lowering choose a compute graph; "
                                 f"--mode {mode} stores a table")
+    if extra and format != "onnx":
+        raise BadParameterError(f"--rope-graph/--rope-lowering choose an ONNX graph; "
+                                f"--format {format} holds no graph (export --format onnx)")
     return extra
 
 
@@ -88,7 +93,10 @@ def command(
         help="Default: compute where the scheme (for --format c: a C function) has it; npy/bin: "
         "table.")]
     = None,
-    format: Annotated[str, typer.Option("--format", metavar="onnx|npy|bin|c|pte")] = "onnx",
+    format: Annotated[str | None, typer.Option(
+        "--format", metavar="onnx|npy|bin|c|pte",
+        help="Default: what --out's extension names (.onnx .npy .bin .h .pte), else onnx.")]
+    = None,
     dtype: Annotated[str, typer.Option(
         "--dtype", metavar="float32|float16|uint8|bit",
         help="Output dtype (uint8: 0/1 schemes; bit: tables).")] = "float32",
@@ -96,13 +104,19 @@ def command(
     checkpoint: Annotated[Path | None, typer.Option(
         "--checkpoint", metavar="FILE",
         help="state_dict for the learned weights (weights_only load).")] = None,
+    checkpoint_key: Annotated[str | None, typer.Option(
+        "--checkpoint-key", metavar="PREFIX",
+        help="The encoding's prefix in a whole model's state_dict (e.g. pos for "
+             "pos.projection.weight).")] = None,
     seed: Annotated[str, typer.Option(
         "--seed", metavar="N", help="Seed of the learned weights' init.")] = "0",
     opset: Annotated[str | None, typer.Option(
         "--opset", metavar="N", help="ONNX opset (default 18, the bitwise ops' first; int8: "
         "19).")] = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", metavar="PATH", help="Output file (default: under models/).")] = None,
+    out: Annotated[str | None, typer.Option(
+        "--out", metavar="PATH",
+        help="Output file (default: under models/); FOLDER/ writes the default name there.")]
+    = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
     = False,
     lowering: Annotated[str | None, typer.Option("--lowering",
@@ -148,30 +162,38 @@ def command(
                                                       "RotaryEmbedding, or ONNX's "
                                                       "RotaryEmbedding (--opset 23).")] = None,
 ) -> None:
-    """Export a positional encoding as an ONNX graph, a table or a C header."""
+    """Export a positional encoding as an ONNX graph, a table, a C header or an ExecuTorch
+    program."""
     from edgepe import api
-    from edgepe.export.artifact import DEFAULT_TABLE_CAP
+    from edgepe.export.artifact import DEFAULT_TABLE_CAP, default_out, infer_format
     from edgepe.progress import reporting
 
+    # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
+    folder = out is not None and out.endswith(("/", os.sep))
+    out_path = None if out is None or folder else Path(out)
+    format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
-    extra = rope_extra(scheme, mode, rope_graph, rope_lowering)
+    extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)
     d_model = head_dim_alias(scheme, d_model, head_dim)
     # Sizes stay strings until resolve() checks them, so messages can name the bad value.
     config = api.make_config(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
-        lowering=lowering or "bitwise", checkpoint=checkpoint, seed=parse_int("--seed", seed),
+        lowering=lowering or "bitwise", checkpoint=checkpoint, checkpoint_key=checkpoint_key,
+        seed=parse_int("--seed", seed),
         opset=None if opset is None else parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None
                          else parse_int("--max-table-bytes", max_table_bytes)),
-        out=out, extra=extra,
+        out=out_path, extra=extra,
     )
     if target is not None:
         from edgepe.targets import check_file, for_export
 
         # the first lowering whose graph the target runs whole, or exit 2 naming what blocks
         config, _ = for_export(config, target, lowering_given=lowering is not None)
+    if folder:  # after --target: the lowering it picks is part of the default name
+        config = config.with_out(default_out(config, Path(out)))
     quiet = (ctx.obj or {}).get("quiet", False)
     # A bar for large tables and the quick check, on a terminal only; short work shows nothing.
     with reporting(not quiet and sys.stderr.isatty()):

@@ -39,7 +39,7 @@ def command(
         f"scheme {m.get('scheme')} ({params or 'no params'})  mode {m.get('mode')}  format "
         f"{m.get('format')}  max_len {m.get('max_len')}  {width}  dtype {m.get('dtype')}  "
         f"shape {m.get('shape')}"
-        + (f"  lowering {m['lowering']}" if m.get("lowering") else "")
+        + (f"  lowering {m['lowering']}" if m.get("lowering") and _has_bits(m) else "")
     )
     positions = m.get("positions") or {}
     quant = m.get("quant")
@@ -143,3 +143,11 @@ def _print_program(console, program: dict) -> None:
         console.print(f"kernels: {need} (a selective build of ExecuTorch needs these "
                       f"{len(method['operators'])} operators)")
     console.print(f"constants: {program['constant_bytes']} bytes")
+
+
+def _has_bits(manifest: dict) -> bool:
+    """Whether the scheme's compute graph has a bit front end (the one thing --lowering picks);
+    for the others the manifest's ``lowering`` says nothing about the graph."""
+    from edgepe.export.graphs import COMPUTE
+
+    return COMPUTE.get(manifest.get("scheme"), ("",))[0] == "bits"

@@ -37,6 +37,9 @@ def command(
     seed: Annotated[int, typer.Option(help="Seed of learned weights.")] = 0,
     checkpoint: Annotated[Path | None, typer.Option(help="Weights to load (learned schemes).")]
     = None,
+    checkpoint_key: Annotated[str | None, typer.Option(
+        "--checkpoint-key", metavar="PREFIX",
+        help="The encoding's prefix in a whole model's state_dict.")] = None,
 ) -> None:
     """Draw a scheme's (or an artifact's) encodings, or an int8 error, to a PNG or SVG file."""
     from edgepe.plot import KINDS, image_format
@@ -48,7 +51,8 @@ def command(
     if artifact is not None:
         given = [name for name, value in (("--scheme", scheme), ("--max-len", max_len),
                                           ("--d-model", d_model), ("--heads", heads),
-                                          ("--param", param), ("--checkpoint", checkpoint))
+                                          ("--param", param), ("--checkpoint", checkpoint),
+                                          ("--checkpoint-key", checkpoint_key))
                  if value]
         if given or seed:
             raise BadParameterError(
@@ -74,6 +78,9 @@ def command(
         raise BadParameterError(
             f"scheme '{config.scheme}' has no learned weights: --checkpoint does not apply"
         )
+    if checkpoint_key is not None and checkpoint is None:
+        raise BadParameterError("--checkpoint-key names a prefix inside --checkpoint FILE; "
+                                "give --checkpoint too")
     if checkpoint is not None and not checkpoint.is_file():
         from edgepe.errors import CheckpointError
 
@@ -82,6 +89,7 @@ def command(
     from edgepe.plot import plot
 
     written = plot(kind, out, config, artifact=artifact, positions=span, seed=seed,
-                   checkpoint=None if checkpoint is None else str(checkpoint))
+                   checkpoint=None if checkpoint is None else str(checkpoint),
+                   checkpoint_key=checkpoint_key)
     if not (ctx.obj or {}).get("quiet"):
         typer.echo(f"wrote {written} ({written.stat().st_size} bytes)", err=True)

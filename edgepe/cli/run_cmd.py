@@ -31,16 +31,22 @@ MAX_VALUES = 2**28  # values of a bias [H, N, M] (1 GiB of float32), computed at
 CHUNK_ROWS = 65536  # rows encoded and written per step (bounded memory for --out)
 SHOW_ROWS = 20  # printed rows at each end of a long table
 OUT_SUFFIXES = (".npy", ".csv")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _item(text: str, option: str):
-    """One item: an int, or ``range(START, STOP[, STEP])`` from ``START:STOP[:STEP]``."""
+    """One item: an int, or ``range(START, STOP[, STEP])`` from ``START:STOP[:STEP]``; every
+    number an int64 (a position is one), so no value wraps around when it becomes an array."""
     try:
         parts = [int(p) for p in text.split(":")]
     except ValueError:
         raise PositionError(
             f"{option}: {text!r} is not an integer or START:STOP[:STEP]"
         ) from None
+    for part in parts:
+        if not INT64_MIN <= part <= INT64_MAX:
+            raise PositionError(f"{option}: {part} in {text!r} is outside int64 "
+                                f"[{INT64_MIN}, {INT64_MAX}]")
     if len(parts) == 1:
         return range(parts[0], parts[0] + 1)
     if len(parts) > 3:
@@ -48,6 +54,16 @@ def _item(text: str, option: str):
     if len(parts) == 3 and parts[2] == 0:
         raise PositionError(f"{option}: {text!r} has STEP 0")
     return range(*parts)
+
+
+def _int64_range(r: range):
+    """``r`` as int64, exactly: computed modulo 2^64 (every value of ``r`` is an int64, so the
+    wrapped uint64 sum is its two's-complement bit pattern); np.arange near 2^63 is not exact."""
+    import numpy as np
+
+    step = np.uint64(r.step % 2**64)
+    offsets = np.arange(len(r), dtype=np.uint64) * step
+    return (offsets + np.uint64(r.start % 2**64)).view(np.int64)
 
 
 def parse_positions(text: str, arity: int | None, option: str = "--positions"):
@@ -60,6 +76,9 @@ def parse_positions(text: str, arity: int | None, option: str = "--positions"):
             rows = json.loads(text)
         except ValueError as exc:
             raise PositionError(f"{option}: not valid JSON: {exc}") from None
+        except RecursionError:
+            raise PositionError(f"{option}: the JSON is nested too deeply; give a list of "
+                                "positions or of rows") from None
         from edgepe.runtime import check_positions
 
         return check_positions(rows, arity, None, option)
@@ -82,7 +101,7 @@ def parse_positions(text: str, arity: int | None, option: str = "--positions"):
             f"{option}: {text!r} selects {count} positions; at most {MAX_POSITIONS} a run "
             "(export a table for more)"
         )
-    arrays = [np.arange(r.start, r.stop, r.step, dtype=np.int64) for r in items]
+    arrays = [_int64_range(r) for r in items]
     if arity is None:
         return np.concatenate(arrays)
     grid = np.meshgrid(*arrays, indexing="ij")
@@ -268,13 +287,14 @@ def command(
     options = ctx.obj or {}
     quiet, verbose = options.get("quiet", False), options.get("verbose", False)
     if out is not None:
-        from edgepe.export.artifact import check_writable
+        from edgepe.export.artifact import check_not_input, check_writable
 
         if out.suffix.lower() not in OUT_SUFFIXES:
             raise BadParameterError(
                 f"--out {str(out)!r}: the file name must end in .npy or .csv"
             )
         check_writable(out)
+        check_not_input(out, [path])
 
     import edgepe
     from edgepe.runtime import check_positions

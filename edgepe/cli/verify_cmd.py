@@ -24,7 +24,9 @@ def command(
              "...), ref (ONNX reference evaluator), c (C compiler), file (npy/bin). Default: "
              "cpu,ref for ONNX, file for tables, c for C headers.")] = None,
     json_file: Annotated[Path | None, typer.Option(
-        "--json", metavar="FILE", help="Also write the report as JSON.")] = None,
+        "--json", metavar="FILE",
+        help="Also write the report as JSON ('-': to stdout, the table then goes to stderr).")]
+    = None,
     strict_placement: Annotated[bool, typer.Option(
         "--strict-placement",
         help="Fail a GPU provider on which some nodes ran on the CPU.")] = False,
@@ -40,13 +42,26 @@ def command(
 
     names = providers.split(",") if providers is not None else None
     quiet = (ctx.obj or {}).get("quiet")
-    report = verify_artifact(path, providers=names, quick=quick, json_path=json_file,
+    to_stdout = json_file is not None and str(json_file) == "-"
+    if json_file is not None and not to_stdout:
+        from edgepe.export.artifact import check_not_input, check_writable
+
+        check_writable(json_file, "--json")
+        check_not_input(json_file, [path], "--json")
+    report = verify_artifact(path, providers=names, quick=quick,
+                             json_path=None if to_stdout else json_file,
                              strict_placement=strict_placement,
                              progress=False if quiet else None)  # a bar only on a terminal
+    if to_stdout:
+        from edgepe.verify.report import to_json
+
+        typer.echo(to_json(report), nl=False)
     if not quiet:
-        render(report, Console(width=max(140, Console().width), highlight=False))
+        # with --json -, stdout holds the JSON alone
+        render(report, Console(width=max(140, Console().width), highlight=False,
+                               stderr=to_stdout))
     if not report:
         typer.echo(str(report), err=True)  # the one line that says what failed, even with -q
         raise typer.Exit(1)
     if not quiet:
-        typer.echo(str(report))
+        typer.echo(str(report), err=to_stdout)

@@ -13,10 +13,13 @@ from edgepe.export.artifact import (
     ExportConfig,
     ExportResult,
     Prepared,
+    check_manifest_slot,
+    check_not_input,
     check_replace,
     check_writable,
     default_out,
     read_manifest,
+    target_lock,
     validate_choices,
     write_artifact,
 )
@@ -30,7 +33,8 @@ def prepare(config: ExportConfig, module=None) -> Prepared:
 
     validate_choices(config)
     if module is None:
-        module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint)
+        module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint,
+                       checkpoint_key=config.checkpoint_key)
     if config.format == "onnx":
         from edgepe.export.onnx_export import prepare as prepare_format
     elif config.format in ("npy", "bin"):
@@ -47,10 +51,14 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     validate_choices(config)
     out = Path(config.out) if config.out is not None else default_out(config)
     check_writable(out)
+    check_manifest_slot(out, force)
+    check_not_input(out, [Path(config.checkpoint)] if config.checkpoint else [])
     # Build before looking at what is on disk, so every bad input is named as such (not as a
     # file in the way); an identical artifact already there is then left untouched.
     prepared = prepare(config)
-    if check_replace(out, config, force):
-        return ExportResult(out, read_manifest(out), unchanged=True)
-    manifest = write_artifact(out, prepared.write, prepared.manifest)
+    # One export of a PATH at a time; it also finishes one that was killed mid-commit.
+    with target_lock(out):
+        if check_replace(out, config, force):
+            return ExportResult(out, read_manifest(out), unchanged=True)
+        manifest = write_artifact(out, prepared.write, prepared.manifest)
     return ExportResult(out, manifest)

@@ -1,9 +1,9 @@
 """What every exporter shares: the export configuration, the manifest and safe file writing.
 
-An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to a temporary
-file in the target directory and renamed into place, artifact first, manifest last (it carries
-the artifact's sha256), so a failure or a kill leaves the old artifact or the new one, never
-half of one. Stale temporary files of the same target are removed by the next export.
+An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to temporary
+files in the target directory, under a per-target lock, and committed by renames with a journal
+(``edgepe.export.commit``), so a failure or a kill leaves the old pair or the new one, never half
+of one, and concurrent exports of one PATH never clobber each other's files.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +19,8 @@ from typing import Any, BinaryIO
 
 from edgepe import __version__
 from edgepe.errors import BadParameterError, OutputPathError
+from edgepe.export.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
+from edgepe.export.commit import cannot_write, target_lock, write_pair, write_temp
 from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
@@ -35,7 +37,8 @@ DEFAULT_OPSET = 18
 # 25): their default opset, and the lowest they accept (issue 18: never raised silently).
 INT8_OPSET = 19
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
-TMP_MARK = ".edgepe-tmp-"
+SEED_MAX = 2**63 - 1  # torch.manual_seed takes 64 bits; the manifest's JSON keeps an int64 exact
+C_ALIGN_MAX = 8192  # the most MSVC's __declspec(align(N)) takes (GCC: 2^28 in ELF objects)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class ExportConfig:
     seed: int = 0
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
+    checkpoint_key: str | None = None  # prefix of the module's entries in a model's state_dict
     opset: int | None = None  # None: DEFAULT_OPSET, or INT8_OPSET for an int8 ONNX graph
     c_prefix: str = "edgepe"
     c_align: int = 16
@@ -82,6 +86,8 @@ class ExportConfig:
             "opset": self.opset if self.format == "onnx" else None,
             "c_prefix": self.c_prefix if self.format == "c" else None,
             "c_align": self.c_align if self.format == "c" else None,
+            # only when given, so every manifest made without it keeps its bytes
+            **({"checkpoint_key": self.checkpoint_key} if self.checkpoint_key else {}),
             **dict(self.extra),
         }
 
@@ -103,6 +109,23 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     # Scheme-specific choices (rope's apply graph and its lowering) name a different graph.
     parts += [str(value) for _, value in sorted(config.extra.items())]
     return root / ("-".join(parts) + EXTENSIONS[config.format])
+
+
+def infer_format(out: Path | None, given: str | None) -> str:
+    """``--format``: as given, else the one ``out``'s extension names (``EXTENSIONS``), else
+    onnx. A given format that contradicts a known extension (``--format c --out g.onnx``) is
+    refused; an unknown extension (``.txt``, none) takes the format as it is."""
+    implied = None
+    if out is not None:
+        implied = next((f for f, ext in EXTENSIONS.items() if ext == out.suffix.lower()), None)
+    if given is None:
+        return implied or "onnx"
+    if implied is not None and given in EXTENSIONS and implied != given:
+        raise BadParameterError(
+            f"--format {given} writes {EXTENSIONS[given]} files, but --out {str(out)!r} ends in "
+            f"{out.suffix} (--format {implied}); drop --format or rename the output"
+        )
+    return given
 
 
 def manifest_path(path: str | Path) -> Path:
@@ -135,7 +158,8 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
         "checkpoint": (
             None
             if config.checkpoint is None
-            else {"path": str(config.checkpoint), "sha256": config.checkpoint_sha256}
+            else {"path": str(config.checkpoint), "sha256": config.checkpoint_sha256,
+                  **({"key": config.checkpoint_key} if config.checkpoint_key else {})}
         ),
         "positions": {
             "arity": s.arity,
@@ -171,18 +195,88 @@ def read_manifest(path: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def check_writable(out: Path) -> None:
-    """Refuse an output path that cannot be written, before any work is done."""
-    parent = out.parent
-    probe = parent
-    while not probe.exists():
-        probe = probe.parent
+def check_writable(out: Path, option: str = "--out") -> None:
+    """Refuse an output path that cannot be written, before any work is done: a folder, a
+    non-regular file (device, FIFO, socket: refused even with ``--force``), a place under a
+    file or not writable, a name that is not UTF-8 or too long."""
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raise OutputPathError(f"{option} {str(out)!r}: the name is not valid UTF-8; "
+                              "choose a UTF-8 file name") from None
+    probe = _existing_ancestor(out)
     if not probe.is_dir():
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is a file, not a folder")
     if out.exists() and out.is_dir():
         raise OutputPathError(f"cannot write {str(out)!r}: it is a folder")
+    _check_regular(out)
     if not os.access(probe, os.W_OK):
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is not writable")
+    room = _name_max(probe)
+    if len(os.fsencode(out.name)) > room:
+        raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
+                              "bytes")
+
+
+def check_manifest_slot(out: Path, force: bool) -> None:
+    """Refuse to touch ``PATH.json`` unless it is edgepe's to replace (and a name with no room
+    for it): a folder or non-regular file there is refused always; a file there beside no
+    artifact (a manifest of nothing, or a file edgepe did not write) only goes with ``force``.
+    (A ``PATH.json`` beside an existing ``PATH`` is judged with the artifact, by
+    ``check_replace``.)"""
+    mpath = manifest_path(out)
+    room = _name_max(_existing_ancestor(out)) - len(".json")
+    if len(os.fsencode(out.name)) > room:
+        raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
+                              "bytes (its manifest adds '.json')")
+    if mpath.is_dir():
+        raise OutputPathError(f"cannot write {str(mpath)!r}, the manifest of {str(out)!r}: "
+                              "it is a folder")
+    _check_regular(mpath)
+    if mpath.exists() and not out.exists() and not force:
+        raise OutputPathError(f"{str(mpath)!r} exists and is not the manifest of an artifact at "
+                              f"{str(out)!r}; pass --force to replace it")
+
+
+def check_not_input(out: Path, inputs: list[Path], option: str = "--out") -> None:
+    """Refuse an output that is one of the command's inputs or an input's manifest."""
+    for given in inputs:
+        for source in (Path(given), manifest_path(given)):
+            if _same_file(out, source):
+                raise OutputPathError(f"{option} {str(out)!r} is the input {str(source)!r}; "
+                                      "write somewhere else")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _check_regular(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent (or a dangling link, which a rename replaces)
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OutputPathError(f"cannot write {str(path)!r}: it is not a regular file "
+                              "(a device, FIFO or socket); edgepe never writes into one")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest of ``path``'s parents that exists (where a write would create folders)."""
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    return probe
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
@@ -208,48 +302,47 @@ def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
     raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
 
 
-def clean_stale(out: Path) -> None:
-    """Remove temporary files a killed export of ``out`` left behind."""
-    if out.parent.is_dir():
-        for stale in out.parent.glob(f".{out.name}*{TMP_MARK}*"):
-            stale.unlink(missing_ok=True)
-
-
 def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
     """Write ``out`` via a temporary file and a rename; returns the sha256 of what was written."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}{TMP_MARK}", dir=out.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; artifacts get the usual mode
-        with os.fdopen(fd, "wb") as raw:
-            hashing = _HashingWriter(raw)
-            write(hashing)
-            raw.flush()
-            os.fsync(raw.fileno())
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from None
+    tmp, digest = write_temp(out, _hashed(write))
+    try:
         os.replace(tmp, out)
-    except BaseException:
+    except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise
-    return hashing.hexdigest()
+        raise cannot_write(out, exc) from None
+    return digest
 
 
 def write_artifact(
     out: Path, write: Callable[[BinaryIO], None], manifest: dict[str, Any]
 ) -> dict[str, Any]:
-    """Write the artifact, then its manifest (with ``sha256``) last. Returns the manifest."""
-    clean_stale(out)
-    clean_stale(manifest_path(out))
-    digest = atomic_write(out, write)
-    manifest = {**manifest, "sha256": digest}
-    text = dumps_manifest(manifest)
-    atomic_write(manifest_path(out), lambda f: f.write(text))
-    return manifest
+    """Write the artifact, then its manifest (with ``sha256``), under the target's lock (taken
+    here unless the caller holds it), committed as ``edgepe.export.commit`` says. Returns the
+    manifest."""
+    written: dict[str, Any] = {}
+
+    def manifest_bytes(digest: str) -> bytes:
+        written.update(manifest, sha256=digest)
+        return dumps_manifest(written)
+
+    with target_lock(out):
+        write_pair(out, _hashed(write), manifest_bytes)
+    return written
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _hashed(write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], str]:
+    """``write`` through a hashing wrapper; the result returns the sha256 of what it wrote."""
+
+    def run(raw: BinaryIO) -> str:
+        hashing = _HashingWriter(raw)
+        write(hashing)
+        return hashing.hexdigest()
+
+    return run
 
 
 class _HashingWriter:
@@ -285,10 +378,18 @@ def validate_choices(config: ExportConfig) -> None:
         raise BadParameterError(
             f"scheme '{spec.id}' has no {config.mode} mode; it has: {', '.join(spec.modes)}"
         )
+    if config.checkpoint_key is not None and config.checkpoint is None:
+        raise BadParameterError("--checkpoint-key names a prefix inside --checkpoint FILE; "
+                                "give --checkpoint too")
     if config.checkpoint is not None and not spec.learnable:
         raise BadParameterError(
             f"scheme '{spec.id}' has no learned weights: --checkpoint does not apply"
         )
+    if not 0 <= config.seed <= SEED_MAX:
+        raise BadParameterError(f"--seed must be between 0 and {SEED_MAX}, got {config.seed}")
+    if not (1 <= config.c_align <= C_ALIGN_MAX and config.c_align & (config.c_align - 1) == 0):
+        raise BadParameterError(f"--c-align must be a power of two from 1 to {C_ALIGN_MAX} "
+                                f"bytes, got {config.c_align}")
     if not 1 <= config.opset <= 30:
         raise BadParameterError(f"--opset must be between 1 and 30, got {config.opset}")
     if config.max_table_bytes < 1:

@@ -283,6 +283,11 @@ def resolve(
         width = None
     elif d_model is None:
         width = spec.d_model(max_len, values) if callable(spec.d_model) else spec.d_model
+        if not 1 <= width <= D_MODEL_LIMIT:  # a width derived from params (groups=10**20)
+            raise BadParameterError(
+                f"scheme '{scheme}' with these parameters is {width} wide; d_model must be "
+                f"between 1 and {D_MODEL_LIMIT}"
+            )
     else:
         width = _size("d_model", d_model, D_MODEL_LIMIT)
     if width is not None and spec.even_d_model and width % 2:
@@ -303,11 +308,13 @@ def resolve(
     return config
 
 
-def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None):
+def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
+          checkpoint_key: str | None = None):
     """The reference module for ``config``, in eval mode.
 
     Learnable parameters are initialised from ``seed`` (without touching the global RNG), or
-    loaded from ``checkpoint`` (``torch.load(weights_only=True)``, keys and shapes checked).
+    loaded from ``checkpoint`` (``torch.load(weights_only=True)``, keys and shapes checked;
+    ``checkpoint_key``: the prefix of the module's entries in a whole model's state_dict).
     """
     import torch
 
@@ -318,5 +325,5 @@ def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None):
     if checkpoint is not None:
         from edgepe.checkpoint import load_into
 
-        load_into(module, checkpoint)
+        load_into(module, checkpoint, checkpoint_key)
     return module.eval()

@@ -300,6 +300,9 @@ def verify_artifact(
         from edgepe.export.artifact import check_writable
 
         check_writable(Path(json_path))  # refuse before the sweep, not after it
+    from edgepe.export.commit import recover
+
+    recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read_manifest(path)
     fmt = manifest["format"]
     names = rt.resolve_runtimes(

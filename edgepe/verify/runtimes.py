@@ -159,6 +159,7 @@ class OrtRuntime:
         self.provider = ALIASES.get(name) or next(
             p for p in ort_providers() if short_name(p) == name
         )
+        ort.set_default_logger_severity(3)  # its own warnings (telemetry, placement): errors only
         options = ort.SessionOptions()
         options.log_severity_level = 3
         self._profile_dir = tempfile.mkdtemp(prefix="edgepe-profile-")

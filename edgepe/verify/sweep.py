@@ -69,7 +69,8 @@ def reference_module(manifest: dict[str, Any], artifact: Path):
                 f"{expected[:12]}...: it is not the checkpoint this artifact was exported from"
             )
     return config, build(config, seed=int(manifest.get("seed") or 0),
-                         checkpoint=None if path is None else str(path))
+                         checkpoint=None if path is None else str(path),
+                         checkpoint_key=(checkpoint or {}).get("key"))
 
 
 def probe_values(config, limit: int | None, count: int, seed: int = 0) -> np.ndarray:
