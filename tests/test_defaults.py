@@ -92,10 +92,10 @@ def _encode(scheme, max_len, positions, keys=None, **kw):
 
 
 def test_binary_smooth_default_c_is_5():
-    # sigmoid(5) = 1 / (1 + e^-5) and sigmoid(-5), rounded to float32.
-    hi, lo = np.float32(0.9933071490757153), np.float32(0.0066928509242848554)
+    # sigmoid(5) = 1 / (1 + e^-5) and sigmoid(-5); torch's float32 sigmoid is within one ulp
+    hi, lo = 0.9933071490757153, 0.0066928509242848554
     got = _encode("binary-smooth", 3, [0, 1, 2, 3])  # n = 2
-    np.testing.assert_array_equal(got, [[lo, lo], [hi, lo], [lo, hi], [hi, hi]])
+    np.testing.assert_allclose(got, [[lo, lo], [hi, lo], [lo, hi], [hi, hi]], rtol=0, atol=1.2e-7)
 
 
 def test_gaussian_default_sigma_is_8():
