@@ -145,6 +145,9 @@ def hybrid_rows():
     # L = 7: n = 3, d = 6; position 5: x = 5 / 6 on 3 columns, then bits of 5 = [1, 0, 1]
     got = encode("hybrid-int-binary", 7, [5, 9])
     np.testing.assert_array_equal(got, f32([[5 / 6] * 3 + [1, 0, 1], [1.5] * 3 + [1, 0, 0]]))
+    # odd d = 7: floor(7/2) = 3 integer columns, then 4 bit columns (DESIGN.md edge conventions)
+    got = encode("hybrid-int-binary", 7, [5], d_model=7)
+    np.testing.assert_array_equal(got, f32([[5 / 6] * 3 + [1, 0, 1, 0]]))
 
 
 @oracle("binary-gated")
