@@ -232,3 +232,25 @@ def test_catalogue_doc_parameter_column_matches_the_registry(scheme):
         assert cfg.d_model == WIDTH_WORDS[width](cfg.n_bits)
     else:
         assert cfg.d_model == int(width)
+
+
+def test_edgepe_list_shows_the_documented_defaults():
+    """``edgepe list``'s parameter and width columns, as DESIGN.md's catalogue prints them."""
+    result = CliRunner().invoke(app, ["list"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in result.output.splitlines() if line.count("│") == 8}
+    shown = {scheme: (cells[1], cells[2]) for scheme, cells in rows.items()}
+    assert shown == {
+        "binary": ("dropout (0.0)", "64"), "binary-bits": ("-", "derived"),
+        "binary-signed": ("-", "derived"), "binary-smooth": ("c (5.0)", "derived"),
+        "gray": ("-", "derived"), "binary-multilevel": ("groups (3)", "derived"),
+        "integer": ("C (max_len)", "64"), "integer-norm": ("-", "64"),
+        "integer-multiscale": ("alpha (1.0)", "64"), "integer-learnable": ("-", "64"),
+        "hybrid-int-binary": ("-", "derived"), "binary-gated": ("-", "derived"),
+        "fourier-binary": ("-", "derived"), "binary-2d": ("-", "derived"),
+        "hierarchical": ("widths (3 levels of n bits)", "derived"),
+        "sinusoidal": ("base (10000.0)", "64"), "learned": ("-", "64"),
+        "sinusoidal-learned": ("base (10000.0)", "64"), "rope": ("base (10000.0)", "64"),
+        "alibi": ("-", "heads 8"), "gaussian": ("sigma (8.0)", "heads 1"),
+    }
