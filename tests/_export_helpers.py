@@ -6,6 +6,7 @@ import io
 
 import numpy as np
 import torch
+from _table_oracle import clamped_reference
 
 from edgepe.export import prepare
 from edgepe.export.artifact import ExportConfig
@@ -97,10 +98,9 @@ def reference(config, module, feeds) -> np.ndarray:
     keys = feeds.get("key_positions")
     keys = None if keys is None else torch.from_numpy(keys)
     with torch.no_grad():
-        if config.mode == "table":  # table artifacts clamp every position to the table's rows
-            hi = config.scheme.max_len - 1
-            pos, keys = pos.clamp(0, hi), None if keys is None else keys.clamp(0, hi)
-        if keys is not None:
+        if config.mode == "table":
+            out = clamped_reference(config.scheme, module, pos, keys)
+        elif keys is not None:
             out = module.encode(pos, keys)
         else:
             out = module.encode(pos)

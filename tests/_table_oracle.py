@@ -11,6 +11,7 @@ The mapping is the one docs/readme/tables.md and DESIGN.md document:
 - bias schemes: ``bias_key_for_row`` says which query/key pair row ``r`` holds; the row is the
   bias of that pair for every head.
 
+``clamped_reference`` is what a table artifact returns for any positions (clamped to the rows).
 int8 tables are checked with ``int8_expectations``: the scale rule and the half-step bound,
 written out here (not ``edgepe.quant``'s ``table_quant``).
 """
@@ -78,3 +79,16 @@ def int8_expectations(reference: np.ndarray, q: np.ndarray, scale) -> None:
     # |q - x / s| <= 1/2 (+ the float64 division's 2^-52 relative)
     assert (np.abs(q - ref / s) <= 0.5 + 1e-12).all()
     assert (np.abs(q * s - ref) <= s / 2 * (1 + 1e-12)).all()
+
+
+def clamped_reference(config, module, positions, key_positions=None) -> torch.Tensor:
+    """What a table artifact returns for any int64 positions: ``encode`` at the positions (and
+    key positions) clamped to the table's ``[0, L - 1]``, as DESIGN.md's "table artifacts always
+    clamp to their rows" says. The one place to change if bias tables clamp the distance
+    ``t - u`` instead (issue 16)."""
+    hi = config.max_len - 1
+    p = torch.as_tensor(positions, dtype=torch.int64).clamp(0, hi)
+    with torch.no_grad():
+        if key_positions is None:
+            return module.encode(p)
+        return module.encode(p, torch.as_tensor(key_positions, dtype=torch.int64).clamp(0, hi))
