@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -138,6 +137,15 @@ MUTANTS = [
       "torch.cat([torch.cos(theta), torch.sin(theta)], dim=-1)",
       "torch.cat([torch.sin(theta), torch.cos(theta)], dim=-1)",
       oracle("rope_frequencies_and_llama_rotation")),
+    # -- graph builders: the ONNX graph, not the reference, is wrong ----------------------------
+    M("graph-gray-no-wrap", "edgepe/export/graphs/bits.py",
+      'p = g.op("BitwiseAnd", u, g.const((1 << int(wrap)) - 1, np.uint64, "wrap_mask"))',
+      "p = u",
+      ("tests/test_export_onnx.py::test_bit_family_compute_parity[gray-bitwise-7-default]",)),
+    M("graph-integer-divide-by-L", "edgepe/export/graphs/integer.py",
+      "return float(max(config.scheme.max_len - 1, 1))  # L = 1",
+      "return float(max(config.scheme.max_len, 1))  # L = 1",
+      ("tests/test_export_onnx.py::test_integer_family_compute_parity[integer-norm-7-default]",)),
     # -- int8 ---------------------------------------------------------------------------------
     M("int8-scale-128", "edgepe/quant/int8.py",
       "exact = np.asarray(peak, dtype=np.float64) / QMAX\n    s = exact.astype(np.float32)",
@@ -159,17 +167,19 @@ MUTANTS = [
 ]
 
 
-def repo_files(root: Path) -> list[str]:
-    """Tracked and untracked-but-not-ignored files (what a fresh clone plus your edits hold)."""
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Tracked and untracked-but-not-ignored files (what a fresh clone plus your edits hold),
+    read once: every copy is made from this, so editing the tree during a run changes nothing."""
     out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
                           "--exclude-standard"], capture_output=True, check=True).stdout
-    return [f for f in out.decode().split("\0") if f and (root / f).is_file()]
+    names = [f for f in out.decode().split("\0") if f and (root / f).is_file()]
+    return {f: (root / f).read_bytes() for f in names}
 
 
-def scratch_copy(root: Path, files: list[str], into: Path) -> Path:
-    for f in files:
-        (into / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / f, into / f)
+def scratch_copy(files: dict[str, bytes], into: Path) -> Path:
+    for name, data in files.items():
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        (into / name).write_bytes(data)
     return into
 
 
@@ -190,10 +200,10 @@ def first_failure(output: str) -> str:
     return match.group(1) if match else output.strip().splitlines()[-1][:80]
 
 
-def run_mutant(mutant: Mutant, files: list[str]) -> tuple[str, str]:
+def run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str]:
     """``(status, detail)``: status is caught, SURVIVED, DRIFTED or ERROR."""
     with tempfile.TemporaryDirectory(prefix=f"edgepe-mutant-{mutant.name}-") as tmp:
-        copy = scratch_copy(ROOT, files, Path(tmp))
+        copy = scratch_copy(files, Path(tmp))
         target = copy / mutant.file
         text = target.read_text() if target.is_file() else ""
         found = text.count(mutant.old)
@@ -208,10 +218,10 @@ def run_mutant(mutant: Mutant, files: list[str]) -> tuple[str, str]:
     return "ERROR", f"pytest exit {code}: {output.strip().splitlines()[-1][:80] if output else ''}"
 
 
-def baseline(files: list[str], mutants: list[Mutant]) -> str | None:
+def baseline(files: dict[str, bytes], mutants: list[Mutant]) -> str | None:
     """Every selected subset passes on the unmutated copy, which is what the tests import."""
     with tempfile.TemporaryDirectory(prefix="edgepe-mutant-baseline-") as tmp:
-        copy = scratch_copy(ROOT, files, Path(tmp))
+        copy = scratch_copy(files, Path(tmp))
         env = {**os.environ, "PYTHONPATH": str(copy)}
         where = subprocess.run([sys.executable, "-c", "import edgepe; print(edgepe.__file__)"],
                                cwd=copy, env=env, capture_output=True, text=True).stdout.strip()
@@ -236,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
     start = time.monotonic()
-    files = repo_files(ROOT)
+    files = snapshot(ROOT)
     problem = baseline(files, mutants)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
