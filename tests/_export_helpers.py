@@ -6,11 +6,11 @@ import io
 
 import numpy as np
 import torch
+from _table_oracle import clamped_reference
 
 from edgepe.export import prepare
 from edgepe.export.artifact import ExportConfig
 from edgepe.export.graphs import COMPUTE
-from edgepe.export.table_values import table_reference
 from edgepe.schemes import build, n_bits, resolve, scheme_ids
 
 BIT_FAMILY = [s for s, (family, _) in COMPUTE.items() if family == "bits"]
@@ -99,7 +99,7 @@ def reference(config, module, feeds) -> np.ndarray:
     keys = None if keys is None else torch.from_numpy(keys)
     with torch.no_grad():
         if config.mode == "table":
-            out = table_reference(config.scheme, module, pos, keys)
+            out = clamped_reference(config.scheme, module, pos, keys)
         elif keys is not None:
             out = module.encode(pos, keys)
         else:

@@ -2,8 +2,8 @@
 
 Artifacts are real exports (``edgepe.export.export``) of a few schemes in ONNX compute, ONNX
 table, npy and bin; the reference is the scheme's module (``encode``/``forward``) for compute
-artifacts and ``table_reference`` (positions clamped to the table) for tables. Compared with the
-scheme's own tolerance: exact for bit and integer outputs.
+artifacts and ``clamped_reference`` (tests/_table_oracle.py: positions clamped to the table)
+for tables. Compared with the scheme's own tolerance: exact for bit and integer outputs.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from _table_oracle import clamped_reference
 
 import edgepe
 from edgepe.errors import ArtifactError, BadParameterError, EdgepeError, PositionError
 from edgepe.export import ExportConfig, export
-from edgepe.export.table_values import table_reference
 from edgepe.schemes import build, resolve
 
 # (id, scheme, max_len, d_model, mode, format, dtype, extra)
@@ -69,7 +69,7 @@ def _positions(config, extra=()) -> np.ndarray:
 def _reference(config, module, mode, positions, keys=None) -> np.ndarray:
     with torch.no_grad():
         if mode == "table":
-            return table_reference(config, module, positions, keys).numpy()
+            return clamped_reference(config, module, positions, keys).numpy()
         args = (torch.as_tensor(positions),)
         if keys is not None:
             args += (torch.as_tensor(keys),)
@@ -141,16 +141,16 @@ def test_apply_matches_the_module_forward(artifacts, name, offset):
         steps = x.shape[-2]
         positions = np.arange(offset, offset + steps)
         if config.spec.kind == "bias":
-            pe = table_reference(config, module, positions, np.arange(x.shape[-1])).numpy()
+            pe = clamped_reference(config, module, positions, np.arange(x.shape[-1])).numpy()
             want = x + pe
         elif config.spec.kind == "rope":
-            pe = table_reference(config, module, positions).numpy()
+            pe = clamped_reference(config, module, positions).numpy()
             cos, sin = np.split(pe, 2, axis=-1)
             want = np.empty_like(x)
             want[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
             want[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
         else:
-            want = x + table_reference(config, module, positions).numpy().astype(np.float32)
+            want = x + clamped_reference(config, module, positions).numpy().astype(np.float32)
     else:
         with torch.no_grad():
             want = module(torch.as_tensor(x), offset=offset).numpy()

@@ -399,28 +399,69 @@ def test_the_reference_uses_the_manifests_checkpoint_and_checks_its_hash(tmp_pat
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
-@pytest.mark.parametrize("value", [None, -1, "x", [], {}, True, 2.5])
-def test_any_malformed_manifest_field_is_a_clean_refusal_or_a_failed_check(tmp_path, binary_onnx,
-                                                                          value):
-    """Every top-level manifest field set to a wrong type or value: exit 0, 1 or 2 with a clean
-    message, never an internal error (exit 3) or a traceback."""
+MALFORMED = [None, -1, "x", [], {}, True, 2.5]
+# Malformed manifest fields that `edgepe verify` still accepts with exit 0 (measured on this
+# branch): verify reads the fields it needs and ignores the rest. Issue 24 asks that a malformed
+# field never exits 0; issue 23's verify-as-a-rebuild (the manifest compared with the one its
+# recorded inputs rebuild) closes them. Nothing may join this list; the strict xfail below turns
+# into a failure once it is empty, so the list is removed then.
+_IGNORED = {"edgepe_version", "inputs", "kind", "lowering", "onnx", "shape",
+            "positions.out_of_range"}
+_OBJECTS = {"checkpoint", "params", "positions", "quant", "tolerance"}
+ACCEPTED_TODAY = {  # repr(value) -> fields
+    "None": _IGNORED | _OBJECTS | {"heads", "seed", "tolerance.atol", "tolerance.rtol",
+                                   "positions.limit"},
+    "-1": _IGNORED,
+    "'x'": _IGNORED | {"dtype"},
+    "[]": _IGNORED,
+    "{}": _IGNORED | _OBJECTS,
+    "True": _IGNORED,
+    "2.5": _IGNORED | {"tolerance.atol", "tolerance.rtol", "positions.limit"},
+}
+_accepted_cache: dict[str, list[str]] = {}
+
+
+def _accepted(tmp_path, binary_onnx, value) -> list[str]:
+    """Every top-level manifest field (and the nested numbers verify reads) set to ``value``,
+    one at a time: the fields for which verify exits 0. Any other outcome must be a clean
+    refusal (exit 2, one line) or a failed check (exit 1), never an internal error (exit 3)."""
+    key_of = repr(value)
+    if key_of in _accepted_cache:
+        return _accepted_cache[key_of]
     manifest = json.loads(manifest_path(binary_onnx).read_text())
     path = tmp_path / "m.onnx"
     shutil.copy(binary_onnx, path)
-    for key in sorted(manifest):
-        manifest_path(path).write_text(json.dumps({**manifest, key: value}))
+    cases = [(key, {**manifest, key: value}) for key in sorted(manifest)]
+    cases += [(f"{key}.{inner}", {**manifest, key: {**manifest[key], inner: value}})
+              for key, inner in (("tolerance", "atol"), ("tolerance", "rtol"),
+                                 ("positions", "limit"), ("positions", "out_of_range"))]
+    accepted = []
+    for label, changed in cases:
+        manifest_path(path).write_text(json.dumps(changed))
         result = runner.invoke(app, ["verify", str(path), "--providers", "cpu"])
-        assert result.exit_code in (0, 1, 2), (key, value, result.output)
+        assert result.exit_code in (0, 1, 2), (label, value, result.output)
         assert "Traceback" not in result.output and "internal error" not in result.output
         if result.exit_code == 2:
-            assert len(result.output.strip().splitlines()) == 1, (key, value, result.output)
-    for key, inner in (("tolerance", "atol"), ("tolerance", "rtol"), ("positions", "limit"),
-                       ("positions", "out_of_range")):
-        manifest_path(path).write_text(json.dumps({**manifest,
-                                                   key: {**manifest[key], inner: value}}))
-        result = runner.invoke(app, ["verify", str(path), "--providers", "cpu"])
-        assert result.exit_code in (0, 1, 2), (key, inner, value, result.output)
-        assert "internal error" not in result.output
+            assert len(result.output.strip().splitlines()) == 1, (label, value, result.output)
+        if result.exit_code == 0:
+            accepted.append(label)
+    _accepted_cache[key_of] = accepted
+    return accepted
+
+
+@pytest.mark.parametrize("value", MALFORMED, ids=repr)
+def test_any_malformed_manifest_field_is_a_clean_refusal_or_a_failed_check(tmp_path, binary_onnx,
+                                                                          value):
+    """Exit 1 or 2 with a clean message, never an internal error; no field beyond the known
+    gaps (``ACCEPTED_TODAY``) is accepted with exit 0."""
+    assert set(_accepted(tmp_path, binary_onnx, value)) <= ACCEPTED_TODAY[repr(value)]
+
+
+@pytest.mark.xfail(strict=True, reason="verify ignores the manifest fields it does not read; "
+                   "issue 23's rebuild comparison closes this (then drop ACCEPTED_TODAY)")
+@pytest.mark.parametrize("value", MALFORMED, ids=repr)
+def test_no_malformed_manifest_field_exits_0(tmp_path, binary_onnx, value):
+    assert _accepted(tmp_path, binary_onnx, value) == []
 
 
 def test_memory_is_bounded_by_the_chunk_not_the_table(tmp_path):
