@@ -95,6 +95,11 @@ def command(
     quant_granularity: Annotated[str, typer.Option("--quant-granularity",
                                                    metavar="channel|tensor",
                                                    rich_help_panel=PANEL_MORE)] = "channel",
+    int8_runtime: Annotated[str, typer.Option("--int8-runtime", metavar="fold|live",
+                                              rich_help_panel=PANEL_MORE,
+                                              help="int8 ONNX graphs: fold to float32 at "
+                                              "session load (fast, float32 RAM), or keep int8 "
+                                              "in RAM (slower).")] = "fold",
     max_table_bytes: Annotated[str | None, typer.Option("--max-table-bytes", metavar="N",
                                                         rich_help_panel=PANEL_MORE,
                                                         help="Refuse bigger tables "
@@ -130,7 +135,8 @@ def command(
     config = api.make_config(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
-        lowering=lowering, checkpoint=checkpoint, seed=parse_int("--seed", seed),
+        lowering=lowering, int8_runtime=int8_runtime, checkpoint=checkpoint,
+        seed=parse_int("--seed", seed),
         opset=parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None

@@ -25,6 +25,9 @@ FORMATS = ("onnx", "npy", "bin", "c")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
 LOWERINGS = ("bitwise", "arith")
+# How an int8 ONNX graph's stored int8 lives at run time (edgepe.quant.graphs): folded to float32
+# at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
+INT8_RUNTIMES = ("fold", "live")
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
 DEFAULT_OPSET = 18
 DEFAULT_TABLE_CAP = 256 * 2**20  # bytes; --max-table-bytes raises it
@@ -42,6 +45,7 @@ class ExportConfig:
     quantize: str = "none"
     quant_granularity: str = "channel"  # or "tensor"
     lowering: str = "bitwise"
+    int8_runtime: str = "fold"  # or "live"; int8 ONNX graphs only
     seed: int = 0
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
@@ -70,12 +74,19 @@ class ExportConfig:
             "opset": self.opset if self.format == "onnx" else None,
             "c_prefix": self.c_prefix if self.format == "c" else None,
             "c_align": self.c_align if self.format == "c" else None,
+            # recorded for int8 ONNX graphs only, so no other artifact's manifest changes
+            **({"int8_runtime": self.int8_runtime} if self.int8_graph else {}),
             **dict(self.extra),
         }
 
+    @property
+    def int8_graph(self) -> bool:
+        """An int8 ONNX graph: the artifacts ``int8_runtime`` applies to."""
+        return self.quantize == "int8" and self.format == "onnx"
+
 
 def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
-    """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8][-{dtype}][-{lowering}][-{extra}].{ext}``.
+    """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8[-live]][-{dtype}][-{lowering}][-{extra}].{ext}``.
 
     ``extra`` values in key order, e.g. ``rope-compute-L512-d64-apply-ort.onnx``.
     """
@@ -84,6 +95,8 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     parts.append(f"h{s.heads}" if s.d_model is None else f"d{s.d_model}")
     if config.quantize != "none":
         parts.append(config.quantize)
+    if config.int8_graph and config.int8_runtime != "fold":
+        parts.append(config.int8_runtime)
     if config.dtype != "float32":
         parts.append(config.dtype)
     if config.mode == "compute" and config.lowering != "bitwise":
@@ -254,6 +267,7 @@ def validate_choices(config: ExportConfig) -> None:
         ("--dtype", config.dtype, DTYPES),
         ("--quantize", config.quantize, QUANTIZE),
         ("--lowering", config.lowering, LOWERINGS),
+        ("--int8-runtime", config.int8_runtime, INT8_RUNTIMES),
         ("--mode", config.mode, ("compute", "table")),
         ("--quant-granularity", config.quant_granularity, ("channel", "tensor")),
     ):

@@ -1,23 +1,39 @@
 """int8 ONNX graphs (``--quantize int8``), both modes, each with its proven bound in the manifest.
 
-Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in):
+Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in). Where a
+graph stores an int8 constant (1-3), ``--int8-runtime`` chooses how it lives at run time
+(manifest ``quant.runtime``, ``quant.ram_bytes``; ``edgepe inspect`` prints both):
+
+- ``fold`` (default): the int8 tensor is dequantised IN FRONT of the float32 graph, as
+  ``Cast(q) * scale`` on initializers only. onnxruntime constant-folds Cast and Mul on
+  initializers at session load (ORT_ENABLE_BASIC and up), so the session runs the float32 graph
+  at float32 speed and holds the float32 tensor in RAM; the file stays int8. It never folds
+  ``DequantizeLinear`` (unless ``session.disable_quant_qdq``), hence no DequantizeLinear here.
+- ``live``: the session keeps the int8 tensor; each call dequantises what it reads (the
+  gathered rows, or the int32 sum) with a ``Cast`` and a ``Mul`` whose ``[cols]`` scale
+  broadcasts over the last axis. Never a per-axis ``DequantizeLinear`` on the last axis:
+  onnxruntime's CPU kernel runs it as a scalar loop over N x cols one-element blocks (65-91% of
+  the int8 graphs' time, issue 19). ``Cast(q) * s`` is ``DequantizeLinear`` (zero point 0) bit
+  for bit: an exact cast and one rounded product.
 
 1. **Tables** (``--mode table``, every float scheme): the float table graph of
-   ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table; each
-   ``Gather`` of the table reads int8 rows and a ``DequantizeLinear`` (per-axis on the last axis,
-   one scale per column) follows it. Bound: half a step (``edgepe.quant.int8``).
+   ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table (fold:
+   dequantised in front; live: each ``Gather`` reads int8 rows, then ``Cast * s``). Bound: half
+   a step (``edgepe.quant.int8``), the same for both (the same float32 values come out).
 2. **Integer projection** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
-   float step is ``bits @ W``): the bit front end of ``graphs.bits`` (integer ops only), ``Cast``
-   to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0, int32 accumulation), then
-   ONE dequantise: ``DequantizeLinear`` of the int32 sum by the per-output-column scale (float16
-   storage, rounded up, where it fits and saves more than its Cast costs; float32 otherwise).
+   float step is ``bits @ W``). fold: the float32 mask-form graph of ``graphs.bits`` with
+   ``W' = Cast(q) * s`` (times the masks' ``2^-k``) in front. live: the bit front end (integer
+   ops only), ``Cast`` to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0,
+   int32 accumulation), then ONE dequantise of the int32 sum, ``Cast * s_j``. Scales in float16
+   (rounded up) where they fit and save more than their Cast costs; float32 otherwise.
 3. **Int8 constant** (``--mode compute``, ``sinusoidal-learned``): its learned residual table
-   ``[L, d]`` is the graph's only large constant; it is stored int8 and gathered as in (1).
+   ``[L, d]`` is the graph's only large constant; it is stored int8, folded or gathered as in (1).
 4. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
    smooth, sinusoidal, rope, alibi, gaussian): their float graph has no constant worth
    quantising (a few numbers per channel), so what becomes int8 is the tensor the device
-   receives: the float graph's output goes through ``QuantizeLinear`` -> int8 ->
-   ``DequantizeLinear`` with static per-channel scales ``max|x| / 127``. The scale must cover
+   receives: the float graph's output goes through ``QuantizeLinear`` -> int8 -> dequantise
+   (``Cast * s`` for per-channel scales on the last axis) with static per-channel scales
+   ``max|x| / 127``; ``--int8-runtime`` changes nothing (no int8 is stored). The scale must cover
    every position the graph accepts (``_output_range``): sin/cos stay within +-1 (extrapolation
    kept), wrapped bits take at most ``2^n <= 2L`` patterns (wrap kept); the others grow without
    bound outside the table (``pos / (L - 1)``, distances), so their int8 graph clamps positions to
@@ -31,16 +47,21 @@ The manifest's ``bound`` holds at every position the artifact accepts; ``max_abs
 measured over every position ``0 .. L-1`` (every distance for bias schemes) by replaying the
 graph's arithmetic in numpy (the exporter never runs a runtime; the tests run onnxruntime).
 
-Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones) the integer sum
-``acc_j = sum_{k in A} q_kj`` is exact (``|acc_j| <= 127 P < 2^24``, so the Cast is exact too) and
+Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones), against the float32
+reference ``ref_j = fl(sum_{k in A} W_kj)`` (any summation order: ``|ref_j - sum W_kj| <=
+gamma_n sum |W_kj|``, ``gamma_n = n u / (1 - n u)``, ``u = 2^-24``, ``|W_kj| <= 127 s_j (1 + u)``):
 
-    |s_j acc_j - sum_{k in A} W_kj| <= sum_{k in A} |s_j q_kj - W_kj| <= P s_j / 2.
+- live: the integer sum ``acc_j = sum_{k in A} q_kj`` is exact (``|acc_j| <= 127 P < 2^24``, so
+  the Cast is exact too), ``|s_j acc_j - sum_{k in A} W_kj| <= sum_{k in A} |s_j q_kj - W_kj| <=
+  P s_j / 2``, and the final product rounds once (``<= u |s_j acc_j| <= 127 P u s_j``);
+- fold: each dequantised weight ``W'_kj = fl(s_j q_kj)`` is within ``s_j / 2 + 127 u s_j`` of
+  ``W_kj``; the graph's products ``bit * W'`` are exact (the mask form's power-of-two scaling is
+  undone exactly) and its float32 sum rounds by ``<= gamma_n sum_{k in A} |W'_kj|`` with
+  ``|W'_kj| <= 127 s_j (1 + u)``: one more term of the reference's size.
 
-The final dequantise rounds once (``<= u |s_j acc_j| <= 127 P u s_j``, ``u = 2^-24``), and the
-float32 reference itself rounds its dot product (``<= gamma_n sum_{k in A} |W_kj|``,
-``gamma_n = n u / (1 - n u)``, any summation order; ``|W_kj| <= 127 s_j (1 + u)``). So
+So, with ``S = 1`` (live) or ``S = 2`` (fold, the float32 sum of the dequantised weights),
 
-    |out_j - ref_j| <= P s_j (1/2 + 127 u + 127 (1 + u) gamma_n)
+    |out_j - ref_j| <= P s_j (1/2 + 127 u + S 127 (1 + u) gamma_n)
 
 The manifest's ``bound`` (per channel in ``bound_per_channel``, the worst channel in ``bound``)
 takes ``P = n``: every int64 position wraps to ``pos mod 2^n``, so it holds wherever the graph
@@ -85,6 +106,7 @@ from edgepe.quant.int8 import (
     TableQuant,
     absmax,
     check_quantizable,
+    dequantize,
     half_scales,
     measure_table,
     quant_section,
@@ -104,7 +126,7 @@ UNIT_RANGE = ("sinusoidal", "rope")
 CAST_NODE_BYTES = 56
 # The quant fields a graph carries in its own metadata (the rest is in the sidecar JSON).
 EMBEDDED_QUANT = ("granularity", "zero_point", "axis", "max_abs_err", "bound", "tensor",
-                  "scale_tensor")
+                  "scale_tensor", "runtime")
 
 
 def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
@@ -165,19 +187,33 @@ def _zero_points(scale: np.ndarray, per_channel: bool) -> np.ndarray:
 
 
 def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """The table graph with an int8 table: ``Gather`` int8 rows, then ``DequantizeLinear``."""
+    """The table graph with an int8 table, folded in front or dequantised after the ``Gather``."""
     tq = measure_table(config.quant_granularity, lambda: iter_table(config.scheme, module))
     float_model = _float_model(config, module, manifest)
-    nodes, initializers, names = _int8_gathers(float_model.graph, table_shape(config.scheme), tq)
-    manifest["quant"] = {**tq.manifest(tensor=names[0]), "scale_tensor": names[1]}
+    nodes, initializers, names = _int8_gathers(float_model.graph, table_shape(config.scheme), tq,
+                                               config.int8_runtime)
+    manifest["quant"] = {**tq.manifest(tensor=names[0]), "scale_tensor": names[1],
+                         **runtime_section(config.int8_runtime, 4 * tq.rows * tq.cols,
+                                           tq.rows * tq.cols + 4 * tq.scale.size)}
     return _rebuild(config, float_model, nodes, initializers, manifest)
 
 
-def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant):
+def _dequantize(q: str, scale: str, out: str) -> list[onnx.NodeProto]:
+    """``out = Cast(q, float32) * scale``: ``DequantizeLinear`` with zero point 0, bit for bit
+    (an exact cast, one rounded product), as two nodes onnxruntime can constant-fold and whose
+    ``Mul`` broadcasts a ``[cols]`` scale over the last axis with a vectorised kernel."""
+    return [helper.make_node("Cast", [q], [f"{out}_float"], name=f"{out}_cast",
+                             to=TensorProto.FLOAT),
+            helper.make_node("Mul", [f"{out}_float", scale], [out], name=f"{out}_scale")]
+
+
+def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant, runtime: str):
     """Replace the graph's float32 ``shape`` initializer by its int8 quantisation under ``tq``.
 
-    Each ``Gather`` of it reads int8 rows and dequantises only those (per-axis on the last axis,
-    the columns); any other consumer gets the whole table dequantised once, in front. Returns
+    ``fold``: the whole table is dequantised in front (``_dequantize`` on initializers, which
+    onnxruntime folds to the float32 table at session load), and the float graph runs
+    unchanged. ``live``: each ``Gather`` of it reads int8 rows and dequantises only those; any
+    other consumer gets the whole table dequantised once, in front. Returns
     ``(nodes, initializers, (int8 name, scale name))``.
     """
     table = [t for t in graph.initializer
@@ -186,33 +222,43 @@ def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant):
         raise RuntimeError(f"graph {graph.name}: expected one float32 {list(shape)} "
                            f"initializer, found {len(table)}")  # a builder change
     name = table[0].name
-    per_channel = tq.granularity == "channel"
-    q_name, s_name, z_name = f"{name}_int8", f"{name}_scale", f"{name}_zero_point"
-    scale = tq.scale if per_channel else tq.scale.reshape(())
+    q_name, s_name = f"{name}_int8", f"{name}_scale"
+    scale = tq.scale if tq.granularity == "channel" else tq.scale.reshape(())
     # Quantise the stored initializer itself (the rows iter_table measured: the same values).
     q = quantize(numpy_helper.to_array(table[0]), tq.scale)
     initializers = [t for t in graph.initializer if t.name != name] + [
         numpy_helper.from_array(q, q_name),
         numpy_helper.from_array(scale.astype(np.float32), s_name),
-        numpy_helper.from_array(_zero_points(scale, per_channel), z_name),
     ]
-    axis = {"axis": -1} if per_channel else {}
     nodes: list[onnx.NodeProto] = []
-    whole = False
+    whole = runtime == "fold"
     for node in graph.node:
-        if node.op_type == "Gather" and node.input[0] == name and _attr(node, "axis", 0) == 0:
+        if (runtime == "live" and node.op_type == "Gather" and node.input[0] == name
+                and _attr(node, "axis", 0) == 0):
             rows = f"{node.output[0]}_int8"
             nodes.append(helper.make_node("Gather", [q_name, node.input[1]], [rows],
                                           name=node.name, axis=0))
-            nodes.append(helper.make_node("DequantizeLinear", [rows, s_name, z_name],
-                                          [node.output[0]], name=f"{node.name}_dq", **axis))
+            nodes += _dequantize(rows, s_name, node.output[0])
         else:
             whole = whole or name in node.input
             nodes.append(node)
     if whole:
-        nodes.insert(0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [name],
-                                         name=f"{name}_dq", **({"axis": 1} if per_channel else {})))
+        nodes[:0] = _dequantize(q_name, s_name, name)
     return nodes, initializers, (q_name, s_name)
+
+
+def runtime_section(runtime: str, float32_bytes: int, int8_bytes: int) -> dict[str, Any]:
+    """The ``quant`` fields saying how the stored int8 lives at run time and what RAM it takes
+    once the session is loaded (``edgepe inspect`` prints them)."""
+    fold = runtime == "fold"
+    return {
+        "runtime": runtime,
+        "ram_bytes": float32_bytes if fold else int8_bytes,
+        "ram_why": ("fold: onnxruntime constant-folds Cast(int8) * scale at session load, so "
+                    "the session holds the float32 tensor (the file stays int8)" if fold else
+                    "live: the session holds the int8 tensor and its scales; each call "
+                    "dequantises only the rows or the sum it uses"),
+    }
 
 
 def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
@@ -229,7 +275,8 @@ def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Mo
     rows = module.residual.detach().numpy().astype(np.float32)
     tq = measure_table(config.quant_granularity, lambda: iter([rows]))
     float_model = _float_model(config, module, manifest)
-    nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq)
+    nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq,
+                                               config.int8_runtime)
     # Replay over every in-range position: fixed part (the reference with a zero residual: exact
     # since x + 0 = x) plus the dequantised rows, one float32 addition, as the graph adds.
     import torch
@@ -254,6 +301,7 @@ def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Mo
         measured_over=f"every position 0..{cfg.max_len - 1}, replaying the graph's addition",
         float32_bytes=4 * rows.size, int8_bytes=rows.size + 4 * tq.scale.size,
         tensor=names[0], scale_tensor=names[1], bytes_of="learned residual table",
+        **runtime_section(config.int8_runtime, 4 * rows.size, rows.size + 4 * tq.scale.size),
     )
     return _rebuild(config, float_model, nodes, initializers, manifest)
 
@@ -276,9 +324,15 @@ def max_popcount(max_len: int) -> int:
 
 
 def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """``positions [N] int64 -> pe [N, d] float32``: uint8 bits x int8 weights in int32, one
-    dequantise (``DequantizeLinear`` of the int32 sum by the per-column scale)."""
-    from edgepe.export.graphs.bits import _columns, bit_columns, bit_masks
+    """``positions [N] int64 -> pe [N, d] float32`` from int8 weights ``q`` and scales ``s``.
+
+    ``fold``: the float32 graph of ``graphs.bits`` (mask form) with its weights computed in
+    front as ``Cast(q) * s`` (times the masks' ``2^-k``), which onnxruntime folds at session load.
+    ``live``: uint8 bits x int8 weights in int32 (``MatMulInteger``), then one dequantise of the
+    int32 sum, ``Cast * s`` (per-column scale on the last axis by a broadcast ``Mul``, not a
+    per-axis ``DequantizeLinear``: onnxruntime's CPU runs that as a scalar loop, issue 19).
+    """
+    from edgepe.export.graphs.bits import _columns, _mask_projection_model, bit_columns, bit_masks
 
     s = config.scheme
     n = s.n_bits
@@ -291,8 +345,58 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     half = half_scales(peak) if 2 * peak.size > CAST_NODE_BYTES else None
     scale = scales(peak) if half is None else half.astype(np.float32)
     q = quantize(weight, scale)
+    shape = scale.shape if per_channel else ()
 
-    g = Graph(f"{s.scheme.replace('-', '_')}_int8")
+    def scale_input(g: Graph) -> str:
+        if half is None:
+            return g.const(scale.reshape(shape), np.float32, "weight_scale")
+        return g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
+
+    fold = config.int8_runtime == "fold"
+    p = max_popcount(s.max_len)
+    gamma = n * U32 / (1 - n * U32)
+    # Per active bit: half a step and the dequantise's rounding (s/2 + 127 u s), the float32
+    # reference's dot product (gamma_n |W| <= 127 (1 + u) s gamma_n), and for fold the graph's
+    # own float32 sum of the dequantised weights (the same again); live sums exactly in int32.
+    sums = 2 if fold else 1
+    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + sums * QMAX * (1 + U32) * gamma)
+    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
+    dequantised = dequantize(q, scale)  # what the fold graph's Cast * s computes, bit for bit
+    manifest["quant"] = quant_section(
+        config.quant_granularity, scale, axis=1,
+        max_abs_err=_replay_projection(config, module, q, scale, dequantised if fold else None),
+        bound=n * per_bit,
+        bound_why=f"sum over the active bits of s_j (1/2 + 127u + {sums} x 127(1+u) gamma_n) a "
+        "bit: half a step and the float32 dequantise, the float32 reference's own dot product"
+        + (" and the graph's float32 sum of the dequantised weights" if fold else "")
+        + f" (u = 2^-24): at most n = {n} active bits at any position (they wrap mod 2^n), at "
+        f"most {p} at positions 0..{s.max_len - 1} (bound_in_range)",
+        measured_over=f"every position 0..{s.max_len - 1}, replaying the "
+        + ("float32 sum of the dequantised weights" if fold else "integer arithmetic"),
+        float32_bytes=4 * weight.size,
+        int8_bytes=weight.size + (4 if half is None else 2) * scale.size,
+        tensor="weight_int8",
+        scale_tensor="weight_scale",
+        scale_storage="float32" if half is None else "float16",
+        bound_in_range=float((p * per_bit).max()),
+        max_popcount=p,
+        bytes_of="projection weights",
+        **runtime_section(config.int8_runtime, 4 * weight.size,
+                          weight.size + (4 if half is None else 2) * scale.size),
+    )
+    name = f"{s.scheme.replace('-', '_')}_int8"
+    if fold:
+        def weight_node(g: Graph, inverse: np.ndarray | None) -> str:
+            w = g.op("Mul", g.cast(g.const(q, np.int8, "weight_int8"), "float32"), scale_input(g))
+            if inverse is None:
+                return w
+            # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
+            return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
+
+        return _mask_projection_model(config, module, embedded(manifest), name, dequantised,
+                                      weight_node)
+
+    g = Graph(name)
     x = _columns(g, None)  # [N, 1]
     if config.lowering == "bitwise":
         # pos & 2^k is 2^k or 0 (bits of pos mod 2^n, two's complement; BitwiseAnd takes int64
@@ -303,37 +407,9 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     else:
         b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
     acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"), out="acc")  # int32, exact
-    shape = scale.shape if per_channel else ()
-    if half is None:
-        s_in = g.const(scale.reshape(shape), np.float32, "weight_scale")
-    else:
-        s_in = g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
     # One dequantise: float32(acc) * s_j, the Cast exact (|acc| <= 127 n < 2^24) and one rounding
-    # of the product; DequantizeLinear takes int32 (zero point 0) and is Cast+Mul bit for bit.
-    g.op("DequantizeLinear", acc, s_in, out="pe", **({"axis": 1} if per_channel else {}))
-
-    p = max_popcount(s.max_len)
-    gamma = n * U32 / (1 - n * U32)
-    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + QMAX * (1 + U32) * gamma)
-    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
-    manifest["quant"] = quant_section(
-        config.quant_granularity, scale, axis=1,
-        max_abs_err=_replay_projection(config, module, q, scale),
-        bound=n * per_bit,
-        bound_why=f"sum over the active bits of half a step, s_j (1/2 + 127u + 127(1+u) "
-        "gamma_n) a bit with the float32 dequantise and the float32 reference's own dot product "
-        f"(u = 2^-24): at most n = {n} active bits at any position (they wrap mod 2^n), at most "
-        f"{p} at positions 0..{s.max_len - 1} (bound_in_range)",
-        measured_over=f"every position 0..{s.max_len - 1}, replaying the integer arithmetic",
-        float32_bytes=4 * weight.size,
-        int8_bytes=weight.size + (4 if half is None else 2) * scale.size,
-        tensor="weight_int8",
-        scale_tensor="weight_scale",
-        scale_storage="float32" if half is None else "float16",
-        bound_in_range=float((p * per_bit).max()),
-        max_popcount=p,
-        bytes_of="projection weights",
-    )
+    # of the product.
+    g.op("Mul", g.cast(acc, "float32"), scale_input(g), out="pe")
     return make_model(g.nodes, [positions_input(None)], [output("pe", "float32", ["N", s.d_model])],
                       g.initializers, max(config.opset, QDQ_OPSET), embedded(manifest), g.name)
 
@@ -344,17 +420,22 @@ def _weight(config: ExportConfig, module) -> np.ndarray:
     return module.basis.detach().numpy().astype(np.float32)
 
 
-def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray) -> float:
-    """max |out - ref| over every position 0..L-1, out computed as the graph does (int32 sum,
-    float32 Cast and Mul), ref the float32 reference; chunk by chunk."""
+def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray,
+                       dequantised: np.ndarray | None) -> float:
+    """max |out - ref| over every position 0..L-1, ref the float32 reference, out computed as the
+    graph does, chunk by chunk: live, the int32 sum then float32 Cast and Mul; fold
+    (``dequantised`` given), the float32 sum of the dequantised weights over the active bits."""
     n = config.scheme.n_bits
     shifts = np.arange(n, dtype=np.int64)
     q32 = q.astype(np.int32)
     err, start = 0.0, 0
     for ref in iter_table(config.scheme, module):
         pos = np.arange(start, start + len(ref), dtype=np.int64)
-        bits = ((pos[:, None] >> shifts) & 1).astype(np.int32)
-        out = (bits @ q32).astype(np.float32) * scale.astype(np.float32)
+        bits = (pos[:, None] >> shifts) & 1
+        if dequantised is None:
+            out = (bits.astype(np.int32) @ q32).astype(np.float32) * scale.astype(np.float32)
+        else:
+            out = bits.astype(np.float32) @ dequantised
         err = max(err, float(np.abs(out.astype(np.float64) - ref).max(initial=0.0)))
         start += len(ref)
     return err
@@ -416,7 +497,9 @@ def _clamp_inputs(config: ExportConfig, graph: onnx.GraphProto) -> tuple[list, l
 
 
 def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """The float graph, its output through QuantizeLinear -> int8 -> DequantizeLinear."""
+    """The float graph, its output through QuantizeLinear -> int8 -> dequantise (``Cast * s`` for
+    per-channel scales on the last axis, else DequantizeLinear). Stores no int8 constant, so
+    ``--int8-runtime`` changes nothing here."""
     spec = config.scheme.spec
     per_channel = config.quant_granularity == "channel"
     peak, policy = _output_range(config, module)
@@ -439,12 +522,15 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
     for node in nodes:
         node.output[:] = [f"{out}_float32" if o == out else o for o in node.output]
     attrs = {"axis": axis} if per_channel else {}
-    nodes += [
+    nodes.append(
         helper.make_node("QuantizeLinear", [f"{out}_float32", "out_scale", "out_zero_point"],
-                         [f"{out}_int8"], name="quantize_out", **attrs),
-        helper.make_node("DequantizeLinear", [f"{out}_int8", "out_scale", "out_zero_point"],
-                         [out], name="dequantize_out", **attrs),
-    ]
+                         [f"{out}_int8"], name="quantize_out", **attrs))
+    if axis == 0 or not per_channel:  # per tensor, or bias heads: not the last axis
+        nodes.append(helper.make_node("DequantizeLinear",
+                                      [f"{out}_int8", "out_scale", "out_zero_point"], [out],
+                                      name="dequantize_out", **attrs))
+    else:  # the [D] scales broadcast over the last axis (per-axis DequantizeLinear: issue 19)
+        nodes += _dequantize(f"{out}_int8", "out_scale", out)
     initializers += [
         numpy_helper.from_array(scale.astype(np.float32), "out_scale"),
         numpy_helper.from_array(_zero_points(scale, per_channel), "out_zero_point"),
