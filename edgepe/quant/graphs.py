@@ -9,23 +9,27 @@ graph stores an int8 constant (1-3), ``--int8-runtime`` chooses how it lives at 
   initializers at session load (ORT_ENABLE_BASIC and up), so the session runs the float32 graph
   at float32 speed and holds the float32 tensor in RAM; the file stays int8. It never folds
   ``DequantizeLinear`` (unless ``session.disable_quant_qdq``), hence no DequantizeLinear here.
-- ``live``: the session keeps the int8 tensor; each call dequantises what it reads (the
-  gathered rows, or the int32 sum) with a ``Cast`` and a ``Mul`` whose ``[cols]`` scale
-  broadcasts over the last axis. Never a per-axis ``DequantizeLinear`` on the last axis:
-  onnxruntime's CPU kernel runs it as a scalar loop over N x cols one-element blocks (65-91% of
-  the int8 graphs' time, issue 19). ``Cast(q) * s`` is ``DequantizeLinear`` (zero point 0) bit
-  for bit: an exact cast and one rounded product.
+- ``live``: the session keeps the int8 tensor and each call dequantises what it reads. Tables
+  (and sinusoidal-learned's residual): the gathered rows, by a per-tensor ``DequantizeLinear``
+  (``--quant-granularity tensor``: one fused pass, 0.92-1.39x the float32 Gather) or, for
+  per-column scales, a ``Cast`` and a ``Mul`` whose ``[cols]`` scale broadcasts over the last
+  axis (two passes, 2.1-2.4x). Projections: the ``n x d`` weights, not the ``N x d`` output
+  (off the hot axis), through ``DequantizeLinear(q, 1)``, an exact cast that onnxruntime does
+  not fold, then ``* s``. Never a per-axis ``DequantizeLinear`` on the last axis: onnxruntime's
+  CPU kernel runs it as a scalar loop over N x cols one-element blocks (6.3-16x the float32
+  Gather measured here; 65-91% of the old int8 graphs' time, issue 19). ``Cast(q) * s`` is
+  ``DequantizeLinear`` (zero point 0) bit for bit: an exact cast and one rounded product.
 
 1. **Tables** (``--mode table``, every float scheme): the float table graph of
    ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table (fold:
-   dequantised in front; live: each ``Gather`` reads int8 rows, then ``Cast * s``). Bound: half
+   dequantised in front; live: each ``Gather`` reads int8 rows, then dequantises). Bound: half
    a step (``edgepe.quant.int8``), the same for both (the same float32 values come out).
-2. **Integer projection** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
-   float step is ``bits @ W``). fold: the float32 mask-form graph of ``graphs.bits`` with
-   ``W' = Cast(q) * s`` (times the masks' ``2^-k``) in front. live: the bit front end (integer
-   ops only), ``Cast`` to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0,
-   int32 accumulation), then ONE dequantise of the int32 sum, ``Cast * s_j``. Scales in float16
-   (rounded up) where they fit and save more than their Cast costs; float32 otherwise.
+2. **Int8 weights** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
+   float step is ``bits @ W``): the float32 mask-form graph of ``graphs.bits`` with
+   ``W' = q * s`` (times the masks' ``2^-k``) dequantised in front, folded or live as above.
+   Scales in float16 (rounded up) where they fit and save more than their Cast costs; float32
+   otherwise. (Until issue 19 this was ``MatMulInteger`` of uint8 bits by int8 weights with a
+   per-axis ``DequantizeLinear`` of the int32 sum: 3.5x the float32 graph's time.)
 3. **Int8 constant** (``--mode compute``, ``sinusoidal-learned``): its learned residual table
    ``[L, d]`` is the graph's only large constant; it is stored int8, folded or gathered as in (1).
 4. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
@@ -50,18 +54,13 @@ graph's arithmetic in numpy (the exporter never runs a runtime; the tests run on
 Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones), against the float32
 reference ``ref_j = fl(sum_{k in A} W_kj)`` (any summation order: ``|ref_j - sum W_kj| <=
 gamma_n sum |W_kj|``, ``gamma_n = n u / (1 - n u)``, ``u = 2^-24``, ``|W_kj| <= 127 s_j (1 + u)``):
+each dequantised weight ``W'_kj = fl(s_j q_kj)`` is within ``s_j / 2 + 127 u s_j`` of ``W_kj``
+(half a step, one rounded product); the graph's products ``bit * W'`` are exact (the mask form's
+power-of-two scaling is undone exactly) and its float32 sum rounds by
+``<= gamma_n sum_{k in A} |W'_kj|`` with ``|W'_kj| <= 127 s_j (1 + u)``: one more term of the
+reference's size (the term issue 19 added with the float32 sum of dequantised weights). So
 
-- live: the integer sum ``acc_j = sum_{k in A} q_kj`` is exact (``|acc_j| <= 127 P < 2^24``, so
-  the Cast is exact too), ``|s_j acc_j - sum_{k in A} W_kj| <= sum_{k in A} |s_j q_kj - W_kj| <=
-  P s_j / 2``, and the final product rounds once (``<= u |s_j acc_j| <= 127 P u s_j``);
-- fold: each dequantised weight ``W'_kj = fl(s_j q_kj)`` is within ``s_j / 2 + 127 u s_j`` of
-  ``W_kj``; the graph's products ``bit * W'`` are exact (the mask form's power-of-two scaling is
-  undone exactly) and its float32 sum rounds by ``<= gamma_n sum_{k in A} |W'_kj|`` with
-  ``|W'_kj| <= 127 s_j (1 + u)``: one more term of the reference's size.
-
-So, with ``S = 1`` (live) or ``S = 2`` (fold, the float32 sum of the dequantised weights),
-
-    |out_j - ref_j| <= P s_j (1/2 + 127 u + S 127 (1 + u) gamma_n)
+    |out_j - ref_j| <= P s_j (1/2 + 127 u + 2 x 127 (1 + u) gamma_n)
 
 The manifest's ``bound`` (per channel in ``bound_per_channel``, the worst channel in ``bound``)
 takes ``P = n``: every int64 position wraps to ``pos mod 2^n``, so it holds wherever the graph
@@ -69,7 +68,7 @@ is defined; ``bound_in_range`` takes ``P = max popcount over positions 0 .. L-1`
 since ``2^n - 1 >= L``), strictly below the theoretical ``n s_j / 2``.
 
 Why not ``onnxruntime.quantization``: ``quantize_static`` needs a float-input graph and a
-calibration reader, quantises the activation (here the 0/1 bits) with a calibrated float scale
+calibration reader, quantises the activation (the 0/1 bits) with a calibrated float scale
 and requantises the output, adding roundings we could not bound exactly; ``quantize_dynamic``
 picks the activation scale at run time, so no bound is known before deployment. Its scalar
 helpers (``quant_utils.compute_scale_zp``) work one tensor at a time, not chunk-wise per channel.
@@ -95,8 +94,6 @@ from edgepe.export.graphs._common import (
     Graph,
     embedded_manifest,
     make_model,
-    output,
-    positions_input,
 )
 from edgepe.export.table_values import CHUNK_ROWS, iter_table, table_rows, table_shape
 from edgepe.quant.int8 import (
@@ -212,8 +209,9 @@ def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant, runtime: str):
 
     ``fold``: the whole table is dequantised in front (``_dequantize`` on initializers, which
     onnxruntime folds to the float32 table at session load), and the float graph runs
-    unchanged. ``live``: each ``Gather`` of it reads int8 rows and dequantises only those; any
-    other consumer gets the whole table dequantised once, in front. Returns
+    unchanged. ``live``: each ``Gather`` of it reads int8 rows and dequantises only those
+    (per-tensor ``DequantizeLinear``, or ``Cast * s`` per column); any other consumer gets the
+    whole table dequantised once, in front. Returns
     ``(nodes, initializers, (int8 name, scale name))``.
     """
     table = [t for t in graph.initializer
@@ -222,7 +220,7 @@ def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant, runtime: str):
         raise RuntimeError(f"graph {graph.name}: expected one float32 {list(shape)} "
                            f"initializer, found {len(table)}")  # a builder change
     name = table[0].name
-    q_name, s_name = f"{name}_int8", f"{name}_scale"
+    q_name, s_name, z_name = f"{name}_int8", f"{name}_scale", f"{name}_zero_point"
     scale = tq.scale if tq.granularity == "channel" else tq.scale.reshape(())
     # Quantise the stored initializer itself (the rows iter_table measured: the same values).
     q = quantize(numpy_helper.to_array(table[0]), tq.scale)
@@ -230,6 +228,11 @@ def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant, runtime: str):
         numpy_helper.from_array(q, q_name),
         numpy_helper.from_array(scale.astype(np.float32), s_name),
     ]
+    if runtime == "live" and tq.granularity == "tensor":
+        # An explicit int8 zero point: onnxruntime 1.32's QDQ propagation copies a
+        # DequantizeLinear past a following Transpose (bias tables) as a Q/DQ pair, and
+        # without one its QuantizeLinear defaults to uint8 and clips every negative to 0.
+        initializers.append(numpy_helper.from_array(np.array(0, np.int8), z_name))
     nodes: list[onnx.NodeProto] = []
     whole = runtime == "fold"
     for node in graph.node:
@@ -238,7 +241,11 @@ def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant, runtime: str):
             rows = f"{node.output[0]}_int8"
             nodes.append(helper.make_node("Gather", [q_name, node.input[1]], [rows],
                                           name=node.name, axis=0))
-            nodes += _dequantize(rows, s_name, node.output[0])
+            if tq.granularity == "tensor":  # one fused pass: 0.92-1.39x the float32 Gather
+                nodes.append(helper.make_node("DequantizeLinear", [rows, s_name, z_name],
+                                              [node.output[0]], name=f"{node.name}_dq"))
+            else:  # a column's scale on the last axis: Cast, then a broadcast Mul (2.1-2.4x)
+                nodes += _dequantize(rows, s_name, node.output[0])
         else:
             whole = whole or name in node.input
             nodes.append(node)
@@ -324,15 +331,16 @@ def max_popcount(max_len: int) -> int:
 
 
 def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """``positions [N] int64 -> pe [N, d] float32`` from int8 weights ``q`` and scales ``s``.
+    """``positions [N] int64 -> pe [N, d] float32``: the float32 mask-form graph of
+    ``graphs.bits`` whose ``[n, d]`` weights are dequantised in front from int8 ``q`` and
+    per-column scales ``s`` (times the masks' ``2^-k`` per row).
 
-    ``fold``: the float32 graph of ``graphs.bits`` (mask form) with its weights computed in
-    front as ``Cast(q) * s`` (times the masks' ``2^-k``), which onnxruntime folds at session load.
-    ``live``: uint8 bits x int8 weights in int32 (``MatMulInteger``), then one dequantise of the
-    int32 sum, ``Cast * s`` (per-column scale on the last axis by a broadcast ``Mul``, not a
-    per-axis ``DequantizeLinear``: onnxruntime's CPU runs that as a scalar loop, issue 19).
+    ``fold``: ``Cast(q) * s`` on initializers, folded by onnxruntime at session load. ``live``:
+    ``DequantizeLinear(q, 1)`` (per tensor, unit scale: an exact cast that onnxruntime never
+    folds) then ``* s``, so the session keeps ``q`` in int8 and dequantises the n x d weights,
+    not the N x d output, per call: off the hot axis (issue 19).
     """
-    from edgepe.export.graphs.bits import _columns, _mask_projection_model, bit_columns, bit_masks
+    from edgepe.export.graphs.bits import _mask_projection_model
 
     s = config.scheme
     n = s.n_bits
@@ -346,72 +354,57 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     scale = scales(peak) if half is None else half.astype(np.float32)
     q = quantize(weight, scale)
     shape = scale.shape if per_channel else ()
-
-    def scale_input(g: Graph) -> str:
-        if half is None:
-            return g.const(scale.reshape(shape), np.float32, "weight_scale")
-        return g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
-
     fold = config.int8_runtime == "fold"
+
+    def weight_node(g: Graph, inverse: np.ndarray | None) -> str:
+        q_in = g.const(q, np.int8, "weight_int8")
+        if fold:
+            w = g.cast(q_in, "float32")
+        else:
+            w = g.op("DequantizeLinear", q_in, g.const(1.0, np.float32, "unit_scale"),
+                     g.const(0, np.int8, "zero_point"))  # explicit int8: see _int8_gathers
+        if half is None:
+            s_in = g.const(scale.reshape(shape), np.float32, "weight_scale")
+        else:
+            s_in = g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
+        w = g.op("Mul", w, s_in)  # fl(q s): DequantizeLinear's value, bit for bit
+        if inverse is None:
+            return w
+        # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
+        return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
+
     p = max_popcount(s.max_len)
     gamma = n * U32 / (1 - n * U32)
-    # Per active bit: half a step and the dequantise's rounding (s/2 + 127 u s), the float32
-    # reference's dot product (gamma_n |W| <= 127 (1 + u) s gamma_n), and for fold the graph's
-    # own float32 sum of the dequantised weights (the same again); live sums exactly in int32.
-    sums = 2 if fold else 1
-    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + sums * QMAX * (1 + U32) * gamma)
+    # Per active bit (module docstring): half a step and the dequantise's rounding
+    # (s/2 + 127 u s), then the graph's float32 sum of the dequantised weights and the float32
+    # reference's own dot product (gamma_n 127 (1 + u) s each).
+    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + 2 * QMAX * (1 + U32) * gamma)
     per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
-    dequantised = dequantize(q, scale)  # what the fold graph's Cast * s computes, bit for bit
+    dequantised = dequantize(q, scale)  # what the graph's q * s computes, bit for bit
+    int8_bytes = weight.size + (4 if half is None else 2) * scale.size
     manifest["quant"] = quant_section(
         config.quant_granularity, scale, axis=1,
-        max_abs_err=_replay_projection(config, module, q, scale, dequantised if fold else None),
+        max_abs_err=_replay_projection(config, module, dequantised),
         bound=n * per_bit,
-        bound_why=f"sum over the active bits of s_j (1/2 + 127u + {sums} x 127(1+u) gamma_n) a "
-        "bit: half a step and the float32 dequantise, the float32 reference's own dot product"
-        + (" and the graph's float32 sum of the dequantised weights" if fold else "")
-        + f" (u = 2^-24): at most n = {n} active bits at any position (they wrap mod 2^n), at "
-        f"most {p} at positions 0..{s.max_len - 1} (bound_in_range)",
-        measured_over=f"every position 0..{s.max_len - 1}, replaying the "
-        + ("float32 sum of the dequantised weights" if fold else "integer arithmetic"),
+        bound_why="sum over the active bits of s_j (1/2 + 127u + 2 x 127(1+u) gamma_n) a bit: "
+        "half a step and the float32 dequantise, the graph's float32 sum of the dequantised "
+        f"weights and the float32 reference's own dot product (u = 2^-24): at most n = {n} "
+        f"active bits at any position (they wrap mod 2^n), at most {p} at positions "
+        f"0..{s.max_len - 1} (bound_in_range)",
+        measured_over=f"every position 0..{s.max_len - 1}, replaying the float32 sum of the "
+        "dequantised weights",
         float32_bytes=4 * weight.size,
-        int8_bytes=weight.size + (4 if half is None else 2) * scale.size,
+        int8_bytes=int8_bytes,
         tensor="weight_int8",
         scale_tensor="weight_scale",
         scale_storage="float32" if half is None else "float16",
         bound_in_range=float((p * per_bit).max()),
         max_popcount=p,
         bytes_of="projection weights",
-        **runtime_section(config.int8_runtime, 4 * weight.size,
-                          weight.size + (4 if half is None else 2) * scale.size),
+        **runtime_section(config.int8_runtime, 4 * weight.size, int8_bytes),
     )
-    name = f"{s.scheme.replace('-', '_')}_int8"
-    if fold:
-        def weight_node(g: Graph, inverse: np.ndarray | None) -> str:
-            w = g.op("Mul", g.cast(g.const(q, np.int8, "weight_int8"), "float32"), scale_input(g))
-            if inverse is None:
-                return w
-            # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
-            return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
-
-        return _mask_projection_model(config, module, embedded(manifest), name, dequantised,
-                                      weight_node)
-
-    g = Graph(name)
-    x = _columns(g, None)  # [N, 1]
-    if config.lowering == "bitwise":
-        # pos & 2^k is 2^k or 0 (bits of pos mod 2^n, two's complement; BitwiseAnd takes int64
-        # on onnxruntime's CPU): Cast to bool, then to uint8, gives MatMulInteger its exact 0/1
-        # with no Cast to unsigned and no BitShift (the float graph's mask form, bits.py).
-        masked = g.op("BitwiseAnd", x, g.const(bit_masks(n), np.int64, "bit_masks"))
-        b = g.cast(g.cast(masked, "bool"), "uint8")
-    else:
-        b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
-    acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"), out="acc")  # int32, exact
-    # One dequantise: float32(acc) * s_j, the Cast exact (|acc| <= 127 n < 2^24) and one rounding
-    # of the product.
-    g.op("Mul", g.cast(acc, "float32"), scale_input(g), out="pe")
-    return make_model(g.nodes, [positions_input(None)], [output("pe", "float32", ["N", s.d_model])],
-                      g.initializers, max(config.opset, QDQ_OPSET), embedded(manifest), g.name)
+    return _mask_projection_model(config, module, embedded(manifest),
+                                  f"{s.scheme.replace('-', '_')}_int8", dequantised, weight_node)
 
 
 def _weight(config: ExportConfig, module) -> np.ndarray:
@@ -420,22 +413,16 @@ def _weight(config: ExportConfig, module) -> np.ndarray:
     return module.basis.detach().numpy().astype(np.float32)
 
 
-def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray,
-                       dequantised: np.ndarray | None) -> float:
-    """max |out - ref| over every position 0..L-1, ref the float32 reference, out computed as the
-    graph does, chunk by chunk: live, the int32 sum then float32 Cast and Mul; fold
-    (``dequantised`` given), the float32 sum of the dequantised weights over the active bits."""
+def _replay_projection(config: ExportConfig, module, dequantised: np.ndarray) -> float:
+    """max |out - ref| over every position 0..L-1, chunk by chunk: ``ref`` the float32 reference,
+    ``out`` as the graph computes it, the float32 sum of the dequantised weights of the active
+    bits."""
     n = config.scheme.n_bits
     shifts = np.arange(n, dtype=np.int64)
-    q32 = q.astype(np.int32)
     err, start = 0.0, 0
     for ref in iter_table(config.scheme, module):
         pos = np.arange(start, start + len(ref), dtype=np.int64)
-        bits = (pos[:, None] >> shifts) & 1
-        if dequantised is None:
-            out = (bits.astype(np.int32) @ q32).astype(np.float32) * scale.astype(np.float32)
-        else:
-            out = bits.astype(np.float32) @ dequantised
+        out = ((pos[:, None] >> shifts) & 1).astype(np.float32) @ dequantised
         err = max(err, float(np.abs(out.astype(np.float64) - ref).max(initial=0.0)))
         start += len(ref)
     return err
