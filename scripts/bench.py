@@ -241,15 +241,18 @@ def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate
     from edgepe.export import ExportConfig, export
     from edgepe.schemes import resolve
 
-    # "int8-live": --quantize int8 --int8-runtime live (scripts/bench_int8.py)
-    quantize, _, runtime = quantize.partition("-")
-    name = "edgepe-" + ("int8-" if quantize == "int8" else "") + (runtime and f"{runtime}-") + mode
+    # "int8-live[-tensor]": --quantize int8 --int8-runtime live [--quant-granularity tensor]
+    # (scripts/bench_int8.py)
+    quantize, *options = quantize.split("-")
+    name = "-".join(["edgepe", *([quantize] if quantize == "int8" else []), *options, mode])
     candidate = Candidate(name, "edgepe", path)
     start = time.perf_counter()
     try:
         scheme = resolve(case.scheme, case.max_len, case.d_model, case.heads)
         config = ExportConfig(scheme=scheme, mode=mode, quantize=quantize,
-                              int8_runtime=runtime or "fold", out=path)
+                              int8_runtime="live" if "live" in options else "fold",
+                              quant_granularity="tensor" if "tensor" in options else "channel",
+                              out=path)
         result = export(config, force=True)
         candidate.info["quant"] = result.manifest.get("quant")
     except Exception as exc:  # noqa: BLE001 - a missing or failing exporter is recorded

@@ -13,10 +13,12 @@ targets on, each of two figures from the same run:
 - float32 compute / TorchScript peer <= 1.05x; float32 table / bare Gather <= 1.08x.
 
 "Payload bytes" are the graph's initializers (what int8 shrinks; the manifest and node framing
-are the same few hundred bytes in both files, and the file bytes are given too). RAM is what a
-session holds once loaded: its resident-memory growth over creating the session and running it
-once, measured in a fresh subprocess per graph (``session_ram``). "What bounds it" is onnxruntime's
-own profile of the graph: the share of node time each op takes (``op_shares``).
+are the same few hundred bytes in both files, and the file bytes are given too). The RAM ratio
+is what the session holds of the stored tensor (the manifest's ``quant.ram_bytes``: int8 and
+scales for live, float32 after folding) over its float32 bytes; the tables also give each
+session's measured resident growth over creating it and running it once on N positions (output
+buffers included), in a fresh subprocess per graph (``session_ram``). "What bounds it" is
+onnxruntime's own profile of the graph: the share of node time each op takes (``op_shares``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from typing import Any
 SIZES = (512, 4096, 65536)
 D_MODEL = 64
 VARIANTS = (("compute", "none"), ("table", "none"), ("compute", "int8"), ("compute", "int8-live"),
-            ("table", "int8"), ("table", "int8-live"))
+            ("table", "int8"), ("table", "int8-live"), ("table", "int8-live-tensor"))
 # name in bench_case's candidates -> (the float32 twin it is compared with, the targets)
 INT8_ROWS = {
     "edgepe-int8-compute": ("edgepe-compute", 1.05, "bytes", 0.35),
     "edgepe-int8-table": ("edgepe-table", 1.05, "bytes", 0.35),
     "edgepe-int8-live-compute": ("edgepe-compute", 1.6, "ram", 0.3),
     "edgepe-int8-live-table": ("edgepe-table", 1.6, "ram", 0.3),
+    "edgepe-int8-live-tensor-table": ("edgepe-table", 1.6, "ram", 0.3),
 }
 PEER_TARGET, GATHER_TARGET = 1.05, 1.08
 
@@ -116,9 +119,10 @@ def rows_of(case: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
              "edgepe-int8-table": folder / "table-int8.onnx",
              "edgepe-int8-live-compute": folder / "compute-int8-live.onnx",
              "edgepe-int8-live-table": folder / "table-int8-live.onnx",
+             "edgepe-int8-live-tensor-table": folder / "table-int8-live-tensor.onnx",
              "peer-torchscript": folder / "peer-torchscript.onnx",
              "floor-gather": folder / "gather.onnx"}
-    warm = folder / "identity.onnx"
+    warm = folder / "compute.onnx"
     measured = {}
     for name, path in paths.items():
         entry = cand.get(name) or {}
@@ -141,8 +145,11 @@ def rows_of(case: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
     for name, (twin, limit, kind, size_limit) in INT8_ROWS.items():
         lat, iqr = ratio(name, twin)
         m, t = measured.get(name, {}), measured.get(twin, {})
-        size = (m["payload"] / t["payload"] if kind == "bytes" and m and t else
-                m["ram"] / t["ram"] if kind == "ram" and m.get("ram") and t.get("ram") else None)
+        quant = (cand.get(name) or {}).get("quant") or {}
+        if kind == "bytes":
+            size = m["payload"] / t["payload"] if m and t else None
+        else:  # what the session holds of the table/weights (manifest), vs their float32
+            size = quant["ram_bytes"] / quant["bytes"]["float32"] if quant else None
         rows.append({"n": n, "what": f"{name} / {twin}", "latency": lat, "paired_iqr": iqr,
                      "latency_target": limit, "size_kind": kind, "size": size,
                      "size_target": size_limit, "bound": _bound(m.get("shares", {})),
@@ -221,5 +228,6 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
 
 
 _NAMES = ("peer-torchscript", "edgepe-compute", "edgepe-int8-compute", "edgepe-int8-live-compute",
-          "floor-gather", "edgepe-table", "edgepe-int8-table", "edgepe-int8-live-table")
+          "floor-gather", "edgepe-table", "edgepe-int8-table", "edgepe-int8-live-table",
+          "edgepe-int8-live-tensor-table")
 

@@ -68,3 +68,31 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
     md = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## Targets (issue 8)" in md and machine["cpu"] in md and machine["date_utc"] in md
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_int8_speed_part_writes_every_ratio_row_from_its_own_figures(tmp_path):
+    """``--part int8-speed --quick``: the demo at N = 512 with every int8 variant; each row's
+    latency ratio is the quotient of two medians of the same run, each int8 graph was checked
+    against the torch reference within its manifest's bound before it was timed."""
+    out = tmp_path / "int8.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--part", "int8-speed", "--quick",
+         "--out", str(out), "--md", str(tmp_path / "int8.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    (case,) = report["cases"]
+    cand = case["candidates"]
+    whats = {r["what"] for r in report["rows"]}
+    for name in ("edgepe-int8-compute", "edgepe-int8-table", "edgepe-int8-live-compute",
+                 "edgepe-int8-live-table", "edgepe-int8-live-tensor-table"):
+        assert cand[name]["error"] is None and cand[name]["matches"] is True, name
+        assert cand[name]["quant"]["runtime"] == ("live" if "live" in name else "fold")
+        assert any(w.startswith(f"{name} / ") for w in whats), name
+    for r in report["rows"]:
+        a, b = r["what"].split(" / ")
+        assert abs(r["latency"] - cand[a]["median_s"] / cand[b]["median_s"]) < 1e-9
+        assert r["bound"] != "-"  # onnxruntime's profile named the ops
+    md = (tmp_path / "int8.md").read_text()
+    assert md.count("| 512 |") >= len(report["rows"])
