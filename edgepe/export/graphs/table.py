@@ -172,6 +172,19 @@ def _varint(n: int) -> bytes:
 _GRAPH, _INITIALIZER, _RAW_DATA = b"\x3a", b"\x2a", b"\x4a"
 
 
+def table_fragment_header(rows: int, cols: int, dtype: str) -> bytes:
+    """The bytes ``streamed`` writes between the model and the table's raw data: the
+    ``ModelProto`` fragment ``graph { initializer { table: dims, data_type, raw_data length } }``
+    (the raw data, ``rows x cols`` little-endian ``dtype``, follows to the end of the file)."""
+    header = onnx.TensorProto(name=TABLE, dims=[rows, cols],
+                              data_type=ELEM_TYPES[dtype]).SerializeToString()
+    size = rows * cols * np.dtype(NP_DTYPES[dtype]).itemsize
+    tensor = len(header) + len(_RAW_DATA) + len(_varint(size)) + size
+    graph = len(_INITIALIZER) + len(_varint(tensor)) + tensor
+    return (_GRAPH + _varint(graph) + _INITIALIZER + _varint(tensor) + header + _RAW_DATA
+            + _varint(size))
+
+
 def streamed(config: ExportConfig, module, manifest: dict):
     """``(model, write_table)``: the table graph without its table, and a writer of the rest.
 
@@ -188,16 +201,10 @@ def streamed(config: ExportConfig, module, manifest: dict):
     model = build(config, module, manifest, table=np.zeros((1, cols), dtype))
     index = [t.name for t in model.graph.initializer].index(TABLE)
     del model.graph.initializer[index]
-
-    header = onnx.TensorProto(name=TABLE, dims=[rows, cols],
-                              data_type=ELEM_TYPES[config.dtype]).SerializeToString()
     size = rows * cols * dtype.itemsize
-    tensor = len(header) + len(_RAW_DATA) + len(_varint(size)) + size
-    graph = len(_INITIALIZER) + len(_varint(tensor)) + tensor
 
     def write_table(f) -> None:
-        f.write(_GRAPH + _varint(graph) + _INITIALIZER + _varint(tensor) + header + _RAW_DATA
-                + _varint(size))
+        f.write(table_fragment_header(rows, cols, config.dtype))
         written = 0
         for chunk in iter_table(config.scheme, module):
             data = chunk.astype(dtype).tobytes()  # float32 -> dtype (0/1 exact in uint8)
