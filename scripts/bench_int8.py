@@ -134,12 +134,15 @@ def rows_of(case: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
                          op_shares=measured[name]["shares"])
 
     def ratio(a: str, b: str) -> tuple[float | None, float | None]:
+        """The median and IQR of the per-repetition ratio (the two were timed back to back in
+        each repetition, so load that hits one sample hits its pair: on a shared machine this
+        is steadier than the ratio of the two medians)."""
         ea, eb = cand.get(a) or {}, cand.get(b) or {}
         if "median_s" not in ea or "median_s" not in eb:
             return None, None
         pairs = [x / y for x, y in zip(ea["samples_s"], eb["samples_s"], strict=True)]
-        q = np.percentile(pairs, [25, 75])
-        return ea["median_s"] / eb["median_s"], float(q[1] - q[0])
+        q = np.percentile(pairs, [25, 50, 75])
+        return float(q[1]), float(q[2] - q[0])
 
     rows = []
     for name, (twin, limit, kind, size_limit) in INT8_ROWS.items():
@@ -187,7 +190,8 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
         f"Run: {date}, `scripts/bench.py --part int8-speed --reps {reps}`, onnxruntime "
         f"{machine.get('onnxruntime')} CPU, 1 thread; {machine.get('cpu')} "
         f"({machine.get('cores')} cores, shared with other work: ratios of candidates timed "
-        "alternately in the same run; paired IQR = spread of the per-repetition ratio).",
+        "alternately in the same run; latency = median of the per-repetition ratio, paired IQR "
+        "= its spread).",
         "",
         "| N | ratio | latency (target) | paired IQR | size (target) | what bounds it "
         "(op share of node time) | its float32 twin |",
