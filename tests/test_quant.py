@@ -93,8 +93,16 @@ def theoretical(config, quant: dict) -> np.ndarray:
     return half + atol + rtol * 127 * s * (1 + 2.0**-20)
 
 
-@pytest.mark.parametrize("runtime", ["fold", "live"])
-@pytest.mark.parametrize(("scheme", "mode"), CASES, ids=[f"{s}-{m}" for s, m in CASES])
+# Graphs that store an int8 tensor, where --int8-runtime changes the graph (the others quantise
+# their output only and are the same graph for fold and live).
+STORED = {(s, m) for s, m in CASES if m == "table" or s in ("binary", "fourier-binary",
+                                                           "sinusoidal-learned")}
+RUNTIME_CASES = [(s, m, r) for s, m in CASES for r in ("fold", "live")
+                 if r == "fold" or (s, m) in STORED]
+
+
+@pytest.mark.parametrize(("scheme", "mode", "runtime"), RUNTIME_CASES,
+                         ids=[f"{s}-{m}-{r}" for s, m, r in RUNTIME_CASES])
 def test_int8_error_on_onnxruntime_within_manifest_bound(scheme, mode, runtime):
     config, module, manifest, model = int8_model(scheme, mode, runtime=runtime)
     quant = manifest["quant"]
