@@ -141,6 +141,17 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
         )
     if config.mode == "table":
         return _table(config, module, manifest)
+    check_measurable(config)
+    if config.scheme.scheme in PROJECTIONS:
+        return _projection(config, module, manifest)
+    if config.scheme.scheme == "sinusoidal-learned":
+        return _residual(config, module, manifest)
+    return _quantised_output(config, module, manifest)
+
+
+def check_measurable(config: ExportConfig) -> None:
+    """Refuse a compute graph whose error measurement over every in-range value would pass
+    ``--max-table-bytes`` of float32."""
     rows, cols = table_shape(config.scheme)
     if 4 * rows * cols > config.max_table_bytes:
         raise BadParameterError(
@@ -148,11 +159,6 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
             f"({4 * rows * cols} bytes of float32, past --max-table-bytes "
             f"{config.max_table_bytes}): raise --max-table-bytes or lower --max-len"
         )
-    if config.scheme.scheme in PROJECTIONS:
-        return _projection(config, module, manifest)
-    if config.scheme.scheme == "sinusoidal-learned":
-        return _residual(config, module, manifest)
-    return _quantised_output(config, module, manifest)
 
 
 def _float_model(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
@@ -330,6 +336,62 @@ def max_popcount(max_len: int) -> int:
     return max(bin(m).count("1"), m.bit_length() - 1, 0)
 
 
+def projection_quant(config: ExportConfig, module, summation: str):
+    """The int8 projection of ``binary``/``fourier-binary``: ``(q, scale, half, quant)``.
+
+    ``q`` the int8 weights ``[n, d]``, ``scale`` their float32 scales, ``half`` the float16
+    scales stored instead (or None), ``quant`` the manifest section, its error measured and its
+    bound proven for how the sum is taken: ``"float32"``, the ONNX graph's float32 sum of the
+    dequantised weights (``S = 2`` in the module docstring's bound), or ``"int32"``, an exact
+    integer sum then one multiply by the scale (``S = 1``; the C header's compute function).
+    """
+    s = config.scheme
+    n = s.n_bits
+    weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
+    peak = absmax([weight], config.quant_granularity)
+    # Scales stored as float16 (rounded up) where they fit and pay for the Cast to float32 they
+    # need: on the demo's graph the 64 float32 scales are an eighth of the file; every proof
+    # below holds for any s >= max|W| / 127.
+    half = half_scales(peak) if 2 * peak.size > CAST_NODE_BYTES else None
+    scale = scales(peak) if half is None else half.astype(np.float32)
+    q = quantize(weight, scale)
+    exact = summation == "int32"
+    p = max_popcount(s.max_len)
+    gamma = n * U32 / (1 - n * U32)
+    # Per active bit: half a step and the dequantise's rounding (s/2 + 127 u s), the float32
+    # reference's own dot product (gamma_n 127 (1 + u) s), and for a float32 sum the graph's
+    # own (the same again).
+    sums = 1 if exact else 2
+    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + sums * QMAX * (1 + U32) * gamma)
+    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
+    if exact:
+        why = ("sum over the active bits of half a step, s_j (1/2 + 127u + 127(1+u) gamma_n) a "
+               "bit with the float32 dequantise and the float32 reference's own dot product")
+        replayed = "integer arithmetic"
+    else:
+        why = ("sum over the active bits of s_j (1/2 + 127u + 2 x 127(1+u) gamma_n) a bit: half "
+               "a step and the float32 dequantise, the graph's float32 sum of the dequantised "
+               "weights and the float32 reference's own dot product")
+        replayed = "float32 sum of the dequantised weights"
+    quant = quant_section(
+        config.quant_granularity, scale, axis=1,
+        max_abs_err=_replay_projection(config, module, q, scale, exact),
+        bound=n * per_bit,
+        bound_why=f"{why} (u = 2^-24): at most n = {n} active bits at any position (they wrap "
+        f"mod 2^n), at most {p} at positions 0..{s.max_len - 1} (bound_in_range)",
+        measured_over=f"every position 0..{s.max_len - 1}, replaying the {replayed}",
+        float32_bytes=4 * weight.size,
+        int8_bytes=weight.size + (4 if half is None else 2) * scale.size,
+        tensor="weight_int8",
+        scale_tensor="weight_scale",
+        scale_storage="float32" if half is None else "float16",
+        bound_in_range=float((p * per_bit).max()),
+        max_popcount=p,
+        bytes_of="projection weights",
+    )
+    return q, scale, half, quant
+
+
 def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
     """``positions [N] int64 -> pe [N, d] float32``: the float32 mask-form graph of
     ``graphs.bits`` whose ``[n, d]`` weights are dequantised in front from int8 ``q`` and
@@ -342,18 +404,8 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     """
     from edgepe.export.graphs.bits import _mask_projection_model
 
-    s = config.scheme
-    n = s.n_bits
-    weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
-    per_channel = config.quant_granularity == "channel"
-    peak = absmax([weight], config.quant_granularity)
-    # Scales stored as float16 (rounded up) where they fit and pay for the Cast to float32 they
-    # need: on the demo's graph the 64 float32 scales are an eighth of the file; every proof
-    # below holds for any s >= max|W| / 127.
-    half = half_scales(peak) if 2 * peak.size > CAST_NODE_BYTES else None
-    scale = scales(peak) if half is None else half.astype(np.float32)
-    q = quantize(weight, scale)
-    shape = scale.shape if per_channel else ()
+    q, scale, half, quant = projection_quant(config, module, "float32")
+    shape = scale.shape if config.quant_granularity == "channel" else ()
     fold = config.int8_runtime == "fold"
 
     def weight_node(g: Graph, inverse: np.ndarray | None) -> str:
@@ -373,38 +425,11 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
         return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
 
-    p = max_popcount(s.max_len)
-    gamma = n * U32 / (1 - n * U32)
-    # Per active bit (module docstring): half a step and the dequantise's rounding
-    # (s/2 + 127 u s), then the graph's float32 sum of the dequantised weights and the float32
-    # reference's own dot product (gamma_n 127 (1 + u) s each).
-    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + 2 * QMAX * (1 + U32) * gamma)
-    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
-    dequantised = dequantize(q, scale)  # what the graph's q * s computes, bit for bit
-    int8_bytes = weight.size + (4 if half is None else 2) * scale.size
-    manifest["quant"] = quant_section(
-        config.quant_granularity, scale, axis=1,
-        max_abs_err=_replay_projection(config, module, dequantised),
-        bound=n * per_bit,
-        bound_why="sum over the active bits of s_j (1/2 + 127u + 2 x 127(1+u) gamma_n) a bit: "
-        "half a step and the float32 dequantise, the graph's float32 sum of the dequantised "
-        f"weights and the float32 reference's own dot product (u = 2^-24): at most n = {n} "
-        f"active bits at any position (they wrap mod 2^n), at most {p} at positions "
-        f"0..{s.max_len - 1} (bound_in_range)",
-        measured_over=f"every position 0..{s.max_len - 1}, replaying the float32 sum of the "
-        "dequantised weights",
-        float32_bytes=4 * weight.size,
-        int8_bytes=int8_bytes,
-        tensor="weight_int8",
-        scale_tensor="weight_scale",
-        scale_storage="float32" if half is None else "float16",
-        bound_in_range=float((p * per_bit).max()),
-        max_popcount=p,
-        bytes_of="projection weights",
-        **runtime_section(config.int8_runtime, 4 * weight.size, int8_bytes),
-    )
+    manifest["quant"] = {**quant, **runtime_section(config.int8_runtime, 4 * q.size,
+                                                    quant["bytes"]["int8"])}
     return _mask_projection_model(config, module, embedded(manifest),
-                                  f"{s.scheme.replace('-', '_')}_int8", dequantised, weight_node)
+                                  f"{config.scheme.scheme.replace('-', '_')}_int8",
+                                  dequantize(q, scale), weight_node)
 
 
 def _weight(config: ExportConfig, module) -> np.ndarray:
@@ -413,16 +438,22 @@ def _weight(config: ExportConfig, module) -> np.ndarray:
     return module.basis.detach().numpy().astype(np.float32)
 
 
-def _replay_projection(config: ExportConfig, module, dequantised: np.ndarray) -> float:
+def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray,
+                       exact: bool) -> float:
     """max |out - ref| over every position 0..L-1, chunk by chunk: ``ref`` the float32 reference,
-    ``out`` as the graph computes it, the float32 sum of the dequantised weights of the active
-    bits."""
+    ``out`` as the artifact computes it: the exact int32 sum of the active rows of ``q`` times
+    the scale (``exact``), or the float32 sum of the dequantised weights ``fl(q s)``."""
     n = config.scheme.n_bits
     shifts = np.arange(n, dtype=np.int64)
+    q32, dequantised = q.astype(np.int32), dequantize(q, scale)
     err, start = 0.0, 0
     for ref in iter_table(config.scheme, module):
         pos = np.arange(start, start + len(ref), dtype=np.int64)
-        out = ((pos[:, None] >> shifts) & 1).astype(np.float32) @ dequantised
+        bits = (pos[:, None] >> shifts) & 1
+        if exact:
+            out = (bits.astype(np.int32) @ q32).astype(np.float32) * scale.astype(np.float32)
+        else:
+            out = bits.astype(np.float32) @ dequantised
         err = max(err, float(np.abs(out.astype(np.float64) - ref).max(initial=0.0)))
         start += len(ref)
     return err
