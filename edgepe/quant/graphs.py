@@ -425,8 +425,9 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
         return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
 
+    # live holds q and float32 scales (float16 ones are cast, and that Cast folded, at load)
     manifest["quant"] = {**quant, **runtime_section(config.int8_runtime, 4 * q.size,
-                                                    quant["bytes"]["int8"])}
+                                                    q.size + 4 * scale.size)}
     return _mask_projection_model(config, module, embedded(manifest),
                                   f"{config.scheme.scheme.replace('-', '_')}_int8",
                                   dequantize(q, scale), weight_node)
