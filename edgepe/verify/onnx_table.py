@@ -50,7 +50,8 @@ class SplitTable:
     def release(self) -> None:
         """Drop the table pages a run touched from this process's resident set (they stay in
         the page cache): a sweep then holds one chunk's rows at a time, not the table."""
-        self.mapping.madvise(mmap.MADV_DONTNEED)
+        if hasattr(mmap, "MADV_DONTNEED"):  # POSIX; elsewhere the OS trims the pages itself
+            self.mapping.madvise(mmap.MADV_DONTNEED)
 
     def checkable(self) -> onnx.ModelProto:
         """The graph with a one-row stand-in table (no op reads the row count), to check."""
