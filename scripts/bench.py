@@ -242,12 +242,18 @@ def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate
     from edgepe.export import ExportConfig, export
     from edgepe.schemes import resolve
 
-    name = "edgepe-" + ("int8-" if quantize == "int8" else "") + mode
+    # "int8-live[-tensor]": --quantize int8 --int8-runtime live [--quant-granularity tensor]
+    # (scripts/bench_int8.py)
+    quantize, *options = quantize.split("-")
+    name = "-".join(["edgepe", *([quantize] if quantize == "int8" else []), *options, mode])
     candidate = Candidate(name, "edgepe", path)
     start = time.perf_counter()
     try:
         scheme = resolve(case.scheme, case.max_len, case.d_model, case.heads)
-        config = ExportConfig(scheme=scheme, mode=mode, quantize=quantize, out=path)
+        config = ExportConfig(scheme=scheme, mode=mode, quantize=quantize,
+                              int8_runtime="live" if "live" in options else "fold",
+                              quant_granularity="tensor" if "tensor" in options else "channel",
+                              out=path)
         result = export(config, force=True)
         candidate.info["quant"] = result.manifest.get("quant")
     except Exception as exc:  # noqa: BLE001 - a missing or failing exporter is recorded
@@ -362,7 +368,7 @@ def bench_case(case: Case, work: Path, reps: int, min_sample_s: float) -> dict[s
     candidates = [export_peer(reference, case, p, feeds, folder / f"peer-{p}.onnx")
                   for p in case.peers]
     for mode, quantize in case.edgepe:
-        suffix = "-int8" if quantize == "int8" else ""
+        suffix = "" if quantize == "none" else f"-{quantize}"
         candidates.append(export_edgepe(case, mode, quantize, folder / f"{mode}{suffix}.onnx"))
     candidates.append(identity_floor(expected.shape, folder / "identity.onnx"))
     if cfg.spec.kind != "bias":  # positions = arange(L): the output is the whole table
@@ -1044,7 +1050,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="latency repetitions (default 61, quick 3)")
     parser.add_argument("--readme", type=Path, help="also write the README section here "
                         "(docs/readme/bench.md)")
+    parser.add_argument("--part", choices=["all", "int8-speed"], default="all",
+                        help="int8-speed: only the demo's int8 rows (scripts/bench_int8.py), "
+                        "JSON to --out, markdown to --md")
     args = parser.parse_args(argv)
+    if args.part == "int8-speed":
+        return int8_speed_part(args)
 
     started = time.perf_counter()
     if args.out is None:
@@ -1115,6 +1126,34 @@ def main(argv: list[str] | None = None) -> int:
     for t in report["targets"]:
         print(f"{t['status']:4}  {fmt_measured(t):>24}  {t['target']}")
     print(f"wrote {args.out}, {md}, {png} in {report['total_s']:.0f} s")
+    return 0
+
+
+def int8_speed_part(args) -> int:
+    """``--part int8-speed``: the demo at N = 512, 4096, 65536 with every int8 variant and the
+    ratio rows of issue 19 (scripts/bench_int8.py); nothing else runs."""
+    import bench_int8
+    import torch
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(ROOT))
+    reps = args.reps or (3 if args.quick else 41)
+    work = Path(tempfile.mkdtemp(prefix="edgepe-bench-int8-"))
+    try:
+        report = bench_int8.run(sys.modules[__name__], work, reps, 0.0003, args.quick)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    info = machine()
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = bench_int8.markdown(report, info, date, reps)
+    out = args.out or Path(tempfile.mkdtemp(prefix="edgepe-bench-")) / "int8-speed.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": info, "date": date, "reps": reps, **report},
+                              indent=1, sort_keys=True) + "\n")
+    md = args.md or out.with_suffix(".md")
+    md.write_text(text)
+    print(text)
+    print(f"wrote {out}, {md}")
     return 0
 
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 STATUSES = {"PASS", "MISS", "N/A"}
 
@@ -79,3 +81,32 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
         assert all(r["bytes"] > 0 and r["us"] > 0 for r in rows.values())
         assert rows["demo pte float32"]["bytes"] <= 2560 + 2560  # weights + 2.5 KB (issue 22)
         assert "## ExecuTorch" in md
+
+
+def test_int8_speed_part_writes_every_ratio_row_from_its_own_figures(tmp_path):
+    """``--part int8-speed --quick``: the demo at N = 512 with every int8 variant; each row's
+    latency ratio is the median of per-repetition ratios of the same run; each int8 graph was
+    checked against the torch reference within its manifest's bound before it was timed."""
+    out = tmp_path / "int8.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--part", "int8-speed", "--quick",
+         "--out", str(out), "--md", str(tmp_path / "int8.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    (case,) = report["cases"]
+    cand = case["candidates"]
+    whats = {r["what"] for r in report["rows"]}
+    for name in ("edgepe-int8-compute", "edgepe-int8-table", "edgepe-int8-live-compute",
+                 "edgepe-int8-live-table", "edgepe-int8-live-tensor-table"):
+        assert cand[name]["error"] is None and cand[name]["matches"] is True, name
+        assert cand[name]["quant"]["runtime"] == ("live" if "live" in name else "fold")
+        assert any(w.startswith(f"{name} / ") for w in whats), name
+    for r in report["rows"]:
+        a, b = r["what"].split(" / ")
+        pairs = np.array(cand[a]["samples_s"]) / np.array(cand[b]["samples_s"])
+        assert abs(r["latency"] - np.median(pairs)) < 1e-9  # the per-repetition ratio
+        assert r["bound"] != "-"  # onnxruntime's profile named the ops
+    md = (tmp_path / "int8.md").read_text()
+    assert md.count("| 512 |") >= len(report["rows"])

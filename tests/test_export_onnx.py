@@ -162,7 +162,7 @@ def test_graph_size_is_close_to_its_information():
     sizes = {t.name: len(t.raw_data) for t in proto.graph.initializer}
     assert sizes.pop("projection_scaled") == 10 * 64 * 4
     assert sum(sizes.values()) <= 200
-    assert len(proto.graph.node) <= 3  # BitwiseAnd, Cast, Gemm
+    assert len(proto.graph.node) <= 4  # Cast to int32, BitwiseAnd, Cast, Gemm
     assert len(model) <= 1.25 * 2560 + 600  # issue 8's bound; includes the manifest
 
 
@@ -286,12 +286,13 @@ def test_bit_family_sweep_large(scheme):
 @pytest.mark.parametrize("scheme", ["binary", "fourier-binary"])
 @pytest.mark.parametrize("max_len", [1, 300, 1024])
 def test_projection_schemes_use_the_mask_form_bit_for_bit(scheme, max_len):
-    """binary/fourier-binary: BitwiseAnd on the int64 positions, one Cast, one Gemm; outputs
-    equal bit for bit to the 0/1-bits MatMul (the arith lowering) over 0 .. L - 1, negatives
-    and int64's extremes."""
+    """binary/fourier-binary: positions Cast to int32, BitwiseAnd with int32 masks, one Cast,
+    one Gemm; outputs equal bit for bit to the 0/1-bits MatMul (the arith lowering) over
+    0 .. L - 1, negatives and int64's extremes (2^31, 2^32 - 1, 2^32 among them: the int32
+    cast keeps the low 32 bits)."""
     config, _, model = _case(scheme, max_len, "odd")
     assert [n.op_type for n in onnx.load_from_string(model).graph.node] == [
-        "BitwiseAnd", "Cast", "Gemm"]
+        "Cast", "BitwiseAnd", "Cast", "Gemm"]
     _, _, arith = _case(scheme, max_len, "odd", lowering="arith")
     feeds = feeds_for(config)
     got, want = run_ort(model, feeds), run_ort(arith, feeds)
@@ -309,6 +310,22 @@ def test_mask_weights_undo_exactly_for_every_bit_up_to_63():
     assert np.array_equal(back.view(np.uint32), w.view(np.uint32))
     assert np.all(np.sign(scaled[63]) == -np.sign(w[63]))
     assert _mask_weights(np.ones((65, 2), np.float32)) is None  # no int64 mask for bit 64
+
+
+def test_int32_masks_undo_exactly_for_every_bit_up_to_31():
+    """The int32 front end: ``float32(int32 mask 2^k) * scaled_k == w_k`` bit for bit, the sign
+    bit ``k = 31`` (INT32_MIN, float -2^31) too; 33 bits need the int64 masks."""
+    from edgepe.export.graphs.bits import _mask_weights, bit_masks, mask_width
+
+    w = np.random.default_rng(1).standard_normal((32, 5)).astype(np.float32)
+    scaled = _mask_weights(w, 32)
+    masks = bit_masks(32, 32)
+    assert masks.dtype == np.int32 and masks[31] == np.iinfo(np.int32).min
+    back = masks.astype(np.float32)[:, None] * scaled
+    assert np.array_equal(back.view(np.uint32), w.view(np.uint32))
+    assert np.all(np.sign(scaled[31]) == -np.sign(w[31]))
+    assert _mask_weights(np.ones((33, 2), np.float32), 32) is None
+    assert mask_width(32) == 32 and mask_width(33) == 64
 
 
 def test_mask_form_falls_back_to_shifts_where_scaling_is_not_exact():

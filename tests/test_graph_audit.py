@@ -1,7 +1,7 @@
 """The audit of every bit-family compute graph, and the audit itself on graphs that must fail it.
 
 DESIGN.md: bit-family compute graphs use only Cast-to-unsigned, BitShift, BitwiseAnd/Xor (and
-shape plumbing) on the positions (binary/fourier-binary: BitwiseAnd alone, on int64), then a
+shape plumbing) on the positions (binary/fourier-binary: BitwiseAnd alone, on int32), then a
 single cast to float; no trig, no Exp, no table with a row per position.
 """
 
@@ -22,7 +22,8 @@ ARITH_INTEGER_OPS = {"Cast", "Unsqueeze", "Gather", "Mod", "Div", "Add"}
 # binary-smooth selects one of two constants per bit instead of casting.
 BOUNDARIES = {"hybrid-int-binary": ["Cast", "Cast"], "binary-gated": ["Cast", "Cast"],
               "binary-smooth": ["Where"]}
-# Linear projections of the bits: BitwiseAnd with the masks 2^k, Cast, Gemm by pre-scaled weights.
+# Linear projections of the bits: Cast to int32, BitwiseAnd with the masks 2^k, Cast, Gemm by
+# pre-scaled weights.
 MASK_FORM = {"binary", "fourier-binary"}
 MAX_LEN = 100  # no width of these configurations is 100, so a [100, .] initializer is a table
 
@@ -49,12 +50,14 @@ def test_bit_family_compute_graph_audit(scheme, lowering, width):
         assert MAX_LEN not in list(init.dims), (init.name, list(init.dims))
     casts = [n for n in proto.graph.node if n.op_type == "Cast"
              and n.attribute[0].i in (TensorProto.UINT64,)]
-    # to unsigned once for BitShift; the projection schemes' mask form ANDs the int64 positions
-    # directly (onnxruntime's CPU BitwiseAnd takes int64), so it never casts to unsigned
+    # to unsigned once for BitShift; the projection schemes' mask form ANDs the positions cast
+    # to int32 (n <= 32 here; onnxruntime's CPU BitwiseAnd takes int32), never to unsigned
     mask_form = lowering == "bitwise" and scheme in MASK_FORM
     assert len(casts) == (1 if lowering == "bitwise" and not mask_form else 0)
     if mask_form:
-        assert [n.op_type for n in proto.graph.node] == ["BitwiseAnd", "Cast", "Gemm"]
+        nodes = proto.graph.node
+        assert [n.op_type for n in nodes] == ["Cast", "BitwiseAnd", "Cast", "Gemm"]
+        assert nodes[0].input[0] == "positions" and nodes[0].attribute[0].i == TensorProto.INT32
 
 
 @pytest.mark.parametrize("scheme", INTEGER_FAMILY)

@@ -135,6 +135,11 @@ def command(
     quant_granularity: Annotated[str, typer.Option("--quant-granularity",
                                                    metavar="channel|tensor",
                                                    rich_help_panel=PANEL_MORE)] = "channel",
+    int8_runtime: Annotated[str, typer.Option("--int8-runtime", metavar="fold|live",
+                                              rich_help_panel=PANEL_MORE,
+                                              help="int8 ONNX graphs: fold to float32 at "
+                                              "session load (fast, float32 RAM), or keep int8 "
+                                              "in RAM (slower).")] = "fold",
     max_table_bytes: Annotated[str | None, typer.Option("--max-table-bytes", metavar="N",
                                                         rich_help_panel=PANEL_MORE,
                                                         help="Refuse bigger tables "
@@ -179,8 +184,8 @@ def command(
     config = api.make_config(
         scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
-        lowering=lowering or "bitwise", checkpoint=checkpoint, checkpoint_key=checkpoint_key,
-        seed=parse_int("--seed", seed),
+        lowering=lowering or "bitwise", int8_runtime=int8_runtime, checkpoint=checkpoint,
+        checkpoint_key=checkpoint_key, seed=parse_int("--seed", seed),
         opset=None if opset is None else parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None

@@ -30,6 +30,9 @@ LOWERINGS = ("bitwise", "arith", "arith32", "float")
 # |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
 LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
+# How an int8 ONNX graph's stored int8 lives at run time (edgepe.quant.graphs): folded to float32
+# at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
+INT8_RUNTIMES = ("fold", "live")
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte"}
 DEFAULT_OPSET = 18
 # int8 graphs dequantise per channel (DequantizeLinear with ``axis``), which onnx's reference
@@ -52,6 +55,7 @@ class ExportConfig:
     quantize: str = "none"
     quant_granularity: str = "channel"  # or "tensor"
     lowering: str = "bitwise"
+    int8_runtime: str = "fold"  # or "live"; int8 ONNX graphs only
     seed: int = 0
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
@@ -88,12 +92,19 @@ class ExportConfig:
             "c_align": self.c_align if self.format == "c" else None,
             # only when given, so every manifest made without it keeps its bytes
             **({"checkpoint_key": self.checkpoint_key} if self.checkpoint_key else {}),
+            # recorded for int8 ONNX graphs only, so no other artifact's manifest changes
+            **({"int8_runtime": self.int8_runtime} if self.int8_graph else {}),
             **dict(self.extra),
         }
 
+    @property
+    def int8_graph(self) -> bool:
+        """An int8 ONNX graph: the artifacts ``int8_runtime`` applies to."""
+        return self.quantize == "int8" and self.format == "onnx"
+
 
 def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
-    """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8][-{dtype}][-{lowering}][-{extra}].{ext}``.
+    """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8[-live]][-{dtype}][-{lowering}][-{extra}].{ext}``.
 
     ``extra`` values in key order, e.g. ``rope-compute-L512-d64-apply-ort.onnx``.
     """
@@ -102,6 +113,8 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     parts.append(f"h{s.heads}" if s.d_model is None else f"d{s.d_model}")
     if config.quantize != "none":
         parts.append(config.quantize)
+    if config.int8_graph and config.int8_runtime != "fold":
+        parts.append(config.int8_runtime)
     if config.dtype != "float32":
         parts.append(config.dtype)
     if config.mode == "compute" and config.lowering != "bitwise":
@@ -369,6 +382,7 @@ def validate_choices(config: ExportConfig) -> None:
         ("--dtype", config.dtype, DTYPES),
         ("--quantize", config.quantize, QUANTIZE),
         ("--lowering", config.lowering, LOWERINGS),
+        ("--int8-runtime", config.int8_runtime, INT8_RUNTIMES),
         ("--mode", config.mode, ("compute", "table")),
         ("--quant-granularity", config.quant_granularity, ("channel", "tensor")),
     ):

@@ -58,7 +58,6 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -450,10 +449,9 @@ def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dic
     """``binary``'s projection as stored: ``(W^T [n, d] float32, None)``, or with
     ``--quantize int8`` ``(q [n, d] int8, quant section)``.
 
-    The int8 projection is ``edgepe.quant``'s, the one the ONNX int8 graph holds (its builder
-    fills the manifest's ``quant``; the graph itself is dropped): same ``q``, same scales, same
-    arithmetic (exact int32 sum of the active rows, one float32 multiply by the column's scale),
-    so the proven bound and the measured error there are this function's too.
+    The int8 projection is ``edgepe.quant``'s, the one the ONNX int8 graph holds: same ``q``,
+    same scales; its ``quant`` section is measured and proven for this header's arithmetic
+    (exact int32 sum of the active rows, one float32 multiply by the column's scale).
     """
     if config.scheme.scheme == "fourier-binary":
         return module.basis.detach().numpy().astype(np.float32), None  # [n, d]
@@ -466,15 +464,13 @@ def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dic
     weights = module.projection.weight.detach().float().numpy().T.astype(np.float32)
     if config.quantize != "int8":
         return weights, None
-    from edgepe.quant import quantize
-    from edgepe.quant.graphs import build_int8
+    from edgepe.quant import check_quantizable
+    from edgepe.quant.graphs import check_measurable, projection_quant
 
-    onnx_config = replace(config, format="onnx")
-    section = {**base_manifest(onnx_config, [config.scheme.max_len, config.scheme.d_model],
-                               "float32")}
-    build_int8(onnx_config, module, section)
-    quant = {**section["quant"], "tensor": symbol, "scale_tensor": f"{symbol}_scale"}
-    return quantize(weights, np.asarray(quant["scale"], dtype=np.float32)), quant
+    check_quantizable(config)
+    check_measurable(config)
+    q, _, _, quant = projection_quant(config, module, "int32")
+    return q, {**quant, "tensor": symbol, "scale_tensor": f"{symbol}_scale"}
 
 
 def _body(config: ExportConfig, module, macro: str, symbol: str | None, quant) -> str:

@@ -14,8 +14,8 @@ artifact computes in a small ``nn.Module`` holding only the state it uses, expor
   distance ``t - u`` clamped to the table, multi-index rows per coordinate);
 - ``--quantize int8``: tables store int8 rows and one float32 scale a column (rows gathered, then
   ``q * scale``); the projection schemes (``binary``, ``fourier-binary``) multiply the int32 bits
-  by int8 weights with int32 accumulation and rescale once, as the ONNX int8 graph does, with
-  the same quantisation and proven bound (``edgepe.quant``).
+  by int8 weights with int32 accumulation and rescale once, as the int8 C header does, with its
+  quantisation and proven bound (``edgepe.quant.graphs.projection_quant``).
 
 What tracing needs (issue 22): ``>>`` traces to ``aten.__rshift__``, outside Core ATen, so the
 schemes shift with ``torch.bitwise_right_shift``, which ExecuTorch keeps through
@@ -30,7 +30,6 @@ by a broadcast divisor through its reciprocal, one ulp off.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -170,23 +169,18 @@ def _program_module(config: ExportConfig, module, manifest: dict[str, Any]):
 
 
 def _projection_quant(config: ExportConfig, module, manifest: dict[str, Any]):
-    """``(shifts, q int8 [n, d], scale float32 [d] or [1])`` of the ONNX int8 projection graph:
-    the same quantisation, error measurement and proven bound (``edgepe.quant.graphs``), read back
-    from the graph by the tensor names its manifest records."""
-    from onnx import numpy_helper
+    """``(shifts, q int8 [n, d], scale float32 [d] or [1])`` of the int8 projection, with the
+    quantisation, measured error and proven bound of ``edgepe.quant`` for an exact int32 sum and
+    one rescale (the C header's form: ``projection_quant(..., "int32")``) in the manifest."""
+    from edgepe.quant.graphs import projection_quant
 
-    from edgepe.quant.graphs import build_int8
-
-    # The ONNX int8 graph of the same inputs (its own default opset): only its tensors are used.
-    model = build_int8(replace(config, format="onnx", opset=None), module, manifest)
-    quant = manifest["quant"]
-    tensors = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    q = tensors[quant["tensor"]].astype(np.int8)
-    scale = tensors[quant["scale_tensor"]].astype(np.float32).reshape(-1)
+    q, scale, _, quant = projection_quant(config, module, "int32")
     for graph_only in ("tensor", "scale_tensor", "scale_storage"):
         quant.pop(graph_only, None)
     quant["bytes"]["int8"] = q.size + 4 * scale.size  # the program keeps float32 scales
-    return np.arange(config.scheme.n_bits, dtype=np.int64), q, scale
+    manifest["quant"] = quant
+    return (np.arange(config.scheme.n_bits, dtype=np.int64), q.astype(np.int8),
+            scale.astype(np.float32).reshape(-1))
 
 
 def _lower(config: ExportConfig, program_module) -> tuple[bytes, list[str]]:

@@ -1,23 +1,43 @@
 """int8 ONNX graphs (``--quantize int8``), both modes, each with its proven bound in the manifest.
 
-Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in):
+Four constructions, chosen per scheme (all output float32 ``pe``/``bias``: a drop-in). Where a
+graph stores an int8 constant (1-3), ``--int8-runtime`` chooses how it lives at run time
+(manifest ``quant.runtime``, ``quant.ram_bytes``; ``edgepe inspect`` prints both):
+
+- ``fold`` (default): the int8 tensor is dequantised IN FRONT of the float32 graph, as
+  ``Cast(q) * scale`` on initializers only. onnxruntime constant-folds Cast and Mul on
+  initializers at session load (ORT_ENABLE_BASIC and up), so the session runs the float32 graph
+  at float32 speed and holds the float32 tensor in RAM; the file stays int8. It never folds
+  ``DequantizeLinear`` (unless ``session.disable_quant_qdq``), hence no DequantizeLinear here.
+- ``live``: the session keeps the int8 tensor and each call dequantises what it reads. Tables
+  (and sinusoidal-learned's residual): the gathered rows, by a per-tensor ``DequantizeLinear``
+  (``--quant-granularity tensor``: one fused pass, 0.92-1.39x the float32 Gather) or, for
+  per-column scales, a ``Cast`` and a ``Mul`` whose ``[cols]`` scale broadcasts over the last
+  axis (two passes, 2.1-2.4x). Projections: the ``n x d`` weights, not the ``N x d`` output
+  (off the hot axis), through ``DequantizeLinear(q, 1)``, an exact cast that onnxruntime does
+  not fold, then ``* s``. Never a per-axis ``DequantizeLinear`` on the last axis: onnxruntime's
+  CPU kernel runs it as a scalar loop over N x cols one-element blocks (6.3-16x the float32
+  Gather measured here; 65-91% of the old int8 graphs' time, issue 19). ``Cast(q) * s`` is
+  ``DequantizeLinear`` (zero point 0) bit for bit: an exact cast and one rounded product.
 
 1. **Tables** (``--mode table``, every float scheme): the float table graph of
-   ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table; each
-   ``Gather`` of the table reads int8 rows and a ``DequantizeLinear`` (per-axis on the last axis,
-   one scale per column) follows it. Bound: half a step (``edgepe.quant.int8``).
-2. **Integer projection** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
-   float step is ``bits @ W``): the bit front end of ``graphs.bits`` (integer ops only), ``Cast``
-   to uint8, ``MatMulInteger`` (uint8 bits x int8 weights, zero points 0, int32 accumulation), then
-   ONE dequantise: ``DequantizeLinear`` of the int32 sum by the per-output-column scale (float16
-   storage, rounded up, where it fits and saves more than its Cast costs; float32 otherwise).
+   ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table (fold:
+   dequantised in front; live: each ``Gather`` reads int8 rows, then dequantises). Bound: half
+   a step (``edgepe.quant.int8``), the same for both (the same float32 values come out).
+2. **Int8 weights** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
+   float step is ``bits @ W``): the float32 mask-form graph of ``graphs.bits`` with
+   ``W' = q * s`` (times the masks' ``2^-k``) dequantised in front, folded or live as above.
+   Scales in float16 (rounded up) where they fit and save more than their Cast costs; float32
+   otherwise. (Until issue 19 this was ``MatMulInteger`` of uint8 bits by int8 weights with a
+   per-axis ``DequantizeLinear`` of the int32 sum: 3.5x the float32 graph's time.)
 3. **Int8 constant** (``--mode compute``, ``sinusoidal-learned``): its learned residual table
-   ``[L, d]`` is the graph's only large constant; it is stored int8 and gathered as in (1).
+   ``[L, d]`` is the graph's only large constant; it is stored int8, folded or gathered as in (1).
 4. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
    smooth, sinusoidal, rope, alibi, gaussian): their float graph has no constant worth
    quantising (a few numbers per channel), so what becomes int8 is the tensor the device
-   receives: the float graph's output goes through ``QuantizeLinear`` -> int8 ->
-   ``DequantizeLinear`` with static per-channel scales ``max|x| / 127``. The scale must cover
+   receives: the float graph's output goes through ``QuantizeLinear`` -> int8 -> dequantise
+   (``Cast * s`` for per-channel scales on the last axis) with static per-channel scales
+   ``max|x| / 127``; ``--int8-runtime`` changes nothing (no int8 is stored). The scale must cover
    every position the graph accepts (``_output_range``): sin/cos stay within +-1 (extrapolation
    kept), wrapped bits take at most ``2^n <= 2L`` patterns (wrap kept); the others grow without
    bound outside the table (``pos / (L - 1)``, distances), so their int8 graph clamps positions to
@@ -32,16 +52,16 @@ The manifest's ``bound`` holds at every position the artifact accepts; ``max_abs
 measured over every position ``0 .. L-1`` (every distance for bias schemes) by replaying the
 graph's arithmetic in numpy (the exporter never runs a runtime; the tests run onnxruntime).
 
-Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones) the integer sum
-``acc_j = sum_{k in A} q_kj`` is exact (``|acc_j| <= 127 P < 2^24``, so the Cast is exact too) and
+Proof for (2). For a position with active bit set ``A`` (``P = |A|`` ones), against the float32
+reference ``ref_j = fl(sum_{k in A} W_kj)`` (any summation order: ``|ref_j - sum W_kj| <=
+gamma_n sum |W_kj|``, ``gamma_n = n u / (1 - n u)``, ``u = 2^-24``, ``|W_kj| <= 127 s_j (1 + u)``):
+each dequantised weight ``W'_kj = fl(s_j q_kj)`` is within ``s_j / 2 + 127 u s_j`` of ``W_kj``
+(half a step, one rounded product); the graph's products ``bit * W'`` are exact (the mask form's
+power-of-two scaling is undone exactly) and its float32 sum rounds by
+``<= gamma_n sum_{k in A} |W'_kj|`` with ``|W'_kj| <= 127 s_j (1 + u)``: one more term of the
+reference's size (the term issue 19 added with the float32 sum of dequantised weights). So
 
-    |s_j acc_j - sum_{k in A} W_kj| <= sum_{k in A} |s_j q_kj - W_kj| <= P s_j / 2.
-
-The final dequantise rounds once (``<= u |s_j acc_j| <= 127 P u s_j``, ``u = 2^-24``), and the
-float32 reference itself rounds its dot product (``<= gamma_n sum_{k in A} |W_kj|``,
-``gamma_n = n u / (1 - n u)``, any summation order; ``|W_kj| <= 127 s_j (1 + u)``). So
-
-    |out_j - ref_j| <= P s_j (1/2 + 127 u + 127 (1 + u) gamma_n)
+    |out_j - ref_j| <= P s_j (1/2 + 127 u + 2 x 127 (1 + u) gamma_n)
 
 The manifest's ``bound`` (per channel in ``bound_per_channel``, the worst channel in ``bound``)
 takes ``P = n``: every int64 position wraps to ``pos mod 2^n``, so it holds wherever the graph
@@ -49,7 +69,7 @@ is defined; ``bound_in_range`` takes ``P = max popcount over positions 0 .. L-1`
 since ``2^n - 1 >= L``), strictly below the theoretical ``n s_j / 2``.
 
 Why not ``onnxruntime.quantization``: ``quantize_static`` needs a float-input graph and a
-calibration reader, quantises the activation (here the 0/1 bits) with a calibrated float scale
+calibration reader, quantises the activation (the 0/1 bits) with a calibrated float scale
 and requantises the output, adding roundings we could not bound exactly; ``quantize_dynamic``
 picks the activation scale at run time, so no bound is known before deployment. Its scalar
 helpers (``quant_utils.compute_scale_zp``) work one tensor at a time, not chunk-wise per channel.
@@ -75,8 +95,6 @@ from edgepe.export.graphs._common import (
     Graph,
     embedded_manifest,
     make_model,
-    output,
-    positions_input,
     require_opset,
 )
 from edgepe.export.table_values import (
@@ -93,6 +111,7 @@ from edgepe.quant.int8 import (
     TableQuant,
     absmax,
     check_quantizable,
+    dequantize,
     half_scales,
     measure_table,
     quant_section,
@@ -112,7 +131,7 @@ UNIT_RANGE = ("sinusoidal", "rope")
 CAST_NODE_BYTES = 56
 # The quant fields a graph carries in its own metadata (the rest is in the sidecar JSON).
 EMBEDDED_QUANT = ("granularity", "zero_point", "axis", "max_abs_err", "bound", "tensor",
-                  "scale_tensor")
+                  "scale_tensor", "runtime")
 
 
 def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
@@ -132,6 +151,17 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
         )
     if config.mode == "table":
         return _table(config, module, manifest)
+    check_measurable(config)
+    if config.scheme.scheme in PROJECTIONS:
+        return _projection(config, module, manifest)
+    if config.scheme.scheme == "sinusoidal-learned":
+        return _residual(config, module, manifest)
+    return _quantised_output(config, module, manifest)
+
+
+def check_measurable(config: ExportConfig) -> None:
+    """Refuse a compute graph whose error measurement over every in-range value would pass
+    ``--max-table-bytes`` of float32."""
     rows, cols = table_shape(config.scheme)
     if 4 * rows * cols > config.max_table_bytes:
         raise BadParameterError(
@@ -139,11 +169,6 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
             f"({4 * rows * cols} bytes of float32, past --max-table-bytes "
             f"{config.max_table_bytes}): raise --max-table-bytes or lower --max-len"
         )
-    if config.scheme.scheme in PROJECTIONS:
-        return _projection(config, module, manifest)
-    if config.scheme.scheme == "sinusoidal-learned":
-        return _residual(config, module, manifest)
-    return _quantised_output(config, module, manifest)
 
 
 def _float_model(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
@@ -174,19 +199,34 @@ def _zero_points(scale: np.ndarray, per_channel: bool) -> np.ndarray:
 
 
 def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """The table graph with an int8 table: ``Gather`` int8 rows, then ``DequantizeLinear``."""
+    """The table graph with an int8 table, folded in front or dequantised after the ``Gather``."""
     tq = measure_table(config.quant_granularity, lambda: iter_table(config.scheme, module))
     float_model = _float_model(config, module, manifest)
-    nodes, initializers, names = _int8_gathers(float_model.graph, table_shape(config.scheme), tq)
-    manifest["quant"] = {**tq.manifest(tensor=names[0]), "scale_tensor": names[1]}
+    nodes, initializers, names = _int8_gathers(float_model.graph, table_shape(config.scheme), tq,
+                                               config.int8_runtime)
+    manifest["quant"] = {**tq.manifest(tensor=names[0]), "scale_tensor": names[1],
+                         **runtime_section(config.int8_runtime, 4 * tq.rows * tq.cols,
+                                           tq.rows * tq.cols + 4 * tq.scale.size)}
     return _rebuild(config, float_model, nodes, initializers, manifest)
 
 
-def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant):
+def _dequantize(q: str, scale: str, out: str) -> list[onnx.NodeProto]:
+    """``out = Cast(q, float32) * scale``: ``DequantizeLinear`` with zero point 0, bit for bit
+    (an exact cast, one rounded product), as two nodes onnxruntime can constant-fold and whose
+    ``Mul`` broadcasts a ``[cols]`` scale over the last axis with a vectorised kernel."""
+    return [helper.make_node("Cast", [q], [f"{out}_float"], name=f"{out}_cast",
+                             to=TensorProto.FLOAT),
+            helper.make_node("Mul", [f"{out}_float", scale], [out], name=f"{out}_scale")]
+
+
+def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant, runtime: str):
     """Replace the graph's float32 ``shape`` initializer by its int8 quantisation under ``tq``.
 
-    Each ``Gather`` of it reads int8 rows and dequantises only those (per-axis on the last axis,
-    the columns); any other consumer gets the whole table dequantised once, in front. Returns
+    ``fold``: the whole table is dequantised in front (``_dequantize`` on initializers, which
+    onnxruntime folds to the float32 table at session load), and the float graph runs
+    unchanged. ``live``: each ``Gather`` of it reads int8 rows and dequantises only those
+    (per-tensor ``DequantizeLinear``, or ``Cast * s`` per column); any other consumer gets the
+    whole table dequantised once, in front. Returns
     ``(nodes, initializers, (int8 name, scale name))``.
     """
     table = [t for t in graph.initializer
@@ -195,33 +235,52 @@ def _int8_gathers(graph: onnx.GraphProto, shape, tq: TableQuant):
         raise RuntimeError(f"graph {graph.name}: expected one float32 {list(shape)} "
                            f"initializer, found {len(table)}")  # a builder change
     name = table[0].name
-    per_channel = tq.granularity == "channel"
     q_name, s_name, z_name = f"{name}_int8", f"{name}_scale", f"{name}_zero_point"
-    scale = tq.scale if per_channel else tq.scale.reshape(())
+    scale = tq.scale if tq.granularity == "channel" else tq.scale.reshape(())
     # Quantise the stored initializer itself (the rows iter_table measured: the same values).
     q = quantize(numpy_helper.to_array(table[0]), tq.scale)
     initializers = [t for t in graph.initializer if t.name != name] + [
         numpy_helper.from_array(q, q_name),
         numpy_helper.from_array(scale.astype(np.float32), s_name),
-        numpy_helper.from_array(_zero_points(scale, per_channel), z_name),
     ]
-    axis = {"axis": -1} if per_channel else {}
+    if runtime == "live" and tq.granularity == "tensor":
+        # An explicit int8 zero point: onnxruntime 1.32's QDQ propagation copies a
+        # DequantizeLinear past a following Transpose (bias tables) as a Q/DQ pair, and
+        # without one its QuantizeLinear defaults to uint8 and clips every negative to 0.
+        initializers.append(numpy_helper.from_array(np.array(0, np.int8), z_name))
     nodes: list[onnx.NodeProto] = []
-    whole = False
+    whole = runtime == "fold"
     for node in graph.node:
-        if node.op_type == "Gather" and node.input[0] == name and _attr(node, "axis", 0) == 0:
+        if (runtime == "live" and node.op_type == "Gather" and node.input[0] == name
+                and _attr(node, "axis", 0) == 0):
             rows = f"{node.output[0]}_int8"
             nodes.append(helper.make_node("Gather", [q_name, node.input[1]], [rows],
                                           name=node.name, axis=0))
-            nodes.append(helper.make_node("DequantizeLinear", [rows, s_name, z_name],
-                                          [node.output[0]], name=f"{node.name}_dq", **axis))
+            if tq.granularity == "tensor":  # one fused pass: 0.92-1.39x the float32 Gather
+                nodes.append(helper.make_node("DequantizeLinear", [rows, s_name, z_name],
+                                              [node.output[0]], name=f"{node.name}_dq"))
+            else:  # a column's scale on the last axis: Cast, then a broadcast Mul (2.1-2.4x)
+                nodes += _dequantize(rows, s_name, node.output[0])
         else:
             whole = whole or name in node.input
             nodes.append(node)
     if whole:
-        nodes.insert(0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [name],
-                                         name=f"{name}_dq", **({"axis": 1} if per_channel else {})))
+        nodes[:0] = _dequantize(q_name, s_name, name)
     return nodes, initializers, (q_name, s_name)
+
+
+def runtime_section(runtime: str, float32_bytes: int, int8_bytes: int) -> dict[str, Any]:
+    """The ``quant`` fields saying how the stored int8 lives at run time and what RAM it takes
+    once the session is loaded (``edgepe inspect`` prints them)."""
+    fold = runtime == "fold"
+    return {
+        "runtime": runtime,
+        "ram_bytes": float32_bytes if fold else int8_bytes,
+        "ram_why": ("fold: onnxruntime constant-folds Cast(int8) * scale at session load, so "
+                    "the session holds the float32 tensor (the file stays int8)" if fold else
+                    "live: the session holds the int8 tensor and its scales; each call "
+                    "dequantises only the rows or the sum it uses"),
+    }
 
 
 def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
@@ -238,7 +297,8 @@ def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Mo
     rows = module.residual.detach().numpy().astype(np.float32)
     tq = measure_table(config.quant_granularity, lambda: iter([rows]))
     float_model = _float_model(config, module, manifest)
-    nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq)
+    nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq,
+                                               config.int8_runtime)
     # Replay over every in-range position: fixed part (the reference with a zero residual: exact
     # since x + 0 = x) plus the dequantised rows, one float32 addition, as the graph adds.
     import torch
@@ -263,6 +323,7 @@ def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Mo
         measured_over=f"every position 0..{cfg.max_len - 1}, replaying the graph's addition",
         float32_bytes=4 * rows.size, int8_bytes=rows.size + 4 * tq.scale.size,
         tensor=names[0], scale_tensor=names[1], bytes_of="learned residual table",
+        **runtime_section(config.int8_runtime, 4 * rows.size, rows.size + 4 * tq.scale.size),
     )
     return _rebuild(config, float_model, nodes, initializers, manifest)
 
@@ -284,15 +345,18 @@ def max_popcount(max_len: int) -> int:
     return max(bin(m).count("1"), m.bit_length() - 1, 0)
 
 
-def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """``positions [N] int64 -> pe [N, d] float32``: uint8 bits x int8 weights in int32, one
-    dequantise (``DequantizeLinear`` of the int32 sum by the per-column scale)."""
-    from edgepe.export.graphs.bits import _columns, bit_columns, bit_masks
+def projection_quant(config: ExportConfig, module, summation: str):
+    """The int8 projection of ``binary``/``fourier-binary``: ``(q, scale, half, quant)``.
 
+    ``q`` the int8 weights ``[n, d]``, ``scale`` their float32 scales, ``half`` the float16
+    scales stored instead (or None), ``quant`` the manifest section, its error measured and its
+    bound proven for how the sum is taken: ``"float32"``, the ONNX graph's float32 sum of the
+    dequantised weights (``S = 2`` in the module docstring's bound), or ``"int32"``, an exact
+    integer sum then one multiply by the scale (``S = 1``; the C header's compute function).
+    """
     s = config.scheme
     n = s.n_bits
     weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
-    per_channel = config.quant_granularity == "channel"
     peak = absmax([weight], config.quant_granularity)
     # Scales stored as float16 (rounded up) where they fit and pay for the Cast to float32 they
     # need: on the demo's graph the 64 float32 scales are an eighth of the file; every proof
@@ -300,40 +364,31 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     half = half_scales(peak) if 2 * peak.size > CAST_NODE_BYTES else None
     scale = scales(peak) if half is None else half.astype(np.float32)
     q = quantize(weight, scale)
-
-    g = Graph(f"{s.scheme.replace('-', '_')}_int8")
-    x = _columns(g, None)  # [N, 1]
-    if config.lowering == "bitwise":
-        # pos & 2^k is 2^k or 0 (bits of pos mod 2^n, two's complement; BitwiseAnd takes int64
-        # on onnxruntime's CPU): Cast to bool, then to uint8, gives MatMulInteger its exact 0/1
-        # with no Cast to unsigned and no BitShift (the float graph's mask form, bits.py).
-        masked = g.op("BitwiseAnd", x, g.const(bit_masks(n), np.int64, "bit_masks"))
-        b = g.cast(g.cast(masked, "bool"), "uint8")
-    else:
-        b = g.cast(bit_columns(g, config, x, np.arange(n), n), "uint8")  # exact 0/1
-    acc = g.op("MatMulInteger", b, g.const(q, np.int8, "weight_int8"), out="acc")  # int32, exact
-    shape = scale.shape if per_channel else ()
-    if half is None:
-        s_in = g.const(scale.reshape(shape), np.float32, "weight_scale")
-    else:
-        s_in = g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
-    # One dequantise: float32(acc) * s_j, the Cast exact (|acc| <= 127 n < 2^24) and one rounding
-    # of the product; DequantizeLinear takes int32 (zero point 0) and is Cast+Mul bit for bit.
-    g.op("DequantizeLinear", acc, s_in, out="pe", **({"axis": 1} if per_channel else {}))
-
+    exact = summation == "int32"
     p = max_popcount(s.max_len)
     gamma = n * U32 / (1 - n * U32)
-    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + QMAX * (1 + U32) * gamma)
+    # Per active bit: half a step and the dequantise's rounding (s/2 + 127 u s), the float32
+    # reference's own dot product (gamma_n 127 (1 + u) s), and for a float32 sum the graph's
+    # own (the same again).
+    sums = 1 if exact else 2
+    per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + sums * QMAX * (1 + U32) * gamma)
     per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
-    manifest["quant"] = quant_section(
+    if exact:
+        why = ("sum over the active bits of half a step, s_j (1/2 + 127u + 127(1+u) gamma_n) a "
+               "bit with the float32 dequantise and the float32 reference's own dot product")
+        replayed = "integer arithmetic"
+    else:
+        why = ("sum over the active bits of s_j (1/2 + 127u + 2 x 127(1+u) gamma_n) a bit: half "
+               "a step and the float32 dequantise, the graph's float32 sum of the dequantised "
+               "weights and the float32 reference's own dot product")
+        replayed = "float32 sum of the dequantised weights"
+    quant = quant_section(
         config.quant_granularity, scale, axis=1,
-        max_abs_err=_replay_projection(config, module, q, scale),
+        max_abs_err=_replay_projection(config, module, q, scale, exact),
         bound=n * per_bit,
-        bound_why=f"sum over the active bits of half a step, s_j (1/2 + 127u + 127(1+u) "
-        "gamma_n) a bit with the float32 dequantise and the float32 reference's own dot product "
-        f"(u = 2^-24): at most n = {n} active bits at any position (they wrap mod 2^n), at most "
-        f"{p} at positions 0..{s.max_len - 1} (bound_in_range)",
-        measured_over=f"every position 0..{s.max_len - 1}, replaying the integer arithmetic",
+        bound_why=f"{why} (u = 2^-24): at most n = {n} active bits at any position (they wrap "
+        f"mod 2^n), at most {p} at positions 0..{s.max_len - 1} (bound_in_range)",
+        measured_over=f"every position 0..{s.max_len - 1}, replaying the {replayed}",
         float32_bytes=4 * weight.size,
         int8_bytes=weight.size + (4 if half is None else 2) * scale.size,
         tensor="weight_int8",
@@ -343,8 +398,48 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         max_popcount=p,
         bytes_of="projection weights",
     )
-    return make_model(g.nodes, [positions_input(None)], [output("pe", "float32", ["N", s.d_model])],
-                      g.initializers, config.opset, embedded(manifest), g.name)
+    return q, scale, half, quant
+
+
+def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """``positions [N] int64 -> pe [N, d] float32``: the float32 mask-form graph of
+    ``graphs.bits`` whose ``[n, d]`` weights are dequantised in front from int8 ``q`` and
+    per-column scales ``s`` (times the masks' ``2^-k`` per row).
+
+    ``fold``: ``Cast(q) * s`` on initializers, folded by onnxruntime at session load. ``live``:
+    ``DequantizeLinear(q, 1)`` (per tensor, unit scale: an exact cast that onnxruntime never
+    folds) then ``* s``, so the session keeps ``q`` in int8 and dequantises the n x d weights,
+    not the N x d output, per call: off the hot axis (issue 19).
+    """
+    from edgepe.export.graphs.bits import _mask_projection_model
+
+    q, scale, half, quant = projection_quant(config, module, "float32")
+    shape = scale.shape if config.quant_granularity == "channel" else ()
+    fold = config.int8_runtime == "fold"
+
+    def weight_node(g: Graph, inverse: np.ndarray | None) -> str:
+        q_in = g.const(q, np.int8, "weight_int8")
+        if fold:
+            w = g.cast(q_in, "float32")
+        else:
+            w = g.op("DequantizeLinear", q_in, g.const(1.0, np.float32, "unit_scale"),
+                     g.const(0, np.int8, "zero_point"))  # explicit int8: see _int8_gathers
+        if half is None:
+            s_in = g.const(scale.reshape(shape), np.float32, "weight_scale")
+        else:
+            s_in = g.cast(g.const(half.reshape(shape), np.float16, "weight_scale"), "float32")
+        w = g.op("Mul", w, s_in)  # fl(q s): DequantizeLinear's value, bit for bit
+        if inverse is None:
+            return w
+        # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
+        return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
+
+    # live holds q and float32 scales (float16 ones are cast, and that Cast folded, at load)
+    manifest["quant"] = {**quant, **runtime_section(config.int8_runtime, 4 * q.size,
+                                                    q.size + 4 * scale.size)}
+    return _mask_projection_model(config, module, embedded(manifest),
+                                  f"{config.scheme.scheme.replace('-', '_')}_int8",
+                                  dequantize(q, scale), weight_node)
 
 
 def _weight(config: ExportConfig, module) -> np.ndarray:
@@ -353,17 +448,22 @@ def _weight(config: ExportConfig, module) -> np.ndarray:
     return module.basis.detach().numpy().astype(np.float32)
 
 
-def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray) -> float:
-    """max |out - ref| over every position 0..L-1, out computed as the graph does (int32 sum,
-    float32 Cast and Mul), ref the float32 reference; chunk by chunk."""
+def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray,
+                       exact: bool) -> float:
+    """max |out - ref| over every position 0..L-1, chunk by chunk: ``ref`` the float32 reference,
+    ``out`` as the artifact computes it: the exact int32 sum of the active rows of ``q`` times
+    the scale (``exact``), or the float32 sum of the dequantised weights ``fl(q s)``."""
     n = config.scheme.n_bits
     shifts = np.arange(n, dtype=np.int64)
-    q32 = q.astype(np.int32)
+    q32, dequantised = q.astype(np.int32), dequantize(q, scale)
     err, start = 0.0, 0
     for ref in iter_table(config.scheme, module):
         pos = np.arange(start, start + len(ref), dtype=np.int64)
-        bits = ((pos[:, None] >> shifts) & 1).astype(np.int32)
-        out = (bits @ q32).astype(np.float32) * scale.astype(np.float32)
+        bits = (pos[:, None] >> shifts) & 1
+        if exact:
+            out = (bits.astype(np.int32) @ q32).astype(np.float32) * scale.astype(np.float32)
+        else:
+            out = bits.astype(np.float32) @ dequantised
         err = max(err, float(np.abs(out.astype(np.float64) - ref).max(initial=0.0)))
         start += len(ref)
     return err
@@ -427,7 +527,9 @@ def _clamp_inputs(config: ExportConfig, graph: onnx.GraphProto, low: int = 0,
 
 
 def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """The float graph, its output through QuantizeLinear -> int8 -> DequantizeLinear."""
+    """The float graph, its output through QuantizeLinear -> int8 -> dequantise (``Cast * s`` for
+    per-channel scales on the last axis, else DequantizeLinear). Stores no int8 constant, so
+    ``--int8-runtime`` changes nothing here."""
     spec = config.scheme.spec
     per_channel = config.quant_granularity == "channel"
     peak, policy = _output_range(config, module)
@@ -463,12 +565,15 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
     for node in nodes:
         node.output[:] = [f"{out}_float32" if o == out else o for o in node.output]
     attrs = {"axis": axis} if per_channel else {}
-    nodes += [
+    nodes.append(
         helper.make_node("QuantizeLinear", [f"{out}_float32", "out_scale", "out_zero_point"],
-                         [f"{out}_int8"], name="quantize_out", **attrs),
-        helper.make_node("DequantizeLinear", [f"{out}_int8", "out_scale", "out_zero_point"],
-                         [out], name="dequantize_out", **attrs),
-    ]
+                         [f"{out}_int8"], name="quantize_out", **attrs))
+    if axis == 0 or not per_channel:  # per tensor, or bias heads: not the last axis
+        nodes.append(helper.make_node("DequantizeLinear",
+                                      [f"{out}_int8", "out_scale", "out_zero_point"], [out],
+                                      name="dequantize_out", **attrs))
+    else:  # the [D] scales broadcast over the last axis (per-axis DequantizeLinear: issue 19)
+        nodes += _dequantize(f"{out}_int8", "out_scale", out)
     initializers += [
         numpy_helper.from_array(scale.astype(np.float32), "out_scale"),
         numpy_helper.from_array(_zero_points(scale, per_channel), "out_zero_point"),

@@ -287,6 +287,13 @@ def describe(quant: dict[str, Any]) -> str:
         saved = size["float32"] - size["int8"]
         line += (f"; {quant.get('bytes_of', 'table')}: {size['float32']} B float32 -> "
                  f"{size['int8']} B int8 (saves {saved} B, {100 * saved / size['float32']:.0f}%)")
+    runtime = quant.get("runtime")
+    if runtime == "fold":
+        line += (f"; runtime fold: onnxruntime folds it to float32 at session load, "
+                 f"{quant.get('ram_bytes')} B in RAM (float32 speed)")
+    elif runtime == "live":
+        line += (f"; runtime live: kept int8 in RAM, {quant.get('ram_bytes')} B, dequantised "
+                 "per call")
     return line
 
 

@@ -214,11 +214,18 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
     if fmt == "onnx":
         import onnx
 
+        from edgepe.verify.onnx_table import split_table
+
+        split = split_table(path, manifest)  # a streamed table: checked without loading it
         try:
-            # The checker reads the path itself (in C++): passing it the loaded model would
-            # serialise a second copy of a large table graph.
-            onnx.checker.check_model(str(path))
-            model = onnx.load(path)
+            if split is not None:
+                onnx.checker.check_model(split.checkable())
+                model = split.model
+            else:
+                # The checker reads the path itself (in C++): passing it the loaded model
+                # would serialise a second copy of a large table graph.
+                onnx.checker.check_model(str(path))
+                model = onnx.load(path)
         except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ArtifactError(

@@ -152,10 +152,11 @@ class OrtRuntime:
     on each provider (the ``args.provider`` of the trace's ``Node`` events).
     """
 
-    def __init__(self, name: str, path: Path) -> None:
+    def __init__(self, name: str, path: Path, split=None) -> None:
         import onnxruntime as ort
 
         self.name = name
+        self.split = split  # a streamed table read in place (edgepe.verify.onnx_table)
         self.provider = ALIASES.get(name) or next(
             p for p in ort_providers() if short_name(p) == name
         )
@@ -167,12 +168,17 @@ class OrtRuntime:
         options.profile_file_prefix = os.path.join(self._profile_dir, "ort")
         providers = [self.provider] + ([CPU_PROVIDER] if self.provider != CPU_PROVIDER else [])
         # float32 stays float32 on GPUs (no TF32 MatMul: edgepe.runtime.PROVIDER_OPTIONS)
-        self.session = ort.InferenceSession(str(path), options, providers=with_options(providers))
+        source = str(path) if split is None else split.runtime_model().SerializeToString()
+        self.session = ort.InferenceSession(source, options, providers=with_options(providers))
         self.output = self.session.get_outputs()[0].name
         self.placement: dict[str, dict[str, int]] | None = None
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        out = self.session.run([self.output], feeds)[0]
+        if self.split is None:
+            out = self.session.run([self.output], feeds)[0]
+        else:
+            out = self.session.run([self.output], self.split.feeds(feeds))[0]
+            self.split.release()
         if self.placement is None:
             self.placement = self._read_profile()
         return out
@@ -212,18 +218,23 @@ class RefRuntime:
     name = REF
     placement = None
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, split=None) -> None:
         import onnx
         from onnx.reference import ReferenceEvaluator
 
-        model = onnx.load(path)
+        self.split = split  # a streamed table read in place (edgepe.verify.onnx_table)
+        model = onnx.load(path) if split is None else split.runtime_model()
         self.session = ReferenceEvaluator(model)
         self.output = model.graph.output[0].name
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         # A float16 output past 65504 is inf by the spec (Cast); NumPy would warn about it.
         with np.errstate(over="ignore"):
-            return np.asarray(self.session.run([self.output], feeds)[0])
+            if self.split is None:
+                return np.asarray(self.session.run([self.output], feeds)[0])
+            out = np.asarray(self.session.run([self.output], self.split.feeds(feeds))[0])
+        self.split.release()
+        return out
 
 
 class OpenVinoRuntime:
@@ -277,11 +288,13 @@ class OpenVinoRuntime:
         return np.asarray(self.compiled(feeds)[self.output])
 
 
-def open_onnx(name: str, path: Path):
-    """The runtime called ``name`` (a canonical name from ``resolve_runtimes``) for a graph."""
+def open_onnx(name: str, path: Path, split=None):
+    """The runtime called ``name`` (a canonical name from ``resolve_runtimes``) for a graph;
+    ``split``: its table read in place (``edgepe.verify.onnx_table.split_table``; onnxruntime
+    and the reference evaluator)."""
     if name == OPENVINO:
         return OpenVinoRuntime(path)
-    return RefRuntime(path) if name == REF else OrtRuntime(name, path)
+    return RefRuntime(path, split) if name == REF else OrtRuntime(name, path, split)
 
 
 class FileRuntime:
@@ -396,4 +409,6 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any]):
         from edgepe.export.pte import Program
 
         return Program(path.read_bytes(), manifest)
-    return open_onnx(name, path)
+    from edgepe.verify.onnx_table import split_table
+
+    return open_onnx(name, path, split_table(path, manifest))

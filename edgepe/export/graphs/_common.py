@@ -126,8 +126,9 @@ class Graph:
         return out
 
     def cast(self, x: str, dtype: str, out: str | None = None) -> str:
-        """``Cast`` to ``dtype`` (a key of ``ELEM_TYPES``, or ``uint64``/``int64``/``bool``)."""
+        """``Cast`` to ``dtype`` (``ELEM_TYPES``, or ``uint64``/``int64``/``int32``/``bool``)."""
         to = {**ELEM_TYPES, "uint64": TensorProto.UINT64, "int64": TensorProto.INT64,
+              "int32": TensorProto.INT32,
               "bool": TensorProto.BOOL}[dtype]
         return self.op("Cast", x, out=out, to=to)
 

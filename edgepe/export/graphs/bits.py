@@ -18,12 +18,13 @@ Two lowerings of the same integer function (``--lowering``):
 
 The linear-projection schemes (``binary``, ``fourier-binary``: the float step is ``bits @ W``)
 use a shorter ``bitwise`` form, the *mask* form, when their weights allow it
-(``_mask_projection_model``): ``BitwiseAnd`` of the int64 positions with the masks ``2^k``
-(onnxruntime's CPU BitwiseAnd takes int64, DESIGN.md), one ``Cast`` to float giving ``0`` or
-``2^k`` exactly, and one ``Gemm`` with the weights pre-scaled by ``2^-k``: 3 nodes, two passes
-over ``n x N`` (BitwiseAnd, Cast) before the Gemm, against 6 nodes and three (BitShift,
-BitwiseAnd, Cast) for the shift form. Demo, onnxruntime 1.32 CPU, 1 thread, timed alternately in
-one process here: 59 us per call vs 91 us for the shift form; the torch.onnx peers 53-59 us.
+(``_mask_projection_model``): ``BitwiseAnd`` of the positions with the masks ``2^k`` (in int32
+after one ``Cast`` while ``n <= 32``, else in int64: onnxruntime's CPU BitwiseAnd takes both,
+DESIGN.md), one ``Cast`` to float giving ``0`` or ``2^k`` exactly, and one ``Gemm`` with the
+weights pre-scaled by ``2^-k``: 3-4 nodes, two passes over ``n x N`` (BitwiseAnd, Cast) before
+the Gemm, against 6 nodes and three (BitShift, BitwiseAnd, Cast) for the shift form. Demo,
+onnxruntime 1.32 CPU, 1 thread, timed alternately in one process here: 59 us per call vs 91 us
+for the shift form; the torch.onnx peers 53-59 us (docs/readme/int8-speed.md for the int32 form).
 
 Every graph reuses the module's buffers (projection weight, ``lo``/``hi``, gates, Fourier basis,
 shift vectors), in the reference's op order, so float parity is bitwise where the reference is.
@@ -149,27 +150,49 @@ def _plain(config: ExportConfig):
     return np.arange(s.d_model), s.n_bits
 
 
-def bit_masks(n: int) -> np.ndarray:
-    """int64 ``2^k`` for ``k < n``; ``2^63`` is INT64_MIN. ``pos & mask_k`` is nonzero exactly
-    when bit ``k`` of ``pos mod 2^n`` (two's complement) is set, for every int64 ``pos``."""
-    return np.left_shift(np.uint64(1), np.arange(n, dtype=np.uint64)).view(np.int64)
+# The mask form's integer width: positions are ANDed as int32 where the masks fit (n <= 32),
+# int64 beyond. int32 halves the bytes the BitwiseAnd and Cast stream (issue 19 measured the
+# int32 front end at 0.91-0.97x the time of the int64 one).
+INT32_BITS = 32
 
 
-def _mask_weights(weight: np.ndarray) -> np.ndarray | None:
-    """``weight [n, d]`` with row ``k`` scaled by ``1 / float32(int64(2^k))``, or None if inexact.
+def mask_width(n: int) -> int:
+    """The integer width (32 or 64) the mask form ANDs ``n`` bits in: 32 while ``n <= 32``."""
+    return INT32_BITS if n <= INT32_BITS else 64
 
-    ``float32(2^k as int64)`` is ``2^k``, except ``k = 63``: the mask ``2^63`` is INT64_MIN, whose
-    float is ``-2^63``, so that row is negated too. A power-of-two scaling is exact, and so is its
-    undoing in the graph (``2^k * (w 2^-k) == w`` bit for bit), as long as every scaled value is
-    0 or a normal float32 (no subnormal, no overflow): checked here, None when some is not.
+
+def bit_masks(n: int, width: int = 64) -> np.ndarray:
+    """``2^k`` for ``k < n`` as ``int{width}``; ``2^(width-1)`` is the type's minimum (two's
+    complement). ``pos & mask_k`` is nonzero exactly when bit ``k`` of ``pos mod 2^n`` is set,
+    for every int64 ``pos`` (cast to int32 first for ``width = 32``: the cast keeps the low 32
+    bits, ``pos mod 2^32``, which hold every bit ``k < n <= 32``)."""
+    unsigned = np.left_shift(np.uint64(1), np.arange(n, dtype=np.uint64))
+    if width == 32:
+        return unsigned.astype(np.uint32).view(np.int32)
+    return unsigned.view(np.int64)
+
+
+def mask_inverse(n: int, width: int) -> np.ndarray:
+    """float32 ``1 / float32(mask_k)``: ``2^-k``, negated for the sign bit ``k = width - 1``
+    (its mask is the type's minimum, whose float is ``-2^k``). Powers of two: exact."""
+    k = np.arange(n)
+    return (np.where(k == width - 1, -1.0, 1.0) * np.ldexp(1.0, -k)).astype(np.float32)
+
+
+def _mask_weights(weight: np.ndarray, width: int = 64) -> np.ndarray | None:
+    """``weight [n, d]`` with row ``k`` times ``mask_inverse``, or None if that is inexact.
+
+    A power-of-two scaling is exact, and so is its undoing in the graph
+    (``float32(mask_k) * (w / float32(mask_k)) == w`` bit for bit), as long as every scaled value
+    is 0 or a normal float32 (no subnormal, no overflow): checked here, None when some is not
+    (or when ``n`` exceeds the width: no mask for that bit).
     """
     n = weight.shape[0]
-    if n > 64:
+    if n > width:
         return None
-    k = np.arange(n)
-    factor = np.where(k == 63, -1.0, 1.0) * np.ldexp(1.0, k)  # float64, exact: float32(mask)
-    scaled = (weight / factor[:, None].astype(np.float32)).astype(np.float32)
-    back = (scaled * factor[:, None].astype(np.float32)).astype(np.float32)
+    inverse = mask_inverse(n, width)[:, None]
+    scaled = (weight * inverse).astype(np.float32)
+    back = (scaled / inverse).astype(np.float32)
     finite = np.isfinite(weight)
     normal = (scaled == 0) | (np.abs(scaled) >= np.finfo(np.float32).tiny) | ~finite
     if not (np.array_equal(back.view(np.uint32), weight.view(np.uint32)) and normal.all()):
@@ -177,31 +200,53 @@ def _mask_weights(weight: np.ndarray) -> np.ndarray | None:
     return scaled
 
 
-def _mask_projection_model(config: ExportConfig, module, manifest: dict, name: str,
-                           weight: np.ndarray, weight_name: str, scaled_name: str):
-    """``positions [N] int64 -> pe [N, d]``: ``bits(pos mod 2^n) @ weight`` in 3 nodes.
+def stored_weight(weight: np.ndarray, name: str, scaled_name: str):
+    """The float32 graphs' ``weight_node``: ``weight`` itself, or its masked-scaled copy, as an
+    initializer (``_mask_projection_model``)."""
 
-    ``BitwiseAnd(masks [n, 1], positions [N]) -> [n, N]`` keeps bit ``k`` of the int64 position
-    in place (``2^k`` or 0); two's complement AND reads exactly the bits of ``pos mod 2^n`` for
+    def node(g: Graph, inverse: np.ndarray | None) -> str:
+        if inverse is None:
+            return g.const(weight, np.float32, name)
+        return g.const((weight * inverse[:, None]).astype(np.float32), np.float32, scaled_name)
+
+    return node
+
+
+def _mask_projection_model(config: ExportConfig, module, manifest: dict, name: str,
+                           weight: np.ndarray, weight_node):
+    """``positions [N] int64 -> pe [N, d]``: ``bits(pos mod 2^n) @ weight`` in 3 or 4 nodes.
+
+    ``BitwiseAnd(masks [n, 1], positions [N]) -> [n, N]`` keeps bit ``k`` of the position in
+    place (``2^k`` or 0); two's complement AND reads exactly the bits of ``pos mod 2^n`` for
     every int64, negative ones included, so the wrap is the shift form's. onnxruntime's CPU
-    BitwiseAnd takes int64 directly (DESIGN.md; every integer type), so no Cast to unsigned and
-    no BitShift. One ``Cast`` to float32 gives ``0`` or ``2^k`` (``-2^63`` for ``k = 63``),
-    exact; ``Gemm(transA=1)`` with ``weight`` row ``k`` scaled by the inverse (``_mask_weights``)
-    makes each product the same float32 as ``bit * w`` and reads the ``[n, N]`` bits without an
-    Unsqueeze or Transpose node. Outputs are bitwise equal to the shift form's on onnxruntime CPU.
-    Falls back to the shift form (``_bits_model``) where it does not apply: ``--lowering arith``
-    or weights whose scaling is not exact.
+    BitwiseAnd takes every integer type (DESIGN.md), so no Cast to unsigned and no BitShift.
+    For ``n <= 32`` the positions are first ``Cast`` to int32 (it keeps their low 32 bits: the
+    wrap at ``2^n`` divides ``2^32``) and ANDed with int32 masks (``mask_width``). One ``Cast``
+    to float32 gives ``0`` or ``2^k`` (``-2^31``/``-2^63`` for the sign bit), exact;
+    ``Gemm(transA=1)`` with ``weight`` row ``k`` scaled by ``mask_inverse`` makes each product
+    the same float32 as ``bit * w`` and reads the ``[n, N]`` bits without an Unsqueeze or
+    Transpose node. Outputs are bitwise equal to the shift form's on onnxruntime CPU.
+
+    ``weight_node(g, inverse) -> name`` adds the ``[n, d]`` float32 tensor ``weight * inverse``
+    row-wise (``inverse`` None: ``weight`` itself) to ``g``: an initializer (``stored_weight``)
+    or int8 dequantised in front (``edgepe.quant.graphs``); ``weight`` is its float32 value.
+    Falls back to the shift form (``_bits_model``) where the mask form does not apply:
+    ``--lowering arith`` or weights whose scaling is not exact.
     """
     n = config.scheme.n_bits
-    scaled = _mask_weights(weight) if config.lowering == "bitwise" else None
-    if scaled is None:
+    width = mask_width(n)
+    exact = config.lowering == "bitwise" and _mask_weights(weight, width) is not None
+    if not exact:
         def step(g, bits_f, x):
-            return g.op("MatMul", bits_f, g.const(weight, np.float32, weight_name))
+            return g.op("MatMul", bits_f, weight_node(g, None))
 
         return _bits_model(config, module, manifest, name, np.arange(n), n, step)
     g = Graph(name)
-    b = g.op("BitwiseAnd", g.const(bit_masks(n)[:, None], np.int64, "bit_masks"), POSITIONS)
-    y = g.op("Gemm", g.cast(b, "float32"), g.const(scaled, np.float32, scaled_name),
+    x = g.cast(POSITIONS, "int32") if width == 32 else POSITIONS
+    masks = g.const(bit_masks(n, width)[:, None], np.int32 if width == 32 else np.int64,
+                    "bit_masks")
+    b = g.op("BitwiseAnd", masks, x)
+    y = g.op("Gemm", g.cast(b, "float32"), weight_node(g, mask_inverse(n, width)),
              transA=1)  # the one cast to float, then [n, N]^T @ [n, d]
     g.finish(y, config.dtype)
     return g.model([positions_input(None)], [output("pe", config.dtype, ["N", weight.shape[1]])],
@@ -212,7 +257,8 @@ def binary(config: ExportConfig, module, manifest: dict):
     """``positions [N] int64 -> pe [N, d_model]``: ``bits(pos mod 2^n) @ W.T`` (the demo)."""
     weight_t = _f32(module.projection.weight).T.copy()  # [n, d]: Linear's y = x W^T
     return _mask_projection_model(config, module, manifest, "binary", weight_t,
-                                  "projection_weight_t", "projection_scaled")
+                                  stored_weight(weight_t, "projection_weight_t",
+                                                "projection_scaled"))
 
 
 def binary_bits(config: ExportConfig, module, manifest: dict):
@@ -282,7 +328,7 @@ def fourier_binary(config: ExportConfig, module, manifest: dict):
     """``positions [N] int64 -> pe [N, d_model]``: ``bits(pos mod 2^n) @ [cos | -sin]``."""
     basis = _f32(module.basis)  # [n, d], computed in float64 by the module: no trig here
     return _mask_projection_model(config, module, manifest, "fourier_binary", basis,
-                                  "fourier_basis", "fourier_basis_scaled")
+                                  stored_weight(basis, "fourier_basis", "fourier_basis_scaled"))
 
 
 def binary_2d(config: ExportConfig, module, manifest: dict):

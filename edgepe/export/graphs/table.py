@@ -102,9 +102,11 @@ def _clip(g: Graph, x: str, high: int) -> str:
     Up to ``high = 2^24`` in float32 (``Cast``, ``Clip``, ``Cast``): int64 -> float32 rounding is
     monotonic and exact up to 2^24, so any ``x > high`` becomes a float ``>= high`` and any
     ``x < 0`` one ``<= -1``; both clip to the exact bound, and in-range values are exact. Not int64
-    ``Clip`` (wrong in onnxruntime, see ``clamp_int64``); ~25% faster per call than its two
-    ``Where`` at the demo size (docs/BENCHMARKS.md, notes of the benchmark). Larger tables use
-    ``clamp_int64``.
+    ``Clip``, one node instead of three: right on onnxruntime 1.32, wrong in ``[2^31, 2^32)`` on
+    1.31.1 and before, and onnxruntime-gpu has no 1.32 (pyproject; issue 19 measured int64 Clip
+    at 1.13 | 1.11 | 1.06x a bare Gather for N = 512 | 4096 | 65536, this form 1.18 | 1.12 |
+    1.10x). ~25% faster per call than two ``Where`` at the demo size. Larger tables use
+    ``clamp_int64``; tests/test_clamp_hostile.py checks both at the hostile positions.
     """
     if high > FLOAT32_EXACT:
         return clamp_int64(g, x, 0, high, x)
@@ -182,6 +184,19 @@ def _varint(n: int) -> bytes:
 _GRAPH, _INITIALIZER, _RAW_DATA = b"\x3a", b"\x2a", b"\x4a"
 
 
+def table_fragment_header(rows: int, cols: int, dtype: str) -> bytes:
+    """The bytes ``streamed`` writes between the model and the table's raw data: the
+    ``ModelProto`` fragment ``graph { initializer { table: dims, data_type, raw_data length } }``
+    (the raw data, ``rows x cols`` little-endian ``dtype``, follows to the end of the file)."""
+    header = onnx.TensorProto(name=TABLE, dims=[rows, cols],
+                              data_type=ELEM_TYPES[dtype]).SerializeToString()
+    size = rows * cols * np.dtype(NP_DTYPES[dtype]).itemsize
+    tensor = len(header) + len(_RAW_DATA) + len(_varint(size)) + size
+    graph = len(_INITIALIZER) + len(_varint(tensor)) + tensor
+    return (_GRAPH + _varint(graph) + _INITIALIZER + _varint(tensor) + header + _RAW_DATA
+            + _varint(size))
+
+
 def streamed(config: ExportConfig, module, manifest: dict):
     """``(model, write_table)``: the table graph without its table, and a writer of the rest.
 
@@ -198,16 +213,10 @@ def streamed(config: ExportConfig, module, manifest: dict):
     model = build(config, module, manifest, table=np.zeros((1, cols), dtype))
     index = [t.name for t in model.graph.initializer].index(TABLE)
     del model.graph.initializer[index]
-
-    header = onnx.TensorProto(name=TABLE, dims=[rows, cols],
-                              data_type=ELEM_TYPES[config.dtype]).SerializeToString()
     size = rows * cols * dtype.itemsize
-    tensor = len(header) + len(_RAW_DATA) + len(_varint(size)) + size
-    graph = len(_INITIALIZER) + len(_varint(tensor)) + tensor
 
     def write_table(f) -> None:
-        f.write(_GRAPH + _varint(graph) + _INITIALIZER + _varint(tensor) + header + _RAW_DATA
-                + _varint(size))
+        f.write(table_fragment_header(rows, cols, config.dtype))
         written = 0
         for chunk in iter_table(config.scheme, module):
             data = chunk.astype(dtype).tobytes()  # float32 -> dtype (0/1 exact in uint8)

@@ -1,0 +1,109 @@
+"""``verify`` of a streamed ONNX table graph reads the table in place (issue 19).
+
+The file's table is mapped, not loaded (``edgepe.verify.onnx_table``): these tests check that
+the split is exactly the artifact (same table bytes, same outputs as the whole file on
+onnxruntime, checked by the ONNX checker), that any other layout is loaded whole as before, that
+a changed table value read in place still fails verification, and (slow) the peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from edgepe import api
+from edgepe.checkpoint import sha256_file
+from edgepe.export.table_values import full_table
+from edgepe.schemes import build
+from edgepe.verify import verify_artifact
+from edgepe.verify.onnx_table import split_table
+
+TABLES = [("sinusoidal", {"d_model": 16}), ("learned", {"d_model": 8, "dtype": "float16"}),
+          ("binary-bits", {"dtype": "uint8"}), ("alibi", {"heads": 4}),
+          ("hierarchical", {"params": {"widths": "3,2"}})]
+
+
+def _export(tmp_path, scheme: str, max_len: int = 100, **options):
+    out = tmp_path / f"{scheme}.onnx"
+    config = api.make_config(scheme, max_len, mode="table", out=out, **options)
+    api.export(config, verify=False)
+    return config, out, json.loads(out.with_name(out.name + ".json").read_text())
+
+
+@pytest.mark.parametrize(("scheme", "options"), TABLES, ids=[s for s, _ in TABLES])
+def test_split_is_the_artifact(tmp_path, scheme, options):
+    config, out, manifest = _export(tmp_path, scheme, **options)
+    split = split_table(out, manifest)
+    assert split is not None and not split.table.flags.writeable
+    stored = full_table(config.scheme, build(config.scheme)).astype(split.table.dtype)
+    assert np.array_equal(split.table, stored)
+    onnx.checker.check_model(split.checkable(), full_check=True)
+    whole = onnx.load(str(out))
+    assert [n.SerializeToString() for n in split.model.graph.node] == [
+        n.SerializeToString() for n in whole.graph.node]
+    positions = np.array([-(2**63), -1, 0, 7, 99, 100, 2**32, 2**63 - 1], dtype=np.int64)
+    feeds = {"positions": positions}
+    if manifest["kind"] == "bias":
+        feeds["key_positions"] = positions[::-1].copy()
+    elif config.scheme.arity:
+        feeds = {"positions": np.stack([positions] * config.scheme.arity, axis=1)}
+    cpu = ["CPUExecutionProvider"]
+    want = ort.InferenceSession(str(out), providers=cpu).run(None, feeds)[0]
+    got = ort.InferenceSession(split.runtime_model().SerializeToString(),
+                               providers=cpu).run(None, split.feeds(feeds))[0]
+    assert np.array_equal(got, want)
+
+
+def test_other_layouts_are_loaded_whole(tmp_path):
+    _, out, manifest = _export(tmp_path, "sinusoidal")
+    assert split_table(out, {**manifest, "max_len": 99}) is None  # another shape
+    assert split_table(out, {**manifest, "mode": "compute"}) is None
+    _, q, q_manifest = _export(tmp_path, "learned", quantize="int8")
+    assert split_table(q, q_manifest) is None  # int8 graphs are not streamed
+    with open(out, "ab") as f:
+        f.write(b"\0")  # one byte more: not the layout edgepe writes
+    assert split_table(out, manifest) is None
+
+
+def test_a_changed_table_value_read_in_place_fails_verification(tmp_path):
+    _, out, manifest = _export(tmp_path, "sinusoidal")
+    assert verify_artifact(out, providers=["cpu", "ref"])
+    data = bytearray(out.read_bytes())
+    data[-4 * 16 * 37 - 4: -4 * 16 * 37] = np.float32(3.0).tobytes()  # row 62, last column
+    out.write_bytes(bytes(data))
+    sidecar = out.with_name(out.name + ".json")
+    sidecar.write_text(json.dumps({**manifest, "sha256": sha256_file(out)}))  # re-signed
+    assert split_table(out, manifest) is not None  # still the streamed layout
+    report = verify_artifact(out, providers=["cpu", "ref"])
+    assert report.sha256_ok and not report
+    assert all(r.mismatches >= 1 for r in report.results)
+
+
+VERIFY_PEAK = """
+import resource, sys
+import torch, onnx, onnxruntime
+from edgepe import api
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ok = bool(api.verify(sys.argv[1]))
+print(base * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, ok)
+"""
+
+
+@pytest.mark.slow
+def test_verify_peak_memory_adds_less_than_one_table(tmp_path):
+    """32768 x 512 float32 (64 MiB), every default runtime: the sweep adds less than the table
+    to the imports' peak (before: the file, the parsed model and each runtime's copy)."""
+    _, out, _ = _export(tmp_path, "sinusoidal", 32768, d_model=512,
+                        max_table_bytes=2**27)
+    done = subprocess.run([sys.executable, "-c", VERIFY_PEAK, str(out)], capture_output=True,
+                          text=True, timeout=600, check=True)
+    base, peak, ok = done.stdout.split()
+    table = 32768 * 512 * 4
+    assert ok == "True"
+    assert int(peak) - int(base) < table, (int(peak) - int(base)) / table
