@@ -261,6 +261,7 @@ def test_inspect_lists_operators_and_the_kernels_they_need(demo_pte):
 @pytest.mark.parametrize("args, message", [
     (["--lowering", "arith"], "--lowering arith is for ONNX graphs"),
     (["--dtype", "bit"], "--dtype bit packs table files"),
+    (["--quantize", "int8", "--int8-runtime", "live"], "a pte program keeps its int8 tensors"),
     (["--scheme", "sinusoidal", "--quantize", "int8"], "--mode table --quantize int8"),
 ])
 def test_bad_pte_options_exit_2_and_write_nothing(tmp_path, args, message):

@@ -83,6 +83,11 @@ def check_options(config: ExportConfig) -> None:
             f"--lowering {config.lowering} is for ONNX graphs; a pte program shifts and masks "
             "with ExecuTorch's portable bitwise kernels"
         )
+    if config.int8_runtime != "fold":
+        raise BadParameterError(
+            f"--int8-runtime {config.int8_runtime} chooses how an ONNX graph holds int8; a pte "
+            "program keeps its int8 tensors int8 and dequantises per call"
+        )
     if config.dtype == "bit":
         raise BadParameterError("--dtype bit packs table files: use --format npy, bin or c")
     if config.dtype == "uint8" and not _bit_output(s):
@@ -179,8 +184,10 @@ def _projection_quant(config: ExportConfig, module, manifest: dict[str, Any]):
         quant.pop(graph_only, None)
     quant["bytes"]["int8"] = q.size + 4 * scale.size  # the program keeps float32 scales
     manifest["quant"] = quant
-    return (np.arange(config.scheme.n_bits, dtype=np.int64), q.astype(np.int8),
-            scale.astype(np.float32).reshape(-1))
+    # Row-major copies: a transposed view would trace with a dim order ExecuTorch cannot map.
+    return (np.arange(config.scheme.n_bits, dtype=np.int64),
+            np.ascontiguousarray(q, dtype=np.int8),
+            np.ascontiguousarray(scale, dtype=np.float32).reshape(-1))
 
 
 def _lower(config: ExportConfig, program_module) -> tuple[bytes, list[str]]:
