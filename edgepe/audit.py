@@ -178,16 +178,10 @@ def load_onnx(path: Path):
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
     from edgepe.checkpoint import sha256_file
-    from edgepe.export.artifact import read_manifest
+    from edgepe.manifest import read
 
     path = Path(path)
-    if not path.is_file():
-        raise ArtifactError(f"{str(path)!r} does not exist or is not a file")
-    manifest = read_manifest(path)
-    if manifest is None or "format" not in manifest or "scheme" not in manifest:
-        raise ArtifactError(
-            f"{str(path)!r} is not an edgepe artifact: no manifest at {str(path)}.json"
-        )
+    manifest = read(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,
                             "manifest": manifest, "sha256": sha256_file(path)}
     if manifest["format"] == "onnx":

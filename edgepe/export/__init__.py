@@ -16,7 +16,6 @@ from edgepe.export.artifact import (
     check_replace,
     check_writable,
     default_out,
-    read_manifest,
     validate_choices,
     write_artifact,
 )
@@ -48,7 +47,9 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     # Build before looking at what is on disk, so every bad input is named as such (not as a
     # file in the way); an identical artifact already there is then left untouched.
     prepared = prepare(config)
-    if check_replace(out, config, force):
-        return ExportResult(out, read_manifest(out), unchanged=True)
+    if check_replace(out, prepared, force):
+        from edgepe.manifest import read
+
+        return ExportResult(out, read(out), unchanged=True)
     manifest = write_artifact(out, prepared.write, prepared.manifest)
     return ExportResult(out, manifest)

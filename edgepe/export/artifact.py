@@ -9,7 +9,6 @@ half of one. Stale temporary files of the same target are removed by the next ex
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -19,6 +18,8 @@ from typing import Any, BinaryIO
 
 from edgepe import __version__
 from edgepe.errors import BadParameterError, OutputPathError
+from edgepe.manifest import path_for as manifest_path
+from edgepe.manifest import write as write_manifest
 from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c")
@@ -93,10 +94,6 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     return root / ("-".join(parts) + EXTENSIONS[config.format])
 
 
-def manifest_path(path: str | Path) -> Path:
-    return Path(str(path) + ".json")
-
-
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -136,19 +133,6 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
     return manifest
 
 
-def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:
-    """Canonical JSON: sorted keys, no timestamps, so exports are byte-identical."""
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-
-
-def read_manifest(path: str | Path) -> dict[str, Any] | None:
-    """The manifest next to ``path``, or ``None`` when there is none or it is not JSON."""
-    try:
-        return json.loads(manifest_path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def check_writable(out: Path) -> None:
     """Refuse an output path that cannot be written, before any work is done."""
     parent = out.parent
@@ -163,25 +147,29 @@ def check_writable(out: Path) -> None:
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is not writable")
 
 
-def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
+def check_replace(out: Path, prepared: Prepared, force: bool) -> bool:
     """Whether ``out`` already holds this exact export (then exporting again is a no-op).
 
-    "This exact export": the same inputs, written by this edgepe version (another version may
-    build other bytes from them), and the file still the one its manifest hashed. ``force``
-    always writes (an export is deterministic: the same bytes again, or the new ones). An
-    existing file made from other inputs, or that is not an edgepe artifact, is only replaced
-    with ``force``.
+    "This exact export": the file's bytes AND its manifest equal what ``prepared`` builds now
+    (``edgepe.rebuild.compare``), so a tampered file whose manifest was edited back to the
+    command's inputs is not kept (issue 23). ``force`` always writes (an export is
+    deterministic: the same bytes again, or the new ones). An existing file made from other
+    inputs, or that is not an edgepe artifact, is only replaced with ``force``.
     """
     if not out.exists() or force:
         return False
-    existing = read_manifest(out)
-    if existing is not None and existing.get("edgepe_version") == __version__ and existing.get(
-        "inputs"
-    ) == json.loads(dumps_manifest(config.inputs())):
-        from edgepe.checkpoint import sha256_file
+    from edgepe.errors import ArtifactError
+    from edgepe.manifest import open_regular, read
+    from edgepe.rebuild import compare
 
-        if existing.get("sha256") == sha256_file(out):
-            return True
+    try:
+        existing = read(out)
+    except ArtifactError:
+        existing = None
+    if existing is not None:
+        with open(open_regular(out, "artifact"), "rb", closefd=True) as f:
+            if compare(f, out, existing, prepared)[0] is None:
+                return True
     what = "an artifact made from other inputs" if existing else "a file edgepe did not write"
     raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
 
@@ -219,8 +207,7 @@ def write_artifact(
     clean_stale(manifest_path(out))
     digest = atomic_write(out, write)
     manifest = {**manifest, "sha256": digest}
-    text = dumps_manifest(manifest)
-    atomic_write(manifest_path(out), lambda f: f.write(text))
+    write_manifest(out, manifest)
     return manifest
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import BadParameterError, ParityError
 from edgepe.runtime import with_options
 
 # Short names for onnxruntime's providers; anything else matches its full name or the name
@@ -285,9 +285,14 @@ class CRuntime:
     name = C
     placement = None
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], rebuilt) -> None:
         from edgepe.verify import c_runner
 
+        # No code from an artifact runs unless it was rebuilt byte for byte (issue 23): a header
+        # another version wrote, or one that differs, is never compiled.
+        if rebuilt is None or not rebuilt.reproduced:
+            raise ParityError(f"{str(path)!r} is not compiled: only a C header whose bytes equal "
+                              "the rebuild is ever compiled and run")
         self.manifest = manifest
         self._tmp = tempfile.TemporaryDirectory(prefix="edgepe-verify-c-")
         try:
@@ -308,9 +313,9 @@ class CRuntime:
         self._tmp.cleanup()
 
 
-def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any]):
+def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebuilt=None):
     """A runtime that evaluates positions: an onnxruntime provider, ``ref``, or a C compute
-    header (``c``)."""
+    header (``c``, only when ``rebuilt`` says its bytes equal the rebuild)."""
     if name == C:
-        return CRuntime(path, manifest)
+        return CRuntime(path, manifest, rebuilt)
     return open_onnx(name, path)
