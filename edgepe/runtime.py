@@ -103,46 +103,98 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
     return resolved
 
 
-def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runtime:
+def load(path: str | Path, providers: str | Sequence[str] | None = None,
+         check: str = "sha256", checkpoint: str | Path | None = None) -> Runtime:
     """Open the artifact at ``path`` (any format but C) for ``encode``/``apply``.
 
     ``providers`` (ONNX only; tables run in numpy): onnxruntime providers in priority order,
-    forgiving names (``"cpu"``, ``"cuda"``); default CPU. Raises ``ArtifactError`` for a file
-    that is missing, has no manifest, or does not match its manifest.
+    forgiving names (``"cpu"``, ``"cuda"``); default CPU. The artifact is untrusted input: raises
+    ``ArtifactError`` for a file that is missing or not a regular file, has no valid manifest
+    (``edgepe.manifest.read``), does not match its sha256, holds ONNX external data, control flow
+    or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output shape other
+    than its manifest's, or an npy header other than the one edgepe writes.
+
+    ``check="rebuild"`` also rebuilds the artifact from its manifest's inputs with this edgepe
+    (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
+    raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
+    from edgepe.manifest import read
+
+    if check not in ("sha256", "rebuild"):
+        raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
     path = Path(path)
-    manifest = read_artifact_manifest(path)
+    manifest = read(path)
     fmt = manifest["format"]
-    if fmt == "onnx":
-        return OnnxRuntime(path, manifest, providers)
-    if fmt in ("npy", "bin"):
-        if providers is not None:
-            resolve_providers(providers)  # a misspelt name is still an error
-        return TableRuntime(path, manifest)
     if fmt == "c":
         raise ArtifactError(
             f"{str(path)!r} is a C header: it is compiled into firmware, not loaded; #include it "
             "(models/README.md), or export --format npy or onnx to use the table from Python"
         )
-    raise ArtifactError(f"{str(path)!r}: unknown format {fmt!r} in its manifest")
+    data = _read_checked(path, manifest) if fmt == "onnx" else None
+    if data is None:
+        _check_sha256(path, manifest)
+    if check == "rebuild":
+        from edgepe.errors import ParityError
+        from edgepe.rebuild import rebuild
+
+        rebuilt = rebuild(path, manifest, checkpoint)
+        if not rebuilt.reproduced:
+            raise ParityError(f"{str(path)!r} is not reproduced: {rebuilt}")
+    if fmt == "onnx":
+        return OnnxRuntime(path, manifest, providers, data)
+    if providers is not None:
+        resolve_providers(providers)  # a misspelt name is still an error
+    return TableRuntime(path, manifest)
 
 
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the artifact at ``path`` (``edgepe.manifest.read``: a regular file,
     bounded, validated), checked to describe that very file (its sha256)."""
-    from edgepe.manifest import open_regular, read
+    from edgepe.manifest import read
 
     manifest = read(path)
+    _check_sha256(path, manifest)
+    return manifest
+
+
+def _sha256_refusal(path: Path) -> ArtifactError:
+    return ArtifactError(
+        f"{str(path)!r} does not match its manifest (sha256 differs): it was changed or "
+        "truncated after export; export it again"
+    )
+
+
+def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
+    from edgepe.manifest import open_regular
+
     digest = hashlib.sha256()
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != manifest["sha256"]:
-        raise ArtifactError(
-            f"{str(path)!r} does not match its manifest (sha256 differs): it was changed or "
-            "truncated after export; export it again"
-        )
-    return manifest
+        raise _sha256_refusal(path)
+
+
+def _read_checked(path: Path, manifest: Mapping[str, Any]) -> bytes:
+    """An ONNX artifact's bytes, matching its sha256, and its graph one edgepe could have
+    written (``edgepe.audit.check_untrusted``). The session is made from these very bytes, so
+    the file cannot change between the check and the load."""
+    import onnx
+
+    from edgepe.audit import check_untrusted
+    from edgepe.manifest import open_regular
+
+    with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+        raise _sha256_refusal(path)
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:  # noqa: BLE001 - any parse failure: not an ONNX artifact
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(f"{str(path)!r} is not a readable ONNX model ({first})") from None
+    check_untrusted(model, str(path))
+    return data
 
 
 def _is_int(value: Any, low: int) -> bool:
@@ -344,7 +396,8 @@ def rotate(x: np.ndarray, pe: np.ndarray) -> np.ndarray:
 class OnnxRuntime(Runtime):
     """An ONNX artifact in one onnxruntime session, created here and reused by every call."""
 
-    def __init__(self, path: Path, manifest: Mapping[str, Any], providers=None) -> None:
+    def __init__(self, path: Path, manifest: Mapping[str, Any], providers=None,
+                 data: bytes | None = None) -> None:
         super().__init__(path, manifest)
         import onnxruntime as ort
 
@@ -352,7 +405,7 @@ class OnnxRuntime(Runtime):
         options.log_severity_level = 3  # warnings about node placement are the verifier's job
         try:
             self.session = ort.InferenceSession(
-                str(path), sess_options=options,
+                str(path) if data is None else data, sess_options=options,
                 providers=with_options(resolve_providers(providers)),
             )
         except BadParameterError:
@@ -369,6 +422,13 @@ class OnnxRuntime(Runtime):
             raise ArtifactError(
                 f"{str(path)!r} has inputs {self._inputs}; a '{self.kind}' artifact has {expected}"
             )
+        output = self.session.get_outputs()[0].shape
+        stated = manifest["shape"]
+        if not self.rotates and (len(output) != len(stated) or any(
+                isinstance(a, int) != isinstance(b, int) or (isinstance(a, int) and a != b)
+                for a, b in zip(output, stated, strict=False))):
+            raise ArtifactError(f"{str(path)!r} outputs shape {output}, but its manifest says "
+                                f"{stated}: refused")
         graph_shape = next(i.shape for i in self.session.get_inputs() if i.name == "positions")
         want = ["N"] if self._arity is None else ["N", self._arity]
         if len(graph_shape) != len(want) or (
@@ -394,12 +454,31 @@ class OnnxRuntime(Runtime):
         feeds = {"positions": positions}
         if key_positions is not None:
             feeds["key_positions"] = key_positions
-        return self.session.run([self._output], feeds)[0]
+        out = self._run(feeds)
+        want = ((self.width, len(positions), len(key_positions)) if key_positions is not None
+                else (len(positions), self.width))
+        if out.shape != want:
+            raise ArtifactError(f"{str(self.path)!r} returned shape {list(out.shape)} for "
+                                f"{len(positions)} positions; its manifest says {list(want)}")
+        return out
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The session's output; a graph that fails inside onnxruntime is an ``ArtifactError``
+        (one line, exit 2), not onnxruntime's own exception."""
+        try:
+            return self.session.run([self._output], feeds)[0]
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactError(f"{str(self.path)!r} failed inside onnxruntime: "
+                                f"{first}") from None
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The apply graph on ``x [..., S, d]``: leading axes folded into its batch axis."""
         batch = x.reshape(-1, *x.shape[-2:]).astype(np.float32, copy=False)
-        y = self.session.run([self._output], {"x": batch, "positions": positions})[0]
+        y = self._run({"x": batch, "positions": positions})
+        if y.size != x.size:
+            raise ArtifactError(f"{str(self.path)!r} returned shape {list(y.shape)} for x of "
+                                f"shape {list(batch.shape)}")
         return y.reshape(x.shape)
 
 
@@ -503,6 +582,10 @@ def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
         )
     try:
         if manifest["format"] == "npy":
+            from edgepe.export.tables import read_npy_header
+
+            with open(path, "rb") as f:  # the header must be exactly what edgepe writes
+                read_npy_header(f, manifest, str(path))
             data = np.load(path, mmap_mode="r", allow_pickle=False)
         elif manifest["dtype"] == "bit":
             data = np.fromfile(path, dtype=np.uint8)

@@ -228,7 +228,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
     assert "Traceback" not in result.output
     assert not json_file.exists()
     expected = {"truncated": "not a valid ONNX model", "not-onnx": "not a valid ONNX model",
-                "no-manifest": "no manifest", "truncated-npy": "npy",
+                "no-manifest": "no readable manifest", "truncated-npy": "npy",
                 "short-bin": "bytes", "unknown-runtime": "available: cpu, ref",
                 "runtime-for-other-format": "available: cpu, ref",
                 "manifest-not-json": "not valid JSON", "unknown-scheme": "Did you mean 'gray'",

@@ -156,16 +156,25 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
     if fmt == "onnx":
         import onnx
 
+        from edgepe.audit import check_untrusted
+
+        def refuse(exc: Exception) -> ArtifactError:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return ArtifactError(
+                f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
+            )
+
+        try:
+            model = onnx.load(path, load_external_data=False)  # opens no path the graph names
+        except Exception as exc:  # noqa: BLE001 - any parse failure: not a model
+            raise refuse(exc) from None
+        check_untrusted(model, str(path))
         try:
             # The checker reads the path itself (in C++): passing it the loaded model would
-            # serialise a second copy of a large table graph.
+            # serialise a second copy of a large table graph. No external data is left to follow.
             onnx.checker.check_model(str(path))
-            model = onnx.load(path)
-        except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ArtifactError(
-                f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
-            ) from None
+        except Exception as exc:  # noqa: BLE001 - any checker failure: not a model
+            raise refuse(exc) from None
         if not model.graph.output or "positions" not in [i.name for i in model.graph.input]:
             raise ArtifactError(f"{str(path)!r} is an ONNX model but not an edgepe graph: "
                                 "it has no 'positions' input")
@@ -175,16 +184,15 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
         return inputs, {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
     rows, cols = (int(s) for s in manifest["shape"])
     if fmt == "npy":
-        try:
-            table = np.load(path, mmap_mode="r", allow_pickle=False)
-        except Exception as exc:  # noqa: BLE001
-            raise ArtifactError(f"{str(path)!r} is not a readable .npy table "
-                                f"(truncated?): {exc}") from None
-        # A bit-packed npy is the 1-D uint8 stream of ceil(rows * cols / 8) bytes.
-        shape = (-(-rows * cols // 8),) if manifest["dtype"] == "bit" else (rows, cols)
-        if tuple(table.shape) != shape:
-            raise ArtifactError(f"{str(path)!r} holds shape {list(table.shape)}; its manifest "
-                                f"describes {list(shape)}")
+        from edgepe.export.tables import read_npy_header
+
+        with path.open("rb") as f:  # the header must be exactly what edgepe writes
+            dtype = read_npy_header(f, manifest, str(path))
+            data = path.stat().st_size - f.tell()
+        size = -(-rows * cols // 8) if manifest["dtype"] == "bit" else rows * cols * dtype.itemsize
+        if data != size:
+            raise ArtifactError(f"{str(path)!r} holds {data} data bytes; its header describes "
+                                f"{size} (truncated?)")
     elif fmt == "bin":
         dtype = manifest["dtype"]
         size = -(-rows * cols // 8) if dtype == "bit" else rows * cols * np.dtype(dtype).itemsize

@@ -228,10 +228,13 @@ class FileRuntime:
         self.bit = manifest["dtype"] == "bit"
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         if manifest["format"] == "npy":
-            version = np.lib.format.read_magic(self._file)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            _, _, self.dtype = read_header(self._file)
+            from edgepe.export.tables import read_npy_header
+
+            try:
+                self.dtype = read_npy_header(self._file, manifest, str(path))
+            except BaseException:
+                self._file.close()
+                raise
         else:
             self.dtype = np.dtype(np.uint8 if self.bit else manifest["dtype"]).newbyteorder("<")
         self._offset = self._file.tell()
