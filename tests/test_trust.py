@@ -446,6 +446,8 @@ def outcomes(tmp_path_factory):
     command = [sys.executable, str(REPO / "tests" / "_trust_driver.py"), str(base / "plan.json"),
                str(base / "results.json")]
     strace = shutil.which("strace")
+    if strace and subprocess.run([strace, "-o", os.devnull, "true"]).returncode != 0:
+        strace = None  # installed but not allowed to trace here (no ptrace in the container)
     if strace:
         command = [strace, "-f", "-qq", "-e", "trace=open,openat,openat2,creat", "-o", str(log),
                    *command]
@@ -498,8 +500,8 @@ def test_hostile_input_is_refused_cleanly(outcomes, case):
     if case.planted:
         assert not (folder / case.planted).exists()  # the planted code did not run
     if opened is None:
-        pytest.skip("strace is not installed (apt-get install -y -qq strace): the files the "
-                    "command opened are not audited")
+        pytest.skip("strace is not installed or cannot trace here (apt-get install -y -qq "
+                    "strace): the files the command opened are not audited")
     # Relative paths are the driver's working folder's: the trust folder.
     paths = [(p if p.startswith("/") else str(base / p), w) for p, w in opened[case.id]]
     allowed = _allowed_prefixes()
@@ -568,3 +570,96 @@ def test_every_op_the_builders_emit_is_allowed(tmp_path):
     missing = {(d, op) for d, op in used if op not in EMITTED_OPS.get(d, ())}
     assert not missing
     assert not {"Loop", "If", "Scan"} & EMITTED_OPS[""]
+
+
+# -- the honest side of the same checks --------------------------------------------------------
+
+def test_load_can_require_the_rebuild(tmp_path):
+    import edgepe
+    from edgepe.errors import BadParameterError, ParityError
+
+    path = _binary(tmp_path)
+    assert edgepe.load(path, check="rebuild").encode([0, 5]).shape == (2, 8)
+    model = onnx.load(path)
+    model.producer_version = "forged"  # harmless to run, but not what edgepe builds
+    onnx.save(model, path)
+    _resign(path)
+    assert edgepe.load(path).encode([0]).shape == (1, 8)  # the sha256 alone is satisfied
+    with pytest.raises(ParityError, match="is not reproduced: rebuild FAILED: the file differs"):
+        edgepe.load(path, check="rebuild")
+    with pytest.raises(BadParameterError, match="check must be"):
+        edgepe.load(path, check="trust-me")
+
+
+def test_another_versions_honest_artifact_is_verified_numerically_only(tmp_path):
+    from edgepe.verify import verify_artifact
+
+    path = _export(tmp_path, "a.npy", "alibi", 8, heads=2, format="npy")
+    _other_version(path)
+    report = verify_artifact(path)
+    assert report and not report.rebuild.reproduced
+    assert "not reproduced" in str(report) and "0.0.0-other" in str(report)
+    assert report.as_dict()["rebuild"] == {
+        "reproduced": False, "passed": True, "same_version": False, "difference": None,
+        "note": report.rebuild.note}
+
+
+def test_a_checkpoint_artifact_verifies_only_with_its_checkpoint(tmp_path):
+    import torch
+
+    from edgepe.errors import CheckpointError
+    from edgepe.schemes import build, resolve
+    from edgepe.verify import verify_artifact
+
+    checkpoint = tmp_path / "w.pt"
+    torch.save(build(resolve("binary", 37, d_model=8), seed=3).state_dict(), checkpoint)
+    path = _export(tmp_path, "b.onnx", "binary", 37, d_model=8, checkpoint=checkpoint)
+    moved = tmp_path / "elsewhere.pt"
+    checkpoint.rename(moved)  # where it lay at export does not matter: it is never opened
+    assert verify_artifact(path, providers=["cpu"], checkpoint=moved)
+    with pytest.raises(CheckpointError, match=hashlib.sha256(moved.read_bytes()).hexdigest()):
+        verify_artifact(path, providers=["cpu"])
+
+
+def test_manifest_reader_rules():
+    from edgepe import manifest
+    from edgepe.errors import ArtifactError
+
+    assert manifest.nesting_depth('{"a": "[[[[", "b": [{"c": "\\"}]}') == 3
+    assert manifest.nesting_depth("[" * 100000 + "]" * 100000) == 100000
+    with pytest.raises(ArtifactError, match="NaN is not a number JSON allows"):
+        manifest.loads(b'{"a": NaN}', "m")
+    with pytest.raises(ArtifactError, match="duplicate key 'a'"):
+        manifest.loads(b'{"a": 1, "a": 2}', "m")
+    with pytest.raises(ArtifactError, match="not UTF-8"):
+        manifest.loads(b'{"a": "\xff"}'.replace(b"\\xff", b"\xff"), "m")
+
+
+def test_every_schema_field_is_checked(tmp_path):
+    """Each declared field, set to a value of the wrong type, is refused naming that field."""
+    from edgepe import manifest
+    from edgepe.errors import ArtifactError
+
+    path = _binary(tmp_path)
+    good = _manifest(path)
+    good["quant"] = {"scale": 1.0, "zero_point": 0, "axis": None, "bound": 0.1,
+                     "bound_all_positions": 0.1}
+    good["checkpoint"] = {"path": "w.pt", "sha256": "a" * 64}
+    manifest.validate(good, "m")
+    for spec in manifest.SCHEMA:
+        parent, _, key = spec.name.rpartition(".")
+        broken = json.loads(json.dumps(good))
+        (broken[parent] if parent else broken)[key] = {"not": "this"} if spec.type != "object" \
+            else "not an object"
+        with pytest.raises(ArtifactError, match=re.escape(spec.name)):
+            manifest.validate(broken, "m")
+
+
+def test_a_symlink_to_a_regular_manifest_is_read(tmp_path):
+    from edgepe import manifest
+
+    path = _binary(tmp_path)
+    real = tmp_path / "real.json"
+    path_for(path).rename(real)
+    os.symlink(real, path_for(path))
+    assert manifest.read(path)["scheme"] == "binary"
