@@ -172,12 +172,13 @@ def _shifted_bias_table(folder: Path) -> list[str]:
     return ["verify", str(path)]
 
 
-def _fortran(folder: Path, command: str) -> list[str]:
+def _npy_header(folder: Path, command: str, old: str = "'fortran_order': False",
+                new: str = "'fortran_order': True ") -> list[str]:
+    """A table whose npy header says something else over the same bytes (same length)."""
     path = _export(folder, "t.npy", "sinusoidal", 8, d_model=4, format="npy")
     data = path.read_bytes()
-    header = "'fortran_order': False"
-    assert header.encode() in data
-    path.write_bytes(data.replace(header.encode(), b"'fortran_order': True "))
+    assert old.encode() in data and len(old) == len(new)
+    path.write_bytes(data.replace(old.encode(), new.encode()))
     _resign(path)
     return {"verify": ["verify", str(path)], "run": ["run", str(path), "--positions", "0:4"],
             "load": ["load", str(path)]}[command]
@@ -365,12 +366,15 @@ CASES = [
          1, r"not reproduced.*cpu FAILED: \d+ of .*position 0 "),
     Case("bias-table-shifted-one-row", "forged verify", _shifted_bias_table, 1,
          r"not reproduced.*file FAILED: .*first at row 0 \(distance -7\)"),
-    Case("fortran-order-npy-verify", "forged verify", lambda f: _fortran(f, "verify"), 2,
+    Case("fortran-order-npy-verify", "forged verify", lambda f: _npy_header(f, "verify"), 2,
          r"npy header .*'fortran_order': True"),
-    Case("fortran-order-npy-run", "forged verify", lambda f: _fortran(f, "run"), 2,
+    Case("fortran-order-npy-run", "forged verify", lambda f: _npy_header(f, "run"), 2,
          r"npy header .*'fortran_order': True"),
-    Case("fortran-order-npy-load", "forged verify", lambda f: _fortran(f, "load"), 2,
+    Case("fortran-order-npy-load", "forged verify", lambda f: _npy_header(f, "load"), 2,
          r"npy header .*'fortran_order': True"),
+    Case("big-endian-npy-run", "forged verify",
+         lambda f: _npy_header(f, "run", "'descr': '<f4'", "'descr': '>f4'"), 2,
+         r"npy header .*'descr': '>f4'"),
     Case("duplicate-manifest-keys", "forged verify", _duplicate_keys, 2, r"duplicate key"),
     # code and paths from artifacts
     Case("c-constructor-system", "code/paths from artifacts", _planted_c, 1,
