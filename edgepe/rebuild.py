@@ -62,11 +62,33 @@ class Rebuilt:
         return f"rebuild FAILED: {self.difference}"
 
 
+def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) -> None:
+    """Refuse ``checkpoint`` (a file the user gave) unless it is the one an artifact records by
+    ``recorded_sha`` (``None``: exported without one, so none may be given). The messages name
+    only the recorded sha256 and the user's path: nothing depends on another file's content."""
+    from edgepe.checkpoint import sha256_file
+
+    if checkpoint is not None and recorded_sha is None:
+        raise CheckpointError("this artifact was not exported from a checkpoint: drop "
+                              "--checkpoint")
+    if recorded_sha is None:
+        return
+    if checkpoint is None:
+        raise CheckpointError(
+            f"this artifact was exported from a checkpoint with sha256 {recorded_sha}: "
+            "pass it with --checkpoint FILE (no path from a manifest is opened)"
+        )
+    if not Path(checkpoint).is_file():
+        raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a file")
+    if sha256_file(checkpoint) != recorded_sha:
+        raise CheckpointError(f"checkpoint {str(checkpoint)!r} is not the one this artifact "
+                              f"was exported from (sha256 {recorded_sha})")
+
+
 def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None,
                          max_table_bytes: int):
     """``(ExportConfig, module)`` that the manifest's ``inputs`` record; ``checkpoint`` is the
     user's file for a checkpoint-based artifact (checked against the recorded sha256)."""
-    from edgepe.checkpoint import sha256_file
     from edgepe.export.artifact import ExportConfig, validate_choices
     from edgepe.schemes import build, resolve
 
@@ -88,21 +110,7 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
              if k not in (*_SCHEME_KEYS, *_OPTIONS, "checkpoint_sha256")}
     recorded_sha = inputs.get("checkpoint_sha256")
     recorded = manifest.get("checkpoint") or {}
-    if checkpoint is not None and recorded_sha is None:
-        raise CheckpointError("this artifact was not exported from a checkpoint: drop "
-                              "--checkpoint")
-    if recorded_sha is not None:
-        if checkpoint is None:
-            raise CheckpointError(
-                f"this artifact was exported from a checkpoint with sha256 {recorded_sha}: "
-                "pass it with --checkpoint FILE (no path from a manifest is opened)"
-            )
-        if not Path(checkpoint).is_file():
-            raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a "
-                                  "file")
-        if sha256_file(checkpoint) != recorded_sha:
-            raise CheckpointError(f"checkpoint {str(checkpoint)!r} is not the one this artifact "
-                                  f"was exported from (sha256 {recorded_sha})")
+    check_checkpoint(recorded_sha, checkpoint)
     scheme = resolve(inputs["scheme"], inputs["max_len"], d_model=inputs["d_model"],
                      heads=inputs["heads"], params=inputs["params"] or {})
     config = ExportConfig(

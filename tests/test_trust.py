@@ -208,6 +208,25 @@ def _checkpoint_path(folder: Path, right_guess: bool) -> list[str]:
     return ["verify", str(path), "--providers", "cpu"]
 
 
+def _plot_checkpoint_path(folder: Path) -> list[str]:
+    """An int8 artifact exported from a checkpoint, its manifest's checkpoint path edited to
+    /etc/hostname: plot's quant-error needs the checkpoint, and takes it only from the user."""
+    import torch
+
+    from edgepe.schemes import build, resolve
+
+    checkpoint = folder / "w.pt"
+    torch.save(build(resolve("binary", 37, d_model=8), seed=3).state_dict(), checkpoint)
+    path = _export(folder, "q.onnx", "binary", 37, d_model=8, quantize="int8",
+                   checkpoint=checkpoint)
+    checkpoint.unlink()
+    manifest = _manifest(path)
+    manifest["checkpoint"]["path"] = "/etc/hostname"
+    _write_manifest(path, manifest)
+    return ["plot", "--artifact", str(path), "--kind", "quant-error", "--out",
+            str(folder / "q.png")]
+
+
 def _external(folder: Path, command: str) -> list[str]:
     path = _binary(folder)
     model = onnx.load(path)
@@ -385,6 +404,8 @@ CASES = [
     Case("checkpoint-etc-hostname-right-guess", "code/paths from artifacts",
          lambda f: _checkpoint_path(f, True), 2, r"pass it with --checkpoint FILE",
          never_opened=_hostname),
+    Case("plot-quant-error-checkpoint-etc-hostname", "code/paths from artifacts",
+         _plot_checkpoint_path, 2, r"pass it with --checkpoint FILE", never_opened=_hostname),
     *[Case(f"external-data-{c}", "code/paths from artifacts",
            lambda f, c=c: _external(f, c), 2, r"external data", never_opened=_weights)
       for c in ("run", "inspect", "verify", "load", "plot")],
@@ -526,7 +547,7 @@ def test_the_table_holds_every_case_of_the_issue():
                    "wrong-at-position-1000", "wrong-for-one-position", "fortran-order-npy-run",
                    "c-constructor-system", "checkpoint-etc-hostname-right-guess",
                    "external-data-load", "manifest-symlink-dev-zero-run", "manifest-fifo-run",
-                   "loop-2-40-run"):
+                   "loop-2-40-run", "plot-quant-error-checkpoint-etc-hostname"):
         assert needed in ids
     assert len(CASES) >= 40
 
@@ -667,3 +688,24 @@ def test_a_symlink_to_a_regular_manifest_is_read(tmp_path):
     path_for(path).rename(real)
     os.symlink(real, path_for(path))
     assert manifest.read(path)["scheme"] == "binary"
+
+
+def test_plot_quant_error_takes_the_checkpoint_from_the_user(tmp_path):
+    import torch
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+    from edgepe.schemes import build, resolve
+
+    checkpoint = tmp_path / "w.pt"
+    torch.save(build(resolve("binary", 37, d_model=8), seed=3).state_dict(), checkpoint)
+    path = _export(tmp_path, "q.onnx", "binary", 37, d_model=8, quantize="int8",
+                   checkpoint=checkpoint)
+    out = tmp_path / "q.png"
+    result = CliRunner().invoke(app, ["plot", "--artifact", str(path), "--kind", "quant-error",
+                                      "--checkpoint", str(checkpoint), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(b"\x89PNG")
+    result = CliRunner().invoke(app, ["plot", "--artifact", str(path), "--checkpoint",
+                                      str(checkpoint), "--out", str(tmp_path / "h.png")])
+    assert result.exit_code == 2 and "only for --kind quant-error" in result.stderr

@@ -35,8 +35,9 @@ def command(
         "--positions", "-p", help="START:STOP[:STEP] or a list (default: 0 .. min(L, 256)-1).",
     )] = None,
     seed: Annotated[int, typer.Option(help="Seed of learned weights.")] = 0,
-    checkpoint: Annotated[Path | None, typer.Option(help="Weights to load (learned schemes).")]
-    = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="Weights to load (learned schemes); with --artifact --kind quant-error, the "
+             "checkpoint the artifact was exported from (by its recorded sha256).")] = None,
 ) -> None:
     """Draw a scheme's (or an artifact's) encodings, or an int8 error, to a PNG or SVG file."""
     from edgepe.plot import KINDS, image_format
@@ -48,7 +49,7 @@ def command(
     if artifact is not None:
         given = [name for name, value in (("--scheme", scheme), ("--max-len", max_len),
                                           ("--d-model", d_model), ("--heads", heads),
-                                          ("--param", param), ("--checkpoint", checkpoint))
+                                          ("--param", param))
                  if value]
         if given or seed:
             raise BadParameterError(
