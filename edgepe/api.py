@@ -102,7 +102,9 @@ def export(config: ExportConfig, force: bool = False, verify: bool = True):
     result: ExportResult = export_artifact(config, force=force)
     if not verify:
         return result, None
-    return result, verify_artifact(result.path, quick=True, checkpoint=config.checkpoint)
+    # The file was just built from these inputs: the quick check does not build it again.
+    return result, verify_artifact(result.path, quick=True, checkpoint=config.checkpoint,
+                                   rebuild=False)
 
 
 def verify_artifact(path: str | Path, providers=None, quick: bool = False, **options):

@@ -168,6 +168,16 @@ def looser(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> str | None:
     return None
 
 
+def just_built(path: str | Path, manifest: dict[str, Any],
+               checkpoint: str | Path | None = None) -> Rebuilt:
+    """The ``Rebuilt`` of an artifact this process has just written from these very inputs
+    (``edgepe export``'s quick check): its bytes ARE the build, so building them a second time
+    to compare is skipped; the reference module is built as for a rebuild."""
+    size = Path(path).stat().st_size
+    config, module = config_from_manifest(manifest, checkpoint, 4 * size + _SLACK_BYTES)
+    return Rebuilt(True, None, manifest, True, config, module)
+
+
 def compare(f, path: Path, manifest: dict[str, Any], prepared, ignore_paths: bool = False):
     """``(difference or None, rebuilt manifest)``: the open file ``f`` (at its start) against the
     bytes ``prepared`` writes, then ``manifest`` against the rebuilt one (``ignore_paths``: but

@@ -122,7 +122,7 @@ def test_failed_parity_exits_1(tmp_path, monkeypatch):
             return "parity FAILED for x: cpu FAILED: 3 of 64 elements beyond tolerance"
 
     monkeypatch.setattr(api, "verify_artifact",
-                        lambda path, quick=False, checkpoint=None: Failed())
+                        lambda path, quick=False, **options: Failed())
     result = _invoke("export", "--scheme", "gray", "--max-len", "16", "--out",
                      str(tmp_path / "x.onnx"))
     assert result.exit_code == 1

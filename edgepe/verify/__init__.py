@@ -216,6 +216,7 @@ def verify_artifact(
     progress: bool | None = None,
     strict_placement: bool = False,
     checkpoint=None,
+    rebuild: bool = True,
 ) -> Report:
     """Verify the artifact at ``path``: rebuild, then parity; see the module docstring.
 
@@ -229,13 +230,15 @@ def verify_artifact(
     ``strict_placement``: fail a GPU provider on which some nodes ran on the CPU.
     ``checkpoint``: the checkpoint a checkpoint-based artifact was exported from (its sha256
     must be the recorded one; without it such an artifact is a ``CheckpointError`` naming it).
+    ``rebuild=False`` only for an artifact this process has just written from its manifest's
+    inputs (``edgepe.api.export``'s quick check): the second build is skipped.
 
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
     the artifact in memory at a time.
     """
+    from edgepe import rebuild as rb
     from edgepe.checkpoint import sha256_file
     from edgepe.manifest import read
-    from edgepe.rebuild import rebuild
     from edgepe.verify import runtimes as rt
 
     path = Path(path)
@@ -254,7 +257,8 @@ def verify_artifact(
         # onnxruntime's contrib ops (com.microsoft.RotaryEmbedding) is checked on onnxruntime.
         names.remove(rt.REF)
     report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
-    report.rebuild = rebuilt = rebuild(path, manifest, checkpoint)
+    report.rebuild = rebuilt = (rb.rebuild if rebuild else rb.just_built)(path, manifest,
+                                                                         checkpoint)
     # Parity runs after a failed rebuild too, to say what the difference does, but bounded to
     # the quick sweep (an edited max_len must not make it run for ever); a C header that is not
     # the rebuild is never compiled (runtimes.CRuntime).
