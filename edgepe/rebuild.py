@@ -29,8 +29,8 @@ _OPTIONS = {"mode": None, "format": None, "dtype": None, "quantize": None,
             "quant_granularity": "channel", "lowering": "bitwise", "seed": None,
             "opset": DEFAULT_OPSET, "c_prefix": "edgepe", "c_align": 16}
 _SCHEME_KEYS = ("scheme", "max_len", "d_model", "heads", "params")
-# What a rebuild may ask the table builders for, above the artifact's own size: an int8 table's
-# float32 staging is 4x its bytes, a graph's headers and a C header's text are not bigger.
+# A rebuild may ask the table builders for 4x the artifact's size plus this: an int8 table's
+# float32 staging is 4x its bytes; headers, graph structure and C text only add to a file.
 _SLACK_BYTES = 1 << 16
 
 

@@ -8,6 +8,7 @@ check the verdict, the exit code and that the report says where.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -125,6 +126,11 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
 
     report = verify_artifact(path, providers=["cpu"])
     assert not report and report.sha256_ok
+    # The rebuild fails first and names the edited initializer; then the (quick) sweep says
+    # what the edit does.
+    assert not report.rebuild.reproduced
+    assert re.search(r"the file differs from the rebuild at byte \d+ \(initializer \d+ "
+                     f"'{weights[0].name}'\\)", report.rebuild.difference)
     r = report.results[0]
     # positions 0..36 with bit 3 set: 8..15, 24..31 (16 of them), column 5 each, plus the probe
     assert r.mismatches >= 16
