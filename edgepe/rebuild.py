@@ -21,7 +21,7 @@ from typing import Any
 
 from edgepe import __version__
 from edgepe.errors import ArtifactError, CheckpointError
-from edgepe.export.artifact import DEFAULT_OPSET
+from edgepe.export.artifact import DEFAULT_OPSET, DEFAULT_TABLE_CAP
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
@@ -142,8 +142,7 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
     get_spec(manifest["scheme"])  # an unknown scheme is bad input (exit 2), named as such
     fd = open_regular(path, "artifact")
     with open(fd, "rb", closefd=True) as f:
-        config, module = config_from_manifest(manifest, checkpoint,
-                                              4 * _size(f) + _SLACK_BYTES)
+        config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, _size(f)))
         prepared = prepare(config, module)
         if manifest.get("edgepe_version") != __version__:
             # Another version may build other bytes from the same inputs: nothing to compare,
@@ -174,7 +173,7 @@ def just_built(path: str | Path, manifest: dict[str, Any],
     (``edgepe export``'s quick check): its bytes ARE the build, so building them a second time
     to compare is skipped; the reference module is built as for a rebuild."""
     size = Path(path).stat().st_size
-    config, module = config_from_manifest(manifest, checkpoint, 4 * size + _SLACK_BYTES)
+    config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
     return Rebuilt(True, None, manifest, True, config, module)
 
 
@@ -236,6 +235,16 @@ def first_difference(a: Any, b: Any, where: str = "") -> str | None:
 def _short(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cap(manifest: dict[str, Any], size: int) -> int:
+    """The ``max_table_bytes`` of a rebuild: a stored table is at most 4x the file (plus
+    ``_SLACK_BYTES``), so a manifest claiming a bigger one is refused before it is built; a
+    compute graph stores none, but its int8 error is measured over the whole float32 table,
+    bounded by the export's default cap (``--max-table-bytes`` is not an input: it changes no
+    byte)."""
+    stored = 4 * size + _SLACK_BYTES
+    return stored if manifest["mode"] == "table" else max(stored, DEFAULT_TABLE_CAP)
 
 
 def _size(f) -> int:
