@@ -11,11 +11,14 @@ __version__ = "0.1.0"
 __all__ = ["EdgepeError", "__version__", "graft", "load"]
 
 
-def load(path, providers=None):
-    """Open an artifact for encoding: ``edgepe.load(path).encode(positions) -> np.ndarray``."""
+def load(path, providers=None, check="sha256", checkpoint=None):
+    """Open an artifact for encoding: ``edgepe.load(path).encode(positions) -> np.ndarray``.
+
+    ``check="rebuild"`` also requires the artifact byte-identical to its rebuild
+    (``edgepe.runtime.load``; ``checkpoint``: the file a checkpoint-based artifact came from)."""
     from edgepe.runtime import load as _load
 
-    return _load(path, providers=providers)
+    return _load(path, providers=providers, check=check, checkpoint=checkpoint)
 
 
 # ``edgepe.graft(...)``: the function shadows its module's name here on purpose (the module stays

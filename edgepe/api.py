@@ -126,11 +126,14 @@ def export(config: ExportConfig, force: bool = False, verify: bool = True):
     result: ExportResult = export_artifact(config, force=force)
     if not verify:
         return result, None
-    return result, verify_artifact(result.path, quick=True)
+    # The file was just built from these inputs: the quick check does not build it again.
+    return result, verify_artifact(result.path, quick=True, checkpoint=config.checkpoint,
+                                   rebuild=False)
 
 
 def verify_artifact(path: str | Path, providers=None, quick: bool = False, **options):
-    """Verify an artifact against its reference (``edgepe.verify.verify_artifact``)."""
+    """Rebuild an artifact and verify it against its reference (``edgepe.verify.verify_artifact``;
+    ``checkpoint=FILE`` for a checkpoint-based one)."""
     from edgepe.verify import verify_artifact as run
 
     return run(path, providers=providers, quick=quick, **options)

@@ -39,6 +39,20 @@ TRANSCENDENTAL_OPS = frozenset({
     "Atanh", "Exp", "Log", "Pow", "Sigmoid", "Softmax", "LogSoftmax", "Erf",
 })
 BITWISE_OPS = frozenset({"BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"})
+# Every op edgepe's graph builders emit (edgepe/export/graphs, edgepe/quant/graphs), by domain.
+# tests/test_trust.py exports every scheme x mode x quantisation x lowering x dtype and checks
+# that this list covers what they emit. A graph using anything else is not edgepe's: no control
+# flow (Loop, If, Scan: a 2^40-iteration Loop hangs a session), no functions (issue 23).
+EMITTED_OPS = {
+    "": frozenset({
+        "Abs", "Add", "BitShift", "BitwiseAnd", "BitwiseXor", "Cast", "Clip", "Concat", "Cos",
+        "DequantizeLinear", "Div", "Equal", "Expand", "Gather", "Gemm", "Greater", "Less",
+        "MatMul", "MatMulInteger", "Mod", "Mul", "Neg", "QuantizeLinear", "Reshape", "Shape",
+        "Sin", "Slice", "Sub", "Transpose", "Unsqueeze", "Where",
+        "RotaryEmbedding",  # rope's apply graph, --rope-lowering rotary23 (opset 23)
+    }),
+    "com.microsoft": frozenset({"RotaryEmbedding"}),  # rope's apply graph, --rope-lowering ort
+}
 
 
 @dataclass
@@ -158,6 +172,36 @@ def _proto_bytes(tensor) -> int:
     return numpy_helper.to_array(tensor).nbytes
 
 
+def check_untrusted(model, where: str) -> None:
+    """Refuse (``ArtifactError``, one line) a graph that edgepe's builders could not have
+    written, before anything parses its tensors or runs it: external data (a path the graph
+    names; edgepe never writes it), sparse initializers, model functions, subgraphs, and ops
+    outside ``EMITTED_OPS``."""
+    from onnx import TensorProto
+
+    graph = model.graph
+
+    def external(tensor) -> bool:
+        return tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+    bad = next((t.name for t in graph.initializer if external(t)), None)
+    if bad is None:
+        bad = next((n.name for n in graph.node for a in n.attribute
+                    if a.HasField("t") and external(a.t)), None)
+    if bad is not None:
+        raise ArtifactError(f"{where!r} keeps tensor {bad!r} in external data: edgepe never "
+                            "writes external data, and opens no path a graph names: refused")
+    if graph.sparse_initializer or model.functions:
+        raise ArtifactError(f"{where!r} has sparse initializers or model functions: edgepe "
+                            "never writes them: refused")
+    for node in graph.node:
+        if node.op_type not in EMITTED_OPS.get(node.domain or "", ()) or any(
+                a.HasField("g") or len(a.graphs) for a in node.attribute):
+            domain = f"{node.domain}." if node.domain else ""
+            raise ArtifactError(f"{where!r} uses op {domain}{node.op_type}, which edgepe's "
+                                "builders never emit (no control flow or subgraphs): refused")
+
+
 def load_onnx(path: Path):
     """The model at ``path``; anything that is not a well-formed ONNX model is an ArtifactError."""
     import onnx
@@ -166,8 +210,15 @@ def load_onnx(path: Path):
         model = onnx.load_model_from_string(path.read_bytes())
         if not model.graph.node or not model.opset_import:
             raise ValueError("no graph")
+    except Exception as exc:  # noqa: BLE001 - any parse failure: not an ONNX artifact
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(
+            f"{str(path)!r} is not an ONNX model edgepe can read ({first})"
+        ) from None
+    check_untrusted(model, str(path))  # before the checker, which would follow external data
+    try:
         onnx.checker.check_model(model)
-    except Exception as exc:  # noqa: BLE001 - any parse/check failure: not an ONNX artifact
+    except Exception as exc:  # noqa: BLE001 - any check failure: not an ONNX artifact
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ArtifactError(
             f"{str(path)!r} is not an ONNX model edgepe can read ({first})"
@@ -178,16 +229,10 @@ def load_onnx(path: Path):
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
     from edgepe.checkpoint import sha256_file
-    from edgepe.export.artifact import read_manifest
+    from edgepe.manifest import read
 
     path = Path(path)
-    if not path.is_file():
-        raise ArtifactError(f"{str(path)!r} does not exist or is not a file")
-    manifest = read_manifest(path)
-    if manifest is None or "format" not in manifest or "scheme" not in manifest:
-        raise ArtifactError(
-            f"{str(path)!r} is not an edgepe artifact: no manifest at {str(path)}.json"
-        )
+    manifest = read(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,
                             "manifest": manifest, "sha256": sha256_file(path)}
     if manifest["format"] == "onnx":

@@ -283,19 +283,19 @@ def plot(
         import edgepe
 
         runtime = edgepe.load(artifact)
-        config, seed, checkpoint = config_of(runtime.manifest)
+        config, seed, needed = config_of(runtime.manifest)
+        if kind == "quant-error":  # the float32 reference needs the checkpoint, by its sha256
+            from edgepe.rebuild import check_checkpoint
+
+            check_checkpoint(needed, checkpoint)
+        elif checkpoint is not None:
+            raise BadParameterError("--artifact draws what the artifact computes: --checkpoint "
+                                    "is only for --kind quant-error's float32 reference")
     elif kind == "quant-error":
         raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
     elif config is None:
         raise BadParameterError(f"--kind {kind} draws a scheme: give --scheme and --max-len")
     if kind == "quant-error":
-        if checkpoint is not None and not Path(checkpoint).is_file():
-            from edgepe.errors import CheckpointError
-
-            raise CheckpointError(
-                f"the artifact was exported from checkpoint {checkpoint!r}, which is not there "
-                "any more: the float32 reference cannot be rebuilt without it"
-            )
         fig = quant_error(runtime, config, build(config, seed=seed, checkpoint=checkpoint))
     else:
         span = default_positions(config.max_len) if positions is None else positions
@@ -343,7 +343,8 @@ def _matplotlib_config() -> None:
 
 
 def config_of(manifest: dict) -> tuple[Any, int, str | None]:
-    """``(SchemeConfig, seed, checkpoint path or None)`` that made an artifact (its manifest)."""
+    """``(SchemeConfig, seed, checkpoint sha256 or None)`` that made an artifact (its manifest).
+    The checkpoint's recorded path is never opened (issue 23): ``--checkpoint`` gives the file."""
     from edgepe.schemes import resolve
 
     config = resolve(manifest["scheme"], manifest["max_len"], d_model=manifest.get("d_model"),
@@ -355,4 +356,4 @@ def config_of(manifest: dict) -> tuple[Any, int, str | None]:
         raise ArtifactError(
             f"the manifest's seed {seed!r} or checkpoint {checkpoint!r} does not name weights"
         )
-    return config, seed, checkpoint.get("path")
+    return config, seed, checkpoint.get("sha256")

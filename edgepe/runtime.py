@@ -38,7 +38,6 @@ import numpy as np
 from edgepe.errors import ArtifactError, BadParameterError, PositionError, did_you_mean
 
 INT64_MAX = 2**63 - 1
-REQUIRED = ("scheme", "format", "mode", "dtype", "shape", "kind", "max_len", "positions", "sha256")
 
 # Short names people type, as polygraphy accepts them (STYLE 6); matched case-insensitively.
 PROVIDER_ALIASES = {
@@ -106,25 +105,47 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
     return resolved
 
 
-def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runtime:
+def load(path: str | Path, providers: str | Sequence[str] | None = None,
+         check: str = "sha256", checkpoint: str | Path | None = None) -> Runtime:
     """Open the artifact at ``path`` (any format but C) for ``encode``/``apply``.
 
     ``providers`` (ONNX only; tables run in numpy): onnxruntime providers in priority order,
-    forgiving names (``"cpu"``, ``"cuda"``); default CPU. Raises ``ArtifactError`` for a file
-    that is missing, has no manifest, or does not match its manifest.
+    forgiving names (``"cpu"``, ``"cuda"``); default CPU. The artifact is untrusted input: raises
+    ``ArtifactError`` for a file that is missing or not a regular file, has no valid manifest
+    (``edgepe.manifest.read``), does not match its sha256, holds ONNX external data, control flow
+    or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output shape other
+    than its manifest's, or an npy header other than the one edgepe writes.
+
+    ``check="rebuild"`` also rebuilds the artifact from its manifest's inputs with this edgepe
+    (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
+    raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
     from edgepe.export.commit import recover
+    from edgepe.manifest import read
 
+    if check not in ("sha256", "rebuild"):
+        raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
     path = Path(path)
     recover(path)  # an export killed between its two renames: settle to a matching pair first
-    manifest = read_artifact_manifest(path)
+    manifest = read(path)
     fmt = manifest["format"]
+    if fmt == "c":
+        raise ArtifactError(
+            f"{str(path)!r} is a C header: it is compiled into firmware, not loaded; #include it "
+            "(models/README.md), or export --format npy or onnx to use the table from Python"
+        )
+    data = _read_checked(path, manifest) if fmt == "onnx" else None
+    if data is None:
+        _check_sha256(path, manifest)
+    if check == "rebuild":
+        from edgepe.errors import ParityError
+        from edgepe.rebuild import rebuild
+
+        rebuilt = rebuild(path, manifest, checkpoint)
+        if not rebuilt.reproduced:
+            raise ParityError(f"{str(path)!r} is not reproduced: {rebuilt}")
     if fmt == "onnx":
-        return OnnxRuntime(path, manifest, providers)
-    if fmt in ("npy", "bin"):
-        if providers is not None:
-            resolve_providers(providers)  # a misspelt name is still an error
-        return TableRuntime(path, manifest)
+        return OnnxRuntime(path, manifest, providers, data)
     if fmt == "pte":
         if providers is not None:
             raise BadParameterError(
@@ -132,95 +153,63 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None) -> Runt
                 "providers apply to ONNX artifacts"
             )
         return PteRuntime(path, manifest)
-    if fmt == "c":
-        raise ArtifactError(
-            f"{str(path)!r} is a C header: it is compiled into firmware, not loaded; #include it "
-            "(models/README.md), or export --format npy or onnx to use the table from Python"
-        )
-    raise ArtifactError(f"{str(path)!r}: unknown format {fmt!r} in its manifest")
+    if providers is not None:
+        resolve_providers(providers)  # a misspelt name is still an error
+    return TableRuntime(path, manifest)
 
 
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the artifact at ``path``, checked to describe that very file."""
-    from edgepe.export.artifact import manifest_path, read_manifest
+    """The manifest of the artifact at ``path`` (``edgepe.manifest.read``: a regular file,
+    bounded, validated), checked to describe that very file (its sha256)."""
+    from edgepe.manifest import read
 
-    if not path.exists():
-        raise ArtifactError(f"{str(path)!r} does not exist")
-    if not path.is_file():
-        raise ArtifactError(f"{str(path)!r} is not a file")
-    manifest = read_manifest(path)
-    if not isinstance(manifest, dict):
-        raise ArtifactError(
-            f"{str(path)!r} is not an edgepe artifact: no readable manifest at "
-            f"{str(manifest_path(path))!r} (artifacts come from 'edgepe export')"
-        )
-    check_fields(manifest, str(manifest_path(path)))
+    manifest = read(path)
+    _check_sha256(path, manifest)
+    return manifest
+
+
+def _sha256_refusal(path: Path) -> ArtifactError:
+    return ArtifactError(
+        f"{str(path)!r} does not match its manifest (sha256 differs): it was changed or "
+        "truncated after export; export it again"
+    )
+
+
+def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
+    from edgepe.manifest import open_regular
+
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != manifest["sha256"]:
-        raise ArtifactError(
-            f"{str(path)!r} does not match its manifest (sha256 differs): it was changed or "
-            "truncated after export; export it again"
-        )
-    return manifest
+        raise _sha256_refusal(path)
+
+
+def _read_checked(path: Path, manifest: Mapping[str, Any]) -> bytes:
+    """An ONNX artifact's bytes, matching its sha256, and its graph one edgepe could have
+    written (``edgepe.audit.check_untrusted``). The session is made from these very bytes, so
+    the file cannot change between the check and the load."""
+    import onnx
+
+    from edgepe.audit import check_untrusted
+    from edgepe.manifest import open_regular
+
+    with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+        raise _sha256_refusal(path)
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:  # noqa: BLE001 - any parse failure: not an ONNX artifact
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(f"{str(path)!r} is not a readable ONNX model ({first})") from None
+    check_untrusted(model, str(path))
+    return data
 
 
 def _is_int(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def check_fields(manifest: dict[str, Any], where: str) -> None:
-    """Refuse a manifest whose fields this module reads have the wrong type (names the field).
-
-    The artifact's sha256 guards the artifact, not the manifest: an edited manifest must give a
-    one-line ``ArtifactError``, never a crash.
-    """
-    missing = [key for key in REQUIRED if key not in manifest]
-    if missing:
-        raise ArtifactError(f"{where!r} is not an edgepe manifest: it lacks {', '.join(missing)}")
-
-    def bad(field: str, want: str):
-        value = manifest
-        for key in field.split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        return ArtifactError(f"{where!r}: {field} must be {want}, got {value!r}")
-
-    for key in ("scheme", "format", "mode", "dtype", "sha256"):
-        if not isinstance(manifest[key], str):
-            raise bad(key, "a string")
-    if manifest["kind"] not in ("pe", "rope", "bias"):
-        raise bad("kind", "pe, rope or bias")
-    from edgepe.schemes._registry import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT
-
-    if not (_is_int(manifest["max_len"], 1) and manifest["max_len"] <= MAX_LEN_LIMIT):
-        raise bad("max_len", f"an integer from 1 to {MAX_LEN_LIMIT}")
-    width, most = ("heads", HEADS_LIMIT) if manifest["kind"] == "bias" else ("d_model",
-                                                                             D_MODEL_LIMIT)
-    if not (_is_int(manifest.get(width), 1) and manifest[width] <= most):
-        raise bad(width, f"an integer from 1 to {most}")
-    if not isinstance(manifest["shape"], list):
-        raise bad("shape", "a list")
-    positions = manifest["positions"]
-    if not isinstance(positions, dict):
-        raise bad("positions", "an object with arity, limit and out_of_range")
-    arity = positions.get("arity")
-    if arity is not None and not (_is_int(arity, 1) and arity <= 64):
-        raise bad("positions.arity", "null or a coordinate count (1 to 64)")
-    if positions.get("limit") is not None and not _is_int(positions["limit"], 0):
-        raise bad("positions.limit", "null or a non-negative integer")
-    if not isinstance(manifest.get("params") or {}, dict):
-        raise bad("params", "an object")
-    quant = manifest.get("quant")
-    if quant is not None:
-        scale = quant.get("scale") if isinstance(quant, dict) else None
-        numbers = scale if isinstance(scale, list) else [scale]
-        if not numbers or not all(isinstance(v, int | float) and not isinstance(v, bool)
-                                  for v in numbers):
-            raise bad("quant.scale", "a number or a list of numbers")
-        if not isinstance(quant.get("zero_point", 0), int | list):
-            raise bad("quant.zero_point", "an integer")
 
 
 def check_positions(
@@ -477,7 +466,8 @@ def rotate(x: np.ndarray, pe: np.ndarray, layout: str = "interleaved",
 class OnnxRuntime(Runtime):
     """An ONNX artifact in one onnxruntime session, created here and reused by every call."""
 
-    def __init__(self, path: Path, manifest: Mapping[str, Any], providers=None) -> None:
+    def __init__(self, path: Path, manifest: Mapping[str, Any], providers=None,
+                 data: bytes | None = None) -> None:
         super().__init__(path, manifest)
         import onnxruntime as ort
 
@@ -486,7 +476,7 @@ class OnnxRuntime(Runtime):
         options.log_severity_level = 3  # warnings about node placement are the verifier's job
         try:
             self.session = ort.InferenceSession(
-                str(path), sess_options=options,
+                str(path) if data is None else data, sess_options=options,
                 providers=with_options(resolve_providers(providers)),
             )
         except BadParameterError:
@@ -505,6 +495,13 @@ class OnnxRuntime(Runtime):
             raise ArtifactError(
                 f"{str(path)!r} has inputs {self._inputs}; a '{self.kind}' artifact has {expected}"
             )
+        output = self.session.get_outputs()[0].shape
+        stated = manifest["shape"]
+        if not self.rotates and (len(output) != len(stated) or any(
+                isinstance(a, int) != isinstance(b, int) or (isinstance(a, int) and a != b)
+                for a, b in zip(output, stated, strict=False))):
+            raise ArtifactError(f"{str(path)!r} outputs shape {output}, but its manifest says "
+                                f"{stated}: refused")
         graph_shape = next(i.shape for i in self.session.get_inputs() if i.name == "positions")
         want = ["N"] if self._arity is None else ["N", self._arity]
         if self._per_row:
@@ -532,7 +529,13 @@ class OnnxRuntime(Runtime):
         feeds = {"positions": positions}
         if key_positions is not None:
             feeds["key_positions"] = key_positions
-        return self._run(feeds)
+        out = self._run(feeds)
+        want = ((self.width, len(positions), len(key_positions)) if key_positions is not None
+                else (len(positions), self.width))
+        if out.shape != want:
+            raise ArtifactError(f"{str(self.path)!r} returned shape {list(out.shape)} for "
+                                f"{len(positions)} positions; its manifest says {list(want)}")
+        return out
 
     def _rotate_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """An apply graph at per-row ``positions [B, S]`` (``x [B, S, d]`` gets a heads axis)."""
@@ -542,8 +545,18 @@ class OnnxRuntime(Runtime):
                 "[B, S] need --rope-graph apply-4d (or the encode graph)"
             )
         x4 = (x[:, None] if x.ndim == 3 else x).astype(np.float32, copy=False)
-        y = self.session.run([self._output], {"x": x4, "positions": rows})[0]
+        y = self._run({"x": x4, "positions": rows})
         return y.reshape(x.shape)
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The session's output; a graph that fails inside onnxruntime is an ``ArtifactError``
+        (one line, exit 2), not onnxruntime's own exception."""
+        try:
+            return self.session.run([self._output], feeds)[0]
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactError(f"{str(self.path)!r} failed inside onnxruntime: "
+                                f"{first}") from None
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The apply graph on ``x [..., S, d]``: leading axes folded into its batch axis."""
@@ -552,16 +565,11 @@ class OnnxRuntime(Runtime):
             y = self.session.run([self._output], {"x": x4, "positions": positions[None]})[0]
             return y.reshape(x.shape)
         batch = x.reshape(-1, *x.shape[-2:]).astype(np.float32, copy=False)
-        return self._run({"x": batch, "positions": positions}).reshape(x.shape)
-
-    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """The session's output for ``feeds``; a graph that fails inside onnxruntime (a damaged
-        or foreign artifact) is an ``ArtifactError`` naming the file, not onnxruntime's error."""
-        try:
-            return self.session.run([self._output], feeds)[0]
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ArtifactError(f"{str(self.path)!r} fails in onnxruntime: {first}") from None
+        y = self._run({"x": batch, "positions": positions})
+        if y.size != x.size:
+            raise ArtifactError(f"{str(self.path)!r} returned shape {list(y.shape)} for x of "
+                                f"shape {list(batch.shape)}")
+        return y.reshape(x.shape)
 
 
 class PteRuntime(Runtime):
@@ -571,10 +579,14 @@ class PteRuntime(Runtime):
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         super().__init__(path, manifest)
         from edgepe.export.pte import Program
+        from edgepe.manifest import open_regular
 
-        data = path.read_bytes()
+        # The program is made from these very bytes, checked against the sha256 again: the
+        # file cannot change between the check and the load.
+        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
+            data = f.read()
         if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
-            raise ArtifactError(f"{str(path)!r} changed after its sha256 was checked")
+            raise _sha256_refusal(path)
         self.program = Program(data, dict(manifest))
 
     def _encode(self, positions, key_positions):
@@ -686,6 +698,10 @@ def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
         )
     try:
         if manifest["format"] == "npy":
+            from edgepe.export.tables import read_npy_header
+
+            with open(path, "rb") as f:  # the header must be exactly what edgepe writes
+                read_npy_header(f, manifest, str(path))
             data = np.load(path, mmap_mode="r", allow_pickle=False)
         elif manifest["dtype"] == "bit":
             data = np.fromfile(path, dtype=np.uint8)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
+import onnx
 import pytest
 
 from edgepe.errors import OutputPathError
@@ -60,30 +62,51 @@ def test_stale_temporaries_of_the_target_are_cleaned(tmp_path):
 
 
 def test_identical_reexport_is_a_noop_and_other_inputs_need_force(tmp_path):
+    from edgepe.export import prepare
+
     out = tmp_path / "g.onnx"
     config = _config(out=out)
-    from edgepe.export.artifact import base_manifest
+    prepared = prepare(config)
+    write_artifact(out, prepared.write, prepared.manifest)
+    assert check_replace(out, prepare(config), force=False) is True
 
-    manifest = base_manifest(config, [16, 4], "float32")
-    write_artifact(out, lambda f: f.write(b"graph"), manifest)
-    assert check_replace(out, config, force=False) is True
-
-    other = ExportConfig(scheme=resolve("gray", 32), mode="compute", out=out)
+    other = prepare(ExportConfig(scheme=resolve("gray", 32), mode="compute", out=out))
     with pytest.raises(OutputPathError, match="--force"):
         check_replace(out, other, force=False)
     assert check_replace(out, other, force=True) is False
 
     # A tampered artifact is not "identical" even with the same inputs.
+    good = out.read_bytes()
     out.write_bytes(b"tampered")
     with pytest.raises(OutputPathError):
-        check_replace(out, config, force=False)
+        check_replace(out, prepared, force=False)
+
+    # Nor is one whose manifest was edited back to the command's inputs and re-signed (issue
+    # 23): the file AND the manifest must equal the rebuild.
+    model = onnx.load_from_string(good)
+    model.graph.initializer[0].raw_data = bytes(len(model.graph.initializer[0].raw_data))
+    tampered = model.SerializeToString()
+    out.write_bytes(tampered)
+    manifest = json.loads(manifest_path(out).read_text())
+    manifest["sha256"] = hashlib.sha256(tampered).hexdigest()
+    manifest_path(out).write_text(json.dumps(manifest))
+    with pytest.raises(OutputPathError, match="--force"):
+        check_replace(out, prepared, force=False)
+    # And a file left right but with an edited manifest.
+    out.write_bytes(good)
+    manifest["sha256"] = hashlib.sha256(good).hexdigest()
+    manifest_path(out).write_text(json.dumps({**manifest, "tolerance": {"atol": 1, "rtol": 1}}))
+    with pytest.raises(OutputPathError, match="--force"):
+        check_replace(out, prepared, force=False)
 
 
 def test_a_foreign_file_is_not_replaced_without_force(tmp_path):
+    from edgepe.export import prepare
+
     out = tmp_path / "notes.onnx"
     out.write_text("mine")
     with pytest.raises(OutputPathError, match="did not write"):
-        check_replace(out, _config(out=out), force=False)
+        check_replace(out, prepare(_config(out=out)), force=False)
     assert out.read_text() == "mine"
 
 

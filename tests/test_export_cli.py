@@ -121,7 +121,8 @@ def test_failed_parity_exits_1(tmp_path, monkeypatch):
         def __str__(self):
             return "parity FAILED for x: cpu FAILED: 3 of 64 elements beyond tolerance"
 
-    monkeypatch.setattr(api, "verify_artifact", lambda path, quick=False: Failed())
+    monkeypatch.setattr(api, "verify_artifact",
+                        lambda path, quick=False, **options: Failed())
     result = _invoke("export", "--scheme", "gray", "--max-len", "16", "--out",
                      str(tmp_path / "x.onnx"))
     assert result.exit_code == 1

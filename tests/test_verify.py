@@ -8,6 +8,7 @@ check the verdict, the exit code and that the report says where.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -125,6 +126,11 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
 
     report = verify_artifact(path, providers=["cpu"])
     assert not report and report.sha256_ok
+    # The rebuild fails first and names the edited initializer; then the (quick) sweep says
+    # what the edit does.
+    assert not report.rebuild.reproduced
+    assert re.search(r"the file differs from the rebuild at byte \d+ \(initializer \d+ "
+                     f"'{weights[0].name}'\\)", report.rebuild.difference)
     r = report.results[0]
     # positions 0..36 with bit 3 set: 8..15, 24..31 (16 of them), column 5 each, plus the probe
     assert r.mismatches >= 16
@@ -228,7 +234,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, binary_onnx, case):
     assert "Traceback" not in result.output
     assert not json_file.exists()
     expected = {"truncated": "not a valid ONNX model", "not-onnx": "not a valid ONNX model",
-                "no-manifest": "no manifest", "truncated-npy": "npy",
+                "no-manifest": "no readable manifest", "truncated-npy": "npy",
                 "short-bin": "bytes", "unknown-runtime": "available: cpu, ref",
                 "runtime-for-other-format": "available: cpu, ref",
                 "manifest-not-json": "not valid JSON", "unknown-scheme": "Did you mean 'gray'",
@@ -302,7 +308,9 @@ def test_chunks_bound_memory_and_give_the_same_result(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_module, "CHUNK_ELEMENTS", 16 * 64)
     monkeypatch.setattr(sweep_module, "_pe_chunk", spy)
     chunked = verify_artifact(path, providers=["cpu"]).results[0]
-    assert max(seen[:-1]) == 64 and len(seen) == 1 + -(-300 // 64)  # 5 chunks + the probe
+    chunks, singles = -(-300 // 64), len(sweep_module.single_positions(300))
+    assert max(seen[:chunks]) == 64 and len(seen) == chunks + 1 + singles  # + the probe
+    assert seen[chunks + 1:] == [1] * singles  # then one position a call
     assert chunked.elements == whole.elements and chunked.max_abs_err == whole.max_abs_err
     assert chunked.mean_abs_err == pytest.approx(whole.mean_abs_err, rel=1e-12)
 
@@ -367,18 +375,20 @@ def test_a_progress_bar_only_when_asked_or_on_a_terminal(binary_onnx, capfd):
     assert "verify on cpu" in capfd.readouterr().err
 
 
-def test_an_edited_c_header_fails_on_the_compiler_runtime(tmp_path):
+def test_an_edited_c_header_fails_its_rebuild_and_is_never_compiled(tmp_path):
     path = _export(tmp_path, "gray", 8, "g.h", mode="table", format="c", dtype="uint8")
     text = path.read_text()
     assert "    {0, 1, 1, 0},\n" in text  # row 4 = Gray code of 4 = 0b110, LSB first
     path.write_text(text.replace("    {0, 1, 1, 0},\n", "    {0, 1, 1, 1},\n"))
     _resign(path)
+    offset = text.index("    {0, 1, 1, 0},\n") + len("    {0, 1, 1, ")
     result = runner.invoke(app, ["verify", str(path)])
     assert result.exit_code == 1
-    assert "row 4 column 3: got 1, expected 0" in result.output
+    assert f"the file differs from the rebuild at byte {offset}" in result.output
+    assert "is not compiled" in result.output  # issue 23: only a rebuilt header is compiled
 
 
-def test_the_reference_uses_the_manifests_checkpoint_and_checks_its_hash(tmp_path):
+def test_a_checkpoint_artifact_needs_the_checkpoint_given_and_checks_its_hash(tmp_path):
     import torch
 
     from edgepe.api import make_config
@@ -389,13 +399,20 @@ def test_the_reference_uses_the_manifests_checkpoint_and_checks_its_hash(tmp_pat
     torch.save(build(config, seed=7).state_dict(), checkpoint)  # not the seed-0 weights
     out = tmp_path / "b.onnx"
     export(make_config(scheme="binary", max_len=37, d_model=8, checkpoint=checkpoint, out=out))
-    assert verify_artifact(out)  # rebuilt with the checkpoint, not with the seed
-    torch.save(build(config, seed=8).state_dict(), checkpoint)  # another file at that path
+    assert verify_artifact(out, checkpoint=checkpoint)  # rebuilt with it, not with the seed
+    recorded = sha256_file(checkpoint)
+    # Without --checkpoint the one needed is named by its sha256; the manifest's path (which
+    # exists) is never opened.
     result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 2 and recorded in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    other = tmp_path / "other.pt"
+    torch.save(build(config, seed=8).state_dict(), other)  # another checkpoint
+    result = runner.invoke(app, ["verify", str(out), "--checkpoint", str(other)])
     assert result.exit_code == 2
-    assert "does not match the manifest's sha256" in result.output
-    checkpoint.unlink()
-    result = runner.invoke(app, ["verify", str(out)])
+    assert "is not the one this artifact was exported from" in result.output
+    other.unlink()
+    result = runner.invoke(app, ["verify", str(out), "--checkpoint", str(other)])
     assert result.exit_code == 2 and "does not exist" in result.output
 
 

@@ -35,8 +35,9 @@ def command(
         "--positions", "-p", help="START:STOP[:STEP] or a list (default: 0 .. min(L, 256)-1).",
     )] = None,
     seed: Annotated[int, typer.Option(help="Seed of learned weights.")] = 0,
-    checkpoint: Annotated[Path | None, typer.Option(help="Weights to load (learned schemes).")]
-    = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="Weights to load (learned schemes); with --artifact --kind quant-error, the "
+             "checkpoint the artifact was exported from (by its recorded sha256).")] = None,
     checkpoint_key: Annotated[str | None, typer.Option(
         "--checkpoint-key", metavar="PREFIX",
         help="The encoding's prefix in a whole model's state_dict.")] = None,
@@ -51,7 +52,7 @@ def command(
     if artifact is not None:
         given = [name for name, value in (("--scheme", scheme), ("--max-len", max_len),
                                           ("--d-model", d_model), ("--heads", heads),
-                                          ("--param", param), ("--checkpoint", checkpoint),
+                                          ("--param", param),
                                           ("--checkpoint-key", checkpoint_key))
                  if value]
         if given or seed:

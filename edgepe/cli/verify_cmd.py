@@ -2,8 +2,9 @@
 
 Prints one table row per runtime (max/mean absolute and max relative error, mismatching elements,
 tolerance, where the nodes ran, pass/fail), the first mismatching elements, and placement notes.
-Exit 0 when everything passed, 1 when a comparison, the sha256 or ``--strict-placement`` failed,
-2 on bad input (no manifest, a truncated or non-ONNX file, an unknown runtime).
+Exit 0 when everything passed, 1 when the rebuild, a comparison, the sha256 or
+``--strict-placement`` failed, 2 on bad input (no manifest, a truncated or non-ONNX file, an
+unknown runtime, a checkpoint-based artifact without its ``--checkpoint``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def command(
     quick: Annotated[bool, typer.Option(
         "--quick", help="Only the first 4096 positions and a small probe, on the default "
                         "runtime.")] = False,
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", metavar="FILE",
+        help="The checkpoint a checkpoint-based artifact was exported from (its sha256 must be "
+             "the recorded one); no path from a manifest is ever opened.")] = None,
 ) -> None:
     """Verify an artifact against its PyTorch reference on each runtime."""
     from rich.console import Console
@@ -50,7 +55,7 @@ def command(
         check_not_input(json_file, [path], "--json")
     report = verify_artifact(path, providers=names, quick=quick,
                              json_path=None if to_stdout else json_file,
-                             strict_placement=strict_placement,
+                             strict_placement=strict_placement, checkpoint=checkpoint,
                              progress=False if quiet else None)  # a bar only on a terminal
     if to_stdout:
         from edgepe.verify.report import to_json

@@ -18,7 +18,6 @@ from edgepe.export.artifact import (
     check_replace,
     check_writable,
     default_out,
-    read_manifest,
     target_lock,
     validate_choices,
     write_artifact,
@@ -58,7 +57,9 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     prepared = prepare(config)
     # One export of a PATH at a time; it also finishes one that was killed mid-commit.
     with target_lock(out):
-        if check_replace(out, config, force):
-            return ExportResult(out, read_manifest(out), unchanged=True)
+        if check_replace(out, prepared, force):
+            from edgepe.manifest import read
+
+            return ExportResult(out, read(out), unchanged=True)
         manifest = write_artifact(out, prepared.write, prepared.manifest)
     return ExportResult(out, manifest)

@@ -9,7 +9,6 @@ of one, and concurrent exports of one PATH never clobber each other's files.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -21,6 +20,8 @@ from edgepe import __version__
 from edgepe.errors import BadParameterError, OutputPathError
 from edgepe.export.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
 from edgepe.export.commit import cannot_write, target_lock, write_pair, write_temp
+from edgepe.manifest import dumps as dumps_manifest
+from edgepe.manifest import path_for as manifest_path
 from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
@@ -141,10 +142,6 @@ def infer_format(out: Path | None, given: str | None) -> str:
     return given
 
 
-def manifest_path(path: str | Path) -> Path:
-    return Path(str(path) + ".json")
-
-
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -193,19 +190,6 @@ def position_limit(config: ExportConfig) -> int | None:
         limits.append(LOWERING_LIMITS.get(config.lowering))
     known = [limit for limit in limits if limit is not None]
     return min(known) if known else None
-
-
-def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:
-    """Canonical JSON: sorted keys, no timestamps, so exports are byte-identical."""
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-
-
-def read_manifest(path: str | Path) -> dict[str, Any] | None:
-    """The manifest next to ``path``, or ``None`` when there is none or it is not JSON."""
-    try:
-        return json.loads(manifest_path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def check_writable(out: Path, option: str = "--out") -> None:
@@ -292,25 +276,29 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def check_replace(out: Path, config: ExportConfig, force: bool) -> bool:
+def check_replace(out: Path, prepared: Prepared, force: bool) -> bool:
     """Whether ``out`` already holds this exact export (then exporting again is a no-op).
 
-    "This exact export": the same inputs, written by this edgepe version (another version may
-    build other bytes from them), and the file still the one its manifest hashed. ``force``
-    always writes (an export is deterministic: the same bytes again, or the new ones). An
-    existing file made from other inputs, or that is not an edgepe artifact, is only replaced
-    with ``force``.
+    "This exact export": the file's bytes AND its manifest equal what ``prepared`` builds now
+    (``edgepe.rebuild.compare``), so a tampered file whose manifest was edited back to the
+    command's inputs is not kept (issue 23). ``force`` always writes (an export is
+    deterministic: the same bytes again, or the new ones). An existing file made from other
+    inputs, or that is not an edgepe artifact, is only replaced with ``force``.
     """
     if not out.exists() or force:
         return False
-    existing = read_manifest(out)
-    if existing is not None and existing.get("edgepe_version") == __version__ and existing.get(
-        "inputs"
-    ) == json.loads(dumps_manifest(config.inputs())):
-        from edgepe.checkpoint import sha256_file
+    from edgepe.errors import ArtifactError
+    from edgepe.manifest import open_regular, read
+    from edgepe.rebuild import compare
 
-        if existing.get("sha256") == sha256_file(out):
-            return True
+    try:
+        existing = read(out)
+    except ArtifactError:
+        existing = None
+    if existing is not None:
+        with open(open_regular(out, "artifact"), "rb", closefd=True) as f:
+            if compare(f, out, existing, prepared)[0] is None:
+                return True
     what = "an artifact made from other inputs" if existing else "a file edgepe did not write"
     raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
 

@@ -186,6 +186,39 @@ def prepared_table(config: ExportConfig, module) -> tuple[dict[str, Any], str, A
     return table_fields(config, dtype, size, section), dtype, quant
 
 
+def npy_header(dtype: str, rows: int, cols: int) -> dict[str, Any]:
+    """The NumPy header edgepe writes for a table: explicit little-endian ``descr``, C order,
+    ``[rows, cols]`` (a bit-packed table: the 1-D byte stream)."""
+    shape = (-(-rows * cols // 8),) if dtype == "bit" else (rows, cols)
+    return {"descr": NUMPY_DTYPES[dtype], "fortran_order": False, "shape": shape}
+
+
+def read_npy_header(f: BinaryIO, manifest: dict[str, Any], where: str) -> np.dtype:
+    """Read the header of an npy table from ``f`` (left at the data) and refuse one that is not
+    exactly what edgepe writes for ``manifest`` (``npy_header``): a Fortran-order header over
+    row-major bytes, another byte order, dtype or shape is read differently by different
+    readers (issue 23). Returns the stored dtype."""
+    from edgepe.errors import ArtifactError
+
+    rows, cols = (int(n) for n in manifest["shape"])
+    want = npy_header(manifest["dtype"], rows, cols)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read(f)
+    except (ValueError, OSError, SyntaxError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ArtifactError(f"{where!r} is not a readable .npy table (truncated?): "
+                            f"{first}") from None
+    got = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": fortran,
+           "shape": tuple(shape)}
+    if got != want:
+        raise ArtifactError(f"{where!r} has the npy header {got}; edgepe writes {want} for its "
+                            "manifest: refused")
+    return dtype
+
+
 def prepare(config: ExportConfig, module) -> Prepared:
     """The npy or bin artifact of ``config``'s table (``--mode table`` only)."""
     if config.mode != "table":
@@ -198,9 +231,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
 
     def write(f: BinaryIO) -> None:
         if config.format == "npy":
-            shape = (manifest["layout"]["data_bytes"],) if dtype == "bit" else (rows, cols)
-            header = {"descr": NUMPY_DTYPES[dtype], "fortran_order": False, "shape": shape}
-            np.lib.format.write_array_header_1_0(f, header)
+            np.lib.format.write_array_header_1_0(f, npy_header(dtype, rows, cols))
         for data in data_chunks(config, module, dtype, quant):
             f.write(data)
 

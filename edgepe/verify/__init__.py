@@ -1,10 +1,19 @@
-"""The parity verifier: an artifact against its PyTorch reference, on every runtime it targets.
+"""The verifier: an artifact rebuilt, then checked against its PyTorch reference on each runtime.
 
-``verify_artifact(path)`` reads the manifest (``PATH.json``), checks that the file is the format
-it claims (else ``ArtifactError``, exit 2), checks its sha256 (a mismatch is its own failure),
-rebuilds the reference from the manifest, runs the artifact over every position
-``0 .. max_len - 1`` plus an extrapolation probe on each runtime, and returns a ``Report``.
-Bad input raises an ``EdgepeError``; a failed comparison does not raise: the report is falsy.
+``verify_artifact(path)`` reads the manifest (``edgepe.manifest.read``: untrusted, bounded),
+checks that the file is the format it claims (else ``ArtifactError``, exit 2), then REBUILDS the
+artifact from the manifest's recorded inputs with the running edgepe (``edgepe.rebuild``): exports
+are deterministic, so the file must be byte-identical to the rebuild and its manifest equal to the
+rebuilt one. A difference fails the report and says where; the parity still runs, bounded to
+the quick sweep, to show what the difference does, but a C header is then never compiled. An
+artifact written by another edgepe version is not compared byte for byte: it is verified
+numerically only and the report says "not reproduced".
+
+The numeric check runs the artifact over every position ``0 .. max_len - 1``, single-position
+calls and an extrapolation probe on each runtime, against the scheme module's ``encode`` (never
+the table builder that wrote the file), with the tolerance of the registry and the bound of the
+quantiser's proof as the rebuild states them (never the file's manifest). Bad input raises an
+``EdgepeError``; a failed comparison does not raise: the report is falsy.
 """
 
 from __future__ import annotations
@@ -23,13 +32,12 @@ from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
 __all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
 
-REQUIRED = ("scheme", "max_len", "format", "mode", "dtype", "shape", "sha256")
-TABLE_DTYPES = ("float32", "float16", "uint8", "int8", "bit")  # what npy/bin tables store
 
 
 @dataclass
 class Report:
-    """The outcome of one verification: truthy iff the sha256 matched and every runtime passed."""
+    """The outcome of one verification: truthy iff the rebuild matched (or, for another
+    version's artifact, found nothing looser), the sha256 matched and every runtime passed."""
 
     artifact: str
     manifest: dict[str, Any]
@@ -37,6 +45,11 @@ class Report:
     sha256_actual: str
     results: list[CompareResult] = field(default_factory=list)
     quick: bool = False
+    rebuild: Any = None  # edgepe.rebuild.Rebuilt
+
+    @property
+    def rebuild_ok(self) -> bool:
+        return self.rebuild is not None and self.rebuild.ok
 
     @property
     def sha256_ok(self) -> bool:
@@ -44,13 +57,14 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return self.sha256_ok and bool(self.results) and all(self.results)
+        return (self.rebuild_ok and self.sha256_ok and bool(self.results)
+                and all(self.results))
 
     def __bool__(self) -> bool:
         return self.passed
 
     def __str__(self) -> str:
-        parts = []
+        parts = [] if self.rebuild is None else [str(self.rebuild)]
         if not self.sha256_ok:
             parts.append(
                 f"sha256 {self.sha256_actual[:12]} != manifest {self.sha256_expected[:12]}"
@@ -79,86 +93,14 @@ class Report:
             "dtype": m.get("dtype"),
             "max_len": m.get("max_len"),
             "quick": self.quick,
+            "rebuild": None if self.rebuild is None else {
+                "reproduced": self.rebuild.reproduced, "passed": self.rebuild.ok,
+                "same_version": self.rebuild.same_version,
+                "difference": self.rebuild.difference, "note": self.rebuild.note or None},
             "sha256": {"expected": self.sha256_expected, "actual": self.sha256_actual,
                        "passed": self.sha256_ok},
             "results": [r.as_dict() for r in self.results],
         }
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest at ``PATH.json`` with the fields verification needs, else ``ArtifactError``."""
-    import json
-
-    from edgepe.export.artifact import manifest_path
-
-    mpath = manifest_path(path)
-    if not path.is_file():
-        raise ArtifactError(f"{str(path)!r} does not exist or is not a file")
-    if not mpath.is_file():
-        raise ArtifactError(
-            f"{str(path)!r} has no manifest at {str(mpath)!r}: it is not an edgepe artifact "
-            "(export it with 'edgepe export')"
-        )
-    try:
-        manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ArtifactError(f"manifest {str(mpath)!r} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise ArtifactError(f"manifest {str(mpath)!r} is not a JSON object")
-    _check_fields(manifest, mpath)
-    return manifest
-
-
-def _check_fields(manifest: dict[str, Any], mpath: Path) -> None:
-    """Refuse a manifest whose fields cannot describe an artifact (names the field)."""
-    missing = [k for k in REQUIRED if k not in manifest]
-    if missing:
-        raise ArtifactError(f"manifest {str(mpath)!r} lacks {', '.join(missing)}")
-    for key in ("scheme", "format", "mode", "dtype", "sha256"):
-        if not isinstance(manifest[key], str):
-            raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be a string, "
-                                f"got {manifest[key]!r}")
-    if manifest["format"] not in ("onnx", "npy", "bin", "c", "pte"):
-        raise ArtifactError(
-            f"manifest {str(mpath)!r} has format {manifest['format']!r}; "
-            "edgepe verifies onnx, npy, bin, c and pte"
-        )
-    if manifest["mode"] not in ("compute", "table") or (
-            manifest["format"] in ("npy", "bin") and manifest["mode"] != "table"):
-        raise ArtifactError(f"manifest {str(mpath)!r}: mode {manifest['mode']!r} does not fit "
-                            f"format {manifest['format']!r} (npy and bin hold tables)")
-    if manifest["format"] in ("npy", "bin", "c") and manifest["mode"] == "table":  # a table file
-        shape = manifest["shape"]
-        if not (isinstance(shape, list) and len(shape) == 2
-                and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
-            raise ArtifactError(f"manifest {str(mpath)!r}: a table's shape must be two positive "
-                                f"integers [rows, cols], got {shape!r}")
-    for key, types, what in (
-        ("params", (dict, type(None)), "an object"),
-        ("checkpoint", (dict, type(None)), "null or an object with path and sha256"),
-        ("seed", (int, type(None)), "an integer"),
-        ("tolerance", (dict, type(None)), "an object with rtol and atol"),
-        ("quant", (dict, type(None)), "null or an object"),
-        ("positions", (dict, type(None)), "an object"),
-    ):
-        value = manifest.get(key)
-        if not isinstance(value, types) or isinstance(value, bool):
-            raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be {what}, got {value!r}")
-    numbers = [(f"{section}.{k}", (manifest.get(section) or {}).get(k))
-               for section, keys in (("tolerance", ("rtol", "atol")),
-                                     ("quant", ("bound", "bound_all_positions")),
-                                     ("positions", ("limit",)))
-               for k in keys]
-    for key, value in numbers:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not 0 <= value < float("inf")):
-            raise ArtifactError(f"manifest {str(mpath)!r}: {key} must be a finite number >= 0, "
-                                f"got {value!r}")
-    if manifest.get("checkpoint") and not isinstance(manifest["checkpoint"].get("path"), str):
-        raise ArtifactError(f"manifest {str(mpath)!r}: checkpoint.path must be a string")
-    if manifest["format"] in ("npy", "bin") and manifest["dtype"] not in TABLE_DTYPES:
-        raise ArtifactError(f"manifest {str(mpath)!r}: dtype {manifest['dtype']!r} is not one of "
-                            f"{', '.join(TABLE_DTYPES)}")
 
 
 def tolerance_for(manifest: dict[str, Any], probe: bool = False) -> Tolerance:
@@ -214,7 +156,14 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
     if fmt == "onnx":
         import onnx
 
+        from edgepe.audit import check_untrusted
         from edgepe.verify.onnx_table import split_table
+
+        def refuse(exc: Exception) -> ArtifactError:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return ArtifactError(
+                f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
+            )
 
         split = split_table(path, manifest)  # a streamed table: checked without loading it
         try:
@@ -222,15 +171,17 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
                 onnx.checker.check_model(split.checkable())
                 model = split.model
             else:
-                # The checker reads the path itself (in C++): passing it the loaded model
-                # would serialise a second copy of a large table graph.
-                onnx.checker.check_model(str(path))
-                model = onnx.load(path)
+                model = onnx.load(path, load_external_data=False)  # opens no path it names
         except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ArtifactError(
-                f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
-            ) from None
+            raise refuse(exc) from None
+        check_untrusted(model, str(path))
+        if split is None:
+            try:
+                # The checker reads the path itself (in C++): passing it the loaded model
+                # would serialise a second copy of the graph. No external data is left to follow.
+                onnx.checker.check_model(str(path))
+            except Exception as exc:  # noqa: BLE001 - any checker failure: not a model
+                raise refuse(exc) from None
         if not model.graph.output or "positions" not in [i.name for i in model.graph.input]:
             raise ArtifactError(f"{str(path)!r} is an ONNX model but not an edgepe graph: "
                                 "it has no 'positions' input")
@@ -251,16 +202,15 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
     # A table's [rows, cols]; a C compute header's shape is its graph's (["N", D]): unused here.
     rows, cols = (int(s) for s in manifest["shape"]) if manifest["mode"] == "table" else (0, 0)
     if fmt == "npy":
-        try:
-            table = np.load(path, mmap_mode="r", allow_pickle=False)
-        except Exception as exc:  # noqa: BLE001
-            raise ArtifactError(f"{str(path)!r} is not a readable .npy table "
-                                f"(truncated?): {exc}") from None
-        # A bit-packed npy is the 1-D uint8 stream of ceil(rows * cols / 8) bytes.
-        shape = (-(-rows * cols // 8),) if manifest["dtype"] == "bit" else (rows, cols)
-        if tuple(table.shape) != shape:
-            raise ArtifactError(f"{str(path)!r} holds shape {list(table.shape)}; its manifest "
-                                f"describes {list(shape)}")
+        from edgepe.export.tables import read_npy_header
+
+        with path.open("rb") as f:  # the header must be exactly what edgepe writes
+            dtype = read_npy_header(f, manifest, str(path))
+            data = path.stat().st_size - f.tell()
+        size = -(-rows * cols // 8) if manifest["dtype"] == "bit" else rows * cols * dtype.itemsize
+        if data != size:
+            raise ArtifactError(f"{str(path)!r} holds {data} data bytes; its header describes "
+                                f"{size} (truncated?)")
     elif fmt == "bin":
         dtype = manifest["dtype"]
         size = -(-rows * cols // 8) if dtype == "bit" else rows * cols * np.dtype(dtype).itemsize
@@ -283,8 +233,10 @@ def verify_artifact(
     json_path=None,
     progress: bool | None = None,
     strict_placement: bool = False,
+    checkpoint=None,
+    rebuild: bool = True,
 ) -> Report:
-    """Verify the artifact at ``path`` against its reference; see the module docstring.
+    """Verify the artifact at ``path``: rebuild, then parity; see the module docstring.
 
     ``providers``: runtime names (``cpu``, ``cuda``, ``ref``, ``c``, ``file``, ...); ``None``
     means the format's defaults (ONNX: ``cpu`` and ``ref``; tables: ``file``; C: ``c``).
@@ -294,13 +246,18 @@ def verify_artifact(
     ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never; inside an
     ``edgepe.progress.reporting`` block (``edgepe export``'s quick check), that block decides.
     ``strict_placement``: fail a GPU provider on which some nodes ran on the CPU.
+    ``checkpoint``: the checkpoint a checkpoint-based artifact was exported from (its sha256
+    must be the recorded one; without it such an artifact is a ``CheckpointError`` naming it).
+    ``rebuild=False`` only for an artifact this process has just written from its manifest's
+    inputs (``edgepe.api.export``'s quick check): the second build is skipped.
 
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
     the artifact in memory at a time.
     """
+    from edgepe import rebuild as rb
     from edgepe.checkpoint import sha256_file
+    from edgepe.manifest import read
     from edgepe.verify import runtimes as rt
-    from edgepe.verify.sweep import in_range_total, onnx_chunks, reference_module, table_chunks
 
     path = Path(path)
     if json_path is not None:
@@ -310,7 +267,7 @@ def verify_artifact(
     from edgepe.export.commit import recover
 
     recover(path)  # an export killed between its two renames: settle to a matching pair first
-    manifest = read_manifest(path)
+    manifest = read(path)
     fmt = manifest["format"]
     names = rt.resolve_runtimes(
         list(providers) if providers else rt.default_runtimes(fmt, quick), fmt
@@ -321,10 +278,30 @@ def verify_artifact(
         # onnxruntime's contrib ops (com.microsoft.RotaryEmbedding) is checked on onnxruntime.
         names.remove(rt.REF)
     report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
-    config, module = reference_module(manifest, path)
-    tolerance = tolerance_for(manifest)
-    probe_tolerance = tolerance_for(manifest, probe=True)
-    by_position = fmt in ("onnx", "pte") or manifest["mode"] == "compute"
+    report.rebuild = rebuilt = (rb.rebuild if rebuild else rb.just_built)(path, manifest,
+                                                                         checkpoint)
+    # Parity runs after a failed rebuild too, to say what the difference does, but bounded to
+    # the quick sweep (an edited max_len must not make it run for ever); a C header that is not
+    # the rebuild is never compiled (runtimes.CRuntime).
+    _parity(report, path, rebuilt, names, inputs, quick or not rebuilt.ok, progress,
+            strict_placement)
+    if json_path is not None:
+        from edgepe.verify.report import write_json
+
+        write_json(report, json_path)
+    return report
+
+
+def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placement) -> None:
+    """Every runtime over the sweep, against the rebuilt reference module and tolerances."""
+    from edgepe.verify.sweep import in_range_total, onnx_chunks, table_chunks
+
+    manifest = report.manifest
+    config, module = rebuilt.config.scheme, rebuilt.module
+    # The registry's tolerance and the quantiser's proven bound, as the rebuild states them.
+    tolerance = tolerance_for(rebuilt.manifest)
+    probe_tolerance = tolerance_for(rebuilt.manifest, probe=True)
+    by_position = manifest["format"] in ("onnx", "pte") or manifest["mode"] == "compute"
     shape = tuple(int(s) for s in manifest["shape"]) if not by_position else None
 
     def chunks():
@@ -336,19 +313,14 @@ def verify_artifact(
     with reporting(sys.stderr.isatty() if progress is None else progress, force=bool(progress)):
         for name in names:
             result = _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance,
-                                by_position, track(f"verify on {name}", total))
+                                by_position, track(f"verify on {name}", total), rebuilt)
             if result.placement is not None:
                 _audit_placement(result, result.placement, strict_placement)
             report.results.append(result)
-    if json_path is not None:
-        from edgepe.verify.report import write_json
-
-        write_json(report, json_path)
-    return report
 
 
 def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_position,
-               advance) -> CompareResult:
+               advance, rebuilt) -> CompareResult:
     """One runtime over every chunk: graphs and C compute headers evaluate positions
     (``run(feeds)``), table files and C tables give rows (``rows(start, stop)``)."""
     from edgepe.verify import runtimes as rt
@@ -358,10 +330,10 @@ def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_posi
     runtime = None
     try:
         if by_position:
-            runtime = rt.open_positions_runtime(name, path, manifest)
+            runtime = rt.open_positions_runtime(name, path, manifest, rebuilt)
         else:
-            runtime = rt.CRuntime(path, manifest) if name == rt.C else rt.FileRuntime(path,
-                                                                                       manifest)
+            runtime = rt.CRuntime(path, manifest, rebuilt) if name == rt.C else rt.FileRuntime(
+                path, manifest)
     except Exception as exc:  # noqa: BLE001 - a runtime that refuses the artifact fails it
         _reraise_bad_input(exc)
         comparison.fail(f"could not load the artifact: {_first_line(exc)}")

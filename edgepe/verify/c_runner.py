@@ -232,7 +232,7 @@ def run_c_header(
     """Compile a program around ``header`` with ``COMPILE_FLAGS + flags``, run it on
     ``positions`` and return what it printed (see ``run_program`` for shapes and dtypes).
 
-    ``manifest`` is the header's manifest (``edgepe.export.artifact.read_manifest``).
+    ``manifest`` is the header's manifest (``edgepe.manifest.read``).
     """
     with tempfile.TemporaryDirectory(prefix="edgepe-c-") as tmp:
         exe = compile_program(header, manifest, tmp, flags)

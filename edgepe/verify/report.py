@@ -58,6 +58,11 @@ def render(report, console) -> None:
                          justify="right" if column in (*errors, "positions", "mismatching")
                          else "left")
     sha = "ok" if report.sha256_ok else "MISMATCH"
+    rebuilt = report.rebuild
+    if rebuilt is not None:
+        state = ("[green]PASS[/]" if rebuilt.reproduced else
+                 "[yellow]not reproduced[/]" if rebuilt.ok else "[red]FAIL[/]")
+        table.add_row("rebuild", "", "", "", "", "", "", "", "", state)
     table.add_row("sha256", "", "", "", "", "", "", "", "",
                   "[green]PASS[/]" if report.sha256_ok else f"[red]FAIL[/] ({sha})")
     for r in report.results:
@@ -69,6 +74,9 @@ def render(report, console) -> None:
                       _num(r.max_rel_err), _num(r.mean_rel_err), f"{r.mismatches} of {r.elements}",
                       str(r.tolerance), _placement(r.placement), verdict)
     console.print(table)
+    if rebuilt is not None and not rebuilt.reproduced:
+        console.print(f"rebuild: {rebuilt.difference or rebuilt.note}", highlight=False,
+                      markup=False)
     if not report.sha256_ok:
         console.print(f"sha256: the file hashes to {report.sha256_actual}, the manifest says "
                       f"{report.sha256_expected}: it is not the artifact its manifest describes",

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import BadParameterError, ParityError
 from edgepe.runtime import with_options
 
 # Short names for onnxruntime's providers; anything else matches its full name or the name
@@ -315,10 +315,13 @@ class FileRuntime:
         self.bit = manifest["dtype"] == "bit"
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         if manifest["format"] == "npy":
-            version = np.lib.format.read_magic(self._file)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            _, _, self.dtype = read_header(self._file)
+            from edgepe.export.tables import read_npy_header
+
+            try:
+                self.dtype = read_npy_header(self._file, manifest, str(path))
+            except BaseException:
+                self._file.close()
+                raise
         else:
             self.dtype = np.dtype(np.uint8 if self.bit else manifest["dtype"]).newbyteorder("<")
         self._offset = self._file.tell()
@@ -372,9 +375,14 @@ class CRuntime:
     name = C
     placement = None
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], rebuilt) -> None:
         from edgepe.verify import c_runner
 
+        # No code from an artifact runs unless it was rebuilt byte for byte (issue 23): a header
+        # another version wrote, or one that differs, is never compiled.
+        if rebuilt is None or not rebuilt.reproduced:
+            raise ParityError(f"{str(path)!r} is not compiled: only a C header whose bytes equal "
+                              "the rebuild is ever compiled and run")
         self.manifest = manifest
         self._tmp = tempfile.TemporaryDirectory(prefix="edgepe-verify-c-")
         try:
@@ -400,15 +408,17 @@ class CRuntime:
         self._tmp.cleanup()
 
 
-def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any]):
+def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebuilt=None):
     """A runtime that evaluates positions: an onnxruntime provider, ``ref``, or a C compute
-    header (``c``)."""
+    header (``c``, only when ``rebuilt`` says its bytes equal the rebuild)."""
     if name == C:
-        return CRuntime(path, manifest)
+        return CRuntime(path, manifest, rebuilt)
     if name == EXECUTORCH:
         from edgepe.export.pte import Program
+        from edgepe.manifest import open_regular
 
-        return Program(path.read_bytes(), manifest)
+        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
+            return Program(f.read(), manifest)
     from edgepe.verify.onnx_table import split_table
 
     return open_onnx(name, path, split_table(path, manifest))

@@ -1,13 +1,16 @@
 """What a verification checks: the reference, the inputs in chunks, the extrapolation probe.
 
-- ``reference_module`` rebuilds the PyTorch reference from a manifest (scheme, sizes, params,
-  seed, and the checkpoint at the manifest's path, checked against its sha256).
+- The reference module is the rebuild's (``edgepe.rebuild``): the scheme, sizes, params, seed
+  and checkpoint the manifest records, built by the running edgepe.
 - ``onnx_chunks`` yields the graph's inputs over every position ``0 .. max_len - 1`` (bias
   schemes: the query x key grid, or every distance when the grid is too big; multi-index schemes:
   the full coordinate grid when small, else every coordinate value in every column), then the
   extrapolation probe, each with the reference outputs under the artifact's out-of-range policy
-  (tables clamp: ``table_reference``; compute graphs follow the scheme).
-- ``table_chunks`` yields row ranges of a table with the reference rows (``table_rows``).
+  (tables clamp: ``table_reference``; compute graphs follow the scheme); then single-position
+  calls (``N == 1``, and one query x one key for bias schemes): a graph may be wrong only there.
+- ``table_chunks`` yields row ranges of a table with the reference rows (``encoded_rows``): the
+  scheme's ``encode`` at the documented index mapping, never the table builder that wrote the file
+  (``edgepe.export.table_values.table_rows``), so a wrong mapping there is caught (issue 23).
 
 Every chunk holds at most ``CHUNK_ELEMENTS`` output elements and ``CHUNK_POSITIONS`` positions,
 so memory stays bounded whatever ``max_len`` is.
@@ -17,17 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgepe.errors import ArtifactError, CheckpointError
+from edgepe.errors import ArtifactError
 
 CHUNK_ELEMENTS = 1 << 20
 CHUNK_POSITIONS = 65536
 QUICK_POSITIONS = 4096
 GRID_LIMIT = 1 << 16  # multi-index and bias grids up to this many cells are checked in full
+SINGLES = 16  # single-position calls: first, second, last, middle, and seeded ones in range
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -42,35 +45,6 @@ class Chunk:
     probe: bool = False
     progress: int = 0  # in-range positions (queries, rows) it covers, for the progress bar
     start: int = 0  # tables: the first row
-
-
-def reference_module(manifest: dict[str, Any], artifact: Path):
-    """The scheme config and reference module the manifest describes."""
-    from edgepe.checkpoint import sha256_file
-    from edgepe.schemes import build, resolve
-
-    config = resolve(manifest["scheme"], manifest["max_len"], manifest.get("d_model"),
-                     manifest.get("heads"), manifest.get("params") or {})
-    checkpoint = manifest.get("checkpoint")
-    path = None
-    if checkpoint:
-        path = Path(checkpoint["path"])
-        if not path.is_absolute() and not path.exists() and (artifact.parent / path).exists():
-            path = artifact.parent / path  # a checkpoint shipped next to the artifact
-        if not path.is_file():
-            raise CheckpointError(
-                f"the manifest's checkpoint {checkpoint['path']!r} does not exist: the reference "
-                "cannot be rebuilt without it"
-            )
-        expected = checkpoint.get("sha256")
-        if expected and sha256_file(path) != expected:
-            raise CheckpointError(
-                f"checkpoint {str(path)!r} does not match the manifest's sha256 "
-                f"{expected[:12]}...: it is not the checkpoint this artifact was exported from"
-            )
-    return config, build(config, seed=int(manifest.get("seed") or 0),
-                         checkpoint=None if path is None else str(path),
-                         checkpoint_key=(checkpoint or {}).get("key"))
 
 
 def probe_values(config, limit: int | None, count: int, seed: int = 0) -> np.ndarray:
@@ -155,6 +129,18 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
             positions = np.arange(start, min(start + step, stop), dtype=np.int64)
             yield _pe_chunk(ref, positions, col)
         yield _pe_chunk(ref, probe, col, probe=True)
+        for position in single_positions(stop):
+            yield _pe_chunk(ref, position[None], col)
+
+
+def single_positions(stop: int) -> np.ndarray:
+    """Up to ``SINGLES`` positions in ``0 .. stop - 1`` for single-position calls: the first,
+    second, middle and last, and seeded random ones (a decoder asks for one token at a time)."""
+    rng = np.random.default_rng(1)
+    fixed = [0, 1, stop // 2, stop - 1]
+    picks = rng.integers(0, stop, SINGLES - len(fixed)) if stop > 0 else []
+    values = sorted({int(v) for v in [*fixed, *picks] if 0 <= v < stop})
+    return np.asarray(values, dtype=np.int64)
 
 
 def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
@@ -215,6 +201,8 @@ def _multi_chunks(config, ref, stop, probe, col, module) -> Iterator[Chunk]:
     for start in range(0, len(rows), step):
         yield _multi_chunk(ref, rows[start: start + step], col)
     yield _multi_chunk(ref, np.concatenate(probes), col, probe=True)
+    for index in single_positions(len(rows)):
+        yield _multi_chunk(ref, rows[index][None], col)
 
 
 def _multi_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chunk:
@@ -246,6 +234,9 @@ def _bias_chunks(config, ref, stop, probe, quick) -> Iterator[Chunk]:
     yield _bias_chunk(ref, probe, inside, probe=True)
     yield _bias_chunk(ref, inside, probe, probe=True)
     yield _bias_chunk(ref, probe, probe, probe=True)
+    for query in single_positions(stop):  # one query against every key, and one key alone
+        yield _bias_chunk(ref, query[None], all_keys)
+        yield _bias_chunk(ref, query[None], query[None])
 
 
 def _bias_chunk(ref, queries: np.ndarray, keys: np.ndarray, probe: bool = False) -> Chunk:
@@ -272,7 +263,7 @@ def in_range_total(config, manifest: dict[str, Any], quick: bool) -> int:
 
 def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterator[Chunk]:
     """Row ranges of a table (``chunk.start``, ``chunk.positions`` rows) with the reference."""
-    from edgepe.export.table_values import table_rows, table_shape
+    from edgepe.export.table_values import table_shape
 
     expected_shape = table_shape(config)
     if tuple(shape) != tuple(expected_shape):
@@ -294,5 +285,43 @@ def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterato
                 return f"row {row} (distance {row - (config.max_len - 1)}) head {column}"
             return f"row {row} column {column}"
 
-        yield Chunk({}, table_rows(config, module, start, end), where, end - start,
+        yield Chunk({}, encoded_rows(config, module, start, end), where, end - start,
                     progress=end - start, start=start)
+
+
+def encoded_rows(config, module, start: int, stop: int) -> np.ndarray:
+    """Rows ``start .. stop - 1`` of a scheme's table, float32, from its ``encode`` alone at the
+    documented mapping (``edgepe.export.table_values``'s docstring; written independently of its
+    ``table_rows``): a pe/rope row is the position; a bias row ``r`` is the distance
+    ``d = r - (max_len - 1)``, read as query ``d``/key 0 when ``d >= 0`` and query 0/key ``-d``
+    otherwise; a multi-index row ``p`` holds the bits of coordinate ``p``: the columns that
+    ``encode`` gives one coordinate (every coordinate set to ``p``, read at that coordinate's
+    columns: binary-2d interleaves x, y; hierarchical concatenates its levels' widths)."""
+    import torch
+
+    rows = np.arange(start, stop, dtype=np.int64)
+    with torch.no_grad():
+        if config.spec.kind == "bias":
+            distance = rows - (config.max_len - 1)
+            ahead = distance[distance >= 0]
+            behind = -distance[distance < 0]
+            zero = torch.zeros(1, dtype=torch.int64)
+            out = []
+            if len(behind):  # [H, 1, M] -> [M, H]
+                out.append(module.encode(zero, torch.from_numpy(behind))[:, 0, :].T)
+            if len(ahead):  # [H, N, 1] -> [N, H]
+                out.append(module.encode(torch.from_numpy(ahead), zero)[:, :, 0].T)
+            values = torch.cat(out)
+        elif config.arity is not None:
+            positions = torch.from_numpy(np.repeat(rows[:, None], config.arity, axis=1))
+            encoded = module.encode(positions)
+            if config.scheme == "binary-2d":
+                values = encoded[:, 0::2][:, : config.n_bits]  # x's bits: the even columns
+            else:  # hierarchical: the widest level's columns
+                widths = list(config.params["widths"])
+                level = widths.index(max(widths))
+                first = sum(widths[:level])
+                values = encoded[:, first: first + widths[level]]
+        else:
+            values = module.encode(torch.from_numpy(rows))
+    return values.detach().to(torch.float32).contiguous().numpy()

@@ -1,0 +1,314 @@
+"""Exports are deterministic, so an artifact is checked by building it again (issue 23).
+
+``config_from_manifest(manifest, checkpoint)`` turns a manifest's recorded ``inputs`` back into the
+``ExportConfig`` that made it; ``rebuild(path, manifest, checkpoint)`` builds that artifact in
+memory with the running edgepe and compares it with the file, streaming: the file must equal the
+rebuilt bytes and the manifest the rebuilt manifest, except ``checkpoint.path`` (where the
+checkpoint lay at export; never opened here). The result says where the first difference is: a
+manifest field, an ONNX graph's input/output/initializer/node, or a byte offset.
+
+A checkpoint-based artifact needs the checkpoint itself (``checkpoint``, a path the user gave): its
+sha256 must equal the recorded one. Without it ``CheckpointError`` (exit 2) names the sha256
+needed. No path from the manifest is opened; no error depends on a file's content.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgepe import __version__
+from edgepe.errors import ArtifactError, CheckpointError
+from edgepe.export.artifact import DEFAULT_OPSET, DEFAULT_TABLE_CAP
+
+# Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
+# the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
+_OPTIONS = {"mode": None, "format": None, "dtype": None, "quantize": None,
+            "quant_granularity": "channel", "lowering": "bitwise", "seed": None,
+            "opset": DEFAULT_OPSET, "c_prefix": "edgepe", "c_align": 16}
+_SCHEME_KEYS = ("scheme", "max_len", "d_model", "heads", "params")
+# A rebuild may ask the table builders for 4x the artifact's size plus this: an int8 table's
+# float32 staging is 4x its bytes; headers, graph structure and C text only add to a file.
+_SLACK_BYTES = 1 << 16
+
+
+@dataclass
+class Rebuilt:
+    """The outcome of a rebuild: ``reproduced`` (bytes and manifest equal), or ``difference``
+    saying where they first differ; ``manifest`` is the rebuilt one (its tolerances and int8
+    bounds are the registry's and the quantiser's, not the file's). ``same_version`` is False
+    when another edgepe version wrote the artifact: then nothing was compared."""
+
+    reproduced: bool
+    difference: str | None
+    manifest: dict[str, Any] | None
+    same_version: bool = True
+    config: Any = None  # the ExportConfig rebuilt from the inputs
+    module: Any = None  # its reference module (the verifier's reference)
+    note: str = ""  # why it was not reproduced although nothing was found wrong
+
+    @property
+    def ok(self) -> bool:
+        """Reproduced, or from another version with nothing found wrong (numeric check only)."""
+        return self.difference is None
+
+    def __str__(self) -> str:
+        if self.reproduced:
+            return "rebuilt byte-identical"
+        if not self.same_version and self.ok:
+            return f"not reproduced ({self.note})"
+        return f"rebuild FAILED: {self.difference}"
+
+
+def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) -> None:
+    """Refuse ``checkpoint`` (a file the user gave) unless it is the one an artifact records by
+    ``recorded_sha`` (``None``: exported without one, so none may be given). The messages name
+    only the recorded sha256 and the user's path: nothing depends on another file's content."""
+    from edgepe.checkpoint import sha256_file
+
+    if checkpoint is not None and recorded_sha is None:
+        raise CheckpointError("this artifact was not exported from a checkpoint: drop "
+                              "--checkpoint")
+    if recorded_sha is None:
+        return
+    if checkpoint is None:
+        raise CheckpointError(
+            f"this artifact was exported from a checkpoint with sha256 {recorded_sha}: "
+            "pass it with --checkpoint FILE (no path from a manifest is opened)"
+        )
+    if not Path(checkpoint).is_file():
+        raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a file")
+    if sha256_file(checkpoint) != recorded_sha:
+        raise CheckpointError(f"checkpoint {str(checkpoint)!r} is not the one this artifact "
+                              f"was exported from (sha256 {recorded_sha})")
+
+
+def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None,
+                         max_table_bytes: int):
+    """``(ExportConfig, module)`` that the manifest's ``inputs`` record; ``checkpoint`` is the
+    user's file for a checkpoint-based artifact (checked against the recorded sha256)."""
+    from edgepe.export.artifact import ExportConfig, validate_choices
+    from edgepe.schemes import build, resolve
+
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, dict):
+        raise ArtifactError("the manifest records no inputs: the artifact cannot be rebuilt")
+    missing = [k for k in (*_SCHEME_KEYS, *(k for k, v in _OPTIONS.items() if v is None))
+               if k not in inputs]
+    if missing:
+        raise ArtifactError(f"the manifest's inputs lack {', '.join(missing)}: the artifact "
+                            "cannot be rebuilt")
+    options = {k: default if inputs.get(k) is None else inputs[k]
+               for k, default in _OPTIONS.items()}
+    for key in ("seed", "opset", "c_align"):
+        if isinstance(options[key], bool) or not isinstance(options[key], int):
+            raise ArtifactError(f"the manifest's inputs.{key} must be an integer, got "
+                                f"{options[key]!r}")
+    extra = {k: v for k, v in inputs.items()
+             if k not in (*_SCHEME_KEYS, *_OPTIONS, "checkpoint_sha256")}
+    recorded_sha = inputs.get("checkpoint_sha256")
+    recorded = manifest.get("checkpoint") or {}
+    check_checkpoint(recorded_sha, checkpoint)
+    scheme = resolve(inputs["scheme"], inputs["max_len"], d_model=inputs["d_model"],
+                     heads=inputs["heads"], params=inputs["params"] or {})
+    config = ExportConfig(
+        scheme=scheme, extra=extra, max_table_bytes=max_table_bytes,
+        # The recorded path string goes back into the bytes it is part of; it is never opened.
+        checkpoint=recorded.get("path") if recorded_sha is not None else None,
+        checkpoint_sha256=recorded_sha,
+        **{k: v for k, v in options.items()},
+    )
+    validate_choices(config)
+    module = build(scheme, seed=config.seed,
+                   checkpoint=None if checkpoint is None else str(checkpoint))
+    return config, module
+
+
+def rebuild(path: str | Path, manifest: dict[str, Any],
+            checkpoint: str | Path | None = None) -> Rebuilt:
+    """Rebuild the artifact at ``path`` from ``manifest`` and compare (see the module doc).
+
+    ``manifest`` must be validated (``edgepe.manifest.read``). Inputs the running edgepe cannot
+    build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
+    (exit 2); a difference does not raise.
+    """
+    from edgepe.export import prepare
+    from edgepe.manifest import open_regular
+    from edgepe.schemes import get_spec
+
+    path = Path(path)
+    get_spec(manifest["scheme"])  # an unknown scheme is bad input (exit 2), named as such
+    fd = open_regular(path, "artifact")
+    with open(fd, "rb", closefd=True) as f:
+        config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, _size(f)))
+        prepared = prepare(config, module)
+        if manifest.get("edgepe_version") != __version__:
+            # Another version may build other bytes from the same inputs: nothing to compare,
+            # but the tolerances and bounds still come from this one's registry and quantiser.
+            ours = json.loads(_dumps(prepared.manifest))
+            return Rebuilt(False, looser(manifest, ours), ours, False, config, module,
+                           note=f"written by edgepe {manifest.get('edgepe_version')!r}, this is "
+                                f"{__version__}: verified numerically only")
+        difference, rebuilt = compare(f, path, manifest, prepared, ignore_paths=True)
+    return Rebuilt(difference is None, difference, rebuilt, True, config, module)
+
+
+def looser(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> str | None:
+    """Where ``manifest`` states a looser tolerance or int8 bound than the rebuilt one."""
+    for section, key in (("tolerance", "rtol"), ("tolerance", "atol"), ("quant", "bound"),
+                         ("quant", "bound_all_positions")):
+        theirs = (manifest.get(section) or {}).get(key)
+        ours = (rebuilt.get(section) or {}).get(key)
+        if theirs is not None and (ours is None or theirs > ours):
+            return (f"the manifest states {section}.{key} {theirs}, looser than this edgepe's "
+                    f"{ours}")
+    return None
+
+
+def just_built(path: str | Path, manifest: dict[str, Any],
+               checkpoint: str | Path | None = None) -> Rebuilt:
+    """The ``Rebuilt`` of an artifact this process has just written from these very inputs
+    (``edgepe export``'s quick check): its bytes ARE the build, so building them a second time
+    to compare is skipped; the reference module is built as for a rebuild."""
+    size = Path(path).stat().st_size
+    config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
+    return Rebuilt(True, None, manifest, True, config, module)
+
+
+def compare(f, path: Path, manifest: dict[str, Any], prepared, ignore_paths: bool = False):
+    """``(difference or None, rebuilt manifest)``: the open file ``f`` (at its start) against the
+    bytes ``prepared`` writes, then ``manifest`` against the rebuilt one (``ignore_paths``: but
+    ``checkpoint.path``). The file is streamed, never held whole."""
+    sink = _CompareWriter(f)
+    prepared.write(sink)
+    offset = sink.finish()
+    rebuilt = json.loads(_dumps({**prepared.manifest, "sha256": sink.hexdigest()}))
+    if offset is not None:
+        where = _onnx_difference(path, prepared) if rebuilt["format"] == "onnx" else None
+        return (f"the file differs from the rebuild at byte {offset}"
+                + (f" ({where})" if where else "")), rebuilt
+    clean = _comparable if ignore_paths else dict
+    field = first_difference(clean(manifest), clean(rebuilt))
+    if field is not None:
+        return f"the manifest differs from the rebuilt one at {field}", rebuilt
+    return None, rebuilt
+
+
+def _dumps(manifest: dict[str, Any]) -> bytes:
+    from edgepe.manifest import dumps
+
+    return dumps(manifest)
+
+
+def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without its path-dependent field (``checkpoint.path``)."""
+    out = dict(manifest)
+    if isinstance(out.get("checkpoint"), dict):
+        out["checkpoint"] = {k: v for k, v in out["checkpoint"].items() if k != "path"}
+    return out
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> str | None:
+    """The dotted name of the first field (in sorted order) where ``a`` and ``b`` differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            name = f"{where}.{key}" if where else key
+            if key not in a or key not in b:
+                return f"{name} ({'missing' if key not in a else 'extra'} in the file's manifest)"
+            found = first_difference(a[key], b[key], name)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{where}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if a == b and type(a) is type(b):
+        return None
+    return f"{where or 'the top level'}: {_short(a)} != rebuilt {_short(b)}"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cap(manifest: dict[str, Any], size: int) -> int:
+    """The ``max_table_bytes`` of a rebuild: a stored table is at most 4x the file (plus
+    ``_SLACK_BYTES``), so a manifest claiming a bigger one is refused before it is built; a
+    compute graph stores none, but its int8 error is measured over the whole float32 table,
+    bounded by the export's default cap (``--max-table-bytes`` is not an input: it changes no
+    byte)."""
+    stored = 4 * size + _SLACK_BYTES
+    return stored if manifest["mode"] == "table" else max(stored, DEFAULT_TABLE_CAP)
+
+
+def _size(f) -> int:
+    import os
+
+    return os.fstat(f.fileno()).st_size
+
+
+class _CompareWriter:
+    """A binary sink that compares what is written with the file ``f``, block by block, and
+    hashes it; ``finish`` gives the first differing byte offset (or ``None``)."""
+
+    def __init__(self, f) -> None:
+        import hashlib
+
+        self._f = f
+        self._hash = hashlib.sha256()
+        self._pos = 0
+        self.offset: int | None = None
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        if self.offset is None:
+            theirs = self._f.read(len(view))
+            if theirs != view:
+                same = next((i for i, (x, y) in enumerate(zip(theirs, view, strict=False))
+                             if x != y), min(len(theirs), len(view)))
+                self.offset = self._pos + same
+        self._pos += len(view)
+        return len(view)
+
+    def finish(self) -> int | None:
+        if self.offset is None and self._f.read(1):
+            self.offset = self._pos  # the file is longer than the rebuild
+        return self.offset
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _onnx_difference(path: Path, prepared) -> str | None:
+    """The first graph input/output, initializer or node where the file's ONNX graph differs
+    from the rebuilt one; ``None`` when the file does not parse as ONNX."""
+    import io
+
+    import onnx
+
+    buffer = io.BytesIO()
+    prepared.write(buffer)
+    ours = onnx.load_from_string(buffer.getvalue())
+    try:
+        theirs = onnx.load_from_string(path.read_bytes())
+    except Exception:  # noqa: BLE001 - not ONNX at all: the byte offset says enough
+        return None
+    for what, a, b in (("input", theirs.graph.input, ours.graph.input),
+                       ("output", theirs.graph.output, ours.graph.output),
+                       ("initializer", theirs.graph.initializer, ours.graph.initializer),
+                       ("node", theirs.graph.node, ours.graph.node)):
+        for i in range(max(len(a), len(b))):
+            if i >= len(a) or i >= len(b) or a[i] != b[i]:
+                item = a[i] if i < len(a) else b[i]
+                name = getattr(item, "name", "") or getattr(item, "op_type", "")
+                return f"{what} {i} {name!r}"
+    if theirs.metadata_props != ours.metadata_props:
+        return "metadata_props (the embedded manifest)"
+    return None
