@@ -49,6 +49,9 @@ EMITTED_OPS = {
         "DequantizeLinear", "Div", "Equal", "Expand", "Gather", "Gemm", "Greater", "Less",
         "MatMul", "MatMulInteger", "Mod", "Mul", "Neg", "QuantizeLinear", "Reshape", "Shape",
         "Sin", "Slice", "Sub", "Transpose", "Unsqueeze", "Where",
+        "Floor",  # --lowering float (export/graphs/lowerings.py)
+        "Max",  # int8 bias graphs: the bias at the table's last distance (quant/graphs.py)
+        "Range", "Size",  # rope's apply-4d graph, --rope-lowering ort (export/graphs/trig.py)
         "RotaryEmbedding",  # rope's apply graph, --rope-lowering rotary23 (opset 23)
     }),
     "com.microsoft": frozenset({"RotaryEmbedding"}),  # rope's apply graph, --rope-lowering ort

@@ -27,7 +27,9 @@ from edgepe.export.artifact import DEFAULT_OPSET, DEFAULT_TABLE_CAP
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
 _OPTIONS = {"mode": None, "format": None, "dtype": None, "quantize": None,
             "quant_granularity": "channel", "lowering": "bitwise", "seed": None,
-            "opset": DEFAULT_OPSET, "c_prefix": "edgepe", "c_align": 16}
+            "opset": DEFAULT_OPSET, "c_prefix": "edgepe", "c_align": 16, "int8_runtime": "fold"}
+# Recorded only when given (so manifests made without them keep their bytes): optional.
+_OPTIONAL = ("checkpoint_key",)
 _SCHEME_KEYS = ("scheme", "max_len", "d_model", "heads", "params")
 # A rebuild may ask the table builders for 4x the artifact's size plus this: an int8 table's
 # float32 staging is 4x its bytes; headers, graph structure and C text only add to a file.
@@ -107,7 +109,10 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
             raise ArtifactError(f"the manifest's inputs.{key} must be an integer, got "
                                 f"{options[key]!r}")
     extra = {k: v for k, v in inputs.items()
-             if k not in (*_SCHEME_KEYS, *_OPTIONS, "checkpoint_sha256")}
+             if k not in (*_SCHEME_KEYS, *_OPTIONS, *_OPTIONAL, "checkpoint_sha256")}
+    key = inputs.get("checkpoint_key")
+    if key is not None and not isinstance(key, str):
+        raise ArtifactError(f"the manifest's inputs.checkpoint_key must be a string, got {key!r}")
     recorded_sha = inputs.get("checkpoint_sha256")
     recorded = manifest.get("checkpoint") or {}
     check_checkpoint(recorded_sha, checkpoint)
@@ -117,12 +122,12 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
         scheme=scheme, extra=extra, max_table_bytes=max_table_bytes,
         # The recorded path string goes back into the bytes it is part of; it is never opened.
         checkpoint=recorded.get("path") if recorded_sha is not None else None,
-        checkpoint_sha256=recorded_sha,
+        checkpoint_sha256=recorded_sha, checkpoint_key=key,
         **{k: v for k, v in options.items()},
     )
     validate_choices(config)
     module = build(scheme, seed=config.seed,
-                   checkpoint=None if checkpoint is None else str(checkpoint))
+                   checkpoint=None if checkpoint is None else str(checkpoint), checkpoint_key=key)
     return config, module
 
 

@@ -44,9 +44,13 @@ def test_table_rows_at_hostile_positions_are_the_clamped_rows(scheme, options):
         assert np.array_equal(got, table[np.clip(HOSTILE, 0, L - 1)])
 
 
-def test_bias_table_clamps_both_position_inputs_at_hostile_positions():
-    _, _, model = graph("alibi", L, heads=4, mode="table")
-    clamped = np.clip(HOSTILE, 0, L - 1)
-    got = _run(model, {"positions": HOSTILE, "key_positions": HOSTILE[::-1].copy()})
-    want = _run(model, {"positions": clamped, "key_positions": clamped[::-1].copy()})
+def test_bias_table_clamps_the_distance_at_hostile_positions():
+    """A bias table reads the row of ``t - u`` clamped to the table (issue 16), positions
+    saturated at +-2^61 first: exact at every hostile pair (tests/_table_oracle.py)."""
+    from _table_oracle import clamped_reference
+
+    config, module, model = graph("alibi", L, heads=4, mode="table")
+    keys = HOSTILE[::-1].copy()
+    got = _run(model, {"positions": HOSTILE, "key_positions": keys})
+    want = clamped_reference(config.scheme, module, HOSTILE, keys).numpy()
     assert np.array_equal(got, want)

@@ -111,7 +111,7 @@ def check_on_board(exported, key, board):
         ref = module.encode(torch.as_tensor(pos)).numpy()
     assert run.values.dtype == np.float32 and run.values.shape == ref.shape
     if config.quantize == "int8":
-        check_int8_projection(run.values, ref, pos, manifest, path.read_text())
+        check_int8_projection(run.values, ref, pos, manifest, path.read_text(), module)
     else:
         rtol, atol = cfg.spec.tolerance
         np.testing.assert_allclose(run.values, ref, rtol=rtol, atol=atol)

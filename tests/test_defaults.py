@@ -53,8 +53,11 @@ DEFAULTS = {
     "sinusoidal": ({"base": 10000.0}, lambda n: 64, None),
     "learned": ({}, lambda n: 64, None),
     "sinusoidal-learned": ({"base": 10000.0}, lambda n: 64, None),
-    "rope": ({"base": 10000.0}, lambda n: 64, None),
-    "alibi": ({}, None, 8),
+    "rope": ({"base": 10000.0, "layout": "interleaved", "rotary_dim": 0, "rope_type": "default",
+              "factor": 1.0, "original_max_position_embeddings": "L", "seq_len": "L",
+              "low_freq_factor": 1.0, "high_freq_factor": 4.0, "beta_fast": 32.0,
+              "beta_slow": 1.0, "attention_factor": 0.0}, lambda n: 64, None),
+    "alibi": ({"slopes": "paper"}, None, 8),
     "gaussian": ({"sigma": 8.0}, None, 1),
 }
 
@@ -68,7 +71,8 @@ def test_resolve_fills_the_documented_defaults(scheme):
     params, width, heads = DEFAULTS[scheme]
     for max_len in LENGTHS:
         n = n_of(max_len)
-        expected = {k: {"max_len": float(max_len), "3 x n": (n, n, n)}.get(v, v)
+        # "max_len": the float C = max_len; "L": an integer max_len (rope's HF lengths)
+        expected = {k: {"max_len": float(max_len), "L": max_len, "3 x n": (n, n, n)}.get(v, v)
                     for k, v in params.items()}
         cfg = resolve(scheme, max_len)
         assert dict(cfg.params) == expected, (scheme, max_len)
@@ -210,20 +214,29 @@ def test_catalogue_doc_lists_every_scheme():
 @pytest.mark.parametrize("scheme", scheme_ids())
 def test_catalogue_doc_parameter_column_matches_the_registry(scheme):
     cells = catalogue_rows()[scheme]
-    documented = dict(re.findall(r"`(--heads|\w+)` \(([^,;)]+)", cells[3]))
+    documented = {k: v.strip("`") if v.startswith("`") and v.endswith("`") else v
+                  for k, v in re.findall(r"`(--heads|\w+)` \(([^,;)]+)", cells[3])}
     spec = get_spec(scheme)
     cfg = resolve(scheme, 37)
     expected = {}
+    # rope's row lists its own parameters and says "and its HF parameters": those are in the
+    # conventions table below it, each by name.
+    elsewhere = "and its HF parameters" in cells[3]
     for p in spec.params:
         value = cfg.params[p.name]
+        if elsewhere and p.name not in documented:
+            assert re.search(rf"\b{p.name}\b", CATALOGUE.read_text()), p.name
+            continue
         if callable(p.default):
-            expected[p.name] = {"C": "`L`", "widths": "3 levels of `n` bits"}[p.name]
+            expected[p.name] = {"C": "L", "widths": "3 levels of `n` bits"}[p.name]
         else:
             expected[p.name] = value
+    if "rotary_dim" in documented:  # "(0 = d)": the number before the explanation
+        documented["rotary_dim"] = documented["rotary_dim"].split(" ")[0]
     if spec.heads is not None:
         expected["--heads"] = spec.heads
-    parsed = {k: (v if isinstance(expected.get(k), str) else float(v))
-              for k, v in documented.items()}
+    parsed = {k: (v if isinstance(expected.get(k), str) else type(expected.get(k, 0.0))(
+        float(v))) for k, v in documented.items()}
     assert parsed == expected, (cells[3], expected)
     width = cells[4].split(" ")[0] if not cells[4].startswith("`") else cells[4].split(" (")[0]
     if spec.d_model is None:
@@ -238,8 +251,16 @@ def test_edgepe_list_shows_the_documented_defaults():
     """``edgepe list``'s parameter and width columns, as DESIGN.md's catalogue prints them."""
     result = CliRunner().invoke(app, ["list"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-            for line in result.output.splitlines() if line.count("│") == 8}
+    rows: dict[str, list[str]] = {}
+    for line in result.output.splitlines():
+        if line.count("│") != 8:
+            continue
+        first, *cells = [c.strip() for c in line.split("│")[1:-1]]
+        if first:
+            rows[first] = cells
+        else:  # a wrapped row: its cells continue the previous row's
+            last = rows[list(rows)[-1]]
+            rows[list(rows)[-1]] = [f"{a} {b}".strip() for a, b in zip(last, cells, strict=True)]
     shown = {scheme: (cells[1], cells[2]) for scheme, cells in rows.items()}
     assert shown == {
         "binary": ("dropout (0.0)", "64"), "binary-bits": ("-", "derived"),
@@ -251,6 +272,10 @@ def test_edgepe_list_shows_the_documented_defaults():
         "fourier-binary": ("-", "derived"), "binary-2d": ("-", "derived"),
         "hierarchical": ("widths (3 levels of n bits)", "derived"),
         "sinusoidal": ("base (10000.0)", "64"), "learned": ("-", "64"),
-        "sinusoidal-learned": ("base (10000.0)", "64"), "rope": ("base (10000.0)", "64"),
-        "alibi": ("-", "heads 8"), "gaussian": ("sigma (8.0)", "heads 1"),
+        "sinusoidal-learned": ("base (10000.0)", "64"),
+        "rope": ("base (10000.0), layout (interleaved), rotary_dim (0), rope_type (default), "
+                 "factor (1.0), original_max_position_embeddings (max_len), seq_len (max_len), "
+                 "low_freq_factor (1.0), high_freq_factor (4.0), beta_fast (32.0), beta_slow "
+                 "(1.0), attention_factor (0.0)", "64"),
+        "alibi": ("slopes (paper)", "heads 8"), "gaussian": ("sigma (8.0)", "heads 1"),
     }

@@ -569,20 +569,28 @@ def test_every_op_the_builders_emit_is_allowed(tmp_path):
     from edgepe.audit import EMITTED_OPS
     from edgepe.errors import EdgepeError
     from edgepe.export import prepare
+    from edgepe.export.artifact import INT8_RUNTIMES, LOWERINGS
     from edgepe.schemes import scheme_ids
 
     used: set[tuple[str, str]] = set()
     built = 0
     for scheme in scheme_ids():
-        extras = [{}] + ([{"rope_graph": "apply", "rope_lowering": lowering}
-                          for lowering in ("onnx", "ort", "rotary23")] if scheme == "rope" else [])
-        for mode, quantize, lowering, dtype, extra in itertools.product(
-                ("compute", "table"), ("none", "int8"), ("bitwise", "arith"),
+        extras = [{}]
+        if scheme == "rope":
+            extras += [{"rope_graph": "cache"}]
+            extras += [{"rope_graph": graph, "rope_lowering": lowering}
+                       for graph in ("apply", "apply-4d")
+                       for lowering in ("onnx", "ort", "rotary23")]
+        for mode, quantize, runtime, lowering, dtype, extra in itertools.product(
+                ("compute", "table"), ("none", "int8"), INT8_RUNTIMES, LOWERINGS,
                 ("float32", "float16", "uint8"), extras):
+            if quantize == "none" and runtime != "fold":
+                continue
             try:
                 config = make_config(scheme, 16, mode=mode, quantize=quantize, lowering=lowering,
-                                     dtype=dtype, extra=extra,
-                                     opset=23 if extra.get("rope_lowering") == "rotary23" else 18)
+                                     dtype=dtype, extra=extra, int8_runtime=runtime,
+                                     opset=23 if extra.get("rope_lowering") == "rotary23"
+                                     else None)
                 prepared = prepare(config)
             except EdgepeError:
                 continue  # a combination the exporter refuses
@@ -670,6 +678,7 @@ def test_every_schema_field_is_checked(tmp_path):
     good["quant"] = {"scale": 1.0, "zero_point": 0, "axis": None, "bound": 0.1,
                      "bound_all_positions": 0.1}
     good["checkpoint"] = {"path": "w.pt", "sha256": "a" * 64}
+    good["pte"] = {"max_n": 512, "operators": ["aten::mm.out"]}
     manifest.validate(good, "m")
     for spec in manifest.SCHEMA:
         parent, _, key = spec.name.rpartition(".")
