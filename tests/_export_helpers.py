@@ -44,6 +44,12 @@ def graph(scheme: str, max_len: int, d_model=None, heads=None, params=None, seed
     ``randomise`` replaces learned parameters by seeded normal values so that a graph cannot
     pass by coincidence (e.g. integer-learnable's init w = 1, b = 0).
     """
+    return in_memory(scheme, max_len, d_model, heads, params, seed, randomise, **options)[:3]
+
+
+def in_memory(scheme: str, max_len: int, d_model=None, heads=None, params=None, seed=0,
+              randomise=False, **options):
+    """``(config, module, artifact_bytes, manifest)`` of any format, held in memory (``graph``)."""
     s = resolve(scheme, max_len, d_model, heads, params)
     config = ExportConfig(s, mode=options.pop("mode", s.spec.default_mode), seed=seed, **options)
     module = build(s, seed=seed)
@@ -55,7 +61,7 @@ def graph(scheme: str, max_len: int, d_model=None, heads=None, params=None, seed
     prepared = prepare(config, module)
     buffer = io.BytesIO()
     prepared.write(buffer)
-    return config, module, buffer.getvalue()
+    return config, module, buffer.getvalue(), prepared.manifest
 
 
 def probe(config) -> np.ndarray:

@@ -7,7 +7,6 @@ with the install line.
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -21,9 +20,9 @@ pytest.importorskip(
     reason="ExecuTorch is not installed: pip install -c constraints.txt -e '.[executorch]'",
 )
 
+from _export_helpers import in_memory  # noqa: E402
+
 import edgepe  # noqa: E402
-from edgepe.export import prepare  # noqa: E402
-from edgepe.export.artifact import ExportConfig  # noqa: E402
 from edgepe.export.pte import Program  # noqa: E402
 from edgepe.export.table_values import table_reference  # noqa: E402
 from edgepe.schemes import build, get_spec, resolve, scheme_ids  # noqa: E402
@@ -38,17 +37,8 @@ def _program(scheme: str, mode: str, max_len: int = L, quantize: str = "none",
              dtype: str = "float32", **kw):
     """``(config, module, data, manifest)`` of a .pte held in memory. Learned weights are
     replaced by seeded normal values, so a program that ignored them could not pass."""
-    s = resolve(scheme, max_len, **kw)
-    config = ExportConfig(s, mode=mode, format="pte", quantize=quantize, dtype=dtype)
-    module = build(s)
-    gen = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen))
-    prepared = prepare(config, module)
-    buffer = io.BytesIO()
-    prepared.write(buffer)
-    return config, module, buffer.getvalue(), prepared.manifest
+    return in_memory(scheme, max_len, randomise=True, mode=mode, format="pte",
+                     quantize=quantize, dtype=dtype, **kw)
 
 
 def _positions(config, table: bool) -> np.ndarray:
