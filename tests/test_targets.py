@@ -75,10 +75,26 @@ def _checked_bytes(scheme: str, mode: str, lowering: str) -> bytes:
 
 @pytest.mark.parametrize("target,lowering", [("ort-cpu", "bitwise"), ("ort-cuda", "arith"),
                                              ("tensorrt", "arith"), ("qnn", "float"),
-                                             ("nnapi", "float"), ("openvino", "float")])
+                                             ("directml", "bitwise"), ("openvino", "float")])
 def test_each_target_gets_the_first_lowering_it_runs(target, lowering):
     chosen, _ = for_export(api.make_config("gray", 512), target, lowering_given=False)
     assert chosen.lowering == lowering
+
+
+@pytest.mark.parametrize("target,lowering,blocker", [
+    # NNAPI's builders take a float32 input 0 only and its partitions float32 graph inputs:
+    # the int64 positions never enter it, whichever lowering.
+    ("nnapi", None, "Cast on int64: nnapi runs Cast on float32, int32"),
+    # DirectML registers Mod for 8/16/32-bit integers and floats, not int64.
+    ("directml", "arith", "Mod on int64: directml runs Mod on"),
+    # QNN registers Mod but computes it in float32 (inexact past 2^24): not listed.
+    ("qnn", "arith32", "Mod: not in qnn's operator table"),
+])
+def test_cells_corrected_from_the_tables_block_what_they_should(target, lowering, blocker):
+    config = api.make_config("gray", 512, **({"lowering": lowering} if lowering else {}))
+    with pytest.raises(BadParameterError) as caught:
+        for_export(config, target, lowering_given=lowering is not None)
+    assert blocker in str(caught.value)
 
 
 def test_a_given_lowering_is_checked_not_replaced():
