@@ -234,7 +234,10 @@ OPENVINO = Profile(
 # int64 arithmetic is not listed. Element types per op come from Qualcomm's HTP op definitions,
 # which are not public source: the type cells below are NOT checked cell by cell (the provider
 # maps ONNX types to QNN types one to one, qnn_model_wrapper.cc; what HTP accepts per op is
-# Qualcomm's "Supported ONNX Ops" / HTP op-def tables).
+# Qualcomm's "Supported ONNX Ops" / HTP op-def tables). The provider's newer home,
+# onnxruntime/onnxruntime-qnn, adds Range, Shape, Size and RotaryEmbedding builders and lowers
+# integer Mod to QNN's ElementWiseMod (mod_op_builder.cc @ 0f5c46fd): not profiled here, since
+# whether HTP computes it exactly on int32 is again in Qualcomm's op definitions.
 QNN_DATA = FLOATS | I32 | frozenset({"uint8", "int8", "bool"})
 QNN_MOVE = QNN_DATA | I64
 QNN = Profile(
@@ -300,15 +303,18 @@ COREML = Profile(
 # RegisterModelInputs takes float32 (or quantized uint8) graph inputs only: an int64 (or int32)
 # positions input cannot enter an NNAPI partition, so no compute graph runs on it whole. Gather
 # takes int32 indices, or constant indices of another type (converted at build time).
-# Sin but no Cos; Floor but no Mod; no comparisons, Where, Expand or bitwise ops.
+# Sin but no Cos; Floor but no Mod; no comparisons, Where, Expand or bitwise ops. Opsets: the
+# base builder refuses a node whose schema is newer than 19 (impl/base_op_builder.h @ b6a9927f,
+# GetMaxSupportedOpSet).
 NNAPI = Profile(
     name="nnapi",
     runtime="onnxruntime NnapiExecutionProvider (Android NNAPI)",
     source="onnxruntime onnxruntime/core/providers/nnapi/nnapi_builtin/builders/"
            "op_builder_factory.cc @ 07e8de2f519d077b8a3360b4ec886433624f5432 (ops); "
            "impl/base_op_builder.cc @ 194144dfd419cbee29d18e57bed734fc883ae833 and "
-           "impl/cast_op_builder.cc @ 47a77049 (types)",
-    opsets=(7, 21),
+           "impl/cast_op_builder.cc @ 47a77049 (types); impl/base_op_builder.h @ b6a9927f "
+           "(opsets)",
+    opsets=(7, 19),
     ops=_ops(
         Abs=F32, Add=F32, Sub=F32, Mul=F32, Div=F32, Neg=F32, Max=F32,
         Cast=F32 | I32, Clip=F32, Concat=F32, Gather=F32, Identity=F32,
