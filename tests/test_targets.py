@@ -75,10 +75,26 @@ def _checked_bytes(scheme: str, mode: str, lowering: str) -> bytes:
 
 @pytest.mark.parametrize("target,lowering", [("ort-cpu", "bitwise"), ("ort-cuda", "arith"),
                                              ("tensorrt", "arith"), ("qnn", "float"),
-                                             ("nnapi", "float"), ("openvino", "float")])
+                                             ("directml", "bitwise"), ("openvino", "float")])
 def test_each_target_gets_the_first_lowering_it_runs(target, lowering):
     chosen, _ = for_export(api.make_config("gray", 512), target, lowering_given=False)
     assert chosen.lowering == lowering
+
+
+@pytest.mark.parametrize("target,lowering,blocker", [
+    # NNAPI's builders take a float32 input 0 only and its partitions float32 graph inputs:
+    # the int64 positions never enter it, whichever lowering.
+    ("nnapi", None, "Cast on int64: nnapi runs Cast on float32, int32"),
+    # DirectML registers Mod for 8/16/32-bit integers and floats, not int64.
+    ("directml", "arith", "Mod on int64: directml runs Mod on"),
+    # QNN registers Mod but computes it in float32 (inexact past 2^24): not listed.
+    ("qnn", "arith32", "Mod: not in qnn's operator table"),
+])
+def test_cells_corrected_from_the_tables_block_what_they_should(target, lowering, blocker):
+    config = api.make_config("gray", 512, **({"lowering": lowering} if lowering else {}))
+    with pytest.raises(BadParameterError) as caught:
+        for_export(config, target, lowering_given=lowering is not None)
+    assert blocker in str(caught.value)
 
 
 def test_a_given_lowering_is_checked_not_replaced():
@@ -174,3 +190,43 @@ def test_refusal_as_a_real_process_is_one_error_line_exit_2_nothing_written(tmp_
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: target qnn"), done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+_UNARY = ("Abs", "Neg", "Floor", "Sin", "Cos", "Identity", "BitwiseNot")
+_BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+           "Max", "Equal", "Less", "Greater")
+
+
+def test_ort_cpu_cells_have_a_kernel_in_the_installed_onnxruntime():
+    """The ort-cpu column comes from OperatorKernels.md at the cited commit; every elementwise
+    cell it lists must also get a CPU kernel from the onnxruntime installed here (a one-node
+    session per op x dtype). float16 is left out: for an op without a float16 kernel onnxruntime
+    inserts Casts to float32 instead of failing, so a session proves nothing there. Comparisons
+    list bool for their output only."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    missing = []
+    for op in _UNARY + _BINARY:
+        arity = 1 if op in _UNARY else 2
+        compare = op in ("Equal", "Less", "Greater")
+        for dtype in sorted(PROFILES["ort-cpu"].ops[op] - {"float16"} - ({"bool"} if compare
+                                                                         and op != "Equal"
+                                                                         else set())):
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            node = helper.make_node(op, [f"x{i}" for i in range(arity)], ["y"],
+                                    **({"direction": "LEFT"} if op == "BitShift" else {}),
+                                    **({"fmod": 1} if op == "Mod" and "float" in dtype else {}))
+            graph = helper.make_graph(
+                [node], "one", [helper.make_tensor_value_info(f"x{i}", elem, [2])
+                                for i in range(arity)],
+                [helper.make_tensor_value_info("y", TensorProto.BOOL if compare else elem, [2])])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+            try:
+                ort.InferenceSession(model.SerializeToString(), options,
+                                     providers=["CPUExecutionProvider"])
+            except Exception as exc:  # noqa: BLE001 - any refusal is the finding
+                missing.append(f"{op} {dtype}: {str(exc).splitlines()[0][:80]}")
+    assert not missing, missing

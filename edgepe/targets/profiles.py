@@ -61,13 +61,21 @@ def _ops(**groups: frozenset[str]) -> dict[str, frozenset[str]]:
     return dict(groups)
 
 
-# onnxruntime CPUExecutionProvider: docs/OperatorKernels.md (onnxruntime main, checked against
-# the installed 1.32, which runs every artifact the profile accepts in the tests).
+# The onnxruntime tables below were read, row by row for every op edgepe writes, from one
+# stored version of docs/OperatorKernels.md (generated from the registered kernels; the CPU,
+# CUDA and DML sections): microsoft/onnxruntime@001d12d2623fd411ce0f83d05abb5e82304a3389.
+ORT_KERNELS = ("onnxruntime docs/OperatorKernels.md @ 001d12d2623fd411ce0f83d05abb5e82304a3389 "
+               "(https://github.com/microsoft/onnxruntime/blob/001d12d2623fd411ce0f83d05abb5e82304a3"
+               "389/docs/OperatorKernels.md)")
+
+# onnxruntime CPUExecutionProvider: that table's CPU section, newest row of each op (the
+# installed 1.32 runs every artifact the profile accepts in the tests). Cos is float only
+# (Sin float/double); Equal/Less/Greater/Size have no float16 kernel; Where takes
+# float/double/int32/int64/uint8 (and bool conditions) only.
 ORT_CPU = Profile(
     name="ort-cpu",
     runtime="onnxruntime CPUExecutionProvider",
-    source="onnxruntime docs/OperatorKernels.md, CPUExecutionProvider section (onnxruntime "
-           "1.32; https://github.com/microsoft/onnxruntime/blob/main/docs/OperatorKernels.md)",
+    source=f"{ORT_KERNELS}, CPUExecutionProvider section; executed with onnxruntime 1.32",
     opsets=(7, 25),
     ops=_ops(
         Abs=NUMERIC - {"float16"}, Add=NUMERIC - {"float16"}, Sub=NUMERIC - {"float16"},
@@ -77,27 +85,33 @@ ORT_CPU = Profile(
         BitwiseAnd=INTS, BitwiseOr=INTS, BitwiseXor=INTS, BitwiseNot=INTS,
         Cast=ALL, Clip=NUMERIC - {"int16", "uint16"}, Concat=ALL, Expand=ALL, Gather=ALL,
         Reshape=ALL, Transpose=ALL, Unsqueeze=ALL, Squeeze=ALL, Slice=ALL, Split=ALL,
-        Identity=ALL, Where=ALL, Equal=ALL, Less=NUMERIC | BOOL, Greater=NUMERIC | BOOL,
+        Identity=ALL, Where=frozenset({"float32", "float64", "int32", "int64", "uint8"}) | BOOL,
+        Equal=ALL - {"float16"}, Less=NUMERIC - {"float16"} | BOOL,
+        Greater=NUMERIC - {"float16"} | BOOL,
+        Max=frozenset({"float32", "float16", "float64", "int8", "int32", "int64", "uint8",
+                       "uint32", "uint64"}),
+        Range=frozenset({"float32", "float64", "int16", "int32", "int64"}),
+        Shape=ALL, Size=ALL - {"float16"},
         Floor=frozenset({"float32", "float64"}), Sin=frozenset({"float32", "float64"}),
-        Cos=frozenset({"float32", "float64"}), Gemm=frozenset({"float32", "float64"}),
+        Cos=F32, Gemm=frozenset({"float32", "float64"}),
         MatMul=frozenset({"float32", "float64", "int32", "int64", "uint32", "uint64"}),
         MatMulInteger=frozenset({"uint8", "int8", "int32"}),
         DequantizeLinear=frozenset({"int8", "uint8", "int16", "uint16", "int32"}) | FLOATS,
-        QuantizeLinear=frozenset({"int8", "uint8"}) | FLOATS,
+        QuantizeLinear=frozenset({"int8", "uint8", "int16", "uint16"}) | FLOATS,
         RotaryEmbedding=FLOATS | I64, **{"com.microsoft.RotaryEmbedding": FLOATS | I64},
     ),
     executed="onnxruntime CPU (every test that runs a graph)",
 )
 
 # onnxruntime CUDAExecutionProvider: the same table's CUDA section. No BitShift or Bitwise*
-# kernel at all (DESIGN.md: those nodes fall back to the CPU, with copies). Mod, Equal, Less and
-# Greater take float16/32/64, int32/64 and uint32/64 only (no 8- or 16-bit integers).
+# kernel at all (DESIGN.md: those nodes fall back to the CPU, with copies). Mod, Equal, Less,
+# Greater and Max take float16/32/64, int32/64 and uint32/64 only (no 8- or 16-bit integers).
 CUDA_COMPARE = FLOATS | frozenset({"float64", "int32", "int64", "uint32", "uint64"})
 ORT_CUDA = Profile(
     name="ort-cuda",
     runtime="onnxruntime CUDAExecutionProvider",
-    source="onnxruntime docs/OperatorKernels.md, CUDAExecutionProvider section (onnxruntime "
-           "1.32): no BitShift, BitwiseAnd/Or/Xor/Not kernels; MatMulInteger int8 x int8 only",
+    source=f"{ORT_KERNELS}, CUDAExecutionProvider section: no BitShift, BitwiseAnd/Or/Xor/Not "
+           "kernels; MatMulInteger int8 x int8 only",
     opsets=(7, 25),
     ops=_ops(
         Abs=NUMERIC, Add=NUMERIC, Sub=NUMERIC, Mul=NUMERIC, Div=NUMERIC, Mod=CUDA_COMPARE,
@@ -107,6 +121,8 @@ ORT_CUDA = Profile(
         Squeeze=ALL, Slice=ALL, Split=ALL, Identity=ALL,
         Where=frozenset({"uint8", "int32", "int64", "float32", "float64", "float16", "bool"}),
         Equal=CUDA_COMPARE | BOOL, Less=CUDA_COMPARE | BOOL, Greater=CUDA_COMPARE | BOOL,
+        Max=CUDA_COMPARE, Range=frozenset({"float32", "float64", "int16", "int32", "int64"}),
+        Shape=ALL, Size=ALL,
         Floor=FLOATS | {"float64"}, Sin=FLOATS | {"float64"}, Cos=FLOATS | {"float64"},
         Gemm=FLOATS | {"float64"}, MatMul=FLOATS | {"float64"},
         MatMulInteger=frozenset({"int8", "int32"}),
@@ -118,70 +134,83 @@ ORT_CUDA = Profile(
            "--providers cuda --strict-placement` on a GPU proves none did",),
 )
 
-# onnxruntime DmlExecutionProvider (DirectML, Windows): the same table's DML section, which
-# registers BitShift and BitwiseAnd/Or/Xor/Not for the integer types.
+# onnxruntime DmlExecutionProvider (DirectML, Windows): the same table's DML section. It
+# registers BitShift (uint8-uint64) and BitwiseAnd/Or/Xor/Not (all integers), but no double
+# arithmetic, Abs only on signed types, and Mod on 8/16/32-bit integers and floats only (no
+# int64: `--lowering arith` does not run there). Only com.microsoft.RotaryEmbedding, not the
+# opset-23 one. Its newest registrations are opset 21 ("21+", open-ended, as the CPU rows);
+# the table says nothing of an opset 27 limit, so the range is the one the other two have.
+DML_INTS = FLOATS | INTS
 DIRECTML = Profile(
     name="directml",
     runtime="onnxruntime DmlExecutionProvider",
-    source="onnxruntime docs/OperatorKernels.md, DmlExecutionProvider section (onnxruntime "
-           "1.32): BitShift uint8-uint64, Bitwise* all integers, opsets up to 27 (our 25)",
+    source=f"{ORT_KERNELS}, DmlExecutionProvider section",
     opsets=(7, 25),
     ops=_ops(
-        Abs=NUMERIC, Add=NUMERIC, Sub=NUMERIC, Mul=NUMERIC, Div=NUMERIC, Mod=NUMERIC,
+        Abs=FLOATS | SIGNED, Add=DML_INTS, Sub=DML_INTS, Mul=DML_INTS, Div=DML_INTS,
+        Mod=FLOATS | frozenset({"int8", "int16", "int32", "uint8", "uint16", "uint32"}),
         Neg=FLOATS | SIGNED, BitShift=UNSIGNED, BitwiseAnd=INTS, BitwiseOr=INTS,
-        BitwiseXor=INTS, BitwiseNot=INTS, Cast=ALL, Clip=NUMERIC, Concat=ALL, Expand=ALL,
+        BitwiseXor=INTS, BitwiseNot=INTS, Cast=ALL, Clip=DML_INTS, Concat=ALL, Expand=ALL,
         Gather=ALL, Reshape=ALL, Transpose=ALL, Unsqueeze=ALL, Squeeze=ALL, Slice=ALL,
-        Split=ALL, Identity=ALL, Where=ALL, Equal=ALL, Less=NUMERIC | BOOL,
-        Greater=NUMERIC | BOOL, Floor=FLOATS, Sin=FLOATS, Cos=FLOATS, Gemm=FLOATS,
+        Split=ALL, Identity=ALL, Where=ALL, Equal=DML_INTS | BOOL, Less=DML_INTS | BOOL,
+        Greater=DML_INTS | BOOL, Max=DML_INTS,
+        Range=frozenset({"float32", "int16", "int32", "int64"}), Shape=ALL, Size=ALL,
+        Floor=FLOATS, Sin=FLOATS, Cos=FLOATS, Gemm=FLOATS,
         MatMul=FLOATS, MatMulInteger=frozenset({"uint8", "int8", "int32"}),
         DequantizeLinear=frozenset({"int8", "uint8", "int32"}) | FLOATS,
         QuantizeLinear=frozenset({"int8", "uint8"}) | FLOATS,
+        **{"com.microsoft.RotaryEmbedding": FLOATS | I64},
     ),
+    notes=("DequantizeLinear of int32 is registered for opsets 10-20 only (edgepe's int8 "
+           "graphs are opset 19)",),
 )
 
-# TensorRT 10.x through onnx-tensorrt: docs/operators.md ("TensorRT 10.0 supports operators in
-# the inclusive range of opset 9 to opset 20"; types FP32, FP16, BF16, INT32, INT64, INT8, UINT8
-# (network I/O only), BOOL). No BitShift, no Bitwise*, no MatMulInteger; DequantizeLinear takes
-# INT8 only; uint64 is not a TensorRT type (uint64 initializers are rejected).
+# TensorRT 10.x through onnx-tensorrt: docs/operators.md at onnx/onnx-tensorrt@96e78110 (main,
+# 2024-06-17: "TensorRT 10.0 supports operators in the inclusive range of opset 9 to opset
+# 20"; "UINT8 is only supported as network input or output tensor types"). Per row: no
+# BitShift, Bitwise*, MatMulInteger; Clip FP32/FP16/BF16 only; Cast also UINT8 and BOOL; no
+# INT8 data outside Q/DQ (INT8 is a quantized type there); DequantizeLinear INT8 input;
+# uint64 is not a TensorRT type. Equal/Less/Greater list no BOOL input: bool is their output.
 TRT_ARITH = FLOATS | I32 | I64
+TRT_MOVE = TRT_ARITH | BOOL
 TENSORRT = Profile(
     name="tensorrt",
     runtime="TensorRT 10.x (onnx-tensorrt parser; also onnxruntime's TensorRT provider)",
-    source="onnx-tensorrt docs/operators.md for TensorRT 10.0 "
-           "(https://github.com/onnx/onnx-tensorrt/blob/main/docs/operators.md)",
+    source="onnx-tensorrt docs/operators.md @ 96e781103cfc4adf4a6bb557e94bac8e693f6f4c "
+           "(TensorRT 10.0; https://github.com/onnx/onnx-tensorrt/blob/96e781103cfc4adf4a6bb557"
+           "e94bac8e693f6f4c/docs/operators.md)",
     opsets=(9, 20),
     ops=_ops(
         Abs=TRT_ARITH, Add=TRT_ARITH, Sub=TRT_ARITH, Mul=TRT_ARITH, Div=TRT_ARITH,
-        Mod=TRT_ARITH, Neg=TRT_ARITH, Cast=TRT_ARITH | BOOL | {"uint8", "int8"},
-        Clip=FLOATS | {"int8", "int32", "int64"}, Concat=TRT_ARITH | BOOL | {"int8"},
-        Expand=TRT_ARITH | BOOL, Gather=TRT_ARITH | BOOL | {"int8"},
-        Reshape=TRT_ARITH | BOOL | {"int8"}, Transpose=TRT_ARITH | BOOL | {"int8"},
-        Unsqueeze=TRT_ARITH | BOOL | {"int8"}, Squeeze=TRT_ARITH | BOOL | {"int8"},
-        Slice=TRT_ARITH | BOOL | {"int8"}, Split=TRT_ARITH | BOOL, Identity=TRT_ARITH | BOOL,
-        Where=TRT_ARITH | BOOL, Equal=TRT_ARITH | BOOL, Less=TRT_ARITH | BOOL,
-        Greater=TRT_ARITH | BOOL, Floor=FLOATS, Sin=FLOATS, Cos=FLOATS, Gemm=FLOATS,
-        MatMul=FLOATS, DequantizeLinear=frozenset({"int8"}) | FLOATS,
+        Mod=TRT_ARITH, Neg=TRT_ARITH, Max=TRT_ARITH, Range=TRT_ARITH,
+        Cast=TRT_MOVE | {"uint8"}, Clip=FLOATS, Concat=TRT_MOVE, Expand=TRT_MOVE,
+        Gather=TRT_MOVE, Reshape=TRT_MOVE, Transpose=TRT_MOVE, Unsqueeze=TRT_MOVE,
+        Squeeze=TRT_MOVE, Slice=TRT_MOVE, Split=TRT_MOVE, Identity=TRT_MOVE, Where=TRT_MOVE,
+        Shape=TRT_MOVE, Size=TRT_MOVE, Equal=TRT_MOVE, Less=TRT_MOVE, Greater=TRT_MOVE,
+        Floor=FLOATS, Sin=FLOATS, Cos=FLOATS, Gemm=FLOATS, MatMul=FLOATS,
+        DequantizeLinear=frozenset({"int8"}) | FLOATS,
         QuantizeLinear=frozenset({"int8"}) | FLOATS,
     ),
     rules=("no-uint64-initializers",),
     notes=("uint8 only as a network input or output tensor type",),
 )
 
-# OpenVINO 2026.4 CPU plugin through its ONNX frontend. The frontend lists every op edgepe
-# writes, BitShift and Bitwise* included; what the CPU plugin computes exactly was measured here
-# (tests/test_openvino.py): int64 and uint64 arithmetic runs in 32 bits (positions past 2^31
-# wrong: int64 BitShift/BitwiseAnd/Mod/Div), int32 Mod/Div lose exactness past 2^24 (as if
-# computed in float32), and a float Div by a constant becomes a Mul by its reciprocal (1 ulp
-# off the reference: integer-multiscale 0.0039 at |pos| ~ 1.6e7). So those are not listed;
-# ops that compare, select or move int64 values are: the table graphs' int64 clamps pass the
-# verifier's probe at int64's extremes on it.
+# OpenVINO 2026.4 CPU plugin through its ONNX frontend. The frontend registers every op edgepe
+# writes, BitShift, Bitwise*, Mod, Max, Range, Shape and Size included (ops_bridge.cpp below);
+# what the CPU plugin computes exactly was measured here (tests/test_openvino.py): int64 and
+# uint64 arithmetic runs in 32 bits (positions past 2^31 wrong: int64 BitShift/BitwiseAnd/Mod/
+# Div), int32 Mod/Div lose exactness past 2^24 (as if computed in float32), and a float Div by a
+# constant becomes a Mul by its reciprocal (1 ulp off the reference: integer-multiscale 0.0039
+# at |pos| ~ 1.6e7). So those are not listed; ops that compare, select or move int64 values
+# are: the table graphs' int64 clamps pass the verifier's probe at int64's extremes on it.
+# Max, Range, Shape and Size are not listed: no test here measures them on the CPU plugin.
 OV_DATA = NUMERIC | BOOL
 OPENVINO = Profile(
     name="openvino",
     runtime="OpenVINO 2026.4 CPU plugin (ONNX frontend)",
-    source="OpenVINO supported operations, ONNX frontend (docs.openvino.ai 2025, "
-           "about-openvino/compatibility-and-support/supported-operations); int64/int32/Div "
-           "limits measured here with openvino 2026.4.1 (tests/test_openvino.py)",
+    source="OpenVINO ONNX frontend op registry, src/frontends/onnx/frontend/src/ops_bridge.cpp "
+           "@ 00344809d8e398c1631f671bd90f30e6aa44f77e (openvinotoolkit/openvino); "
+           "int64/int32/Div limits measured here with openvino 2026.4.1 (tests/test_openvino.py)",
     opsets=(7, 25),
     ops=_ops(
         Abs=FLOATS, Add=FLOATS | I32, Sub=FLOATS | I32, Mul=FLOATS | I32, Neg=FLOATS,
@@ -194,80 +223,123 @@ OPENVINO = Profile(
     executed="OpenVINO CPU, INFERENCE_PRECISION_HINT=f32 (pip install 'edgepe[openvino]')",
 )
 
-# Qualcomm QNN (HTP/NPU) through onnxruntime's QNN provider: its supported-ops table. No
-# BitShift or Bitwise* (logical And/Or/Not only); int32 Gather indices, >= 0; static shapes.
+# Qualcomm QNN (HTP/NPU) through onnxruntime's QNN provider. Ops: the builders registered in
+# onnxruntime/core/providers/qnn/builder/op_builder_factory.cc @ 00cd7c6df0a66cd628a5ab7e682c
+# b870134a27ee: no BitShift, Bitwise* (logical And/Or/Not only), Identity, Range, Shape, Size
+# or RotaryEmbedding. Mod is registered but not listed: mod_op_builder.cc @ 35aacac653343d2473b
+# 7aa63e49a7cbdf6a75098 refuses float Mod (fmod=0) and computes integer Mod as a - b*floor(a/b)
+# after casting to float32, inexact past 2^24 where arith32 promises 2^31. int64: the provider
+# casts int64 graph inputs and initializers to int32 (BaseOpBuilder::ProcessInt64Tensors,
+# onnxruntime PR #24351, merged 2025-04), so ops that move or cast the positions take int64;
+# int64 arithmetic is not listed. Element types per op come from Qualcomm's HTP op definitions,
+# which are not public source: the type cells below are NOT checked cell by cell (the provider
+# maps ONNX types to QNN types one to one, qnn_model_wrapper.cc; what HTP accepts per op is
+# Qualcomm's "Supported ONNX Ops" / HTP op-def tables). The provider's newer home,
+# onnxruntime/onnxruntime-qnn, adds Range, Shape, Size and RotaryEmbedding builders and lowers
+# integer Mod to QNN's ElementWiseMod (mod_op_builder.cc @ 0f5c46fd): not profiled here, since
+# whether HTP computes it exactly on int32 is again in Qualcomm's op definitions.
 QNN_DATA = FLOATS | I32 | frozenset({"uint8", "int8", "bool"})
-# The provider converts int64 graph inputs to int32 (its docs), so ops that only move or cast
-# the positions' values take them; int64 arithmetic is not listed.
 QNN_MOVE = QNN_DATA | I64
 QNN = Profile(
     name="qnn",
     runtime="onnxruntime QNNExecutionProvider (Qualcomm AI Engine Direct, HTP)",
-    source="onnxruntime docs, QNN Execution Provider, supported ONNX operators "
-           "(onnxruntime 1.22 docs); Qualcomm AI Engine Direct 2.x 'Supported ONNX Ops'",
+    source="onnxruntime onnxruntime/core/providers/qnn/builder/op_builder_factory.cc @ "
+           "00cd7c6df0a66cd628a5ab7e682cb870134a27ee (ops), opbuilder/mod_op_builder.cc @ "
+           "35aacac653343d2473b7aa63e49a7cbdf6a75098, PR #24351 (int64 -> int32); element types "
+           "not verified (Qualcomm HTP op definitions)",
     opsets=(7, 21),
     ops=_ops(
         Abs=FLOATS | I32, Add=FLOATS | I32, Sub=FLOATS | I32, Mul=FLOATS | I32,
-        Div=FLOATS | I32, Neg=FLOATS | I32, Cast=QNN_MOVE, Clip=FLOATS | I32,
-        Concat=QNN_DATA, Expand=QNN_DATA, Gather=QNN_MOVE, Reshape=QNN_MOVE,
-        Transpose=QNN_DATA, Unsqueeze=QNN_MOVE, Squeeze=QNN_MOVE, Slice=QNN_DATA,
-        Split=QNN_DATA, Where=QNN_DATA, Equal=QNN_DATA, Less=QNN_DATA, Greater=QNN_DATA,
-        Floor=FLOATS, Sin=FLOATS, Cos=FLOATS, Gemm=FLOATS, MatMul=FLOATS,
+        Div=FLOATS | I32, Neg=FLOATS | I32, Max=FLOATS | I32, Cast=QNN_MOVE,
+        Clip=FLOATS | I32, Concat=QNN_DATA, Expand=QNN_DATA, Gather=QNN_MOVE,
+        Reshape=QNN_MOVE, Transpose=QNN_DATA, Unsqueeze=QNN_MOVE, Squeeze=QNN_MOVE,
+        Slice=QNN_DATA, Split=QNN_DATA, Where=QNN_DATA, Equal=QNN_DATA, Less=QNN_DATA,
+        Greater=QNN_DATA, Floor=FLOATS, Sin=FLOATS, Cos=FLOATS, Gemm=FLOATS, MatMul=FLOATS,
         DequantizeLinear=frozenset({"int8", "uint8"}) | FLOATS,
         QuantizeLinear=frozenset({"int8", "uint8"}) | FLOATS,
     ),
     index_dtypes=I32,
     rules=("nonnegative-gather-indices", "static-shapes"),
-    notes=("int64 appears only as the graph input: the provider converts int64 inputs to "
-           "int32 (positions beyond +-2^31 do not survive)",),
+    notes=("int64 appears only as the graph input: the provider casts int64 inputs to int32 "
+           "(onnxruntime PR #24351; positions beyond +-2^31 do not survive)",
+           "per-op element types not verified against Qualcomm's HTP op definitions"),
 )
 
-# Apple CoreML (ML Program) through onnxruntime's CoreML provider: its supported-ops table.
-# No bitwise ops, no Mod, no Floor, no Sin/Cos, no Where/comparisons; no plain Gather (GatherND
-# only); Slice with constant bounds. Nothing edgepe writes for positions runs on it whole.
+# Apple CoreML through onnxruntime's CoreML provider. Ops: the stored version of
+# onnxruntime/core/providers/coreml/builders/op_builder_factory.cc that registers Gather, Max,
+# Shape and Unsqueeze (index id 3076644166; no Floor, Sin, Cos, Mod, Where, comparisons or
+# Neg there). Builders for Mod (impl/mod_op_builder.cc @ a812bb4d: int32/float/float16,
+# fmod=0, ML Program), Where (@ 99549743) and Equal (@ f6974692) exist in newer sources, but no
+# stored factory registering them was found, so they are not listed. Input types: the base
+# builder accepts float32 input 0 unless a builder overrides it (impl/base_op_builder.cc @
+# 749c75cb); the ML Program int32 cells are NOT verified cell by cell. int64 positions: CoreML
+# tensors are int32 at the partition boundary (equal_op_builder.cc's comment; cast_op_builder
+# turns an int64->int32 Cast into identity).
 COREML = Profile(
     name="coreml",
     runtime="onnxruntime CoreMLExecutionProvider (ML Program)",
-    source="onnxruntime docs, CoreML Execution Provider, supported operators for ML Program "
-           "(onnxruntime 1.22)",
+    source="onnxruntime onnxruntime/core/providers/coreml/builders/op_builder_factory.cc "
+           "(stored version registering Gather/Max/Shape/Unsqueeze) and impl/*_op_builder.cc; "
+           "int32 cells not verified",
     opsets=(7, 21),
     ops=_ops(
-        Add=FLOATS | I32, Sub=FLOATS | I32, Mul=FLOATS | I32, Div=FLOATS, Round=FLOATS,
-        Cast=FLOATS | I32 | I64 | BOOL, Clip=FLOATS, Concat=FLOATS | I32,
-        Reshape=FLOATS | I32, Transpose=FLOATS | I32, Unsqueeze=FLOATS | I32 | I64,
-        Squeeze=FLOATS | I32, Slice=FLOATS | I32, Split=FLOATS, Gemm=FLOATS, MatMul=FLOATS,
+        Add=FLOATS | I32, Sub=FLOATS | I32, Mul=FLOATS | I32, Div=FLOATS, Max=FLOATS,
+        Round=FLOATS, Cast=FLOATS | I32 | I64 | BOOL, Clip=FLOATS, Concat=FLOATS | I32,
+        Gather=FLOATS | I32, Reshape=FLOATS | I32, Shape=FLOATS | I32 | I64,
+        Transpose=FLOATS | I32, Unsqueeze=FLOATS | I32 | I64, Squeeze=FLOATS | I32,
+        Slice=FLOATS | I32, Split=FLOATS, Gemm=FLOATS, MatMul=FLOATS,
     ),
     index_dtypes=I32,
-    notes=("int64 inputs are cast to int32 by the provider",),
+    notes=("int64 inputs are int32 inside the CoreML partition (positions beyond +-2^31 do "
+           "not survive)", "ML Program int32 element types not verified per op"),
 )
 
-# Android NNAPI through onnxruntime's NNAPI provider: its supported-ops table. Sin but no Cos,
-# no Floor, no bitwise, int32 Gather indices.
+# Android NNAPI through onnxruntime's NNAPI provider: builders registered in
+# onnxruntime/core/providers/nnapi/nnapi_builtin/builders/op_builder_factory.cc @ 07e8de2f.
+# BaseOpBuilder::HasSupportedInputOutputsImpl (impl/base_op_builder.cc @ 194144df) accepts a
+# float32 input 0 only, and the builders of the ops below do not widen it except for
+# quantized (QDQ/QLinear) uint8 forms: Add/Sub/Mul/Div run on float32 only
+# (impl/binary_op_builder.cc), Cast only from float32, to float32 or int32. ModelBuilder::
+# RegisterModelInputs takes float32 (or quantized uint8) graph inputs only: an int64 (or int32)
+# positions input cannot enter an NNAPI partition, so no compute graph runs on it whole. Gather
+# takes int32 indices, or constant indices of another type (converted at build time).
+# Sin but no Cos; Floor but no Mod; no comparisons, Where, Expand or bitwise ops. Opsets: the
+# base builder refuses a node whose schema is newer than 19 (impl/base_op_builder.h @ b6a9927f,
+# GetMaxSupportedOpSet).
 NNAPI = Profile(
     name="nnapi",
     runtime="onnxruntime NnapiExecutionProvider (Android NNAPI)",
-    source="onnxruntime docs, NNAPI Execution Provider, supported operators (onnxruntime 1.22)",
-    opsets=(7, 21),
+    source="onnxruntime onnxruntime/core/providers/nnapi/nnapi_builtin/builders/"
+           "op_builder_factory.cc @ 07e8de2f519d077b8a3360b4ec886433624f5432 (ops); "
+           "impl/base_op_builder.cc @ 194144dfd419cbee29d18e57bed734fc883ae833 and "
+           "impl/cast_op_builder.cc @ 47a77049 (types); impl/base_op_builder.h @ b6a9927f "
+           "(opsets)",
+    opsets=(7, 19),
     ops=_ops(
-        Abs=F32, Add=F32 | I32, Sub=F32 | I32, Mul=F32 | I32, Div=F32 | I32, Neg=F32,
-        Cast=F32 | I32 | I64 | BOOL, Clip=F32, Concat=F32 | I32, Gather=F32 | I32 | I64,
-        Reshape=F32 | I32, Transpose=F32, Unsqueeze=F32 | I32 | I64, Squeeze=F32 | I32,
-        Slice=F32 | I32, Sin=F32, Floor=F32, Gemm=F32, MatMul=F32,
+        Abs=F32, Add=F32, Sub=F32, Mul=F32, Div=F32, Neg=F32, Max=F32,
+        Cast=F32 | I32, Clip=F32, Concat=F32, Gather=F32, Identity=F32,
+        Reshape=F32, Transpose=F32, Unsqueeze=F32, Squeeze=F32,
+        Slice=F32, Sin=F32, Floor=F32, Gemm=F32, MatMul=F32,
         DequantizeLinear=frozenset({"uint8"}) | F32, QuantizeLinear=frozenset({"uint8"}) | F32,
     ),
     index_dtypes=I32,
     rules=("static-shapes",),
-    notes=("int64 inputs are cast to int32 by the provider",),
+    notes=("graph inputs must be float32 (or quantized uint8): int64 positions are not "
+           "narrowed by the provider",),
 )
 
-# XNNPACK through onnxruntime's XNNPACK provider: a float NN kernel library (Conv, pooling,
-# Gemm/MatMul, Softmax, Resize, QLinear*): no integer or elementwise-position op of edgepe's.
+# XNNPACK through onnxruntime's XNNPACK provider: its kernel registry
+# (xnnpack_execution_provider.cc @ 1b38b5828ef20f49ec4a388570205c1e28092200, RegisterKernels):
+# Conv, ConvTranspose, MaxPool, AveragePool, Softmax, Resize, Gemm, MatMul and QLinear* only,
+# float: no Transpose (a Transpose kernel source exists, nn/transpose.cc @ 01674dbe, but is not
+# registered there) and no integer or elementwise-position op of edgepe's.
 XNNPACK = Profile(
     name="xnnpack",
     runtime="onnxruntime XnnpackExecutionProvider",
-    source="onnxruntime docs, XNNPACK Execution Provider, supported ops (onnxruntime 1.22)",
+    source="onnxruntime onnxruntime/core/providers/xnnpack/xnnpack_execution_provider.cc @ "
+           "1b38b5828ef20f49ec4a388570205c1e28092200 (RegisterKernels)",
     opsets=(7, 21),
-    ops=_ops(Gemm=F32, MatMul=F32, Transpose=F32),
+    ops=_ops(Gemm=F32, MatMul=F32),
     notes=("every other node runs on onnxruntime's CPU provider instead",),
 )
 
