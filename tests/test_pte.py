@@ -24,8 +24,8 @@ pytest.importorskip(
 import edgepe  # noqa: E402
 from edgepe.export import prepare  # noqa: E402
 from edgepe.export.artifact import ExportConfig  # noqa: E402
-from edgepe.export.pte import Program  # noqa: E402
 from edgepe.export.table_values import table_reference  # noqa: E402
+from edgepe.formats.pte import Program  # noqa: E402
 from edgepe.schemes import build, get_spec, resolve, scheme_ids  # noqa: E402
 from edgepe.verify.sweep import probe_values  # noqa: E402
 
