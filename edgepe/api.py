@@ -32,7 +32,7 @@ def default_mode(scheme: str, scheme_default: str, format: str) -> str:
     if format in ("npy", "bin"):
         return "table"
     if format == "c":
-        from edgepe.export.c_header import default_mode as c_default
+        from edgepe.formats.c import default_mode as c_default
 
         return c_default(scheme) if scheme_default == "compute" else "table"
     return scheme_default
@@ -103,11 +103,11 @@ def make_config(
     )
     validate_choices(config)
     if config.format == "onnx":
-        from edgepe.export.onnx_export import check_options
+        from edgepe.formats.onnx import check_options
 
         check_options(config)  # refuse now, before a module or table is built
     elif config.format == "pte":
-        from edgepe.export.pte import check_options, require_executorch
+        from edgepe.formats.pte import check_options, require_executorch
 
         require_executorch()
         check_options(config)

@@ -252,7 +252,7 @@ def describe(path: str | Path) -> dict[str, Any]:
         info["embedded_ok"] = (read_manifest_prop(model) == expected(manifest)
                                and manifest.get("onnx") == onnx_section(model))
     elif manifest["format"] == "pte":
-        from edgepe.export.pte import describe_program
+        from edgepe.formats.pte import describe_program
 
         info["program"] = describe_program(path.read_bytes())
     info["sha256_ok"] = manifest.get("sha256") == info["sha256"]

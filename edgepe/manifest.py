@@ -107,7 +107,7 @@ def _schema() -> tuple[Field, ...]:
         Field("numpy_dtype", "str", null=True),
         Field("bitorder", "str", null=True, choices=("little", "big")),
         Field("symbol", "str", null=True),
-        Field("pte", "object", null=True),  # ExecuTorch programs (edgepe.export.pte)
+        Field("pte", "object", null=True),  # ExecuTorch programs (edgepe.formats.pte)
         Field("pte.max_n", "int", required=True, low=1, high=4096),
         Field("pte.operators", "list", required=True),
     )

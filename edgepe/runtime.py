@@ -574,11 +574,11 @@ class OnnxRuntime(Runtime):
 
 class PteRuntime(Runtime):
     """An ExecuTorch program (``--format pte``) in ExecuTorch's runtime, loaded once from the
-    bytes whose sha256 was checked (``edgepe.export.pte.Program``)."""
+    bytes whose sha256 was checked (``edgepe.formats.pte.Program``)."""
 
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         super().__init__(path, manifest)
-        from edgepe.export.pte import Program
+        from edgepe.formats.pte import Program
         from edgepe.manifest import open_regular
 
         # The program is made from these very bytes, checked against the sha256 again: the
@@ -680,7 +680,8 @@ def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
     """The table ``[rows, cols]`` of an npy or bin artifact (memory-mapped unless bit-packed).
 
     The manifest's ``numpy_dtype`` (explicit byte order) says what the file holds; a bit-packed
-    table (``dtype`` ``bit``) is unpacked to 0/1 ``uint8`` (``edgepe.export.tables``).
+    table (``dtype`` ``bit``) is unpacked to 0/1 ``uint8``. The bytes are read by the format's
+    reader (``edgepe.formats.npy`` / ``edgepe.formats.bin``).
     """
     shape = tuple(manifest["shape"])
     if len(shape) != 2 or not all(_is_int(n, 1) for n in shape):
@@ -696,43 +697,22 @@ def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
             f"{str(path)!r}: the manifest's numpy_dtype/dtype names no numeric type: "
             f"{manifest.get('numpy_dtype') or manifest['dtype']!r}"
         )
-    try:
-        if manifest["format"] == "npy":
-            from edgepe.export.tables import read_npy_header
+    from edgepe.formats import bin, npy
 
-            with open(path, "rb") as f:  # the header must be exactly what edgepe writes
-                read_npy_header(f, manifest, str(path))
-            data = np.load(path, mmap_mode="r", allow_pickle=False)
-        elif manifest["dtype"] == "bit":
-            data = np.fromfile(path, dtype=np.uint8)
-        else:
-            data = np.memmap(path, dtype=stored, mode="r", shape=shape)
+    reader = npy if manifest["format"] == "npy" else bin
+    try:
+        data = reader.read(path, manifest, stored, shape)
     except (OSError, ValueError, TypeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ArtifactError(
             f"{str(path)!r} is not a readable {manifest['format']} table: {first}"
         ) from None
-    if manifest["dtype"] == "bit":
-        data = _unpack(np.asarray(data), shape, manifest.get("bitorder") or "little", path)
     if tuple(data.shape) != shape or data.dtype != stored:
         raise ArtifactError(
             f"{str(path)!r} holds {data.dtype} {list(data.shape)} but its manifest says "
             f"{stored} {list(shape)}"
         )
     return data
-
-
-def _unpack(packed: np.ndarray, shape: tuple[int, int], bitorder: str, path: Path) -> np.ndarray:
-    """0/1 ``uint8 [rows, cols]`` from a bit stream: entry ``(r, c)`` is bit ``r * cols + c``."""
-    rows, cols = shape
-    if bitorder not in ("little", "big"):
-        raise ArtifactError(f"{str(path)!r}: bitorder must be 'little' or 'big', got {bitorder!r}")
-    if packed.ndim != 1 or packed.dtype != np.uint8 or packed.size != -(-rows * cols // 8):
-        raise ArtifactError(
-            f"{str(path)!r}: a bit-packed [{rows}, {cols}] table is {-(-rows * cols // 8)} "
-            f"bytes, got {packed.dtype} {list(packed.shape)}"
-        )
-    return np.unpackbits(packed, count=rows * cols, bitorder=bitorder).reshape(rows, cols)
 
 
 def dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/bench.py --part int8-speed [--reps 41] [--md FILE] [--out FILE]
 
 Per N (positions 0 .. N-1 per call, ``max_len = N``, d_model 64), timed round-robin in one run
-by ``bench.bench_case`` (onnxruntime CPU, one thread): the torch.onnx TorchScript peer, edgepe's
+by ``scripts/bench/latency.py``'s ``bench_case`` (onnxruntime CPU, one thread): the torch.onnx
+TorchScript peer, edgepe's
 float32 compute and table graphs, each int8 variant (``--int8-runtime fold`` and ``live``, compute
 and table), a bare ``Gather`` of the table and the Identity floor. Then the ratios issue 19 sets
 targets on, each of two figures from the same run:
@@ -169,7 +170,8 @@ def rows_of(case: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
 
 
 def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[str, Any]:
-    """Time the demo's candidates at every N with ``bench.bench_case``; the ratio rows."""
+    """Time the demo's candidates at every N with ``bench.bench_case`` (``bench`` is the
+    ``scripts/bench/latency.py`` module); the ratio rows."""
     cases, rows = [], []
     for n in (SIZES[:1] if quick else SIZES):
         case = bench.Case("binary", n, D_MODEL, peers=("torchscript",), edgepe=VARIANTS)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import Candidate, session, stats, time_round_robin  # noqa: E402
+from bench.latency import Candidate, session, stats, time_round_robin  # noqa: E402
 
 LOWERINGS = ("bitwise", "arith", "arith32", "float")
 CASES = (("binary", 512), ("gray", 512), ("binary-2d", 256))

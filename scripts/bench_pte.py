@@ -32,7 +32,7 @@ def measure(work: Path, reps: int = 61) -> dict[str, Any]:
     import torch
 
     from edgepe import api, load
-    from edgepe.export.pte import Program
+    from edgepe.formats.pte import Program
 
     positions = np.arange(POSITIONS, dtype=np.int64)
     runners = {}

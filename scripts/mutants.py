@@ -160,10 +160,10 @@ MUTANTS = [
       "q = np.rint(np.asarray(x, dtype=np.float64)", "q = np.floor(np.asarray(x, dtype=np.float64)",
       ("tests/test_tables.py::test_int8_table_reads_back_within_the_bound",)),
     # -- files: bit packing, C literals, sha checks -------------------------------------------
-    M("bit-packing-big-endian", "edgepe/export/tables.py",
+    M("bit-packing-big-endian", "edgepe/formats/bin.py",
       "yield np.packbits(flat[:whole], bitorder=BITORDER)", "yield np.packbits(flat[:whole])",
       ("tests/test_tables.py::test_bit_packed_unpacks_to_the_reference_bits",)),
-    M("c-float-6-digits", "edgepe/export/c_header.py",
+    M("c-float-6-digits", "edgepe/formats/c.py",
       'cell, flat = "%.9gf",', 'cell, flat = "%.6gf",',
       ("tests/test_c_header.py::test_header_matches_reference[sinusoidal-table-float32-O2]",)),
     M("sha-check-only-presence", "edgepe/verify/__init__.py",

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from edgepe.export import ExportConfig, export
-from edgepe.export.c_header import COMPUTE_SCHEMES, FLOAT_COMPUTE_SCHEMES
+from edgepe.formats.c import COMPUTE_SCHEMES, FLOAT_COMPUTE_SCHEMES
 from edgepe.schemes import resolve
 from edgepe.verify.c_runner import COMPILE_FLAGS
 

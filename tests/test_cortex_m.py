@@ -20,9 +20,9 @@ from test_c_header import bias_reference, check_int8_projection, probe_positions
 
 from edgepe.errors import PositionError
 from edgepe.export import ExportConfig, export
-from edgepe.export.c_header import COMPUTE_SCHEMES
 from edgepe.export.table_values import full_table
-from edgepe.export.tables import BIT_SCHEMES
+from edgepe.formats.bin import BIT_SCHEMES
+from edgepe.formats.c import COMPUTE_SCHEMES
 from edgepe.quant import table_quant
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
 from edgepe.verify.c_runner import CompileError

@@ -21,7 +21,7 @@ from edgepe.export import export
 from edgepe.export.artifact import ExportConfig, base_manifest, manifest_path
 from edgepe.export.graphs import builder
 from edgepe.export.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
-from edgepe.export.onnx_export import output_shape
+from edgepe.formats.onnx import output_shape
 from edgepe.schemes import build, resolve
 from edgepe.schemes.sinusoidal import angles
 

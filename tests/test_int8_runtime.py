@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from edgepe.cli import app
 from edgepe.export.artifact import ExportConfig, base_manifest
-from edgepe.export.onnx_export import output_shape
+from edgepe.formats.onnx import output_shape
 from edgepe.quant.graphs import build_int8
 from edgepe.schemes import build, resolve
 

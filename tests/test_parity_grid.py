@@ -37,7 +37,7 @@ from edgepe.verify import verify_artifact
 from edgepe.verify.c_runner import run_c_header
 
 # --format c --mode compute: issue 4 asks it for the bit family and the demo scheme; these are
-# the schemes the C exporter documents (edgepe/export/c_header.py, COMPUTE_SCHEMES).
+# the schemes the C exporter documents (edgepe/formats/c.py, COMPUTE_SCHEMES).
 C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
              "binary-multilevel", "binary-2d", "hierarchical", "hybrid-int-binary",
              "binary-gated", "fourier-binary", "sinusoidal", "rope", "alibi")

@@ -23,8 +23,8 @@ pytest.importorskip(
 from _export_helpers import in_memory  # noqa: E402
 
 import edgepe  # noqa: E402
-from edgepe.export.pte import Program  # noqa: E402
 from edgepe.export.table_values import table_reference  # noqa: E402
+from edgepe.formats.pte import Program  # noqa: E402
 from edgepe.schemes import build, get_spec, resolve, scheme_ids  # noqa: E402
 from edgepe.verify.sweep import probe_values  # noqa: E402
 

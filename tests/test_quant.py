@@ -33,8 +33,8 @@ from hypothesis.extra import numpy as hnp
 from edgepe.errors import BadParameterError
 from edgepe.export import export
 from edgepe.export.artifact import ExportConfig, base_manifest
-from edgepe.export.onnx_export import output_shape
 from edgepe.export.table_values import full_table
+from edgepe.formats.onnx import output_shape
 from edgepe.quant import table_quant
 from edgepe.quant.graphs import build_int8, max_popcount
 from edgepe.quant.int8 import half_scales, measure_table, quantize, scales

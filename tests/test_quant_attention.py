@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from edgepe.export.artifact import ExportConfig, base_manifest
-from edgepe.export.onnx_export import output_shape
+from edgepe.formats.onnx import output_shape
 from edgepe.quant.graphs import build_int8
 from edgepe.schemes import build, resolve
 

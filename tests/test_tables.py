@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from edgepe.errors import BadParameterError
 from edgepe.export import ExportConfig, export
-from edgepe.export.tables import BIT_SCHEMES, pack_bits
+from edgepe.formats.bin import BIT_SCHEMES, pack_bits
 from edgepe.schemes import build, resolve
 
 

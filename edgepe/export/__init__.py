@@ -35,13 +35,15 @@ def prepare(config: ExportConfig, module=None) -> Prepared:
         module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint,
                        checkpoint_key=config.checkpoint_key)
     if config.format == "onnx":
-        from edgepe.export.onnx_export import prepare as prepare_format
-    elif config.format in ("npy", "bin"):
-        from edgepe.export.tables import prepare as prepare_format
+        from edgepe.formats.onnx import prepare as prepare_format
+    elif config.format == "npy":
+        from edgepe.formats.npy import prepare as prepare_format
+    elif config.format == "bin":
+        from edgepe.formats.bin import prepare as prepare_format
     elif config.format == "pte":
-        from edgepe.export.pte import prepare as prepare_format
+        from edgepe.formats.pte import prepare as prepare_format
     else:
-        from edgepe.export.c_header import prepare as prepare_format
+        from edgepe.formats.c import prepare as prepare_format
     return prepare_format(config, module)
 
 

@@ -187,7 +187,7 @@ def _rebuild(config: ExportConfig, float_model: onnx.ModelProto, nodes, initiali
 def embedded(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest stored in the int8 graph's ``metadata_props``: what every graph stores
     (``embedded_manifest``), with only the ``EMBEDDED_QUANT`` fields of ``quant``; the sidecar JSON
-    keeps the rest (``onnx_export.prepare`` writes the full manifest there). The graph holds the
+    keeps the rest (``formats.onnx.prepare`` writes the full manifest there). The graph holds the
     scales as an initializer (``quant.scale_tensor``); on the demo's small graph repeating them
     as JSON would cost more bytes than int8 saves (docs/readme/quant.md has the figures)."""
     quant = {k: v for k, v in manifest["quant"].items() if k in EMBEDDED_QUANT}

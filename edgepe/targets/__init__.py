@@ -67,8 +67,8 @@ def _candidate(config, module):
     if config.mode == "table" and config.quantize == "none":
         from edgepe.export.artifact import base_manifest
         from edgepe.export.graphs.table import NP_DTYPES, build
-        from edgepe.export.onnx_export import check_options, output_shape
         from edgepe.export.table_values import table_shape
+        from edgepe.formats.onnx import check_options, output_shape
 
         check_options(config)
         cols = table_shape(config.scheme)[1]

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import ArtifactError
 from edgepe.progress import reporting, track
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
@@ -154,75 +153,20 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
     """
     fmt = manifest["format"]
     if fmt == "onnx":
-        import onnx
+        from edgepe.formats.onnx import check_file
 
-        from edgepe.audit import check_untrusted
-        from edgepe.verify.onnx_table import split_table
-
-        def refuse(exc: Exception) -> ArtifactError:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            return ArtifactError(
-                f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
-            )
-
-        split = split_table(path, manifest)  # a streamed table: checked without loading it
-        try:
-            if split is not None:
-                onnx.checker.check_model(split.checkable())
-                model = split.model
-            else:
-                model = onnx.load(path, load_external_data=False)  # opens no path it names
-        except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
-            raise refuse(exc) from None
-        check_untrusted(model, str(path))
-        if split is None:
-            try:
-                # The checker reads the path itself (in C++): passing it the loaded model
-                # would serialise a second copy of the graph. No external data is left to follow.
-                onnx.checker.check_model(str(path))
-            except Exception as exc:  # noqa: BLE001 - any checker failure: not a model
-                raise refuse(exc) from None
-        if not model.graph.output or "positions" not in [i.name for i in model.graph.input]:
-            raise ArtifactError(f"{str(path)!r} is an ONNX model but not an edgepe graph: "
-                                "it has no 'positions' input")
-        graph = model.graph
-        initializers = {t.name for t in graph.initializer}
-        inputs = tuple(i.name for i in graph.input if i.name not in initializers)
-        return inputs, {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}
+        return check_file(path, manifest)
     if fmt == "pte":
-        # An ExecuTorch program is a flatbuffer whose file identifier (bytes 4..8) is "ET" and a
-        # two-digit schema version; ExecuTorch's loader then checks its internal consistency.
-        with path.open("rb") as f:
-            head = f.read(8)
-        if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():
-            raise ArtifactError(f"{str(path)!r} is not an ExecuTorch program (no ET flatbuffer "
-                                "identifier: truncated or another file?)")
-        return (("positions", "key_positions") if manifest.get("kind") == "bias"
-                else ("positions",)), set()
-    # A table's [rows, cols]; a C compute header's shape is its graph's (["N", D]): unused here.
-    rows, cols = (int(s) for s in manifest["shape"]) if manifest["mode"] == "table" else (0, 0)
-    if fmt == "npy":
-        from edgepe.export.tables import read_npy_header
+        from edgepe.formats.pte import check_file
 
-        with path.open("rb") as f:  # the header must be exactly what edgepe writes
-            dtype = read_npy_header(f, manifest, str(path))
-            data = path.stat().st_size - f.tell()
-        size = -(-rows * cols // 8) if manifest["dtype"] == "bit" else rows * cols * dtype.itemsize
-        if data != size:
-            raise ArtifactError(f"{str(path)!r} holds {data} data bytes; its header describes "
-                                f"{size} (truncated?)")
+        return check_file(path, manifest)
+    if fmt == "npy":
+        from edgepe.formats.npy import check_file
     elif fmt == "bin":
-        dtype = manifest["dtype"]
-        size = -(-rows * cols // 8) if dtype == "bit" else rows * cols * np.dtype(dtype).itemsize
-        actual = path.stat().st_size
-        if actual != size:
-            raise ArtifactError(f"{str(path)!r} is {actual} bytes; a {rows} x {cols} {dtype} "
-                                f"table is {size} (truncated or another file?)")
+        from edgepe.formats.bin import check_file
     else:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-        if manifest.get("symbol") and manifest["symbol"] not in text:
-            raise ArtifactError(f"{str(path)!r} does not define {manifest['symbol']!r}, "
-                                "the symbol its manifest names")
+        from edgepe.formats.c import check_file
+    check_file(path, manifest)
     return ("positions",), set()
 
 

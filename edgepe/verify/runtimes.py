@@ -6,7 +6,7 @@
 - Table files (npy, bin): ``FileRuntime`` reads the rows back as a consumer would, from the
   manifest alone (dtype, shape, bitorder, quant).
 - C headers: ``CRuntime`` compiles and runs them through ``edgepe.verify.c_runner``.
-- ExecuTorch programs (``.pte``): ``edgepe.export.pte.Program`` in ExecuTorch's runtime.
+- ExecuTorch programs (``.pte``): ``edgepe.formats.pte.Program`` in ExecuTorch's runtime.
 
 Names are forgiving (STYLE 6): ``cpu``, ``CUDA``, ``trt``/``tensorrt``, ``openvino``, ``dml``
 match case-insensitively; an unknown or unavailable one is a ``BadParameterError`` that lists
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.errors import BadParameterError, ParityError
+from edgepe.formats.bin import dequantise
 from edgepe.runtime import with_options
 
 # Short names for onnxruntime's providers; anything else matches its full name or the name
@@ -298,73 +299,27 @@ def open_onnx(name: str, path: Path, split=None):
 
 
 class FileRuntime:
-    """A table file (npy or bin) read back from its manifest alone.
+    """A table file (npy or bin) read back from its manifest alone, by the format's reader.
 
-    ``rows(start, stop)`` reads only those rows' bytes from the file (no memory map: pages of a
-    mapped file would stay resident and count against the sweep's bounded memory): float16/uint8
-    as stored, ``bit`` unpacked with the manifest's ``bitorder`` (one bit an entry, row-major,
-    no padding between rows), int8 dequantised as ``scale * (q - zero_point)``.
+    ``rows(start, stop)`` reads only those rows' bytes (``edgepe.formats.bin.Rows``: float16/uint8
+    as stored, ``bit`` unpacked with the manifest's ``bitorder``), int8 dequantised as
+    ``scale * (q - zero_point)`` (``edgepe.formats.bin.dequantise``).
     """
 
     name = FILE
     placement = None
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        from edgepe.formats import bin, npy
+
         self.manifest = manifest
-        self.shape = tuple(int(s) for s in manifest["shape"])
-        self.bit = manifest["dtype"] == "bit"
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
-        if manifest["format"] == "npy":
-            from edgepe.export.tables import read_npy_header
-
-            try:
-                self.dtype = read_npy_header(self._file, manifest, str(path))
-            except BaseException:
-                self._file.close()
-                raise
-        else:
-            self.dtype = np.dtype(np.uint8 if self.bit else manifest["dtype"]).newbyteorder("<")
-        self._offset = self._file.tell()
-
-    def _read(self, first: int, count: int) -> np.ndarray:
-        """``count`` items of the stored dtype from item ``first`` on."""
-        self._file.seek(self._offset + first * self.dtype.itemsize)
-        data = self._file.read(count * self.dtype.itemsize)
-        return np.frombuffer(data, dtype=self.dtype, count=len(data) // self.dtype.itemsize)
+        self._rows = (npy if manifest["format"] == "npy" else bin).open_rows(path, manifest)
 
     def rows(self, start: int, stop: int) -> np.ndarray:
-        cols = self.shape[1]
-        if self.bit:
-            first, last = start * cols, stop * cols
-            chunk = self._read(first // 8, -(-last // 8) - first // 8)
-            bits = np.unpackbits(chunk, bitorder=self.manifest.get("bitorder", "little"))
-            offset = first % 8
-            values = bits[offset: offset + last - first].reshape(stop - start, cols)
-        else:
-            values = self._read(start * cols, (stop - start) * cols).reshape(stop - start, cols)
-        return dequantise(values, self.manifest.get("quant"), start)
+        return dequantise(self._rows.rows(start, stop), self.manifest.get("quant"), start)
 
     def close(self) -> None:
-        self._file.close()
-
-
-def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) -> np.ndarray:
-    """``scale * (q - zero_point)`` in float64 (per-tensor, or per channel along ``axis``);
-    values that are not quantised come back as stored."""
-    if not quant or not np.issubdtype(values.dtype, np.integer) or "scale" not in quant:
-        return values
-    scale = np.asarray(quant["scale"], dtype=np.float64)
-    zero = np.asarray(quant.get("zero_point", 0), dtype=np.float64)
-    axis = quant.get("axis")
-    if scale.ndim and axis is not None:
-        shape = [1] * values.ndim
-        shape[axis] = -1
-        if axis == 0:  # per-row parameters: only this chunk's rows
-            scale = scale[row0: row0 + values.shape[0]]
-            zero = zero[row0: row0 + values.shape[0]] if zero.ndim else zero
-        scale = scale.reshape(shape)
-        zero = zero.reshape(shape) if zero.ndim else zero
-    return scale * (values.astype(np.float64) - zero)
+        self._rows.close()
 
 
 class CRuntime:
@@ -414,7 +369,7 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebu
     if name == C:
         return CRuntime(path, manifest, rebuilt)
     if name == EXECUTORCH:
-        from edgepe.export.pte import Program
+        from edgepe.formats.pte import Program
         from edgepe.manifest import open_regular
 
         with open(open_regular(path, "artifact"), "rb", closefd=True) as f:

@@ -58,33 +58,17 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import ArtifactError, BadParameterError
 from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
-from edgepe.export.onnx_export import output_shape
-from edgepe.export.tables import data_chunks, prepared_table, stored_chunks
+from edgepe.formats.bin import data_chunks, prepared_table, stored_chunks
+from edgepe.formats.c_schemes import COMPUTE_SCHEMES, FLOAT_COMPUTE_SCHEMES
+from edgepe.formats.onnx import output_shape
 
-# Schemes with a C compute function: the bit family (shifts and masks) and the demo's binary.
-COMPUTE_SCHEMES = (
-    "binary",
-    "binary-bits",
-    "binary-signed",
-    "binary-smooth",
-    "gray",
-    "binary-multilevel",
-    "binary-2d",
-    "hierarchical",
-    "hybrid-int-binary",
-    "binary-gated",
-    "fourier-binary",
-)
-# Float schemes with a C compute function: a small float32 array (the frequencies, the slopes)
-# and libm's sinf/cosf, or one multiply (issue 21). Their header also includes <math.h>.
-FLOAT_COMPUTE_SCHEMES = ("sinusoidal", "rope", "alibi")
-COMPUTE_SCHEMES += FLOAT_COMPUTE_SCHEMES
 # Schemes whose function reads a stored [rows][D] float32 array (the manifest's symbol):
 # binary's projection, fourier-binary's basis (a fixed linear map of the bits, guide 5.2 as
 # edgepe defines it), binary-gated's gates (row 0: g, row 1: 1 - g).
@@ -668,3 +652,14 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         f.write(_closing(config, symbol, hashlib.sha256(data).hexdigest(), len(data)).encode())
 
     return Prepared(manifest, write)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def check_file(path: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a header that does not define the symbol its manifest names (another file)."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    if manifest.get("symbol") and manifest["symbol"] not in text:
+        raise ArtifactError(f"{str(path)!r} does not define {manifest['symbol']!r}, "
+                            "the symbol its manifest names")

@@ -30,12 +30,13 @@ by a broadcast divisor through its reciprocal, one ulp off.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import ArtifactError, BadParameterError
 from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
 from edgepe.export.table_values import BIAS_SATURATION
 
@@ -109,7 +110,7 @@ def check_options(config: ExportConfig) -> None:
                 f"{', '.join(PROJECTIONS)})"
             )
     if config.mode == "table":
-        from edgepe.export.tables import check_table_size
+        from edgepe.formats.bin import check_table_size
 
         check_table_size(config, "int8" if config.quantize == "int8" else config.dtype)
 
@@ -467,3 +468,16 @@ def _portable_operators() -> set[str]:
                 name, overload = match.groups()
                 found.add(f"{name if '::' in name else 'aten::' + name}.{overload}")
     return found
+
+
+def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
+    """Refuse a file with no ExecuTorch flatbuffer identifier; returns the program's inputs."""
+    # An ExecuTorch program is a flatbuffer whose file identifier (bytes 4..8) is "ET" and a
+    # two-digit schema version; ExecuTorch's loader then checks its internal consistency.
+    with path.open("rb") as f:
+        head = f.read(8)
+    if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():
+        raise ArtifactError(f"{str(path)!r} is not an ExecuTorch program (no ET flatbuffer "
+                            "identifier: truncated or another file?)")
+    return (("positions", "key_positions") if manifest.get("kind") == "bias"
+            else ("positions",)), set()

@@ -11,9 +11,10 @@ lists.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import ArtifactError, BadParameterError
 from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
 from edgepe.export.graphs import COMPUTE, builder
 from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES, onnx_section, read_manifest_prop
@@ -101,3 +102,49 @@ def prepare(config: ExportConfig, module) -> Prepared:
             write_table(f)
 
     return Prepared(stored, write)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
+    """Refuse a file that is not a checked edgepe graph (truncated, not ONNX, no ``positions``);
+    a streamed table is checked without loading it, and no external-data path is followed.
+
+    Returns the graph's input names and the non-standard op domains it uses.
+    """
+    import onnx
+
+    from edgepe.audit import check_untrusted
+    from edgepe.verify.onnx_table import split_table
+
+    def refuse(exc: Exception) -> ArtifactError:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return ArtifactError(
+            f"{str(path)!r} is not a valid ONNX model (truncated or another file?): {first}"
+        )
+
+    split = split_table(path, manifest)  # a streamed table: checked without loading it
+    try:
+        if split is not None:
+            onnx.checker.check_model(split.checkable())
+            model = split.model
+        else:
+            model = onnx.load(path, load_external_data=False)  # opens no path it names
+    except Exception as exc:  # noqa: BLE001 - any parse or checker failure: not a model
+        raise refuse(exc) from None
+    check_untrusted(model, str(path))
+    if split is None:
+        try:
+            # The checker reads the path itself (in C++): passing it the loaded model
+            # would serialise a second copy of the graph. No external data is left to follow.
+            onnx.checker.check_model(str(path))
+        except Exception as exc:  # noqa: BLE001 - any checker failure: not a model
+            raise refuse(exc) from None
+    if not model.graph.output or "positions" not in [i.name for i in model.graph.input]:
+        raise ArtifactError(f"{str(path)!r} is an ONNX model but not an edgepe graph: "
+                            "it has no 'positions' input")
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = tuple(i.name for i in graph.input if i.name not in initializers)
+    return inputs, {n.domain for n in graph.node if n.domain not in ("", "ai.onnx")}

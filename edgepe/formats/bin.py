@@ -1,4 +1,7 @@
-"""Table artifacts: ``--format npy`` and ``--format bin``, plain or bit-packed (``--dtype bit``).
+"""Raw tables (``--format bin``), plain or bit-packed (``--dtype bit``): writer and reader.
+
+The table's bytes are defined here once; ``npy`` (``edgepe.formats.npy``) is the same bytes
+after a NumPy header, and ``c`` (``edgepe.formats.c``) prints them as an array.
 
 The table is ``table_values``'s ``[rows, cols]`` layout, row-major, streamed chunk by chunk from
 ``iter_table`` (never held whole). What is stored:
@@ -23,13 +26,15 @@ encoding needs code, which the ``onnx`` and ``c`` formats carry).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.errors import ArtifactError, BadParameterError
 from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
 from edgepe.export.table_values import iter_table, table_shape
+from edgepe.formats.c_schemes import COMPUTE_SCHEMES
 
 # Schemes whose table entries are exactly 0 or 1 (the only ones that fit one bit or a uint8).
 BIT_SCHEMES = ("binary-bits", "gray", "binary-multilevel", "binary-2d", "hierarchical")
@@ -65,8 +70,6 @@ def check_table_size(config: ExportConfig, dtype: str) -> int:
         spec = config.scheme.spec
         ways = []
         if "compute" in spec.modes:
-            from edgepe.export.c_header import COMPUTE_SCHEMES  # here: c_header imports us
-
             formats = "onnx or c" if config.scheme.scheme in COMPUTE_SCHEMES else "onnx"
             ways.append(f"--mode compute (stores no table; --format {formats})")
         if config.scheme.scheme in BIT_SCHEMES and dtype != "bit":
@@ -186,57 +189,128 @@ def prepared_table(config: ExportConfig, module) -> tuple[dict[str, Any], str, A
     return table_fields(config, dtype, size, section), dtype, quant
 
 
-def npy_header(dtype: str, rows: int, cols: int) -> dict[str, Any]:
-    """The NumPy header edgepe writes for a table: explicit little-endian ``descr``, C order,
-    ``[rows, cols]`` (a bit-packed table: the 1-D byte stream)."""
-    shape = (-(-rows * cols // 8),) if dtype == "bit" else (rows, cols)
-    return {"descr": NUMPY_DTYPES[dtype], "fortran_order": False, "shape": shape}
-
-
-def read_npy_header(f: BinaryIO, manifest: dict[str, Any], where: str) -> np.dtype:
-    """Read the header of an npy table from ``f`` (left at the data) and refuse one that is not
-    exactly what edgepe writes for ``manifest`` (``npy_header``): a Fortran-order header over
-    row-major bytes, another byte order, dtype or shape is read differently by different
-    readers (issue 23). Returns the stored dtype."""
-    from edgepe.errors import ArtifactError
-
-    rows, cols = (int(n) for n in manifest["shape"])
-    want = npy_header(manifest["dtype"], rows, cols)
-    try:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = read(f)
-    except (ValueError, OSError, SyntaxError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ArtifactError(f"{where!r} is not a readable .npy table (truncated?): "
-                            f"{first}") from None
-    got = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": fortran,
-           "shape": tuple(shape)}
-    if got != want:
-        raise ArtifactError(f"{where!r} has the npy header {got}; edgepe writes {want} for its "
-                            "manifest: refused")
-    return dtype
-
-
-def prepare(config: ExportConfig, module) -> Prepared:
-    """The npy or bin artifact of ``config``'s table (``--mode table`` only)."""
+def checked_table(config: ExportConfig, module) -> tuple[dict[str, Any], str, Any]:
+    """``prepared_table`` of an npy or bin export, refusing ``--mode compute`` first."""
     if config.mode != "table":
         raise BadParameterError(
             f"--format {config.format} stores a table: use --mode table "
             "(a computed encoding needs --format onnx or c)"
         )
-    manifest, dtype, quant = prepared_table(config, module)
-    rows, cols = manifest["shape"]
+    return prepared_table(config, module)
+
+
+def prepare(config: ExportConfig, module) -> Prepared:
+    """The bin artifact of ``config``'s table (``--mode table`` only): the stored bytes alone."""
+    manifest, dtype, quant = checked_table(config, module)
 
     def write(f: BinaryIO) -> None:
-        if config.format == "npy":
-            np.lib.format.write_array_header_1_0(f, npy_header(dtype, rows, cols))
         for data in data_chunks(config, module, dtype, quant):
             f.write(data)
 
-    if config.format == "npy":
-        manifest["layout"]["npy_shape"] = (
-            [manifest["layout"]["data_bytes"]] if dtype == "bit" else [rows, cols]
-        )
     return Prepared(manifest, write)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def data_size(manifest: dict[str, Any], itemsize: int) -> int:
+    """The bytes of a table's data: ``ceil(rows * cols / 8)`` bit-packed, else ``rows * cols *
+    itemsize``."""
+    rows, cols = (int(s) for s in manifest["shape"])
+    return -(-rows * cols // 8) if manifest["dtype"] == "bit" else rows * cols * itemsize
+
+
+def check_file(path: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a bin file whose size is not its manifest's table's (truncated or another file)."""
+    rows, cols = (int(s) for s in manifest["shape"])
+    dtype = manifest["dtype"]
+    size = data_size(manifest, 1 if dtype == "bit" else np.dtype(dtype).itemsize)
+    actual = path.stat().st_size
+    if actual != size:
+        raise ArtifactError(f"{str(path)!r} is {actual} bytes; a {rows} x {cols} {dtype} "
+                            f"table is {size} (truncated or another file?)")
+
+
+def read(path: Path, manifest: dict[str, Any], stored: np.dtype, shape: tuple[int, int]
+         ) -> np.ndarray:
+    """The ``[rows, cols]`` table of a bin file: memory-mapped, or unpacked when bit-packed."""
+    if manifest["dtype"] == "bit":
+        return unpack(np.fromfile(path, dtype=np.uint8), shape,
+                      manifest.get("bitorder") or "little", path)
+    return np.memmap(path, dtype=stored, mode="r", shape=shape)
+
+
+def unpack(packed: np.ndarray, shape: tuple[int, int], bitorder: str, path: Path) -> np.ndarray:
+    """0/1 ``uint8 [rows, cols]`` from a bit stream: entry ``(r, c)`` is bit ``r * cols + c``."""
+    rows, cols = shape
+    if bitorder not in ("little", "big"):
+        raise ArtifactError(f"{str(path)!r}: bitorder must be 'little' or 'big', got {bitorder!r}")
+    if packed.ndim != 1 or packed.dtype != np.uint8 or packed.size != -(-rows * cols // 8):
+        raise ArtifactError(
+            f"{str(path)!r}: a bit-packed [{rows}, {cols}] table is {-(-rows * cols // 8)} "
+            f"bytes, got {packed.dtype} {list(packed.shape)}"
+        )
+    return np.unpackbits(packed, count=rows * cols, bitorder=bitorder).reshape(rows, cols)
+
+
+class Rows:
+    """Rows of a table file read on demand from its manifest alone (the verifier's sweep).
+
+    ``rows(start, stop)`` reads only those rows' bytes from ``f`` past ``offset`` (no memory map:
+    pages of a mapped file would stay resident and count against the sweep's bounded memory):
+    values as stored, ``bit`` unpacked with the manifest's ``bitorder`` (one bit an entry,
+    row-major, no padding between rows). ``close`` closes ``f``.
+    """
+
+    def __init__(self, f: BinaryIO, manifest: dict[str, Any], dtype: np.dtype) -> None:
+        self.manifest = manifest
+        self.shape = tuple(int(s) for s in manifest["shape"])
+        self.bit = manifest["dtype"] == "bit"
+        self.dtype = dtype
+        self._file = f
+        self._offset = f.tell()
+
+    def _read(self, first: int, count: int) -> np.ndarray:
+        """``count`` items of the stored dtype from item ``first`` on."""
+        self._file.seek(self._offset + first * self.dtype.itemsize)
+        data = self._file.read(count * self.dtype.itemsize)
+        return np.frombuffer(data, dtype=self.dtype, count=len(data) // self.dtype.itemsize)
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        cols = self.shape[1]
+        if self.bit:
+            first, last = start * cols, stop * cols
+            chunk = self._read(first // 8, -(-last // 8) - first // 8)
+            bits = np.unpackbits(chunk, bitorder=self.manifest.get("bitorder", "little"))
+            offset = first % 8
+            return bits[offset: offset + last - first].reshape(stop - start, cols)
+        return self._read(start * cols, (stop - start) * cols).reshape(stop - start, cols)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def open_rows(path: Path, manifest: dict[str, Any]) -> Rows:
+    """``Rows`` of a bin file (its data starts at byte 0)."""
+    bit = manifest["dtype"] == "bit"
+    dtype = np.dtype(np.uint8 if bit else manifest["dtype"]).newbyteorder("<")
+    return Rows(open(path, "rb"), manifest, dtype)  # noqa: SIM115 - closed by Rows.close()
+
+
+def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) -> np.ndarray:
+    """``scale * (q - zero_point)`` in float64 (per-tensor, or per channel along ``axis``);
+    values that are not quantised come back as stored."""
+    if not quant or not np.issubdtype(values.dtype, np.integer) or "scale" not in quant:
+        return values
+    scale = np.asarray(quant["scale"], dtype=np.float64)
+    zero = np.asarray(quant.get("zero_point", 0), dtype=np.float64)
+    axis = quant.get("axis")
+    if scale.ndim and axis is not None:
+        shape = [1] * values.ndim
+        shape[axis] = -1
+        if axis == 0:  # per-row parameters: only this chunk's rows
+            scale = scale[row0: row0 + values.shape[0]]
+            zero = zero[row0: row0 + values.shape[0]] if zero.ndim else zero
+        scale = scale.reshape(shape)
+        zero = zero.reshape(shape) if zero.ndim else zero
+    return scale * (values.astype(np.float64) - zero)
