@@ -266,7 +266,13 @@ def load_pe(path: str | Path):
     data = _bounded_bytes(path, "artifact")
     if hashlib.sha256(data).hexdigest() != manifest["sha256"]:  # changed since it was checked
         raise ArtifactError(f"{str(path)!r} does not match its manifest (sha256 differs)")
-    return parse_model(data, f"artifact {str(path)!r}", ArtifactError), manifest
+    model = parse_model(data, f"artifact {str(path)!r}", ArtifactError)
+    # The proof runs the grafted model: the PE may hold only what edgepe's builders emit (no
+    # Loop/If/Scan, no external data), as edgepe.load requires of any artifact (issue 23).
+    from edgepe.audit import check_untrusted
+
+    check_untrusted(model, str(path))
+    return model, manifest
 
 
 # --- grafting ---------------------------------------------------------------------------------

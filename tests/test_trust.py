@@ -329,6 +329,13 @@ def _wrong_shape(folder: Path) -> list[str]:
     return ["run", str(path), "--positions", "0:4"]
 
 
+def _graft_loop(folder: Path) -> list[str]:
+    """graft of a Loop PE into an honest model: refused before its proof would run the Loop."""
+    model = _export(folder, "model.onnx", "binary", 37, d_model=8)
+    return ["graft", str(model), "--pe", str(_control_flow(folder, "Loop")), "--at", "pe",
+            "--out", str(folder / "grafted.onnx")]
+
+
 def _patched_output(folder: Path, dynamic: bool) -> list[str]:
     """binary's output rows gathered at ``positions + 1000`` (out of bounds: fails inside
     onnxruntime at run time), or reshaped to a fixed [5, 8] (an output shape that disagrees
@@ -425,6 +432,7 @@ CASES = [
          r"uses op Loop"),
     Case("loop-2-40-verify", "resource exhaustion",
          lambda f: ["verify", str(_control_flow(f, "Loop"))], 2, r"uses op Loop"),
+    Case("loop-2-40-graft", "resource exhaustion", _graft_loop, 2, r"uses op Loop"),
     Case("manifest-over-1-mib", "resource exhaustion", _big_manifest, 2, r"at most 1048576"),
     *[Case(f"manifest-100000-deep-{c}", "resource exhaustion", lambda f, c=c: _deep_manifest(f, c),
            2, r"nests 100001 levels deep") for c in ("run", "verify", "inspect")],

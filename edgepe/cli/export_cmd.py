@@ -152,12 +152,13 @@ def command(
     no_verify: Annotated[bool, typer.Option("--no-verify", rich_help_panel=PANEL_MORE,
                                             help="Skip the quick parity check.")] = False,
     rope_graph: Annotated[str | None, typer.Option("--rope-graph",
-                                                   metavar="encode|cache|apply",
+                                                   metavar="encode|cache|apply|apply-4d",
                                                    rich_help_panel=PANEL_MORE,
                                                    help="rope: positions -> cos|sin "
                                                    "(default), + cos_cache/sin_cache for the "
                                                    "RotaryEmbedding ops, or x, positions -> "
-                                                   "rotated y.")]
+                                                   "rotated y ([B, S, d]; apply-4d: "
+                                                   "[B, H, S, d]).")]
     = None,
     rope_lowering: Annotated[str | None, typer.Option("--rope-lowering",
                                                       metavar="onnx|ort|rotary23",
