@@ -238,15 +238,22 @@ def _external(folder: Path, command: str) -> list[str]:
             "plot": ["plot", "--artifact", str(path), "--out", str(folder / "p.png")]}[command]
 
 
-def _control_flow(folder: Path, op: str) -> Path:
-    """A graph with ``positions -> pe`` whose output goes through a 2^40-iteration Loop (or an
-    If), re-signed over an exported binary artifact's manifest."""
+def _rerouted(folder: Path):
+    """``(path, model, graph, out)`` of an exported binary graph whose output is renamed
+    ``{out}_raw``: the caller adds the nodes that produce ``out`` from it."""
     path = _binary(folder)
     model = onnx.load(path)
     graph = model.graph
     out = graph.output[0].name
     for node in graph.node:
         node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
+    return path, model, graph, out
+
+
+def _control_flow(folder: Path, op: str) -> Path:
+    """A graph with ``positions -> pe`` whose output goes through a 2^40-iteration Loop (or an
+    If), re-signed over an exported binary artifact's manifest."""
+    path, model, graph, out = _rerouted(folder)
     body_out = helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)
     if op == "Loop":
         body = helper.make_graph(
@@ -340,12 +347,7 @@ def _patched_output(folder: Path, dynamic: bool) -> list[str]:
     """binary's output rows gathered at ``positions + 1000`` (out of bounds: fails inside
     onnxruntime at run time), or reshaped to a fixed [5, 8] (an output shape that disagrees
     with the manifest's [N, 8]), re-signed."""
-    path = _binary(folder)
-    model = onnx.load(path)
-    graph = model.graph
-    out = graph.output[0].name
-    for node in graph.node:
-        node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
+    path, model, graph, out = _rerouted(folder)
     if dynamic:
         graph.initializer.append(numpy_helper.from_array(np.int64(1000), "far"))
         graph.node.extend([helper.make_node("Add", ["positions", "far"], ["rows"]),
