@@ -25,7 +25,8 @@ but wrong graph shows up as such. An exporter that fails is recorded with its me
 hidden. This script is never imported by the package.
 
 This file is the entry point: the parts live in ``scripts/bench/`` (``latency``, ``cli``, ``scale``,
-``report``, ``common``); ``--part int8-speed`` is ``scripts/bench_int8.py``, and the Cortex-M and
+``report``, ``common``); ``--part int8-speed`` is ``scripts/bench_int8.py``, ``--part floors``
+is ``scripts/bench_floors.py``, and the Cortex-M and
 ExecuTorch sections are ``scripts/bench_cortexm.py`` and ``scripts/bench_pte.py``.
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib
 import importlib.util
 import json
 import os
@@ -63,12 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="latency repetitions (default 61, quick 3)")
     parser.add_argument("--readme", type=Path, help="also write the README section here "
                         "(docs/readme/bench.md)")
-    parser.add_argument("--part", choices=["all", "int8-speed"], default="all",
-                        help="int8-speed: only the demo's int8 rows (scripts/bench_int8.py), "
-                        "JSON to --out, markdown to --md")
+    parser.add_argument("--part", choices=["all", *PARTS], default="all",
+                        help="int8-speed: only the demo's int8 rows (scripts/bench_int8.py); "
+                        "floors: the runtime floors under two of issue 19's targets "
+                        "(scripts/bench_floors.py); JSON to --out, markdown to --md")
     args = parser.parse_args(argv)
-    if args.part == "int8-speed":
-        return int8_speed_part(args)
+    if args.part != "all":
+        return module_part(args, args.part)
 
     started = time.perf_counter()
     if args.out is None:
@@ -142,24 +145,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def int8_speed_part(args) -> int:
-    """``--part int8-speed``: the demo at N = 512, 4096, 65536 with every int8 variant and the
-    ratio rows of issue 19 (scripts/bench_int8.py); nothing else runs."""
-    import bench_int8
+# --part NAME -> the module in scripts/ that measures it (``run`` and ``markdown``): the demo at
+# N = 512, 4096, 65536 with every int8 variant and issue 19's ratio rows; the floors under two of
+# issue 19's targets.
+PARTS = {"int8-speed": "bench_int8", "floors": "bench_floors"}
+
+
+def module_part(args, part: str) -> int:
+    """``--part int8-speed|floors``: only that module's measurements run (see ``PARTS``)."""
     import torch
 
+    module = importlib.import_module(PARTS[part])  # scripts/: this script's folder is on sys.path
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
     reps = args.reps or (3 if args.quick else 41)
-    work = Path(tempfile.mkdtemp(prefix="edgepe-bench-int8-"))
+    work = Path(tempfile.mkdtemp(prefix=f"edgepe-bench-{part}-"))
     try:
-        report = bench_int8.run(latency, work, reps, 0.0003, args.quick)
+        report = module.run(latency, work, reps, 0.0003, args.quick)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = machine()
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = bench_int8.markdown(report, info, date, reps)
-    out = args.out or Path(tempfile.mkdtemp(prefix="edgepe-bench-")) / "int8-speed.json"
+    text = module.markdown(report, info, date, reps)
+    out = args.out or Path(tempfile.mkdtemp(prefix="edgepe-bench-")) / f"{part}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": info, "date": date, "reps": reps, **report},
                               indent=1, sort_keys=True) + "\n")

@@ -110,3 +110,75 @@ def test_int8_speed_part_writes_every_ratio_row_from_its_own_figures(tmp_path):
         assert r["bound"] != "-"  # onnxruntime's profile named the ops
     md = (tmp_path / "int8.md").read_text()
     assert md.count("| 512 |") >= len(report["rows"])
+
+
+def test_floors_part_reports_every_floor_and_derives_its_conclusions(tmp_path):
+    """``--part floors --quick`` (N = 512, 3 repetitions): every candidate of both floors ran and
+    gave the right output, the clamp column says which graphs clamp hostile positions, every
+    ratio is the median of per-repetition ratios of the JSON's own samples, and each conclusion
+    quotes those ratios and takes the side of the target that they are on."""
+    import onnxruntime
+
+    out = tmp_path / "floors.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--part", "floors", "--quick",
+         "--out", str(out), "--md", str(tmp_path / "floors.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    md = (tmp_path / "floors.md").read_text()
+    (table,) = report["table"]
+    (compute,) = report["compute"]
+    assert table["n"] == compute["n"] == 512 and compute["n_bits"] == 10  # the demo's width
+
+    def samples(row, name):
+        return np.array(row["candidates"][name]["samples_s"])
+
+    def median(num, den):
+        return float(np.median(num / den))
+
+    cand = table["candidates"]
+    assert set(cand) == {"floor-gather", "abs-gather", "clip64-gather", "edgepe-table"}
+    for name, entry in cand.items():
+        assert entry["error"] is None and entry["matches"] is True, name
+        assert len(entry["samples_s"]) == 3 and entry["median_s"] > 0, name
+    # onnxruntime 1.31.1's int64 Clip maps [2^31, 2^32) to row 0 (pyproject.toml): the column
+    # shows it there; 1.32 clamps right.
+    fixed = tuple(int(x) for x in onnxruntime.__version__.split(".")[:2]) >= (1, 32)
+    assert {name: e["clamps"] for name, e in cand.items()} == {
+        "floor-gather": False, "abs-gather": False, "clip64-gather": fixed, "edgepe-table": True}
+    t = table["target"]
+    ratios = table["ratios"]
+    for name, r in ratios.items():
+        assert abs(r["ratio"] - median(samples(table, name), samples(table, "floor-gather"))) < 1e-9
+        assert f"{r['ratio']:.2f}x" in table["conclusion"]
+    over = ratios["abs-gather"]["ratio"] > t or ratios["clip64-gather"]["ratio"] > t
+    assert ("no clamped graph meets" in table["conclusion"]) == over
+    assert f"- {table['conclusion']}" in md
+
+    cand = compute["candidates"]
+    ops = ("BitwiseAnd", "BitShift", "Div", "Mod")
+    assert set(cand) == {*ops, "Add", "Cast", "peer-Gather", "MatMul", "Gemm", "call",
+                         "floor-int32", "edgepe-compute", "peer-torchscript"}
+    for name, entry in cand.items():
+        assert entry["error"] is None and entry["matches"] is True, name
+        assert len(entry["samples_s"]) == 3, name
+    assert cand["peer-torchscript"]["nodes"] == {"Gather": 1, "MatMul": 1}
+    bound = compute["bound"]
+    assert bound["bit_op"] == min(ops, key=lambda op: cand[op]["median_s"])
+    assert bound["gemm"] == min(("MatMul", "Gemm"), key=lambda op: cand[op]["median_s"])
+    call = samples(compute, "call")
+    ours = (samples(compute, bound["bit_op"]) + samples(compute, "Cast")
+            + samples(compute, bound["gemm"]) - 2 * call)
+    peers = samples(compute, "peer-Gather") + samples(compute, "MatMul") - call
+    assert abs(bound["ratio"] - median(ours, peers)) < 1e-9
+    for key, name in (("floor_graph", "floor-int32"), ("measured", "edgepe-compute")):
+        want = median(samples(compute, name), samples(compute, "peer-torchscript"))
+        assert abs(compute[key]["ratio"] - want) < 1e-9
+    for key in ("bound", "floor_graph", "measured"):
+        assert f"{compute[key]['ratio']:.2f}x" in compute["conclusion"]
+    over = [compute[k]["ratio"] > compute["target"] for k in ("bound", "floor_graph")]
+    assert ("no integer-only graph" in compute["conclusion"]) == all(over)
+    assert ("would meet" in compute["conclusion"]) == (not any(over))
+    assert f"- {compute['conclusion']}" in md

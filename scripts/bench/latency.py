@@ -209,11 +209,13 @@ def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate
     return candidate
 
 
-def _save_graph(nodes, inputs, output_rank: int, initializers, path: Path) -> None:
+def _save_graph(nodes, inputs, output_rank: int, initializers, path: Path,
+                elem_type: int = 1) -> None:
+    """A one-graph model whose output ``y`` has ``elem_type`` (a TensorProto code: 1 is float)."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"d{i}" for i in range(output_rank)])
+    y = helper.make_tensor_value_info("y", elem_type, [f"d{i}" for i in range(output_rank)])
     graph = helper.make_graph(nodes, "floor", inputs, [y], initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8  # what onnxruntime 1.31 loads (DESIGN.md)
