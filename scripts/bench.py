@@ -26,8 +26,8 @@ hidden. This script is never imported by the package.
 
 This file is the entry point: the parts live in ``scripts/bench/`` (``latency``, ``cli``, ``scale``,
 ``report``, ``common``); ``--part int8-speed`` is ``scripts/bench_int8.py``, ``--part floors``
-is ``scripts/bench_floors.py``, and the Cortex-M and
-ExecuTorch sections are ``scripts/bench_cortexm.py`` and ``scripts/bench_pte.py``.
+is ``scripts/bench_floors.py``, and the Cortex-M and ExecuTorch sections are
+``scripts/bench_cortexm.py`` and ``scripts/bench_pte.py``.
 """
 
 from __future__ import annotations
