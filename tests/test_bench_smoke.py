@@ -155,11 +155,11 @@ def test_floors_part_reports_every_floor_and_derives_its_conclusions(tmp_path):
         assert np.allclose([r["q1"], r["ratio"], r["q3"]], np.percentile(pairs, [25, 50, 75]),
                            rtol=0, atol=1e-12)
         assert f"{r['ratio']:.2f}x" in table["conclusion"]
-    # "cannot hold" where the lower quartile is over the target, "within" where the median is
-    # not, both to the two decimals the text prints; else undecided.
+    # "cannot hold" where the lower quartile is over the target, "within" where the upper one
+    # is not, both to the two decimals the text prints; else undecided.
     clip = ratios["clip64-gather"]
     assert ("no clamped graph meets" in table["conclusion"]) == (round(clip["q1"], 2) > t)
-    assert ("clamp is within" in table["conclusion"]) == (round(clip["ratio"], 2) <= t)
+    assert ("clamp is within" in table["conclusion"]) == (round(clip["q3"], 2) <= t)
     assert f"- {table['conclusion']}" in md
 
     cand = compute["candidates"]
@@ -187,5 +187,5 @@ def test_floors_part_reports_every_floor_and_derives_its_conclusions(tmp_path):
     t = compute["target"]
     assert ("no integer-only graph" in compute["conclusion"]) == all(
         round(r["q1"], 2) > t for r in floors)
-    assert ("would meet" in compute["conclusion"]) == all(round(r["ratio"], 2) <= t for r in floors)
+    assert ("would meet" in compute["conclusion"]) == all(round(r["q3"], 2) <= t for r in floors)
     assert f"- {compute['conclusion']}" in md
