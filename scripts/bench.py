@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import importlib
 import importlib.util
 import json
 import os
