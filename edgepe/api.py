@@ -22,6 +22,7 @@ from edgepe.export.artifact import (
     DEFAULT_TABLE_CAP,
     ExportConfig,
     ExportResult,
+    default_granularity,
     validate_choices,
 )
 
@@ -48,7 +49,7 @@ def make_config(
     format: str = "onnx",
     dtype: str = "float32",
     quantize: str = "none",
-    quant_granularity: str = "channel",
+    quant_granularity: str | None = None,
     lowering: str = "bitwise",
     int8_runtime: str = "fold",
     checkpoint: str | Path | None = None,
@@ -64,7 +65,9 @@ def make_config(
     """A validated ``ExportConfig`` from user values (strings from the CLI are fine).
 
     ``mode`` defaults to the scheme's default (compute where it has one; table for npy/bin
-    files, and for C headers of schemes with no C function: ``default_mode``). ``opset`` (ONNX
+    files, and for C headers of schemes with no C function: ``default_mode``);
+    ``quant_granularity`` to ``default_granularity`` (per tensor for a live int8 table, else per
+    channel). ``opset`` (ONNX
     only; refused for other formats) defaults to 18, 19 for int8 graphs, and is written as given
     or refused with the reason. A ``checkpoint`` must
     be an existing file; its sha256 goes into the config (and so into the manifest);
@@ -81,13 +84,15 @@ def make_config(
         if not Path(checkpoint).is_file():
             raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a file")
         checkpoint_sha256 = sha256_file(checkpoint)
+    config_mode = mode or default_mode(resolved.scheme, resolved.spec.default_mode, format)
     config = ExportConfig(
         scheme=resolved,
-        mode=mode or default_mode(resolved.scheme, resolved.spec.default_mode, format),
+        mode=config_mode,
         format=format,
         dtype=dtype,
         quantize=quantize,
-        quant_granularity=quant_granularity,
+        quant_granularity=quant_granularity or default_granularity(
+            resolved.scheme, config_mode, format, quantize, int8_runtime),
         lowering=lowering,
         int8_runtime=int8_runtime,
         seed=int(seed),

@@ -33,14 +33,14 @@ from typing import Any
 SIZES = (512, 4096, 65536)
 D_MODEL = 64
 VARIANTS = (("compute", "none"), ("table", "none"), ("compute", "int8"), ("compute", "int8-live"),
-            ("table", "int8"), ("table", "int8-live"), ("table", "int8-live-tensor"))
+            ("table", "int8"), ("table", "int8-live"), ("table", "int8-live-channel"))
 # name in bench_case's candidates -> (the float32 twin it is compared with, the targets)
 INT8_ROWS = {
     "edgepe-int8-compute": ("edgepe-compute", 1.05, "bytes", 0.35),
     "edgepe-int8-table": ("edgepe-table", 1.05, "bytes", 0.35),
     "edgepe-int8-live-compute": ("edgepe-compute", 1.6, "ram", 0.3),
     "edgepe-int8-live-table": ("edgepe-table", 1.6, "ram", 0.3),
-    "edgepe-int8-live-tensor-table": ("edgepe-table", 1.6, "ram", 0.3),
+    "edgepe-int8-live-channel-table": ("edgepe-table", 1.6, "ram", 0.3),
 }
 PEER_TARGET, GATHER_TARGET = 1.05, 1.08
 
@@ -120,7 +120,7 @@ def rows_of(case: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
              "edgepe-int8-table": folder / "table-int8.onnx",
              "edgepe-int8-live-compute": folder / "compute-int8-live.onnx",
              "edgepe-int8-live-table": folder / "table-int8-live.onnx",
-             "edgepe-int8-live-tensor-table": folder / "table-int8-live-tensor.onnx",
+             "edgepe-int8-live-channel-table": folder / "table-int8-live-channel.onnx",
              "peer-torchscript": folder / "peer-torchscript.onnx",
              "floor-gather": folder / "gather.onnx"}
     warm = folder / "compute.onnx"
@@ -235,5 +235,5 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
 
 _NAMES = ("peer-torchscript", "edgepe-compute", "edgepe-int8-compute", "edgepe-int8-live-compute",
           "floor-gather", "edgepe-table", "edgepe-int8-table", "edgepe-int8-live-table",
-          "edgepe-int8-live-tensor-table")
+          "edgepe-int8-live-channel-table")
 

@@ -99,10 +99,13 @@ def test_int8_speed_part_writes_every_ratio_row_from_its_own_figures(tmp_path):
     cand = case["candidates"]
     whats = {r["what"] for r in report["rows"]}
     for name in ("edgepe-int8-compute", "edgepe-int8-table", "edgepe-int8-live-compute",
-                 "edgepe-int8-live-table", "edgepe-int8-live-tensor-table"):
+                 "edgepe-int8-live-table", "edgepe-int8-live-channel-table"):
         assert cand[name]["error"] is None and cand[name]["matches"] is True, name
         assert cand[name]["quant"]["runtime"] == ("live" if "live" in name else "fold")
         assert any(w.startswith(f"{name} / ") for w in whats), name
+    # the live table as the CLI makes it by default: one scale; per column only when asked
+    assert cand["edgepe-int8-live-table"]["quant"]["granularity"] == "tensor"
+    assert cand["edgepe-int8-live-channel-table"]["quant"]["granularity"] == "channel"
     for r in report["rows"]:
         a, b = r["what"].split(" / ")
         pairs = np.array(cand[a]["samples_s"]) / np.array(cand[b]["samples_s"])

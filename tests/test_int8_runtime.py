@@ -105,3 +105,34 @@ def test_cli_choice_default_name_inspect_and_refusal(tmp_path, monkeypatch):
     assert "--int8-runtime 'lazy' is not one of: fold, live" in bad.output
     assert not (tmp_path / "x.onnx").exists()
     assert "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize(("scheme", "mode", "runtime", "given", "expected"), [
+    ("sinusoidal", "table", "live", None, "tensor"),  # one DequantizeLinear after the Gather
+    ("sinusoidal-learned", "compute", "live", None, "tensor"),  # its int8 residual table
+    ("alibi", "table", "live", None, "tensor"),
+    ("sinusoidal", "table", "live", "channel", "channel"),  # asked for: the slower per column
+    ("sinusoidal", "table", "fold", None, "channel"),  # folded: per column costs nothing
+    ("binary", "compute", "live", None, "channel"),  # weights: a scale per bit, off the hot axis
+])
+def test_live_tables_default_to_one_scale(scheme, mode, runtime, given, expected):
+    """A live table's per-column scales would run on the hot last axis of every call's rows
+    (issue 19: 1.9-3.4x the float32 Gather): with --int8-runtime live and no
+    --quant-granularity, tables take one scale, and their Gather is followed by one
+    per-tensor DequantizeLinear."""
+    from edgepe.api import make_config
+    from edgepe.quant.graphs import build_int8 as build_graph
+
+    config = make_config(scheme, L, mode=mode, quantize="int8", int8_runtime=runtime,
+                         quant_granularity=given)
+    assert config.quant_granularity == expected
+    manifest = base_manifest(config, output_shape(config), "float32")
+    model = build_graph(config, build(config.scheme), manifest)
+    assert manifest["quant"]["granularity"] == expected
+    if expected == "tensor":
+        made_by = {out: n for n in model.graph.node for out in n.output}
+        dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+        assert dq and all(not n.attribute for n in dq)  # per tensor: no axis
+        for node in dq:  # each right after a Gather of the int8 table
+            gather = made_by[node.input[0]]
+            assert gather.op_type == "Gather" and gather.input[0] == manifest["quant"]["tensor"]

@@ -9,9 +9,10 @@ the theoretical one, recomputed here from the manifest's scales:
 - tables, quantised outputs and sinusoidal-learned's int8 residual: half a step ``s_j / 2``
   (plus, for compute graphs, the float graph's own tolerance and, for the residual, one float32
   addition), with a relative allowance of ``2^-14`` for the float32 roundings of Q/DQ;
-- the integer projection (binary, fourier-binary): ``n s_j / 2`` (``bound_in_range`` strictly
-  below it; ``bound``, for every int64 position, within ``2^-8`` relative of it: the rounding of
-  the final Mul and of the float32 reference's dot product).
+- the integer projection (binary, fourier-binary): ``n s_j / 2`` with column scales, ``sum_k s_k /
+  2`` with the live graph's row scales (``bound_in_range`` strictly below it; ``bound``, for every
+  int64 position, within ``2^-8`` relative of it: the rounding of the final Mul and of the float32
+  reference's dot product).
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def theoretical(config, quant: dict) -> np.ndarray:
     """The method's bound per channel from the manifest's scales (module docstring)."""
     s = np.asarray(quant["scale"], dtype=np.float64).reshape(-1)
     if config.mode == "compute" and config.scheme.scheme in ("binary", "fourier-binary"):
+        if quant["axis"] == 0:  # a scale per bit (live): each column's n weights, one per row
+            return np.broadcast_to(s, (config.scheme.n_bits,)).sum() / 2 * (1 + 2.0**-8)
         return config.scheme.n_bits * s / 2 * (1 + 2.0**-8)
     half = s / 2 * (1 + 2.0**-14)
     if config.mode == "table":
@@ -154,19 +157,25 @@ def test_max_popcount_matches_enumeration(max_len):
 
 
 def test_live_projection_dequantises_the_weights_not_the_output_per_call():
-    """live: the n x d int8 weights go through a per-tensor DequantizeLinear (unit scale, which
-    onnxruntime does not fold) and the scales per call; the N x d output is never dequantised."""
-    _, _, manifest, model = int8_model("binary", "compute", runtime="live")
+    """live: the n x d int8 weights go through ONE DequantizeLinear per call, per axis along the
+    rows (a scale per bit, the mask form's 2^-k folded in: not the hot axis), and the N x d
+    output is never dequantised; the session holds the int8 weights and n float32 scales."""
+    config, _, manifest, model = int8_model("binary", "compute", runtime="live")
+    n, quant = config.scheme.n_bits, manifest["quant"]
     nodes = list(model.graph.node)
     dq = [n for n in nodes if n.op_type == "DequantizeLinear"]
-    assert len(dq) == 1 and dq[0].input[0] == "weight_int8" and not dq[0].attribute  # per tensor
-    assert "MatMulInteger" not in {n.op_type for n in nodes} and nodes[-1].op_type == "Gemm"
-    inits = {t.name: t for t in model.graph.initializer}
-    assert inits["weight_int8"].data_type == 3 and list(inits["weight_int8"].dims) == [10, 64]
-    assert manifest["quant"]["axis"] == 1 and len(manifest["quant"]["scale"]) == 64
-    assert manifest["quant"]["runtime"] == "live"
-    # int8 weights + the scales, float32 once the Cast of the stored float16 ones is folded
-    assert manifest["quant"]["ram_bytes"] == 640 + 4 * 64
+    assert len(dq) == 1 and dq[0].input[0] == "weight_int8"
+    assert [(a.name, a.i) for a in dq[0].attribute] == [("axis", 0)]
+    assert nodes[-1].op_type == "Gemm" and nodes[-1].input[1] == dq[0].output[0]
+    assert "Mul" not in {n.op_type for n in nodes}  # the 2^-k rides in the scale
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert inits["weight_int8"].dtype == np.int8 and inits["weight_int8"].shape == (n, 64)
+    assert quant["axis"] == 0 and len(quant["scale"]) == n and quant["runtime"] == "live"
+    masked = inits[quant["scale_tensor"]]
+    two_k = np.ldexp(np.float32(1), -np.arange(n))  # the mask form's 2^-k per row
+    assert np.array_equal(masked, np.float32(quant["scale"]) * two_k)
+    assert quant["ram_bytes"] == n * 64 + 4 * n  # 0.27x the float32 weights' 4 n 64 bytes
+    assert quant["ram_bytes"] / quant["bytes"]["float32"] <= 0.3
 
 
 @pytest.mark.parametrize("runtime", ["fold", "live"])

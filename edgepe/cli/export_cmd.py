@@ -132,9 +132,10 @@ def command(
                                                "(ort-cpu, ort-cuda, directml, tensorrt, "
                                                "openvino, qnn, coreml, nnapi, xnnpack): picks "
                                                "a lowering or refuses.")] = None,
-    quant_granularity: Annotated[str, typer.Option("--quant-granularity",
-                                                   metavar="channel|tensor",
-                                                   rich_help_panel=PANEL_MORE)] = "channel",
+    quant_granularity: Annotated[str | None, typer.Option(
+        "--quant-granularity", metavar="channel|tensor", rich_help_panel=PANEL_MORE,
+        help="int8 scales per column, or one per tensor. Default: channel; tensor for a "
+        "table kept int8 by --int8-runtime live.")] = None,
     int8_runtime: Annotated[str, typer.Option("--int8-runtime", metavar="fold|live",
                                               rich_help_panel=PANEL_MORE,
                                               help="int8 ONNX graphs: fold to float32 at "

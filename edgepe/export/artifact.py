@@ -104,6 +104,23 @@ class ExportConfig:
         return self.quantize == "int8" and self.format == "onnx"
 
 
+def default_granularity(scheme: str, mode: str, format: str, quantize: str,
+                        int8_runtime: str) -> str:
+    """``--quant-granularity`` when not given: ``channel`` (one scale per column), except for an
+    int8 ONNX graph that keeps a gathered table int8 at run time (``--int8-runtime live`` with
+    ``--mode table``, or sinusoidal-learned's residual table): there ``tensor``.
+
+    A live table dequantises the ``[N, cols]`` rows each call reads. One scale is one vectorised
+    ``DequantizeLinear`` pass (0.92-1.55x the float32 Gather on onnxruntime's CPU provider);
+    per-column scales run on that hot last axis, as a ``Cast`` and a broadcast ``Mul`` (two
+    passes, 1.9-3.4x) or a per-axis ``DequantizeLinear`` (a scalar loop, 6-12x): issue 19,
+    docs/readme/int8-speed.md. ``--quant-granularity channel`` still gives the per-column form.
+    """
+    live_table = mode == "table" or scheme == "sinusoidal-learned"
+    live = quantize == "int8" and format == "onnx" and int8_runtime == "live"
+    return "tensor" if live and live_table else "channel"
+
+
 def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     """``models/{scheme}-{mode}-L{max_len}[-d{d}|-h{H}][-int8[-live]][-{dtype}][-{lowering}][-{extra}].{ext}``.
 

@@ -11,11 +11,14 @@ graph stores an int8 constant (1-3), ``--int8-runtime`` chooses how it lives at 
   ``DequantizeLinear`` (unless ``session.disable_quant_qdq``), hence no DequantizeLinear here.
 - ``live``: the session keeps the int8 tensor and each call dequantises what it reads. Tables
   (and sinusoidal-learned's residual): the gathered rows, by a per-tensor ``DequantizeLinear``
-  (``--quant-granularity tensor``: one fused pass, 0.92-1.39x the float32 Gather) or, for
-  per-column scales, a ``Cast`` and a ``Mul`` whose ``[cols]`` scale broadcasts over the last
-  axis (two passes, 2.1-2.4x). Projections: the ``n x d`` weights, not the ``N x d`` output
-  (off the hot axis), through ``DequantizeLinear(q, 1)``, an exact cast that onnxruntime does
-  not fold, then ``* s``. Never a per-axis ``DequantizeLinear`` on the last axis: onnxruntime's
+  (one fused pass, 0.92-1.55x the float32 Gather: the default granularity of a live table,
+  ``artifact.default_granularity``) or, for per-column scales asked for with
+  ``--quant-granularity channel``, a ``Cast`` and a ``Mul`` whose ``[cols]`` scale broadcasts
+  over the last axis (two passes, 1.9-3.4x). Projections: the ``n x d`` weights, not the
+  ``N x d`` output (off the hot axis), with one scale per row (bit) and ONE
+  ``DequantizeLinear(q, s_k 2^-k, axis=0)``, which onnxruntime does not fold: the session holds
+  ``n d`` int8 and ``n`` float32 scales, 0.27x the float32 weights (``_projection``). Never a
+  per-axis ``DequantizeLinear`` on the last axis: onnxruntime's
   CPU kernel runs it as a scalar loop over N x cols one-element blocks (6.3-16x the float32
   Gather measured here; 65-91% of the old int8 graphs' time, issue 19). ``Cast(q) * s`` is
   ``DequantizeLinear`` (zero point 0) bit for bit: an exact cast and one rounded product.
@@ -27,9 +30,10 @@ graph stores an int8 constant (1-3), ``--int8-runtime`` chooses how it lives at 
 2. **Int8 weights** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
    float step is ``bits @ W``): the float32 mask-form graph of ``graphs.bits`` with
    ``W' = q * s`` (times the masks' ``2^-k``) dequantised in front, folded or live as above.
-   Scales in float16 (rounded up) where they fit and save more than their Cast costs; float32
-   otherwise. (Until issue 19 this was ``MatMulInteger`` of uint8 bits by int8 weights with a
-   per-axis ``DequantizeLinear`` of the int32 sum: 3.5x the float32 graph's time.)
+   fold: a scale per output column ``s_j``, in float16 (rounded up) where they fit and save
+   more than their Cast costs, float32 otherwise; live: a float32 scale per row ``s_k``.
+   (Until issue 19 this was ``MatMulInteger`` of uint8 bits by int8 weights with a per-axis
+   ``DequantizeLinear`` of the int32 sum: 3.5x the float32 graph's time.)
 3. **Int8 constant** (``--mode compute``, ``sinusoidal-learned``): its learned residual table
    ``[L, d]`` is the graph's only large constant; it is stored int8, folded or gathered as in (1).
 4. **Quantised output** (``--mode compute``, every other float scheme: integer*, hybrid, gated,
@@ -62,6 +66,10 @@ power-of-two scaling is undone exactly) and its float32 sum rounds by
 reference's size (the term issue 19 added with the float32 sum of dequantised weights). So
 
     |out_j - ref_j| <= P s_j (1/2 + 127 u + 2 x 127 (1 + u) gamma_n)
+
+With the live graph's row scales the same holds with ``s_k`` (row ``k``'s scale bounds each
+``|W_kj|``) summed over the active bits ``k in A``: ``sum_{k in A} s_k (1/2 + ...)``, the same for
+every column; ``bound`` takes the ``n`` terms, ``bound_in_range`` the largest ``P`` of them.
 
 The manifest's ``bound`` (per channel in ``bound_per_channel``, the worst channel in ``bound``)
 takes ``P = n``: every int64 position wraps to ``pos mod 2^n``, so it holds wherever the graph
@@ -345,7 +353,7 @@ def max_popcount(max_len: int) -> int:
     return max(bin(m).count("1"), m.bit_length() - 1, 0)
 
 
-def projection_quant(config: ExportConfig, module, summation: str):
+def projection_quant(config: ExportConfig, module, summation: str, axis: int = 1):
     """The int8 projection of ``binary``/``fourier-binary``: ``(q, scale, half, quant)``.
 
     ``q`` the int8 weights ``[n, d]``, ``scale`` their float32 scales, ``half`` the float16
@@ -353,39 +361,55 @@ def projection_quant(config: ExportConfig, module, summation: str):
     bound proven for how the sum is taken: ``"float32"``, the ONNX graph's float32 sum of the
     dequantised weights (``S = 2`` in the module docstring's bound), or ``"int32"``, an exact
     integer sum then one multiply by the scale (``S = 1``; the C header's compute function).
+
+    ``axis`` (per-channel granularity): 1 scales each output column ``j`` (``[d]`` scales; the
+    int32 sum needs it, ``s_j`` factors out of a column's sum), 0 each input row, i.e. each bit
+    ``k`` (``[n]`` scales; the live graph's, ``_projection``). Per tensor: one scale either way.
     """
     s = config.scheme
     n = s.n_bits
     weight = _weight(config, module)  # [n, d] float32, the reference's y = bits @ weight
-    peak = absmax([weight], config.quant_granularity)
+    rows = axis == 0
+    peak = absmax([weight.T if rows else weight], config.quant_granularity)
     # Scales stored as float16 (rounded up) where they fit and pay for the Cast to float32 they
     # need: on the demo's graph the 64 float32 scales are an eighth of the file; every proof
-    # below holds for any s >= max|W| / 127.
-    half = half_scales(peak) if 2 * peak.size > CAST_NODE_BYTES else None
+    # below holds for any s >= max|W| / 127. Row scales are few (n) and used as they are stored.
+    half = half_scales(peak) if not rows and 2 * peak.size > CAST_NODE_BYTES else None
     scale = scales(peak) if half is None else half.astype(np.float32)
-    q = quantize(weight, scale)
+    q = quantize(weight.T, scale).T if rows else quantize(weight, scale)
     exact = summation == "int32"
+    if exact and rows and config.quant_granularity == "channel":
+        raise ValueError("an int32 sum needs one scale per column (axis 1)")  # a caller's bug
     p = max_popcount(s.max_len)
     gamma = n * U32 / (1 - n * U32)
     # Per active bit: half a step and the dequantise's rounding (s/2 + 127 u s), the float32
     # reference's own dot product (gamma_n 127 (1 + u) s), and for a float32 sum the graph's
-    # own (the same again).
+    # own (the same again). Row k's scale s_k bounds every |W_kj|, so the same sum over the
+    # active bits holds with s_k in place of s_j.
     sums = 1 if exact else 2
     per_bit = scale.astype(np.float64) * (0.5 + QMAX * U32 + sums * QMAX * (1 + U32) * gamma)
-    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column is exact
+    per_bit = np.where(peak > 0, per_bit, 0.0)  # an all-zero column (row) is exact
+    if rows:  # the same bound for every column: the worst n (or p) bits' terms added up
+        ranked = np.sort(np.broadcast_to(per_bit, (n,)))[::-1]
+        bound = np.full(weight.shape[1], ranked.sum())
+        in_range, step = float(ranked[:p].sum()), "s_k"
+    else:
+        bound, in_range, step = n * per_bit, float((p * per_bit).max()), "s_j"
     if exact:
-        why = ("sum over the active bits of half a step, s_j (1/2 + 127u + 127(1+u) gamma_n) a "
-               "bit with the float32 dequantise and the float32 reference's own dot product")
+        why = (f"sum over the active bits of half a step, {step} (1/2 + 127u + 127(1+u) "
+               "gamma_n) a bit with the float32 dequantise and the float32 reference's own dot "
+               "product")
         replayed = "integer arithmetic"
     else:
-        why = ("sum over the active bits of s_j (1/2 + 127u + 2 x 127(1+u) gamma_n) a bit: half "
-               "a step and the float32 dequantise, the graph's float32 sum of the dequantised "
-               "weights and the float32 reference's own dot product")
+        why = (f"sum over the active bits of {step} (1/2 + 127u + 2 x 127(1+u) gamma_n) a bit: "
+               "half a step and the float32 dequantise, the graph's float32 sum of the "
+               "dequantised weights and the float32 reference's own dot product")
         replayed = "float32 sum of the dequantised weights"
+    dequantised = dequantize(q, scale[:, None] if rows and scale.size > 1 else scale)
     quant = quant_section(
-        config.quant_granularity, scale, axis=1,
-        max_abs_err=_replay_projection(config, module, q, scale, exact),
-        bound=n * per_bit,
+        config.quant_granularity, scale, axis=axis,
+        max_abs_err=_replay_projection(config, module, q, scale, dequantised, exact),
+        bound=bound,
         bound_why=f"{why} (u = 2^-24): at most n = {n} active bits at any position (they wrap "
         f"mod 2^n), at most {p} at positions 0..{s.max_len - 1} (bound_in_range)",
         measured_over=f"every position 0..{s.max_len - 1}, replaying the {replayed}",
@@ -394,7 +418,7 @@ def projection_quant(config: ExportConfig, module, summation: str):
         tensor="weight_int8",
         scale_tensor="weight_scale",
         scale_storage="float32" if half is None else "float16",
-        bound_in_range=float((p * per_bit).max()),
+        bound_in_range=in_range,
         max_popcount=p,
         bytes_of="projection weights",
     )
@@ -403,27 +427,48 @@ def projection_quant(config: ExportConfig, module, summation: str):
 
 def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
     """``positions [N] int64 -> pe [N, d] float32``: the float32 mask-form graph of
-    ``graphs.bits`` whose ``[n, d]`` weights are dequantised in front from int8 ``q`` and
-    per-column scales ``s`` (times the masks' ``2^-k`` per row).
+    ``graphs.bits`` whose ``[n, d]`` weights are dequantised in front from int8 ``q``.
 
-    ``fold``: ``Cast(q) * s`` on initializers, folded by onnxruntime at session load. ``live``:
-    ``DequantizeLinear(q, 1)`` (per tensor, unit scale: an exact cast that onnxruntime never
-    folds) then ``* s``, so the session keeps ``q`` in int8 and dequantises the n x d weights,
-    not the N x d output, per call: off the hot axis (issue 19).
+    ``fold``: per-column scales ``s_j``, ``Cast(q) * s`` (times the masks' ``2^-k`` per row) on
+    initializers, folded by onnxruntime at session load. ``live``: per-row scales ``s_k`` (one per
+    bit, ``projection_quant(axis=0)``), and ONE ``DequantizeLinear(q, s_k 2^-k, axis=0)``: the
+    mask form's power-of-two row scaling rides in the row's scale (``fl(q s 2^-k) = fl(q s) 2^-k``
+    exactly, checked here), so the session keeps ``q`` in int8 and ``n`` float32 scales (0.27x the
+    float32 weights' RAM, where ``d`` column scales made it 0.31-0.35x) and dequantises the
+    ``n x d`` weights, not the ``N x d`` output, per call: off the hot axis (issue 19). The
+    per-axis ``DequantizeLinear`` runs along axis 0, ``d`` contiguous values a scale.
     """
-    from edgepe.export.graphs.bits import _mask_projection_model
+    from edgepe.export.graphs.bits import _mask_projection_model, mask_scaling
 
-    q, scale, half, quant = projection_quant(config, module, "float32")
-    shape = scale.shape if config.quant_granularity == "channel" else ()
     fold = config.int8_runtime == "fold"
+    q, scale, half, quant = projection_quant(config, module, "float32", axis=1 if fold else 0)
+    # live: s_k per row (one scale repeated for --quant-granularity tensor)
+    rows = np.broadcast_to(scale.reshape(-1) if not fold else 0, (q.shape[0],)).astype(np.float32)
+    dequantised = dequantize(q, scale) if fold else dequantize(q, rows[:, None])
+    inverse = mask_scaling(config, dequantised)
+    # live: the mask form's 2^-k folded into the row scales, where that is bit for bit the same
+    masked = None if inverse is None else (rows * inverse).astype(np.float32)
+    if masked is not None and not np.array_equal(
+            dequantize(q, masked[:, None]).view(np.uint32),
+            (dequantised * inverse[:, None]).view(np.uint32)):
+        masked = None
+    if not fold and masked is not None:
+        quant["scale_tensor"] = "weight_scale_masked"  # s_k 2^-k: the row scales times 2^-k
 
-    def weight_node(g: Graph, inverse: np.ndarray | None) -> str:
+    def live_node(g: Graph, inverse: np.ndarray | None) -> str:
         q_in = g.const(q, np.int8, "weight_int8")
-        if fold:
-            w = g.cast(q_in, "float32")
-        else:
-            w = g.op("DequantizeLinear", q_in, g.const(1.0, np.float32, "unit_scale"),
-                     g.const(0, np.int8, "zero_point"))  # explicit int8: see _int8_gathers
+        zero = g.const(np.zeros(len(rows), np.int8), np.int8, "zero_point")
+        if inverse is not None and masked is not None:
+            return g.op("DequantizeLinear", q_in, g.const(masked, np.float32,
+                                                          quant["scale_tensor"]), zero, axis=0)
+        w = g.op("DequantizeLinear", q_in, g.const(rows, np.float32, "weight_scale"), zero,
+                 axis=0)
+        return w if inverse is None else g.op(  # exact: see mask_scaling
+            "Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
+
+    def fold_node(g: Graph, inverse: np.ndarray | None) -> str:
+        shape = scale.shape if config.quant_granularity == "channel" else ()
+        w = g.cast(g.const(q, np.int8, "weight_int8"), "float32")
         if half is None:
             s_in = g.const(scale.reshape(shape), np.float32, "weight_scale")
         else:
@@ -434,12 +479,13 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
         return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
 
-    # live holds q and float32 scales (float16 ones are cast, and that Cast folded, at load)
-    manifest["quant"] = {**quant, **runtime_section(config.int8_runtime, 4 * q.size,
-                                                    q.size + 4 * scale.size)}
+    # fold: the session holds the float32 weights; live: q, its n row scales (and the n
+    # mask_inverse values where they could not ride in the scales)
+    held = q.size + 4 * len(rows) * (1 if masked is not None or inverse is None else 2)
+    manifest["quant"] = {**quant, **runtime_section(config.int8_runtime, 4 * q.size, held)}
     return _mask_projection_model(config, module, embedded(manifest),
                                   f"{config.scheme.scheme.replace('-', '_')}_int8",
-                                  dequantize(q, scale), weight_node)
+                                  dequantised, fold_node if fold else live_node)
 
 
 def _weight(config: ExportConfig, module) -> np.ndarray:
@@ -449,13 +495,14 @@ def _weight(config: ExportConfig, module) -> np.ndarray:
 
 
 def _replay_projection(config: ExportConfig, module, q: np.ndarray, scale: np.ndarray,
-                       exact: bool) -> float:
+                       dequantised: np.ndarray, exact: bool) -> float:
     """max |out - ref| over every position 0..L-1, chunk by chunk: ``ref`` the float32 reference,
     ``out`` as the artifact computes it: the exact int32 sum of the active rows of ``q`` times
-    the scale (``exact``), or the float32 sum of the dequantised weights ``fl(q s)``."""
+    the column scales (``exact``), or the float32 sum of ``dequantised``, the weights ``fl(q s)``
+    (``s`` per column or per row)."""
     n = config.scheme.n_bits
     shifts = np.arange(n, dtype=np.int64)
-    q32, dequantised = q.astype(np.int32), dequantize(q, scale)
+    q32 = q.astype(np.int32)
     err, start = 0.0, 0
     for ref in iter_table(config.scheme, module):
         pos = np.arange(start, start + len(ref), dtype=np.int64)

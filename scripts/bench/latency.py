@@ -187,9 +187,11 @@ def export_peer(reference, case: Case, exporter: str, feeds, path: Path) -> Cand
 
 def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate:
     from edgepe.export import ExportConfig, export
+    from edgepe.export.artifact import default_granularity
     from edgepe.schemes import resolve
 
-    # "int8-live[-tensor]": --quantize int8 --int8-runtime live [--quant-granularity tensor]
+    # "int8-live[-channel|-tensor]": --quantize int8 --int8-runtime live
+    # [--quant-granularity channel|tensor]; not given: the CLI's default
     # (scripts/bench_int8.py)
     quantize, *options = quantize.split("-")
     name = "-".join(["edgepe", *([quantize] if quantize == "int8" else []), *options, mode])
@@ -197,9 +199,11 @@ def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate
     start = time.perf_counter()
     try:
         scheme = resolve(case.scheme, case.max_len, case.d_model, case.heads)
-        config = ExportConfig(scheme=scheme, mode=mode, quantize=quantize,
-                              int8_runtime="live" if "live" in options else "fold",
-                              quant_granularity="tensor" if "tensor" in options else "channel",
+        runtime = "live" if "live" in options else "fold"
+        given = [o for o in options if o in ("channel", "tensor")]
+        config = ExportConfig(scheme=scheme, mode=mode, quantize=quantize, int8_runtime=runtime,
+                              quant_granularity=given[0] if given else default_granularity(
+                                  case.scheme, mode, "onnx", quantize, runtime),
                               out=path)
         result = export(config, force=True)
         candidate.info["quant"] = result.manifest.get("quant")

@@ -200,6 +200,16 @@ def _mask_weights(weight: np.ndarray, width: int = 64) -> np.ndarray | None:
     return scaled
 
 
+def mask_scaling(config: ExportConfig, weight: np.ndarray) -> np.ndarray | None:
+    """The row scaling ``2^-k`` (``mask_inverse``) the mask form applies to ``weight [n, d]``,
+    or None where ``_mask_projection_model`` falls back to the shift form (``--lowering`` other
+    than bitwise, or a scaling that is inexact for these weights)."""
+    width = mask_width(config.scheme.n_bits)
+    if config.lowering != "bitwise" or _mask_weights(weight, width) is None:
+        return None
+    return mask_inverse(config.scheme.n_bits, width)
+
+
 def stored_weight(weight: np.ndarray, name: str, scaled_name: str):
     """The float32 graphs' ``weight_node``: ``weight`` itself, or its masked-scaled copy, as an
     initializer (``_mask_projection_model``)."""
@@ -235,8 +245,7 @@ def _mask_projection_model(config: ExportConfig, module, manifest: dict, name: s
     """
     n = config.scheme.n_bits
     width = mask_width(n)
-    exact = config.lowering == "bitwise" and _mask_weights(weight, width) is not None
-    if not exact:
+    if mask_scaling(config, weight) is None:
         def step(g, bits_f, x):
             return g.op("MatMul", bits_f, weight_node(g, None))
 
