@@ -377,9 +377,7 @@ def projection_quant(config: ExportConfig, module, summation: str, axis: int = 1
     half = half_scales(peak) if not rows and 2 * peak.size > CAST_NODE_BYTES else None
     scale = scales(peak) if half is None else half.astype(np.float32)
     q = quantize(weight.T, scale).T if rows else quantize(weight, scale)
-    exact = summation == "int32"
-    if exact and rows and config.quant_granularity == "channel":
-        raise ValueError("an int32 sum needs one scale per column (axis 1)")  # a caller's bug
+    exact = summation == "int32"  # with column scales only: s_j factors out of column j
     p = max_popcount(s.max_len)
     gamma = n * U32 / (1 - n * U32)
     # Per active bit: half a step and the dequantise's rounding (s/2 + 127 u s), the float32
@@ -442,18 +440,25 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
 
     fold = config.int8_runtime == "fold"
     q, scale, half, quant = projection_quant(config, module, "float32", axis=1 if fold else 0)
-    # live: s_k per row (one scale repeated for --quant-granularity tensor)
-    rows = np.broadcast_to(scale.reshape(-1) if not fold else 0, (q.shape[0],)).astype(np.float32)
-    dequantised = dequantize(q, scale) if fold else dequantize(q, rows[:, None])
-    inverse = mask_scaling(config, dequantised)
-    # live: the mask form's 2^-k folded into the row scales, where that is bit for bit the same
-    masked = None if inverse is None else (rows * inverse).astype(np.float32)
-    if masked is not None and not np.array_equal(
-            dequantize(q, masked[:, None]).view(np.uint32),
-            (dequantised * inverse[:, None]).view(np.uint32)):
-        masked = None
-    if not fold and masked is not None:
-        quant["scale_tensor"] = "weight_scale_masked"  # s_k 2^-k: the row scales times 2^-k
+    if fold:  # the session holds the float32 weights after folding
+        rows = masked = None
+        dequantised = dequantize(q, scale)
+        held = 4 * q.size
+    else:  # s_k per row (one scale repeated for --quant-granularity tensor)
+        rows = np.broadcast_to(scale.reshape(-1), (q.shape[0],)).astype(np.float32)
+        dequantised = dequantize(q, rows[:, None])
+        # the mask form's 2^-k folded into the row scales, where that is bit for bit the same
+        inverse = mask_scaling(config, dequantised)
+        masked = None if inverse is None else (rows * inverse).astype(np.float32)
+        if masked is not None and np.array_equal(
+                dequantize(q, masked[:, None]).view(np.uint32),
+                (dequantised * inverse[:, None]).view(np.uint32)):
+            quant["scale_tensor"] = "weight_scale_masked"  # s_k 2^-k
+        else:
+            masked = None
+        # the session holds q and its n row scales (and the n mask_inverse values where they
+        # could not ride in the scales)
+        held = q.size + 4 * len(rows) * (2 if inverse is not None and masked is None else 1)
 
     def live_node(g: Graph, inverse: np.ndarray | None) -> str:
         q_in = g.const(q, np.int8, "weight_int8")
@@ -479,9 +484,6 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
         # times 2^-k per row (exact: _mask_projection_model checked dequantised * inverse)
         return g.op("Mul", w, g.const(inverse[:, None], np.float32, "mask_inverse"))
 
-    # fold: the session holds the float32 weights; live: q, its n row scales (and the n
-    # mask_inverse values where they could not ride in the scales)
-    held = q.size + 4 * len(rows) * (1 if masked is not None or inverse is None else 2)
     manifest["quant"] = {**quant, **runtime_section(config.int8_runtime, 4 * q.size, held)}
     return _mask_projection_model(config, module, embedded(manifest),
                                   f"{config.scheme.scheme.replace('-', '_')}_int8",
