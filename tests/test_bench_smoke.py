@@ -83,18 +83,23 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
         assert "## ExecuTorch" in md
 
 
+def run_part(part: str, tmp_path: Path) -> tuple[dict, str]:
+    """``scripts/bench.py --part PART --quick``: its JSON report and its markdown."""
+    out = tmp_path / f"{part}.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--part", part, "--quick",
+         "--out", str(out), "--md", str(tmp_path / f"{part}.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(out.read_text()), (tmp_path / f"{part}.md").read_text()
+
+
 def test_int8_speed_part_writes_every_ratio_row_from_its_own_figures(tmp_path):
     """``--part int8-speed --quick``: the demo at N = 512 with every int8 variant; each row's
     latency ratio is the median of per-repetition ratios of the same run; each int8 graph was
     checked against the torch reference within its manifest's bound before it was timed."""
-    out = tmp_path / "int8.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--part", "int8-speed", "--quick",
-         "--out", str(out), "--md", str(tmp_path / "int8.md")],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(out.read_text())
+    report, md = run_part("int8-speed", tmp_path)
     (case,) = report["cases"]
     cand = case["candidates"]
     whats = {r["what"] for r in report["rows"]}
@@ -111,7 +116,6 @@ def test_int8_speed_part_writes_every_ratio_row_from_its_own_figures(tmp_path):
         pairs = np.array(cand[a]["samples_s"]) / np.array(cand[b]["samples_s"])
         assert abs(r["latency"] - np.median(pairs)) < 1e-9  # the per-repetition ratio
         assert r["bound"] != "-"  # onnxruntime's profile named the ops
-    md = (tmp_path / "int8.md").read_text()
     assert md.count("| 512 |") >= len(report["rows"])
 
 
@@ -122,15 +126,7 @@ def test_floors_part_reports_every_floor_and_derives_its_conclusions(tmp_path):
     quotes those ratios and takes the side of the target that they are on."""
     import onnxruntime
 
-    out = tmp_path / "floors.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--part", "floors", "--quick",
-         "--out", str(out), "--md", str(tmp_path / "floors.md")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(out.read_text())
-    md = (tmp_path / "floors.md").read_text()
+    report, md = run_part("floors", tmp_path)
     (table,) = report["table"]
     (compute,) = report["compute"]
     assert table["n"] == compute["n"] == 512 and compute["n_bits"] == 10  # the demo's width
