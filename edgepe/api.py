@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from edgepe.errors import BadParameterError, CheckpointError
-from edgepe.export.artifact import (
+from edgepe.contract.errors import BadParameterError, CheckpointError
+from edgepe.contract.config import (
     DEFAULT_TABLE_CAP,
     ExportConfig,
     ExportResult,
@@ -73,7 +73,7 @@ def make_config(
     be an existing file; its sha256 goes into the config (and so into the manifest);
     ``checkpoint_key`` picks the entries under that prefix of a whole model's state_dict.
     """
-    from edgepe.checkpoint import sha256_file
+    from edgepe.contract.checkpoint import sha256_file
     from edgepe.schemes import resolve
 
     resolved = resolve(scheme, max_len, d_model=d_model, heads=heads, params=params)

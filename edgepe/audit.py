@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgepe.errors import ArtifactError
+from edgepe.contract.errors import ArtifactError
 
 # Ops that keep integers integers (shape plumbing, bit ops, integer arithmetic, comparisons).
 INTEGER_OPS = frozenset({
@@ -32,14 +32,14 @@ INTEGER_OPS = frozenset({
     "And", "Or", "Xor", "Where", "Tile", "Range", "MatMulInteger",
 })
 # Ops that may take position-derived integers to floats: the cast, a select of constants, or
-# the int8 projection's one dequantise (edgepe.quant.graphs).
+# the int8 projection's one dequantise (edgepe.graphs.int8).
 FLOAT_BOUNDARY_OPS = frozenset({"Cast", "Where", "DequantizeLinear"})
 TRANSCENDENTAL_OPS = frozenset({
     "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Tanh", "Asinh", "Acosh",
     "Atanh", "Exp", "Log", "Pow", "Sigmoid", "Softmax", "LogSoftmax", "Erf",
 })
 BITWISE_OPS = frozenset({"BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"})
-# Every op edgepe's graph builders emit (edgepe/export/graphs, edgepe/quant/graphs), by domain.
+# Every op edgepe's graph builders emit (edgepe/graphs, edgepe/graphs/int8), by domain.
 # tests/test_trust.py exports every scheme x mode x quantisation x lowering x dtype and checks
 # that this list covers what they emit. A graph using anything else is not edgepe's: no control
 # flow (Loop, If, Scan: a 2^40-iteration Loop hangs a session), no functions (issue 23).
@@ -49,9 +49,9 @@ EMITTED_OPS = {
         "DequantizeLinear", "Div", "Equal", "Expand", "Gather", "Gemm", "Greater", "Less",
         "MatMul", "MatMulInteger", "Mod", "Mul", "Neg", "QuantizeLinear", "Reshape", "Shape",
         "Sin", "Slice", "Sub", "Transpose", "Unsqueeze", "Where",
-        "Floor",  # --lowering float (export/graphs/lowerings.py)
-        "Max",  # int8 bias graphs: the bias at the table's last distance (quant/graphs.py)
-        "Range", "Size",  # rope's apply-4d graph, --rope-lowering ort (export/graphs/trig.py)
+        "Floor",  # --lowering float (graphs/lowerings.py)
+        "Max",  # int8 bias graphs: the bias at the table's last distance (graphs/int8.py)
+        "Range", "Size",  # rope's apply-4d graph, --rope-lowering ort (graphs/trig.py)
         "RotaryEmbedding",  # rope's apply graph, --rope-lowering rotary23 (opset 23)
     }),
     "com.microsoft": frozenset({"RotaryEmbedding"}),  # rope's apply graph, --rope-lowering ort
@@ -231,8 +231,8 @@ def load_onnx(path: Path):
 
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
-    from edgepe.checkpoint import sha256_file
-    from edgepe.manifest import read
+    from edgepe.contract.checkpoint import sha256_file
+    from edgepe.contract.manifest import read
 
     path = Path(path)
     manifest = read(path)
@@ -242,12 +242,12 @@ def describe(path: str | Path) -> dict[str, Any]:
         model = load_onnx(path)
         info["graph"] = graph_summary(model)
         info["audit"] = audit(model)
-        from edgepe.export.graphs._common import onnx_section, read_manifest_prop
+        from edgepe.graphs._common import onnx_section, read_manifest_prop
 
         if manifest.get("quant"):  # int8 graphs embed a slimmer copy
-            from edgepe.quant.graphs import embedded as expected
+            from edgepe.graphs.int8 import embedded as expected
         else:
-            from edgepe.export.graphs._common import embedded_manifest as expected
+            from edgepe.graphs._common import embedded_manifest as expected
         # The graph's copy, and the sidecar's account of the graph's header, both agree.
         info["embedded_ok"] = (read_manifest_prop(model) == expected(manifest)
                                and manifest.get("onnx") == onnx_section(model))

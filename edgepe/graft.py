@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgepe.errors import ArtifactError, BadParameterError, did_you_mean
+from edgepe.contract.errors import ArtifactError, BadParameterError, did_you_mean
 
 if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays light
     import numpy as np
@@ -194,7 +194,7 @@ class GraftReport:
 
 
 def _bounded_bytes(path: Path, what: str) -> bytes:
-    from edgepe.errors import EdgepeError
+    from edgepe.contract.errors import EdgepeError
 
     error = ArtifactError if what == "artifact" else BadParameterError
     if not path.exists():
@@ -549,10 +549,10 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
 def _slim(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest as the artifact's graph stores it (without the per-channel int8 lists: the
     model carries the scales as tensors), plus what ``--scheme`` recorded of its weights."""
-    from edgepe.export.graphs._common import embedded_manifest
+    from edgepe.graphs._common import embedded_manifest
 
     if isinstance(manifest.get("quant"), dict):
-        from edgepe.quant.graphs import embedded
+        from edgepe.graphs.int8 import embedded
 
         slim = embedded(manifest)
     else:
@@ -763,7 +763,7 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
 def _run(session, names: list[str], feeds: dict, length: int, which: str) -> list:
     """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
     (e.g. a torch export that fixed the sequence length), the grafted's a failed proof."""
-    from edgepe.errors import ParityError
+    from edgepe.contract.errors import ParityError
 
     try:
         return session.run(names, feeds)
@@ -963,8 +963,8 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
     replaced with ``force``.
     """
-    from edgepe.errors import OutputPathError
-    from edgepe.export.artifact import atomic_write, check_writable
+    from edgepe.contract.errors import OutputPathError
+    from edgepe.contract.config import atomic_write, check_writable
 
     if (pe is None) == (scheme is None):
         raise BadParameterError("graft needs --pe ARTIFACT --at TENSOR, or --scheme ID (not both)")

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 
 KINDS = ("heatmap", "similarity", "hamming", "quant-error")
 FORMATS = {".png": "png", ".svg": "svg"}
@@ -268,7 +268,7 @@ def plot(
 
     The file is written atomically; bad input raises before anything is written.
     """
-    from edgepe.export.artifact import atomic_write, check_writable
+    from edgepe.contract.config import atomic_write, check_writable
 
     _matplotlib_config()
     out = Path(out)
@@ -349,7 +349,7 @@ def config_of(manifest: dict) -> tuple[Any, int, str | None]:
 
     config = resolve(manifest["scheme"], manifest["max_len"], d_model=manifest.get("d_model"),
                      heads=manifest.get("heads"), params=manifest.get("params") or {})
-    from edgepe.errors import ArtifactError
+    from edgepe.contract.errors import ArtifactError
 
     seed, checkpoint = manifest.get("seed") or 0, manifest.get("checkpoint") or {}
     if isinstance(seed, bool) or not isinstance(seed, int) or not isinstance(checkpoint, dict):

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from edgepe import __version__
-from edgepe.errors import ArtifactError, CheckpointError
-from edgepe.export.artifact import DEFAULT_OPSET, DEFAULT_TABLE_CAP
+from edgepe.contract.errors import ArtifactError, CheckpointError
+from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
@@ -68,7 +68,7 @@ def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) ->
     """Refuse ``checkpoint`` (a file the user gave) unless it is the one an artifact records by
     ``recorded_sha`` (``None``: exported without one, so none may be given). The messages name
     only the recorded sha256 and the user's path: nothing depends on another file's content."""
-    from edgepe.checkpoint import sha256_file
+    from edgepe.contract.checkpoint import sha256_file
 
     if checkpoint is not None and recorded_sha is None:
         raise CheckpointError("this artifact was not exported from a checkpoint: drop "
@@ -91,7 +91,7 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
                          max_table_bytes: int):
     """``(ExportConfig, module)`` that the manifest's ``inputs`` record; ``checkpoint`` is the
     user's file for a checkpoint-based artifact (checked against the recorded sha256)."""
-    from edgepe.export.artifact import ExportConfig, validate_choices
+    from edgepe.contract.config import ExportConfig, validate_choices
     from edgepe.schemes import build, resolve
 
     inputs = manifest.get("inputs")
@@ -135,12 +135,12 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
             checkpoint: str | Path | None = None) -> Rebuilt:
     """Rebuild the artifact at ``path`` from ``manifest`` and compare (see the module doc).
 
-    ``manifest`` must be validated (``edgepe.manifest.read``). Inputs the running edgepe cannot
+    ``manifest`` must be validated (``edgepe.contract.manifest.read``). Inputs the running edgepe cannot
     build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
     (exit 2); a difference does not raise.
     """
     from edgepe.export import prepare
-    from edgepe.manifest import open_regular
+    from edgepe.contract.manifest import open_regular
     from edgepe.schemes import get_spec
 
     path = Path(path)
@@ -202,7 +202,7 @@ def compare(f, path: Path, manifest: dict[str, Any], prepared, ignore_paths: boo
 
 
 def _dumps(manifest: dict[str, Any]) -> bytes:
-    from edgepe.manifest import dumps
+    from edgepe.contract.manifest import dumps
 
     return dumps(manifest)
 

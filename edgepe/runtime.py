@@ -8,7 +8,7 @@ returns a ``Runtime``:
 - npy and bin tables (float, uint8, int8-quantised or bit-packed) are read with numpy and
   indexed as the table graphs index them: every position clamps to ``[0, max_len - 1]``; a
   bias table is indexed by the distance ``t - u``, clamped to the table
-  (``edgepe.export.table_values``);
+  (``edgepe.graphs.table_values``);
 - ExecuTorch programs (``.pte``) run in ExecuTorch's runtime (the ``[executorch]`` extra);
 - C headers are refused: they are compiled into firmware, not loaded (see ``models/README.md``).
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import ArtifactError, BadParameterError, PositionError, did_you_mean
+from edgepe.contract.errors import ArtifactError, BadParameterError, PositionError, did_you_mean
 
 INT64_MAX = 2**63 - 1
 
@@ -112,7 +112,7 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     ``providers`` (ONNX only; tables run in numpy): onnxruntime providers in priority order,
     forgiving names (``"cpu"``, ``"cuda"``); default CPU. The artifact is untrusted input: raises
     ``ArtifactError`` for a file that is missing or not a regular file, has no valid manifest
-    (``edgepe.manifest.read``), does not match its sha256, holds ONNX external data, control flow
+    (``edgepe.contract.manifest.read``), does not match its sha256, holds ONNX external data, control flow
     or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output shape other
     than its manifest's, or an npy header other than the one edgepe writes.
 
@@ -120,8 +120,8 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
     raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
-    from edgepe.export.commit import recover
-    from edgepe.manifest import read
+    from edgepe.contract.commit import recover
+    from edgepe.contract.manifest import read
 
     if check not in ("sha256", "rebuild"):
         raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
@@ -138,7 +138,7 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     if data is None:
         _check_sha256(path, manifest)
     if check == "rebuild":
-        from edgepe.errors import ParityError
+        from edgepe.contract.errors import ParityError
         from edgepe.rebuild import rebuild
 
         rebuilt = rebuild(path, manifest, checkpoint)
@@ -159,9 +159,9 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
 
 
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the artifact at ``path`` (``edgepe.manifest.read``: a regular file,
+    """The manifest of the artifact at ``path`` (``edgepe.contract.manifest.read``: a regular file,
     bounded, validated), checked to describe that very file (its sha256)."""
-    from edgepe.manifest import read
+    from edgepe.contract.manifest import read
 
     manifest = read(path)
     _check_sha256(path, manifest)
@@ -176,7 +176,7 @@ def _sha256_refusal(path: Path) -> ArtifactError:
 
 
 def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
-    from edgepe.manifest import open_regular
+    from edgepe.contract.manifest import open_regular
 
     digest = hashlib.sha256()
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
@@ -193,7 +193,7 @@ def _read_checked(path: Path, manifest: Mapping[str, Any]) -> bytes:
     import onnx
 
     from edgepe.audit import check_untrusted
-    from edgepe.manifest import open_regular
+    from edgepe.contract.manifest import open_regular
 
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         data = f.read()
@@ -579,7 +579,7 @@ class PteRuntime(Runtime):
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         super().__init__(path, manifest)
         from edgepe.formats.pte import Program
-        from edgepe.manifest import open_regular
+        from edgepe.contract.manifest import open_regular
 
         # The program is made from these very bytes, checked against the sha256 again: the
         # file cannot change between the check and the load.
@@ -599,7 +599,7 @@ class PteRuntime(Runtime):
 class TableRuntime(Runtime):
     """A stored table (npy or bin), indexed in numpy the way table graphs index it.
 
-    Layout (``edgepe.export.table_values``): ``pe``/``rope`` rows are positions; ``binary-2d`` and
+    Layout (``edgepe.graphs.table_values``): ``pe``/``rope`` rows are positions; ``binary-2d`` and
     ``hierarchical`` rows hold the bits of one coordinate, placed per column here; bias rows are
     distances ``t - u = row - (max_len - 1)``. Positions clamp to ``[0, max_len - 1]``; bias
     tables clamp the distance instead (``table_values.bias_rows``).
@@ -639,7 +639,7 @@ class TableRuntime(Runtime):
 
     def _encode(self, positions, key_positions):
         if self.kind == "bias":
-            from edgepe.export.table_values import bias_rows
+            from edgepe.graphs.table_values import bias_rows
 
             rows = bias_rows(positions, key_positions, self._hi + 1)  # [N, M] row numbers
             return np.ascontiguousarray(np.moveaxis(self._rows(rows), -1, 0))  # [H, N, M]

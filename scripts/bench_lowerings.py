@@ -34,7 +34,7 @@ def lowering_rows(reps: int, min_sample_s: float, cases=CASES) -> list[dict]:
     import torch
 
     from edgepe.export import prepare
-    from edgepe.export.artifact import ExportConfig
+    from edgepe.contract.config import ExportConfig
     from edgepe.schemes import build, resolve
 
     rows = []

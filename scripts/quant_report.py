@@ -20,7 +20,7 @@ def main() -> None:
     import torch
 
     from edgepe.export import export
-    from edgepe.export.artifact import ExportConfig
+    from edgepe.contract.config import ExportConfig
     from edgepe.schemes import build, get_spec, resolve, scheme_ids
 
     parser = argparse.ArgumentParser()

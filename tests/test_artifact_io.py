@@ -8,8 +8,8 @@ import json
 import onnx
 import pytest
 
-from edgepe.errors import OutputPathError
-from edgepe.export.artifact import (
+from edgepe.contract.errors import OutputPathError
+from edgepe.contract.config import (
     TMP_MARK,
     ExportConfig,
     atomic_write,
@@ -18,7 +18,7 @@ from edgepe.export.artifact import (
     manifest_path,
     write_artifact,
 )
-from edgepe.export.commit import temp_prefix
+from edgepe.contract.commit import temp_prefix
 from edgepe.schemes import resolve
 
 

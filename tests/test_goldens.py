@@ -15,8 +15,8 @@ import onnx
 import pytest
 from _export_helpers import BIT_FAMILY, INTEGER_FAMILY, assert_parity, feeds_for, reference
 
-from edgepe.export.graphs import COMPUTE, builder
-from edgepe.export.graphs._common import read_manifest_prop
+from edgepe.graphs import COMPUTE, builder
+from edgepe.graphs._common import read_manifest_prop
 from edgepe.schemes import build, get_spec, scheme_ids
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regen_goldens.py"

@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from edgepe import __version__
-from edgepe.errors import EdgepeError
+from edgepe.contract.errors import EdgepeError
 
 try:  # typer >= 0.2x vendors click privately; older releases depend on it.
     from typer._click import exceptions as click_exceptions

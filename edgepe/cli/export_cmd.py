@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 
 PANEL_MORE = "More options"
 
@@ -172,8 +172,8 @@ def command(
     """Export a positional encoding as an ONNX graph, a table, a C header or an ExecuTorch
     program."""
     from edgepe import api
-    from edgepe.export.artifact import DEFAULT_TABLE_CAP, default_out, infer_format
-    from edgepe.progress import reporting
+    from edgepe.contract.config import DEFAULT_TABLE_CAP, default_out, infer_format
+    from edgepe.contract.progress import reporting
 
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
@@ -210,7 +210,7 @@ def command(
         state = "unchanged (identical export already there)" if result.unchanged else "wrote"
         typer.echo(f"{state} {result.path} ({size} bytes, sha256 "
                    f"{result.manifest['sha256'][:12]}) + {result.path.name}.json")
-        from edgepe.quant.int8 import export_note
+        from edgepe.graphs.quant import export_note
 
         if note := export_note(result.manifest):
             typer.echo(note)

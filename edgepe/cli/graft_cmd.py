@@ -19,7 +19,7 @@ PANEL_SCHEME = "With --scheme (export options)"
 
 
 def _lengths(raw: str | None) -> list[int] | None:
-    from edgepe.errors import BadParameterError
+    from edgepe.contract.errors import BadParameterError
 
     if raw is None:
         return None
@@ -71,7 +71,7 @@ def command(
 ) -> None:
     """Put a PE inside your ONNX model and prove the model's outputs unchanged."""
     from edgepe.cli.export_cmd import parse_int
-    from edgepe.errors import ParityError
+    from edgepe.contract.errors import ParityError
     from edgepe.graft import graft
 
     options = {"mode": mode, "quantize": quantize, "quant_granularity": quant_granularity,

@@ -50,7 +50,7 @@ def command(
            if quant else "")
     )
     if quant:
-        from edgepe.quant.int8 import describe as describe_quant
+        from edgepe.graphs.quant import describe as describe_quant
 
         console.print(describe_quant(quant))
     if "embedded_ok" in info:
@@ -148,6 +148,6 @@ def _print_program(console, program: dict) -> None:
 def _has_bits(manifest: dict) -> bool:
     """Whether the scheme's compute graph has a bit front end (the one thing --lowering picks);
     for the others the manifest's ``lowering`` says nothing about the graph."""
-    from edgepe.export.graphs import COMPUTE
+    from edgepe.graphs import COMPUTE
 
     return COMPUTE.get(manifest.get("scheme"), ("",))[0] == "bits"

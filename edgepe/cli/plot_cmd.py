@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 
 KIND_HELP = "heatmap | similarity | hamming | quant-error (with --artifact)"
 
@@ -83,7 +83,7 @@ def command(
         raise BadParameterError("--checkpoint-key names a prefix inside --checkpoint FILE; "
                                 "give --checkpoint too")
     if checkpoint is not None and not checkpoint.is_file():
-        from edgepe.errors import CheckpointError
+        from edgepe.contract.errors import CheckpointError
 
         raise CheckpointError(f"--checkpoint {str(checkpoint)!r} is not a file")
 

@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from edgepe.errors import BadParameterError, PositionError
+from edgepe.contract.errors import BadParameterError, PositionError
 
 MAX_POSITIONS = 2**24  # rows one run encodes; past this a user wants a table export instead
 MAX_VALUES = 2**28  # values of a bias [H, N, M] (1 GiB of float32), computed at once
@@ -192,8 +192,8 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple
     """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
     import numpy as np
 
-    from edgepe.export.artifact import atomic_write
-    from edgepe.progress import reporting, track
+    from edgepe.contract.config import atomic_write
+    from edgepe.contract.progress import reporting, track
 
     if runtime.kind == "bias":
         whole = runtime.encode(positions, keys)
@@ -287,7 +287,7 @@ def command(
     options = ctx.obj or {}
     quiet, verbose = options.get("quiet", False), options.get("verbose", False)
     if out is not None:
-        from edgepe.export.artifact import check_not_input, check_writable
+        from edgepe.contract.config import check_not_input, check_writable
 
         if out.suffix.lower() not in OUT_SUFFIXES:
             raise BadParameterError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgepe.export.artifact import (
+from edgepe.contract.config import (
     ExportConfig,
     ExportResult,
     Prepared,
@@ -60,7 +60,7 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     # One export of a PATH at a time; it also finishes one that was killed mid-commit.
     with target_lock(out):
         if check_replace(out, prepared, force):
-            from edgepe.manifest import read
+            from edgepe.contract.manifest import read
 
             return ExportResult(out, read(out), unchanged=True)
         manifest = write_artifact(out, prepared.write, prepared.manifest)

@@ -8,7 +8,7 @@ The table is ``table_values``'s ``[rows, cols]`` layout, row-major, streamed chu
 
 - ``float32`` / ``float16``: the values, little-endian (``float16`` rounds to nearest);
 - ``uint8``: the 0/1 entries of a bit scheme (``BIT_SCHEMES``), one byte each;
-- ``int8``: ``--quantize int8`` (``edgepe.quant.table_quant``: symmetric, zero point 0, a float32
+- ``int8``: ``--quantize int8`` (``edgepe.graphs.quant.table_quant``: symmetric, zero point 0, a float32
   scale per column or per table; ``value = scale * q``; the manifest's ``quant`` holds the scales,
   the proven bound and the error measured over every row);
 - ``bit`` (``--dtype bit``, bit schemes only): one bit an entry. Entry ``(r, c)`` is bit
@@ -31,9 +31,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.errors import ArtifactError, BadParameterError
-from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
-from edgepe.export.table_values import iter_table, table_shape
+from edgepe.contract.errors import ArtifactError, BadParameterError
+from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.graphs.table_values import iter_table, table_shape
 from edgepe.formats.c_schemes import COMPUTE_SCHEMES
 
 # Schemes whose table entries are exactly 0 or 1 (the only ones that fit one bit or a uint8).
@@ -127,7 +127,7 @@ def table_fields(
 def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Iterator[np.ndarray]:
     """The table in ``dtype`` (``bit`` as 0/1 ``uint8``, not yet packed), chunk by chunk.
 
-    ``quant`` is the ``edgepe.quant.TableQuant`` of an ``int8`` table (from ``quantised``).
+    ``quant`` is the ``edgepe.graphs.quant.TableQuant`` of an ``int8`` table (from ``quantised``).
     """
     chunks = iter_table(config.scheme, module)
     if dtype == "int8":
@@ -143,8 +143,8 @@ def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Itera
 
 
 def quantised(config: ExportConfig, module):
-    """The ``TableQuant`` of the table (``edgepe.quant``: two passes over ``iter_table``)."""
-    from edgepe.quant import table_quant
+    """The ``TableQuant`` of the table (``edgepe.graphs.quant``: two passes over ``iter_table``)."""
+    from edgepe.graphs.quant import table_quant
 
     return table_quant(config, module)
 

@@ -16,11 +16,11 @@ import io
 from dataclasses import replace
 from pathlib import Path
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, Profile
 
 # The default first; then int64 integer arithmetic, int32, float32 (narrowest dtypes last: they
-# limit the positions an artifact accepts, export/graphs/lowerings.py).
+# limit the positions an artifact accepts, graphs/lowerings.py).
 LOWERING_ORDER = ("bitwise", "arith", "arith32", "float")
 
 __all__ = ["DEFAULT_TARGET", "LOWERING_ORDER", "PROFILES", "check_file", "check_model",
@@ -65,9 +65,9 @@ def _candidate(config, module):
     from edgepe.export import prepare
 
     if config.mode == "table" and config.quantize == "none":
-        from edgepe.export.artifact import base_manifest
-        from edgepe.export.graphs.table import NP_DTYPES, build
-        from edgepe.export.table_values import table_shape
+        from edgepe.contract.config import base_manifest
+        from edgepe.graphs.table import NP_DTYPES, build
+        from edgepe.graphs.table_values import table_shape
         from edgepe.formats.onnx import check_options, output_shape
 
         check_options(config)
@@ -81,7 +81,7 @@ def _candidate(config, module):
 
 def _lowerings(config, lowering_given: bool) -> list[str]:
     """The lowerings to try: every one for a bit-family compute graph unless one was given."""
-    from edgepe.export.graphs import COMPUTE
+    from edgepe.graphs import COMPUTE
 
     bits = config.mode == "compute" and COMPUTE.get(config.scheme.scheme, ("",))[0] == "bits"
     return [config.lowering] if lowering_given or not bits else list(LOWERING_ORDER)

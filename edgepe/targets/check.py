@@ -23,7 +23,7 @@ SHAPE_OPERANDS = {
     "RotaryEmbedding": {1: "position_ids"}, "com.microsoft.RotaryEmbedding": {1: "position_ids"},
 }
 # Producers of computed Gather indices that edgepe's table graphs use to clamp them to
-# [0, L - 1] (export/graphs/_common.clamp_int64): enough for "nonnegative-gather-indices".
+# [0, L - 1] (graphs/_common.clamp_int64): enough for "nonnegative-gather-indices".
 CLAMPS = frozenset({"Where", "Clip", "Max"})
 
 

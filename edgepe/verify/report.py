@@ -17,7 +17,7 @@ def to_json(report) -> str:
 
 
 def write_json(report, path) -> None:
-    from edgepe.errors import OutputPathError
+    from edgepe.contract.errors import OutputPathError
 
     try:
         Path(path).write_text(to_json(report))

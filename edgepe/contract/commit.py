@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from edgepe.errors import OutputPathError
+from edgepe.contract.errors import OutputPathError
 
 TMP_MARK = ".edgepe-tmp-"
 LOCK_MARK = ".edgepe-lock-"

@@ -2,7 +2,7 @@
 
 An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to temporary
 files in the target directory, under a per-target lock, and committed by renames with a journal
-(``edgepe.export.commit``), so a failure or a kill leaves the old pair or the new one, never half
+(``edgepe.contract.commit``), so a failure or a kill leaves the old pair or the new one, never half
 of one, and concurrent exports of one PATH never clobber each other's files.
 """
 
@@ -17,21 +17,21 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from edgepe import __version__
-from edgepe.errors import BadParameterError, OutputPathError
-from edgepe.export.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
-from edgepe.export.commit import cannot_write, target_lock, write_pair, write_temp
-from edgepe.manifest import dumps as dumps_manifest
-from edgepe.manifest import path_for as manifest_path
+from edgepe.contract.errors import BadParameterError, OutputPathError
+from edgepe.contract.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
+from edgepe.contract.commit import cannot_write, target_lock, write_pair, write_temp
+from edgepe.contract.manifest import dumps as dumps_manifest
+from edgepe.contract.manifest import path_for as manifest_path
 from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
 LOWERINGS = ("bitwise", "arith", "arith32", "float")
-# |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
+# |position| up to which the int32 and float32 lowerings are exact (graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
 LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
-# How an int8 ONNX graph's stored int8 lives at run time (edgepe.quant.graphs): folded to float32
+# How an int8 ONNX graph's stored int8 lives at run time (edgepe.graphs.int8): folded to float32
 # at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
 INT8_RUNTIMES = ("fold", "live")
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte"}
@@ -304,8 +304,8 @@ def check_replace(out: Path, prepared: Prepared, force: bool) -> bool:
     """
     if not out.exists() or force:
         return False
-    from edgepe.errors import ArtifactError
-    from edgepe.manifest import open_regular, read
+    from edgepe.contract.errors import ArtifactError
+    from edgepe.contract.manifest import open_regular, read
     from edgepe.rebuild import compare
 
     try:
@@ -339,7 +339,7 @@ def write_artifact(
     out: Path, write: Callable[[BinaryIO], None], manifest: dict[str, Any]
 ) -> dict[str, Any]:
     """Write the artifact, then its manifest (with ``sha256``), under the target's lock (taken
-    here unless the caller holds it), committed as ``edgepe.export.commit`` says. Returns the
+    here unless the caller holds it), committed as ``edgepe.contract.commit`` says. Returns the
     manifest."""
     written: dict[str, Any] = {}
 

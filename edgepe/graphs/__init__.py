@@ -35,6 +35,6 @@ COMPUTE = {
 def builder(scheme_id: str, mode: str):
     """The builder function for ``scheme_id`` in ``mode``."""
     if mode == "table":
-        return importlib.import_module("edgepe.export.graphs.table").build
+        return importlib.import_module("edgepe.graphs.table").build
     module_name, function = COMPUTE[scheme_id]
-    return getattr(importlib.import_module(f"edgepe.export.graphs.{module_name}"), function)
+    return getattr(importlib.import_module(f"edgepe.graphs.{module_name}"), function)
