@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgepe import __version__
+from edgepe.contract.version import __version__
 from edgepe.contract.errors import ArtifactError, CheckpointError
 from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP
 

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from edgepe import __version__
+from edgepe.contract.version import __version__
 from edgepe.contract.errors import EdgepeError
 
 try:  # typer >= 0.2x vendors click privately; older releases depend on it.

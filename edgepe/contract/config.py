@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from edgepe import __version__
+from edgepe.contract.version import __version__
 from edgepe.contract.errors import BadParameterError, OutputPathError
 from edgepe.contract.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
 from edgepe.contract.commit import cannot_write, target_lock, write_pair, write_temp

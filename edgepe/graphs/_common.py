@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from edgepe import __version__
+from edgepe.contract.version import __version__
 from edgepe.contract.errors import BadParameterError
 
 POSITIONS = "positions"
