@@ -37,6 +37,12 @@ TABLE_FILES = ("npy", "bin", "c")  # formats whose table mode stores [rows, cols
 MODES = ("compute", "table")
 KINDS = ("pe", "rope", "bias")
 DTYPES = ("float32", "float16", "uint8", "int8", "bit")  # int8: quantised table files
+# Positions and sizes are int64 in every artifact; a table or a bit width past 2^40 rows is
+# never what a user of a small device meant, and keeps every derived width (n <= 41) small.
+# (``edgepe.schemes`` refuses configurations past them; a manifest may not record more.)
+MAX_LEN_LIMIT = 2**40
+D_MODEL_LIMIT = 65536
+HEADS_LIMIT = 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -70,8 +76,6 @@ class Field:
 
 
 def _schema() -> tuple[Field, ...]:
-    from edgepe.schemes._registry import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT
-
     return (
         Field("edgepe_version", "str"),
         Field("scheme", "str", required=True),

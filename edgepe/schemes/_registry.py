@@ -16,12 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgepe.contract.errors import BadParameterError, UnknownSchemeError, did_you_mean
-
-# Positions and sizes are int64 in every artifact; a table or a bit width past 2^40 rows is
-# never what a user of a small device meant, and keeps every derived width (n <= 41) small.
-MAX_LEN_LIMIT = 2**40
-D_MODEL_LIMIT = 65536
-HEADS_LIMIT = 1024
+from edgepe.contract.manifest import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT  # resolve's caps
 
 # Float32 represents every integer up to 2^24 exactly; schemes that turn positions into floats
 # are only defined (and verified) for |position| up to this.
