@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from edgepe.contract.errors import BadParameterError, CheckpointError
 from edgepe.contract.config import (
     DEFAULT_TABLE_CAP,
     ExportConfig,
@@ -25,6 +24,7 @@ from edgepe.contract.config import (
     default_granularity,
     validate_choices,
 )
+from edgepe.contract.errors import BadParameterError, CheckpointError
 
 
 def default_mode(scheme: str, scheme_default: str, format: str) -> str:

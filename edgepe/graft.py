@@ -963,8 +963,9 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
     replaced with ``force``.
     """
+    from edgepe.contract.commit import atomic_write
+    from edgepe.contract.config import check_writable
     from edgepe.contract.errors import OutputPathError
-    from edgepe.contract.config import atomic_write, check_writable
 
     if (pe is None) == (scheme is None):
         raise BadParameterError("graft needs --pe ARTIFACT --at TENSOR, or --scheme ID (not both)")

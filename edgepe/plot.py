@@ -268,7 +268,8 @@ def plot(
 
     The file is written atomically; bad input raises before anything is written.
     """
-    from edgepe.contract.config import atomic_write, check_writable
+    from edgepe.contract.commit import atomic_write
+    from edgepe.contract.config import check_writable
 
     _matplotlib_config()
     out = Path(out)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgepe.contract.version import __version__
-from edgepe.contract.errors import ArtifactError, CheckpointError
 from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP
+from edgepe.contract.errors import ArtifactError, CheckpointError
+from edgepe.contract.version import __version__
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
@@ -135,12 +135,12 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
             checkpoint: str | Path | None = None) -> Rebuilt:
     """Rebuild the artifact at ``path`` from ``manifest`` and compare (see the module doc).
 
-    ``manifest`` must be validated (``edgepe.contract.manifest.read``). Inputs the running edgepe cannot
-    build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
+    ``manifest`` must be validated (``edgepe.contract.manifest.read``). Inputs the running edgepe
+    cannot build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
     (exit 2); a difference does not raise.
     """
-    from edgepe.export import prepare
     from edgepe.contract.manifest import open_regular
+    from edgepe.export import prepare
     from edgepe.schemes import get_spec
 
     path = Path(path)

@@ -112,9 +112,9 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     ``providers`` (ONNX only; tables run in numpy): onnxruntime providers in priority order,
     forgiving names (``"cpu"``, ``"cuda"``); default CPU. The artifact is untrusted input: raises
     ``ArtifactError`` for a file that is missing or not a regular file, has no valid manifest
-    (``edgepe.contract.manifest.read``), does not match its sha256, holds ONNX external data, control flow
-    or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output shape other
-    than its manifest's, or an npy header other than the one edgepe writes.
+    (``edgepe.contract.manifest.read``), does not match its sha256, holds ONNX external data,
+    control flow or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output
+    shape other than its manifest's, or an npy header other than the one edgepe writes.
 
     ``check="rebuild"`` also rebuilds the artifact from its manifest's inputs with this edgepe
     (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
@@ -578,8 +578,8 @@ class PteRuntime(Runtime):
 
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         super().__init__(path, manifest)
-        from edgepe.formats.pte import Program
         from edgepe.contract.manifest import open_regular
+        from edgepe.formats.pte import Program
 
         # The program is made from these very bytes, checked against the sha256 again: the
         # file cannot change between the check and the load.

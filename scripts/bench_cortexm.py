@@ -49,8 +49,8 @@ VARIANTS = {
 
 def _check(run, config, module, manifest) -> None:
     """The emulated values equal the reference (exact tables; compute within tolerance)."""
-    from edgepe.graphs.table_values import full_table
     from edgepe.graphs.quant import table_quant
+    from edgepe.graphs.table_values import full_table
 
     cfg = config.scheme
     if config.mode == "table":

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from _table_oracle import clamped_reference
 
-from edgepe.export import prepare
 from edgepe.contract.config import ExportConfig
+from edgepe.export import prepare
 from edgepe.graphs import COMPUTE
 from edgepe.schemes import build, n_bits, resolve, scheme_ids
 

@@ -8,17 +8,16 @@ import json
 import onnx
 import pytest
 
-from edgepe.contract.errors import OutputPathError
+from edgepe.contract.commit import atomic_write, temp_prefix
 from edgepe.contract.config import (
     TMP_MARK,
     ExportConfig,
-    atomic_write,
     check_replace,
     check_writable,
     manifest_path,
     write_artifact,
 )
-from edgepe.contract.commit import temp_prefix
+from edgepe.contract.errors import OutputPathError
 from edgepe.schemes import resolve
 
 

@@ -176,8 +176,8 @@ def check_int8_projection(got, ref, pos, manifest, header_text, module):
     bound = (active.sum(1, keepdims=True) * scale.astype(np.float64) / 2
              + 2.0**-24 * np.abs(got) + n * 2.0**-24 * (active @ np.abs(w)))
     assert (err <= bound).all()
-    # edgepe.graphs.quant's manifest bounds (positions 0..L-1: at most max_popcount active bits; every
-    # position: n) hold too, and both are recorded.
+    # edgepe.graphs.quant's manifest bounds (positions 0..L-1: at most max_popcount active bits;
+    # every position: n) hold too, and both are recorded.
     assert err[in_range].max() <= quant["bound_in_range"]
     assert err.max() <= quant["bound"]
 

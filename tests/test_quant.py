@@ -31,14 +31,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from edgepe.contract.config import ExportConfig, base_manifest
 from edgepe.contract.errors import BadParameterError
 from edgepe.export import export
-from edgepe.contract.config import ExportConfig, base_manifest
-from edgepe.graphs.table_values import full_table
 from edgepe.formats.onnx import output_shape
-from edgepe.graphs.quant import table_quant
 from edgepe.graphs.int8 import build_int8, max_popcount
-from edgepe.graphs.quant import half_scales, measure_table, quantize, scales
+from edgepe.graphs.quant import half_scales, measure_table, quantize, scales, table_quant
+from edgepe.graphs.table_values import full_table
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
 from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
 

@@ -15,9 +15,9 @@ import torch
 from onnx.reference import ReferenceEvaluator
 from test_export_float_graphs import LIMIT, make, positions, reference, session
 
+from edgepe.contract.config import ExportConfig
 from edgepe.contract.errors import BadParameterError
 from edgepe.export import export
-from edgepe.contract.config import ExportConfig
 from edgepe.graphs._common import read_manifest_prop
 from edgepe.schemes import resolve
 

@@ -31,8 +31,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.api import make_config
-from edgepe.export import export
 from edgepe.contract.manifest import path_for
+from edgepe.export import export
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "/edgepe-trust-case/"
@@ -577,9 +577,9 @@ def test_every_op_the_builders_emit_is_allowed(tmp_path):
     import itertools
 
     from edgepe.audit import EMITTED_OPS
+    from edgepe.contract.config import INT8_RUNTIMES, LOWERINGS
     from edgepe.contract.errors import EdgepeError
     from edgepe.export import prepare
-    from edgepe.contract.config import INT8_RUNTIMES, LOWERINGS
     from edgepe.schemes import scheme_ids
 
     used: set[tuple[str, str]] = set()

@@ -18,10 +18,10 @@ import pytest
 from onnx import numpy_helper
 from typer.testing import CliRunner
 
-from edgepe.contract.checkpoint import sha256_file
 from edgepe.cli import app
-from edgepe.export import ExportConfig, export
+from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.config import manifest_path
+from edgepe.export import ExportConfig, export
 from edgepe.schemes import resolve
 from edgepe.verify import Report, Tolerance, verify_artifact
 from edgepe.verify import sweep as sweep_module

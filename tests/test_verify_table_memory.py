@@ -19,10 +19,10 @@ import pytest
 
 from edgepe import api
 from edgepe.contract.checkpoint import sha256_file
+from edgepe.formats.onnx_table import split_table
 from edgepe.graphs.table_values import full_table
 from edgepe.schemes import build
 from edgepe.verify import verify_artifact
-from edgepe.formats.onnx_table import split_table
 
 TABLES = [("sinusoidal", {"d_model": 16}), ("learned", {"d_model": 8, "dtype": "float16"}),
           ("binary-bits", {"dtype": "uint8"}), ("alibi", {"heads": 4}),

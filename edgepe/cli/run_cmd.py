@@ -192,7 +192,7 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple
     """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
     import numpy as np
 
-    from edgepe.contract.config import atomic_write
+    from edgepe.contract.commit import atomic_write
     from edgepe.contract.progress import reporting, track
 
     if runtime.kind == "bias":

@@ -14,15 +14,17 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from edgepe.contract.version import __version__
-from edgepe.contract.errors import BadParameterError, OutputPathError
 from edgepe.contract.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
-from edgepe.contract.commit import cannot_write, target_lock, write_pair, write_temp
+from edgepe.contract.commit import hashed, target_lock, write_pair
+from edgepe.contract.errors import BadParameterError, OutputPathError
 from edgepe.contract.manifest import dumps as dumps_manifest
 from edgepe.contract.manifest import path_for as manifest_path
-from edgepe.schemes._registry import SchemeConfig
+from edgepe.contract.version import __version__
+
+if TYPE_CHECKING:  # the contract names the scheme layer's config, never imports it
+    from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
@@ -320,21 +322,6 @@ def check_replace(out: Path, prepared: Prepared, force: bool) -> bool:
     raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
 
 
-def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
-    """Write ``out`` via a temporary file and a rename; returns the sha256 of what was written."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(out, exc) from None
-    tmp, digest = write_temp(out, _hashed(write))
-    try:
-        os.replace(tmp, out)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise cannot_write(out, exc) from None
-    return digest
-
-
 def write_artifact(
     out: Path, write: Callable[[BinaryIO], None], manifest: dict[str, Any]
 ) -> dict[str, Any]:
@@ -348,35 +335,8 @@ def write_artifact(
         return dumps_manifest(written)
 
     with target_lock(out):
-        write_pair(out, _hashed(write), manifest_bytes)
+        write_pair(out, hashed(write), manifest_bytes)
     return written
-
-
-def _hashed(write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], str]:
-    """``write`` through a hashing wrapper; the result returns the sha256 of what it wrote."""
-
-    def run(raw: BinaryIO) -> str:
-        hashing = _HashingWriter(raw)
-        write(hashing)
-        return hashing.hexdigest()
-
-    return run
-
-
-class _HashingWriter:
-    """A binary file wrapper that hashes what passes through it."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._hash = hashlib.sha256()
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        return self._raw.write(view)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
 
 
 def validate_choices(config: ExportConfig) -> None:

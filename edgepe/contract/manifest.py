@@ -313,7 +313,7 @@ def dumps(manifest: Mapping[str, Any]) -> bytes:
 
 def write(artifact: str | Path, manifest: Mapping[str, Any]) -> None:
     """Write ``manifest`` (canonical text) next to ``artifact``, atomically."""
-    from edgepe.contract.config import atomic_write
+    from edgepe.contract.commit import atomic_write
 
     text = dumps(manifest)
     atomic_write(path_for(artifact), lambda f: f.write(text))

@@ -8,9 +8,9 @@ The table is ``table_values``'s ``[rows, cols]`` layout, row-major, streamed chu
 
 - ``float32`` / ``float16``: the values, little-endian (``float16`` rounds to nearest);
 - ``uint8``: the 0/1 entries of a bit scheme (``BIT_SCHEMES``), one byte each;
-- ``int8``: ``--quantize int8`` (``edgepe.graphs.quant.table_quant``: symmetric, zero point 0, a float32
-  scale per column or per table; ``value = scale * q``; the manifest's ``quant`` holds the scales,
-  the proven bound and the error measured over every row);
+- ``int8``: ``--quantize int8`` (``edgepe.graphs.quant.table_quant``: symmetric, zero point 0, a
+  float32 scale per column or per table; ``value = scale * q``; the manifest's ``quant`` holds the
+  scales, the proven bound and the error measured over every row);
 - ``bit`` (``--dtype bit``, bit schemes only): one bit an entry. Entry ``(r, c)`` is bit
   ``i = r * cols + c`` of the stream; byte ``i // 8`` holds it at bit ``i % 8`` (LSB first,
   ``numpy.packbits(..., bitorder="little")``); the last byte is zero-padded. The file is exactly
@@ -31,10 +31,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
-from edgepe.graphs.table_values import iter_table, table_shape
+from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.formats.c_schemes import COMPUTE_SCHEMES
+from edgepe.graphs.table_values import iter_table, table_shape
 
 # Schemes whose table entries are exactly 0 or 1 (the only ones that fit one bit or a uint8).
 BIT_SCHEMES = ("binary-bits", "gray", "binary-multilevel", "binary-2d", "hierarchical")

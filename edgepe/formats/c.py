@@ -63,8 +63,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.formats.bin import data_chunks, prepared_table, stored_chunks
 from edgepe.formats.c_schemes import COMPUTE_SCHEMES, FLOAT_COMPUTE_SCHEMES
 from edgepe.formats.onnx import output_shape
@@ -448,8 +448,8 @@ def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dic
     weights = module.projection.weight.detach().float().numpy().T.astype(np.float32)
     if config.quantize != "int8":
         return weights, None
-    from edgepe.graphs.quant import check_quantizable
     from edgepe.graphs.int8 import check_measurable, projection_quant
+    from edgepe.graphs.quant import check_quantizable
 
     check_quantizable(config)
     check_measurable(config)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.graphs import COMPUTE, builder
 from edgepe.graphs._common import BIT_OUTPUT_SCHEMES, onnx_section, read_manifest_prop
 

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.graphs.table_values import BIAS_SATURATION
 
 INSTALL = "pip install -c constraints.txt -e '.[executorch]'"
@@ -161,8 +161,8 @@ def _program_module(config: ExportConfig, module, manifest: dict[str, Any]):
     from edgepe.graphs.table_values import full_table, table_shape
 
     if config.quantize == "int8":
-        from edgepe.graphs.table_values import iter_table
         from edgepe.graphs.quant import table_quant
+        from edgepe.graphs.table_values import iter_table
 
         tq = table_quant(config, module)
         manifest["quant"] = tq.manifest("table_int8")
@@ -176,8 +176,8 @@ def _program_module(config: ExportConfig, module, manifest: dict[str, Any]):
 
 def _projection_quant(config: ExportConfig, module, manifest: dict[str, Any]):
     """``(shifts, q int8 [n, d], scale float32 [d] or [1])`` of the int8 projection, with the
-    quantisation, measured error and proven bound of ``edgepe.graphs.quant`` for an exact int32 sum and
-    one rescale (the C header's form: ``projection_quant(..., "int32")``) in the manifest."""
+    quantisation, measured error and proven bound of ``edgepe.graphs.quant`` for an exact int32 sum
+    and one rescale (the C header's form: ``projection_quant(..., "int32")``) in the manifest."""
     from edgepe.graphs.int8 import projection_quant
 
     q, scale, _, quant = projection_quant(config, module, "int32")

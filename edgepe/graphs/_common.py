@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from edgepe.contract.version import __version__
 from edgepe.contract.errors import BadParameterError
+from edgepe.contract.version import __version__
 
 POSITIONS = "positions"
 KEY_POSITIONS = "key_positions"
@@ -195,7 +195,7 @@ def make_model(
     newer than onnxruntime 1.31 accepts (DESIGN.md), so the IR version is pinned to the lowest
     one that supports the opsets used. The manifest (``embedded_manifest``: all but its sha256,
     which is of this very file, and the ``SIDECAR_ONLY`` fields) is stored in ``metadata_props``
-    under ``edgepe.contract.manifest``; ``read_manifest_prop`` reads it back, ``onnx_section`` gives the
+    under ``edgepe.manifest``; ``read_manifest_prop`` reads it back, ``onnx_section`` gives the
     sidecar's ``onnx`` section.
     """
     check_opset(nodes, opset)

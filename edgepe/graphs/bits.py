@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgepe.contract.errors import BadParameterError
 from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
 from edgepe.graphs._common import POSITIONS, Graph, output, positions_input
 from edgepe.graphs.lowerings import arith32_columns, float_columns
 

@@ -96,21 +96,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgepe.contract.errors import BadParameterError
 from edgepe.contract.config import INT8_OPSET, ExportConfig
+from edgepe.contract.errors import BadParameterError
 from edgepe.graphs import builder
 from edgepe.graphs._common import (
     Graph,
     embedded_manifest,
     make_model,
     require_opset,
-)
-from edgepe.graphs.table_values import (
-    BIAS_SATURATION,
-    CHUNK_ROWS,
-    iter_table,
-    table_rows,
-    table_shape,
 )
 from edgepe.graphs.quant import (
     OUTPUT_ROW,
@@ -125,6 +118,13 @@ from edgepe.graphs.quant import (
     quant_section,
     quantize,
     scales,
+)
+from edgepe.graphs.table_values import (
+    BIAS_SATURATION,
+    CHUNK_ROWS,
+    iter_table,
+    table_rows,
+    table_shape,
 )
 
 # Schemes whose compute graph is ``bits @ M`` (M the module's buffer): int8 MatMulInteger.

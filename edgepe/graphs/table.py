@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from edgepe.contract.errors import BadParameterError
 from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
 from edgepe.graphs._common import (
     BIAS,
     ELEM_TYPES,

@@ -30,9 +30,9 @@ from edgepe.schemes._registry import SchemeConfig
 CHUNK_ROWS = 4096
 # Bias tables saturate positions here before ``t - u``: |t - u| <= 2^62 never overflows int64.
 BIAS_SATURATION = 2**61
-# Tables from this many entries show a progress bar under ``edgepe.contract.progress.reporting`` (the
-# CLI, on a terminal): 2^22 float32 entries take 0.15 s as npy, 0.25 s as an ONNX initializer,
-# 6 s as C text (2-core machine).
+# Tables from this many entries show a progress bar under
+# ``edgepe.contract.progress.reporting`` (the CLI, on a terminal): 2^22 float32 entries take
+# 0.15 s as npy, 0.25 s as an ONNX initializer, 6 s as C text (2-core machine).
 PROGRESS_ENTRIES = 1 << 22
 
 

@@ -31,8 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgepe.contract.errors import BadParameterError
 from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
 from edgepe.graphs._common import (
     POSITIONS,
     Graph,

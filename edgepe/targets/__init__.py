@@ -66,9 +66,9 @@ def _candidate(config, module):
 
     if config.mode == "table" and config.quantize == "none":
         from edgepe.contract.config import base_manifest
+        from edgepe.formats.onnx import check_options, output_shape
         from edgepe.graphs.table import NP_DTYPES, build
         from edgepe.graphs.table_values import table_shape
-        from edgepe.formats.onnx import check_options, output_shape
 
         check_options(config)
         cols = table_shape(config.scheme)[1]

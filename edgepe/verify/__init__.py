@@ -1,13 +1,13 @@
 """The verifier: an artifact rebuilt, then checked against its PyTorch reference on each runtime.
 
-``verify_artifact(path)`` reads the manifest (``edgepe.contract.manifest.read``: untrusted, bounded),
-checks that the file is the format it claims (else ``ArtifactError``, exit 2), then REBUILDS the
-artifact from the manifest's recorded inputs with the running edgepe (``edgepe.rebuild``): exports
-are deterministic, so the file must be byte-identical to the rebuild and its manifest equal to the
-rebuilt one. A difference fails the report and says where; the parity still runs, bounded to
-the quick sweep, to show what the difference does, but a C header is then never compiled. An
-artifact written by another edgepe version is not compared byte for byte: it is verified
-numerically only and the report says "not reproduced".
+``verify_artifact(path)`` reads the manifest (``edgepe.contract.manifest.read``: untrusted,
+bounded), checks that the file is the format it claims (else ``ArtifactError``, exit 2), then
+REBUILDS the artifact from the manifest's recorded inputs with the running edgepe
+(``edgepe.rebuild``): exports are deterministic, so the file must be byte-identical to the rebuild
+and its manifest equal to the rebuilt one. A difference fails the report and says where; the
+parity still runs, bounded to the quick sweep, to show what the difference does, but a C header is
+then never compiled. An artifact written by another edgepe version is not compared byte for byte:
+it is verified numerically only and the report says "not reproduced".
 
 The numeric check runs the artifact over every position ``0 .. max_len - 1``, single-position
 calls and an extrapolation probe on each runtime, against the scheme module's ``encode`` (never
@@ -188,7 +188,8 @@ def verify_artifact(
     ``0 .. min(max_len, 4096) - 1`` and a small probe, as ``edgepe export`` runs after writing.
     ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr;
     ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never; inside an
-    ``edgepe.contract.progress.reporting`` block (``edgepe export``'s quick check), that block decides.
+    ``edgepe.contract.progress.reporting`` block (``edgepe export``'s quick check), that block
+    decides.
     ``strict_placement``: fail a GPU provider on which some nodes ran on the CPU.
     ``checkpoint``: the checkpoint a checkpoint-based artifact was exported from (its sha256
     must be the recorded one; without it such an artifact is a ``CheckpointError`` naming it).

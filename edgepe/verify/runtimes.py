@@ -369,8 +369,8 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebu
     if name == C:
         return CRuntime(path, manifest, rebuilt)
     if name == EXECUTORCH:
-        from edgepe.formats.pte import Program
         from edgepe.contract.manifest import open_regular
+        from edgepe.formats.pte import Program
 
         with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
             return Program(f.read(), manifest)
