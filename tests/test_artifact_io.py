@@ -12,12 +12,12 @@ from edgepe.contract.commit import atomic_write, temp_prefix
 from edgepe.contract.config import (
     TMP_MARK,
     ExportConfig,
-    check_replace,
     check_writable,
     manifest_path,
     write_artifact,
 )
 from edgepe.contract.errors import OutputPathError
+from edgepe.export.compare import check_replace
 from edgepe.schemes import resolve
 
 

@@ -295,33 +295,6 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def check_replace(out: Path, prepared: Prepared, force: bool) -> bool:
-    """Whether ``out`` already holds this exact export (then exporting again is a no-op).
-
-    "This exact export": the file's bytes AND its manifest equal what ``prepared`` builds now
-    (``edgepe.rebuild.compare``), so a tampered file whose manifest was edited back to the
-    command's inputs is not kept (issue 23). ``force`` always writes (an export is
-    deterministic: the same bytes again, or the new ones). An existing file made from other
-    inputs, or that is not an edgepe artifact, is only replaced with ``force``.
-    """
-    if not out.exists() or force:
-        return False
-    from edgepe.contract.errors import ArtifactError
-    from edgepe.contract.manifest import open_regular, read
-    from edgepe.rebuild import compare
-
-    try:
-        existing = read(out)
-    except ArtifactError:
-        existing = None
-    if existing is not None:
-        with open(open_regular(out, "artifact"), "rb", closefd=True) as f:
-            if compare(f, out, existing, prepared)[0] is None:
-                return True
-    what = "an artifact made from other inputs" if existing else "a file edgepe did not write"
-    raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
-
-
 def write_artifact(
     out: Path, write: Callable[[BinaryIO], None], manifest: dict[str, Any]
 ) -> dict[str, Any]:

@@ -15,13 +15,13 @@ from edgepe.contract.config import (
     Prepared,
     check_manifest_slot,
     check_not_input,
-    check_replace,
     check_writable,
     default_out,
     target_lock,
     validate_choices,
     write_artifact,
 )
+from edgepe.export.compare import check_replace
 
 __all__ = ["ExportConfig", "ExportResult", "Prepared", "export", "prepare"]
 
