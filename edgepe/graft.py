@@ -269,7 +269,7 @@ def load_pe(path: str | Path):
     model = parse_model(data, f"artifact {str(path)!r}", ArtifactError)
     # The proof runs the grafted model: the PE may hold only what edgepe's builders emit (no
     # Loop/If/Scan, no external data), as edgepe.load requires of any artifact (issue 23).
-    from edgepe.audit import check_untrusted
+    from edgepe.graphs.untrusted import check_untrusted
 
     check_untrusted(model, str(path))
     return model, manifest

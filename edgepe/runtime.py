@@ -113,8 +113,8 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     forgiving names (``"cpu"``, ``"cuda"``); default CPU. The artifact is untrusted input: raises
     ``ArtifactError`` for a file that is missing or not a regular file, has no valid manifest
     (``edgepe.contract.manifest.read``), does not match its sha256, holds ONNX external data,
-    control flow or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output
-    shape other than its manifest's, or an npy header other than the one edgepe writes.
+    control flow or ops edgepe's builders never emit (``edgepe.graphs.untrusted.check_untrusted``),
+    an output shape other than its manifest's, or an npy header other than the one edgepe writes.
 
     ``check="rebuild"`` also rebuilds the artifact from its manifest's inputs with this edgepe
     (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
@@ -188,12 +188,12 @@ def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
 
 def _read_checked(path: Path, manifest: Mapping[str, Any]) -> bytes:
     """An ONNX artifact's bytes, matching its sha256, and its graph one edgepe could have
-    written (``edgepe.audit.check_untrusted``). The session is made from these very bytes, so
-    the file cannot change between the check and the load."""
+    written (``edgepe.graphs.untrusted.check_untrusted``). The session is made from these very
+    bytes, so the file cannot change between the check and the load."""
     import onnx
 
-    from edgepe.audit import check_untrusted
     from edgepe.contract.manifest import open_regular
+    from edgepe.graphs.untrusted import check_untrusted
 
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         data = f.read()

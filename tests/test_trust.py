@@ -571,15 +571,15 @@ def test_the_checkpoint_error_does_not_depend_on_the_files_content(outcomes):
 
 
 def test_every_op_the_builders_emit_is_allowed(tmp_path):
-    """``edgepe.audit.EMITTED_OPS`` covers every scheme x mode x quantisation x lowering x dtype
-    (and rope's apply graphs): the allow-list is derived from what the builders emit."""
+    """``edgepe.graphs.untrusted.EMITTED_OPS`` covers every scheme x mode x quantisation x lowering
+    x dtype (and rope's apply graphs): the allow-list is derived from what the builders emit."""
     import io
     import itertools
 
-    from edgepe.audit import EMITTED_OPS
     from edgepe.contract.config import INT8_RUNTIMES, LOWERINGS
     from edgepe.contract.errors import EdgepeError
     from edgepe.export import prepare
+    from edgepe.graphs.untrusted import EMITTED_OPS
     from edgepe.schemes import scheme_ids
 
     used: set[tuple[str, str]] = set()

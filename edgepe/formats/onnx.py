@@ -115,8 +115,8 @@ def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], s
     """
     import onnx
 
-    from edgepe.audit import check_untrusted
     from edgepe.formats.onnx_table import split_table
+    from edgepe.graphs.untrusted import check_untrusted
 
     def refuse(exc: Exception) -> ArtifactError:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
