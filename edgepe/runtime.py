@@ -630,7 +630,9 @@ class TableRuntime(Runtime):
             if self._zero.dtype.kind == "f":
                 raise ArtifactError(f"{str(path)!r}: quant.zero_point must be an integer")
         if self._arity is not None:
-            self._columns = _index_columns(manifest, cols)
+            from edgepe.formats.bin import index_columns  # loads torch (the scheme registry)
+
+            self._columns = index_columns(manifest, cols)
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Table rows at ``index`` (any shape), dequantised when the table is int8."""
@@ -650,30 +652,6 @@ class TableRuntime(Runtime):
         rows = self._rows(positions[:, axis])  # [N, d, W]: each column's coordinate row
         picked = np.take_along_axis(rows, bit[None, :, None], axis=2)[..., 0]
         return picked * np.asarray(valid, dtype=picked.dtype)
-
-
-def _index_columns(manifest: Mapping[str, Any], width: int):
-    """Per output column of a multi-index table: (coordinate, bit, column-is-used)."""
-    d = int(manifest["d_model"])
-    if manifest["scheme"] == "binary-2d":
-        column = np.arange(d)
-        axis, bit = column % 2, column // 2
-    elif manifest["scheme"] == "hierarchical":
-        widths = (manifest.get("params") or {}).get("widths")
-        if not (isinstance(widths, list) and widths and all(_is_int(w, 1) for w in widths)
-                and sum(widths) == d and len(widths) == manifest["positions"]["arity"]):
-            raise ArtifactError(
-                f"hierarchical table: params.widths must be one positive width a level, "
-                f"summing to d_model {d}; got {widths!r}"
-            )
-        axis = np.repeat(np.arange(len(widths)), widths)
-        bit = np.concatenate([np.arange(w) for w in widths])
-    else:
-        raise ArtifactError(f"no table layout known for multi-index scheme {manifest['scheme']!r}")
-    if manifest["scheme"] == "binary-2d" and manifest["positions"]["arity"] != 2:
-        raise ArtifactError("binary-2d table: positions.arity must be 2")
-    valid = bit < width  # binary-2d: columns past 2n are zero (DESIGN: width d_model >= 2n)
-    return axis, np.minimum(bit, width - 1), valid
 
 
 def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:

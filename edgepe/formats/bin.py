@@ -25,7 +25,7 @@ encoding needs code, which the ``onnx`` and ``c`` formats carry).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -314,3 +314,31 @@ def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) 
         scale = scale.reshape(shape)
         zero = zero.reshape(shape) if zero.ndim else zero
     return scale * (values.astype(np.float64) - zero)
+
+
+def index_columns(manifest: Mapping[str, Any], width: int):
+    """Per output column of a multi-index table: (coordinate, bit, column-is-used)."""
+    d = int(manifest["d_model"])
+    if manifest["scheme"] == "binary-2d":
+        column = np.arange(d)
+        axis, bit = column % 2, column // 2
+    elif manifest["scheme"] == "hierarchical":
+        widths = (manifest.get("params") or {}).get("widths")
+        if not (isinstance(widths, list) and widths and all(_is_int(w, 1) for w in widths)
+                and sum(widths) == d and len(widths) == manifest["positions"]["arity"]):
+            raise ArtifactError(
+                f"hierarchical table: params.widths must be one positive width a level, "
+                f"summing to d_model {d}; got {widths!r}"
+            )
+        axis = np.repeat(np.arange(len(widths)), widths)
+        bit = np.concatenate([np.arange(w) for w in widths])
+    else:
+        raise ArtifactError(f"no table layout known for multi-index scheme {manifest['scheme']!r}")
+    if manifest["scheme"] == "binary-2d" and manifest["positions"]["arity"] != 2:
+        raise ArtifactError("binary-2d table: positions.arity must be 2")
+    valid = bit < width  # binary-2d: columns past 2n are zero (DESIGN: width d_model >= 2n)
+    return axis, np.minimum(bit, width - 1), valid
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low

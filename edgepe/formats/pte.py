@@ -309,12 +309,12 @@ class _Table(torch.nn.Module):
         self.register_buffer("table", torch.from_numpy(np.ascontiguousarray(table)))
         self.register_buffer("scale", None if scale is None else torch.from_numpy(scale))
         if self.kind == "multi":  # exact schemes: never int8
-            from edgepe.runtime import _index_columns
+            from edgepe.formats.bin import index_columns
 
             width = table.shape[1]
             manifest = {"d_model": s.d_model, "scheme": s.scheme,
                         "params": s.as_dict()["params"], "positions": {"arity": s.arity}}
-            axis, bit, valid = _index_columns(manifest, width)
+            axis, bit, valid = index_columns(manifest, width)
             # Column j is bit bit[j] of coordinate axis[j]: entry axis_row * W + bit[j] of the
             # flattened [L * W] table.
             self.register_buffer("axis", torch.from_numpy(axis.astype(np.int64)))
