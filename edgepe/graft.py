@@ -929,12 +929,12 @@ def build_detected(candidate: Candidate, scheme: str, **options):
     import numpy as np
     import torch
 
-    from edgepe import api
     from edgepe.export import prepare
+    from edgepe.export.options import make_config
     from edgepe.schemes import build
 
     weight = candidate.weight
-    config = api.make_config(scheme, candidate.max_len, d_model=int(weight.shape[1]), **options)
+    config = make_config(scheme, candidate.max_len, d_model=int(weight.shape[1]), **options)
     module = build(config.scheme, seed=config.seed)
     with torch.no_grad():
         module.projection.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight.T)))
