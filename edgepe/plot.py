@@ -281,9 +281,9 @@ def plot(
 
     runtime = None
     if artifact is not None:
-        import edgepe
+        from edgepe.runtime import load
 
-        runtime = edgepe.load(artifact)
+        runtime = load(artifact)
         config, seed, needed = config_of(runtime.manifest)
         if kind == "quant-error":  # the float32 reference needs the checkpoint, by its sha256
             from edgepe.rebuild import check_checkpoint

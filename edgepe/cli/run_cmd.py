@@ -296,10 +296,9 @@ def command(
         check_writable(out)
         check_not_input(out, [path])
 
-    import edgepe
-    from edgepe.runtime import check_positions
+    from edgepe.runtime import check_positions, load
 
-    runtime = edgepe.load(path, providers=providers)
+    runtime = load(path, providers=providers)
     limit = (runtime.manifest["positions"] or {}).get("limit")
     rows = check_positions(parse_positions(positions, runtime.arity), runtime.arity, limit,
                            "--positions")
