@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgepe.contract.config import ExportConfig, ExportResult
+from edgepe.export import export as export_artifact
 from edgepe.export.options import default_mode as default_mode  # the API's, built one layer down
 from edgepe.export.options import make_config as make_config
 
@@ -27,8 +28,6 @@ def export(config: ExportConfig, force: bool = False, verify: bool = True):
     their own reader; C headers: the compiler) over positions ``0 .. min(L, 4096) - 1`` and an
     extrapolation probe, truthy when it passed, one line as ``str``; ``None`` when not verified.
     """
-    from edgepe.export import export as export_artifact
-
     result: ExportResult = export_artifact(config, force=force)
     if not verify:
         return result, None

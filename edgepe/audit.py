@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.errors import ArtifactError
+from edgepe.contract.manifest import read
 from edgepe.graphs.untrusted import check_untrusted
 
 # Ops that keep integers integers (shape plumbing, bit ops, integer arithmetic, comparisons).
@@ -185,9 +187,6 @@ def load_onnx(path: Path):
 
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
-    from edgepe.contract.checkpoint import sha256_file
-    from edgepe.contract.manifest import read
-
     path = Path(path)
     manifest = read(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,

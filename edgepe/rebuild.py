@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP, ExportConfig, validate_choices
 from edgepe.contract.errors import ArtifactError, CheckpointError
 from edgepe.contract.manifest import dumps as _dumps
+from edgepe.contract.manifest import open_regular
 from edgepe.contract.version import __version__
+from edgepe.export import prepare
 from edgepe.export.compare import compare
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
@@ -70,8 +73,6 @@ def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) ->
     """Refuse ``checkpoint`` (a file the user gave) unless it is the one an artifact records by
     ``recorded_sha`` (``None``: exported without one, so none may be given). The messages name
     only the recorded sha256 and the user's path: nothing depends on another file's content."""
-    from edgepe.contract.checkpoint import sha256_file
-
     if checkpoint is not None and recorded_sha is None:
         raise CheckpointError("this artifact was not exported from a checkpoint: drop "
                               "--checkpoint")
@@ -93,7 +94,6 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
                          max_table_bytes: int):
     """``(ExportConfig, module)`` that the manifest's ``inputs`` record; ``checkpoint`` is the
     user's file for a checkpoint-based artifact (checked against the recorded sha256)."""
-    from edgepe.contract.config import ExportConfig, validate_choices
     from edgepe.schemes import build, resolve
 
     inputs = manifest.get("inputs")
@@ -141,8 +141,6 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
     cannot build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
     (exit 2); a difference does not raise.
     """
-    from edgepe.contract.manifest import open_regular
-    from edgepe.export import prepare
     from edgepe.schemes import get_spec
 
     path = Path(path)

@@ -35,7 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.contract.errors import ArtifactError, BadParameterError, PositionError, did_you_mean
+from edgepe.contract.commit import recover
+from edgepe.contract.errors import (
+    ArtifactError,
+    BadParameterError,
+    ParityError,
+    PositionError,
+    did_you_mean,
+)
+from edgepe.contract.manifest import open_regular, read
+from edgepe.graphs.untrusted import check_untrusted
+from edgepe.rebuild import rebuild
 
 INT64_MAX = 2**63 - 1
 
@@ -120,9 +130,6 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
     raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
-    from edgepe.contract.commit import recover
-    from edgepe.contract.manifest import read
-
     if check not in ("sha256", "rebuild"):
         raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
     path = Path(path)
@@ -138,9 +145,6 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     if data is None:
         _check_sha256(path, manifest)
     if check == "rebuild":
-        from edgepe.contract.errors import ParityError
-        from edgepe.rebuild import rebuild
-
         rebuilt = rebuild(path, manifest, checkpoint)
         if not rebuilt.reproduced:
             raise ParityError(f"{str(path)!r} is not reproduced: {rebuilt}")
@@ -161,8 +165,6 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the artifact at ``path`` (``edgepe.contract.manifest.read``: a regular file,
     bounded, validated), checked to describe that very file (its sha256)."""
-    from edgepe.contract.manifest import read
-
     manifest = read(path)
     _check_sha256(path, manifest)
     return manifest
@@ -176,8 +178,6 @@ def _sha256_refusal(path: Path) -> ArtifactError:
 
 
 def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
-    from edgepe.contract.manifest import open_regular
-
     digest = hashlib.sha256()
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -191,9 +191,6 @@ def _read_checked(path: Path, manifest: Mapping[str, Any]) -> bytes:
     written (``edgepe.graphs.untrusted.check_untrusted``). The session is made from these very
     bytes, so the file cannot change between the check and the load."""
     import onnx
-
-    from edgepe.contract.manifest import open_regular
-    from edgepe.graphs.untrusted import check_untrusted
 
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         data = f.read()
@@ -578,7 +575,6 @@ class PteRuntime(Runtime):
 
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         super().__init__(path, manifest)
-        from edgepe.contract.manifest import open_regular
         from edgepe.formats.pte import Program
 
         # The program is made from these very bytes, checked against the sha256 again: the

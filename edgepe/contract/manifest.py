@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgepe.contract.commit import atomic_write
 from edgepe.contract.errors import ArtifactError
 
 MAX_BYTES = 1 << 20  # edgepe's largest manifests (int8 scales of d_model 4096) are ~200 KiB
@@ -313,7 +314,5 @@ def dumps(manifest: Mapping[str, Any]) -> bytes:
 
 def write(artifact: str | Path, manifest: Mapping[str, Any]) -> None:
     """Write ``manifest`` (canonical text) next to ``artifact``, atomically."""
-    from edgepe.contract.commit import atomic_write
-
     text = dumps(manifest)
     atomic_write(path_for(artifact), lambda f: f.write(text))

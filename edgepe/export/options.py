@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.config import (
     DEFAULT_TABLE_CAP,
     ExportConfig,
@@ -63,7 +64,6 @@ def make_config(
     be an existing file; its sha256 goes into the config (and so into the manifest);
     ``checkpoint_key`` picks the entries under that prefix of a whole model's state_dict.
     """
-    from edgepe.contract.checkpoint import sha256_file
     from edgepe.schemes import resolve
 
     resolved = resolve(scheme, max_len, d_model=d_model, heads=heads, params=params)

@@ -18,6 +18,7 @@ from edgepe.contract.config import ExportConfig, Prepared, base_manifest
 from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.graphs import COMPUTE, builder
 from edgepe.graphs._common import BIT_OUTPUT_SCHEMES, onnx_section, read_manifest_prop
+from edgepe.graphs.untrusted import check_untrusted
 
 
 def output_shape(config: ExportConfig) -> list[Any]:
@@ -116,7 +117,6 @@ def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], s
     import onnx
 
     from edgepe.formats.onnx_table import split_table
-    from edgepe.graphs.untrusted import check_untrusted
 
     def refuse(exc: Exception) -> ArtifactError:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

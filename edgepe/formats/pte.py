@@ -375,7 +375,6 @@ class Program:
                 data, verification=Verification.InternalConsistency)
             self._method = self._program.load_method("forward")
         except Exception as exc:  # noqa: BLE001 - the runtime raises untyped errors
-            from edgepe.contract.errors import ArtifactError
 
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ArtifactError(f"the .pte does not load in ExecuTorch: {first}") from None
@@ -434,7 +433,6 @@ def describe_program(data: bytes) -> dict[str, Any]:
     try:
         program = deserialize_pte_binary(data).program
     except Exception as exc:  # noqa: BLE001 - any parse failure: not a program
-        from edgepe.contract.errors import ArtifactError
 
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ArtifactError(f"not an ExecuTorch program edgepe can read ({first})") from None

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from edgepe.contract.progress import track
 from edgepe.schemes._registry import SchemeConfig
 
 CHUNK_ROWS = 4096
@@ -77,8 +78,6 @@ def iter_table(config: SchemeConfig, module, chunk_rows: int = CHUNK_ROWS) -> It
 
     A large table reports each pass over it to ``edgepe.contract.progress`` (int8 makes three).
     """
-    from edgepe.contract.progress import track
-
     rows, cols = table_shape(config)
     advance = track(f"{config.scheme} table [{rows}, {cols}]", rows) if (
         rows * cols >= PROGRESS_ENTRIES) else None

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgepe.contract.checkpoint import load_into
 from edgepe.contract.errors import BadParameterError, UnknownSchemeError, did_you_mean
 from edgepe.contract.manifest import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT  # resolve's caps
 
@@ -318,7 +319,5 @@ def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
         torch.manual_seed(seed)
         module = cls.from_config(config)
     if checkpoint is not None:
-        from edgepe.contract.checkpoint import load_into
-
         load_into(module, checkpoint, checkpoint_key)
     return module.eval()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from edgepe.audit import _elem_types
 from edgepe.targets.profiles import RULES, Profile
 
 # Inputs that are shapes, axes or indices, per op (position -> what it is); not data.
@@ -108,8 +109,6 @@ def _check_node(node, key, types, consts, producers, profile: Profile) -> NodeCh
 
 def check(model: onnx.ModelProto, profile: Profile) -> TargetReport:
     """Every node of ``model`` against ``profile``; see the module docstring."""
-    from edgepe.audit import _elem_types
-
     types = _elem_types(model)
     graph = model.graph
     consts = {t.name: t for t in graph.initializer}

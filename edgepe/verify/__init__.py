@@ -26,6 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from edgepe import rebuild as rb
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.contract.commit import recover
+from edgepe.contract.config import check_writable
+from edgepe.contract.errors import EdgepeError
+from edgepe.contract.manifest import read
 from edgepe.contract.progress import reporting, track
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
@@ -199,17 +205,11 @@ def verify_artifact(
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
     the artifact in memory at a time.
     """
-    from edgepe import rebuild as rb
-    from edgepe.contract.checkpoint import sha256_file
-    from edgepe.contract.manifest import read
     from edgepe.verify import runtimes as rt
 
     path = Path(path)
     if json_path is not None:
-        from edgepe.contract.config import check_writable
-
         check_writable(Path(json_path))  # refuse before the sweep, not after it
-    from edgepe.contract.commit import recover
 
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
@@ -330,8 +330,6 @@ def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> No
 
 def _reraise_bad_input(exc: BaseException) -> None:
     """A missing tool (no C compiler) is bad input for the whole run, not a parity failure."""
-    from edgepe.contract.errors import EdgepeError
-
     if isinstance(exc, EdgepeError) and exc.exit_code == 2:
         raise exc
 

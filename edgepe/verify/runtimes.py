@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.contract.errors import BadParameterError, ParityError
+from edgepe.contract.manifest import open_regular
 from edgepe.formats.bin import dequantise
 from edgepe.runtime import with_options
 
@@ -369,7 +370,6 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebu
     if name == C:
         return CRuntime(path, manifest, rebuilt)
     if name == EXECUTORCH:
-        from edgepe.contract.manifest import open_regular
         from edgepe.formats.pte import Program
 
         with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
