@@ -2,6 +2,10 @@
 
 ``COMPUTE`` maps every scheme id with a compute mode to ``(module, function)`` in this package;
 ``--mode table`` uses ``table.build`` for every scheme. Modules import onnx, so they load lazily.
+The layer also holds what the builders and the formats above share: ``table_values`` (a table's
+rows from the reference module, chunk by chunk), ``quant`` (int8 quantisation and its proven
+bounds; ``int8`` builds the int8 graphs) and ``untrusted`` (the ops the builders emit, and the
+refusal of a graph they could not have written).
 """
 
 from __future__ import annotations
