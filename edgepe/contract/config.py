@@ -1,9 +1,10 @@
-"""What every exporter shares: the export configuration, the manifest and safe file writing.
+"""What every layer shares about an export: ``ExportConfig``, the option values and their checks,
+``base_manifest``, ``Prepared``, and the checks and writing of an output path.
 
 An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to temporary
 files in the target directory, under a per-target lock, and committed by renames with a journal
-(``edgepe.contract.commit``), so a failure or a kill leaves the old pair or the new one, never half
-of one, and concurrent exports of one PATH never clobber each other's files.
+(``edgepe.contract.commit``), so a failure or a kill leaves the old pair or the new one, never
+half of one, and concurrent exports of one PATH never clobber each other's files.
 """
 
 from __future__ import annotations
