@@ -5,9 +5,9 @@ Importing ``edgepe`` is light (no torch, onnx or onnxruntime); they load when fi
 
 from __future__ import annotations
 
-from edgepe.errors import EdgepeError
+from edgepe.contract.errors import EdgepeError
+from edgepe.contract.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["EdgepeError", "__version__", "graft", "load"]
 
 

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgepe.errors import ArtifactError
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.contract.errors import ArtifactError
+from edgepe.contract.manifest import read
+from edgepe.graphs.untrusted import check_untrusted
 
 # Ops that keep integers integers (shape plumbing, bit ops, integer arithmetic, comparisons).
 INTEGER_OPS = frozenset({
@@ -32,30 +35,13 @@ INTEGER_OPS = frozenset({
     "And", "Or", "Xor", "Where", "Tile", "Range", "MatMulInteger",
 })
 # Ops that may take position-derived integers to floats: the cast, a select of constants, or
-# the int8 projection's one dequantise (edgepe.quant.graphs).
+# the int8 projection's one dequantise (edgepe.graphs.int8).
 FLOAT_BOUNDARY_OPS = frozenset({"Cast", "Where", "DequantizeLinear"})
 TRANSCENDENTAL_OPS = frozenset({
     "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Tanh", "Asinh", "Acosh",
     "Atanh", "Exp", "Log", "Pow", "Sigmoid", "Softmax", "LogSoftmax", "Erf",
 })
 BITWISE_OPS = frozenset({"BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"})
-# Every op edgepe's graph builders emit (edgepe/export/graphs, edgepe/quant/graphs), by domain.
-# tests/test_trust.py exports every scheme x mode x quantisation x lowering x dtype and checks
-# that this list covers what they emit. A graph using anything else is not edgepe's: no control
-# flow (Loop, If, Scan: a 2^40-iteration Loop hangs a session), no functions (issue 23).
-EMITTED_OPS = {
-    "": frozenset({
-        "Abs", "Add", "BitShift", "BitwiseAnd", "BitwiseXor", "Cast", "Clip", "Concat", "Cos",
-        "DequantizeLinear", "Div", "Equal", "Expand", "Gather", "Gemm", "Greater", "Less",
-        "MatMul", "MatMulInteger", "Mod", "Mul", "Neg", "QuantizeLinear", "Reshape", "Shape",
-        "Sin", "Slice", "Sub", "Transpose", "Unsqueeze", "Where",
-        "Floor",  # --lowering float (export/graphs/lowerings.py)
-        "Max",  # int8 bias graphs: the bias at the table's last distance (quant/graphs.py)
-        "Range", "Size",  # rope's apply-4d graph, --rope-lowering ort (export/graphs/trig.py)
-        "RotaryEmbedding",  # rope's apply graph, --rope-lowering rotary23 (opset 23)
-    }),
-    "com.microsoft": frozenset({"RotaryEmbedding"}),  # rope's apply graph, --rope-lowering ort
-}
 
 
 @dataclass
@@ -175,36 +161,6 @@ def _proto_bytes(tensor) -> int:
     return numpy_helper.to_array(tensor).nbytes
 
 
-def check_untrusted(model, where: str) -> None:
-    """Refuse (``ArtifactError``, one line) a graph that edgepe's builders could not have
-    written, before anything parses its tensors or runs it: external data (a path the graph
-    names; edgepe never writes it), sparse initializers, model functions, subgraphs, and ops
-    outside ``EMITTED_OPS``."""
-    from onnx import TensorProto
-
-    graph = model.graph
-
-    def external(tensor) -> bool:
-        return tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data) > 0
-
-    bad = next((t.name for t in graph.initializer if external(t)), None)
-    if bad is None:
-        bad = next((n.name for n in graph.node for a in n.attribute
-                    if a.HasField("t") and external(a.t)), None)
-    if bad is not None:
-        raise ArtifactError(f"{where!r} keeps tensor {bad!r} in external data: edgepe never "
-                            "writes external data, and opens no path a graph names: refused")
-    if graph.sparse_initializer or model.functions:
-        raise ArtifactError(f"{where!r} has sparse initializers or model functions: edgepe "
-                            "never writes them: refused")
-    for node in graph.node:
-        if node.op_type not in EMITTED_OPS.get(node.domain or "", ()) or any(
-                a.HasField("g") or len(a.graphs) for a in node.attribute):
-            domain = f"{node.domain}." if node.domain else ""
-            raise ArtifactError(f"{where!r} uses op {domain}{node.op_type}, which edgepe's "
-                                "builders never emit (no control flow or subgraphs): refused")
-
-
 def load_onnx(path: Path):
     """The model at ``path``; anything that is not a well-formed ONNX model is an ArtifactError."""
     import onnx
@@ -231,9 +187,6 @@ def load_onnx(path: Path):
 
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
-    from edgepe.checkpoint import sha256_file
-    from edgepe.manifest import read
-
     path = Path(path)
     manifest = read(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,
@@ -242,12 +195,12 @@ def describe(path: str | Path) -> dict[str, Any]:
         model = load_onnx(path)
         info["graph"] = graph_summary(model)
         info["audit"] = audit(model)
-        from edgepe.export.graphs._common import onnx_section, read_manifest_prop
+        from edgepe.graphs._common import onnx_section, read_manifest_prop
 
         if manifest.get("quant"):  # int8 graphs embed a slimmer copy
-            from edgepe.quant.graphs import embedded as expected
+            from edgepe.graphs.int8 import embedded as expected
         else:
-            from edgepe.export.graphs._common import embedded_manifest as expected
+            from edgepe.graphs._common import embedded_manifest as expected
         # The graph's copy, and the sidecar's account of the graph's header, both agree.
         info["embedded_ok"] = (read_manifest_prop(model) == expected(manifest)
                                and manifest.get("onnx") == onnx_section(model))

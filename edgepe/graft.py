@@ -46,7 +46,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgepe.errors import ArtifactError, BadParameterError, did_you_mean
+from edgepe.contract.commit import atomic_write
+from edgepe.contract.config import check_writable
+from edgepe.contract.errors import (
+    ArtifactError,
+    BadParameterError,
+    EdgepeError,
+    OutputPathError,
+    ParityError,
+    did_you_mean,
+)
+from edgepe.export import prepare
+from edgepe.export.options import make_config
+from edgepe.graphs.untrusted import check_untrusted
 
 if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays light
     import numpy as np
@@ -194,8 +206,6 @@ class GraftReport:
 
 
 def _bounded_bytes(path: Path, what: str) -> bytes:
-    from edgepe.errors import EdgepeError
-
     error = ArtifactError if what == "artifact" else BadParameterError
     if not path.exists():
         raise error(f"{what} {str(path)!r} does not exist")
@@ -269,7 +279,6 @@ def load_pe(path: str | Path):
     model = parse_model(data, f"artifact {str(path)!r}", ArtifactError)
     # The proof runs the grafted model: the PE may hold only what edgepe's builders emit (no
     # Loop/If/Scan, no external data), as edgepe.load requires of any artifact (issue 23).
-    from edgepe.audit import check_untrusted
 
     check_untrusted(model, str(path))
     return model, manifest
@@ -549,10 +558,10 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
 def _slim(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest as the artifact's graph stores it (without the per-channel int8 lists: the
     model carries the scales as tensors), plus what ``--scheme`` recorded of its weights."""
-    from edgepe.export.graphs._common import embedded_manifest
+    from edgepe.graphs._common import embedded_manifest
 
     if isinstance(manifest.get("quant"), dict):
-        from edgepe.quant.graphs import embedded
+        from edgepe.graphs.int8 import embedded
 
         slim = embedded(manifest)
     else:
@@ -763,8 +772,6 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
 def _run(session, names: list[str], feeds: dict, length: int, which: str) -> list:
     """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
     (e.g. a torch export that fixed the sequence length), the grafted's a failed proof."""
-    from edgepe.errors import ParityError
-
     try:
         return session.run(names, feeds)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
@@ -929,12 +936,10 @@ def build_detected(candidate: Candidate, scheme: str, **options):
     import numpy as np
     import torch
 
-    from edgepe import api
-    from edgepe.export import prepare
     from edgepe.schemes import build
 
     weight = candidate.weight
-    config = api.make_config(scheme, candidate.max_len, d_model=int(weight.shape[1]), **options)
+    config = make_config(scheme, candidate.max_len, d_model=int(weight.shape[1]), **options)
     module = build(config.scheme, seed=config.seed)
     with torch.no_grad():
         module.projection.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight.T)))
@@ -963,9 +968,6 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
     replaced with ``force``.
     """
-    from edgepe.errors import OutputPathError
-    from edgepe.export.artifact import atomic_write, check_writable
-
     if (pe is None) == (scheme is None):
         raise BadParameterError("graft needs --pe ARTIFACT --at TENSOR, or --scheme ID (not both)")
     if pe is not None and not at:

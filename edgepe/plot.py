@@ -27,7 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.commit import atomic_write
+from edgepe.contract.config import check_writable
+from edgepe.contract.errors import ArtifactError, BadParameterError
+from edgepe.rebuild import check_checkpoint
 
 KINDS = ("heatmap", "similarity", "hamming", "quant-error")
 FORMATS = {".png": "png", ".svg": "svg"}
@@ -268,8 +271,6 @@ def plot(
 
     The file is written atomically; bad input raises before anything is written.
     """
-    from edgepe.export.artifact import atomic_write, check_writable
-
     _matplotlib_config()
     out = Path(out)
     fmt = image_format(out)
@@ -280,12 +281,11 @@ def plot(
 
     runtime = None
     if artifact is not None:
-        import edgepe
+        from edgepe.runtime import load
 
-        runtime = edgepe.load(artifact)
+        runtime = load(artifact)
         config, seed, needed = config_of(runtime.manifest)
         if kind == "quant-error":  # the float32 reference needs the checkpoint, by its sha256
-            from edgepe.rebuild import check_checkpoint
 
             check_checkpoint(needed, checkpoint)
         elif checkpoint is not None:
@@ -349,7 +349,6 @@ def config_of(manifest: dict) -> tuple[Any, int, str | None]:
 
     config = resolve(manifest["scheme"], manifest["max_len"], d_model=manifest.get("d_model"),
                      heads=manifest.get("heads"), params=manifest.get("params") or {})
-    from edgepe.errors import ArtifactError
 
     seed, checkpoint = manifest.get("seed") or 0, manifest.get("checkpoint") or {}
     if isinstance(seed, bool) or not isinstance(seed, int) or not isinstance(checkpoint, dict):

@@ -19,9 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgepe import __version__
-from edgepe.errors import ArtifactError, CheckpointError
-from edgepe.export.artifact import DEFAULT_OPSET, DEFAULT_TABLE_CAP
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP, ExportConfig, validate_choices
+from edgepe.contract.errors import ArtifactError, CheckpointError
+from edgepe.contract.manifest import dumps as _dumps
+from edgepe.contract.manifest import open_regular
+from edgepe.contract.version import __version__
+from edgepe.export import prepare
+from edgepe.export.compare import compare
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
@@ -68,8 +73,6 @@ def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) ->
     """Refuse ``checkpoint`` (a file the user gave) unless it is the one an artifact records by
     ``recorded_sha`` (``None``: exported without one, so none may be given). The messages name
     only the recorded sha256 and the user's path: nothing depends on another file's content."""
-    from edgepe.checkpoint import sha256_file
-
     if checkpoint is not None and recorded_sha is None:
         raise CheckpointError("this artifact was not exported from a checkpoint: drop "
                               "--checkpoint")
@@ -91,7 +94,6 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
                          max_table_bytes: int):
     """``(ExportConfig, module)`` that the manifest's ``inputs`` record; ``checkpoint`` is the
     user's file for a checkpoint-based artifact (checked against the recorded sha256)."""
-    from edgepe.export.artifact import ExportConfig, validate_choices
     from edgepe.schemes import build, resolve
 
     inputs = manifest.get("inputs")
@@ -135,12 +137,10 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
             checkpoint: str | Path | None = None) -> Rebuilt:
     """Rebuild the artifact at ``path`` from ``manifest`` and compare (see the module doc).
 
-    ``manifest`` must be validated (``edgepe.manifest.read``). Inputs the running edgepe cannot
-    build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
+    ``manifest`` must be validated (``edgepe.contract.manifest.read``). Inputs the running edgepe
+    cannot build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
     (exit 2); a difference does not raise.
     """
-    from edgepe.export import prepare
-    from edgepe.manifest import open_regular
     from edgepe.schemes import get_spec
 
     path = Path(path)
@@ -182,66 +182,6 @@ def just_built(path: str | Path, manifest: dict[str, Any],
     return Rebuilt(True, None, manifest, True, config, module)
 
 
-def compare(f, path: Path, manifest: dict[str, Any], prepared, ignore_paths: bool = False):
-    """``(difference or None, rebuilt manifest)``: the open file ``f`` (at its start) against the
-    bytes ``prepared`` writes, then ``manifest`` against the rebuilt one (``ignore_paths``: but
-    ``checkpoint.path``). The file is streamed, never held whole."""
-    sink = _CompareWriter(f)
-    prepared.write(sink)
-    offset = sink.finish()
-    rebuilt = json.loads(_dumps({**prepared.manifest, "sha256": sink.hexdigest()}))
-    if offset is not None:
-        where = _onnx_difference(path, prepared) if rebuilt["format"] == "onnx" else None
-        return (f"the file differs from the rebuild at byte {offset}"
-                + (f" ({where})" if where else "")), rebuilt
-    clean = _comparable if ignore_paths else dict
-    field = first_difference(clean(manifest), clean(rebuilt))
-    if field is not None:
-        return f"the manifest differs from the rebuilt one at {field}", rebuilt
-    return None, rebuilt
-
-
-def _dumps(manifest: dict[str, Any]) -> bytes:
-    from edgepe.manifest import dumps
-
-    return dumps(manifest)
-
-
-def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest without its path-dependent field (``checkpoint.path``)."""
-    out = dict(manifest)
-    if isinstance(out.get("checkpoint"), dict):
-        out["checkpoint"] = {k: v for k, v in out["checkpoint"].items() if k != "path"}
-    return out
-
-
-def first_difference(a: Any, b: Any, where: str = "") -> str | None:
-    """The dotted name of the first field (in sorted order) where ``a`` and ``b`` differ."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            name = f"{where}.{key}" if where else key
-            if key not in a or key not in b:
-                return f"{name} ({'missing' if key not in a else 'extra'} in the file's manifest)"
-            found = first_difference(a[key], b[key], name)
-            if found is not None:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = first_difference(x, y, f"{where}[{i}]")
-            if found is not None:
-                return found
-        return None
-    if a == b and type(a) is type(b):
-        return None
-    return f"{where or 'the top level'}: {_short(a)} != rebuilt {_short(b)}"
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _cap(manifest: dict[str, Any], size: int) -> int:
     """The ``max_table_bytes`` of a rebuild: a stored table is at most 4x the file (plus
     ``_SLACK_BYTES``), so a manifest claiming a bigger one is refused before it is built; a
@@ -256,64 +196,3 @@ def _size(f) -> int:
     import os
 
     return os.fstat(f.fileno()).st_size
-
-
-class _CompareWriter:
-    """A binary sink that compares what is written with the file ``f``, block by block, and
-    hashes it; ``finish`` gives the first differing byte offset (or ``None``)."""
-
-    def __init__(self, f) -> None:
-        import hashlib
-
-        self._f = f
-        self._hash = hashlib.sha256()
-        self._pos = 0
-        self.offset: int | None = None
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        if self.offset is None:
-            theirs = self._f.read(len(view))
-            if theirs != view:
-                same = next((i for i, (x, y) in enumerate(zip(theirs, view, strict=False))
-                             if x != y), min(len(theirs), len(view)))
-                self.offset = self._pos + same
-        self._pos += len(view)
-        return len(view)
-
-    def finish(self) -> int | None:
-        if self.offset is None and self._f.read(1):
-            self.offset = self._pos  # the file is longer than the rebuild
-        return self.offset
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
-
-
-def _onnx_difference(path: Path, prepared) -> str | None:
-    """The first graph input/output, initializer or node where the file's ONNX graph differs
-    from the rebuilt one; ``None`` when the file does not parse as ONNX."""
-    import io
-
-    import onnx
-
-    buffer = io.BytesIO()
-    prepared.write(buffer)
-    ours = onnx.load_from_string(buffer.getvalue())
-    try:
-        theirs = onnx.load_from_string(path.read_bytes())
-    except Exception:  # noqa: BLE001 - not ONNX at all: the byte offset says enough
-        return None
-    for what, a, b in (("input", theirs.graph.input, ours.graph.input),
-                       ("output", theirs.graph.output, ours.graph.output),
-                       ("initializer", theirs.graph.initializer, ours.graph.initializer),
-                       ("node", theirs.graph.node, ours.graph.node)):
-        for i in range(max(len(a), len(b))):
-            if i >= len(a) or i >= len(b) or a[i] != b[i]:
-                item = a[i] if i < len(a) else b[i]
-                name = getattr(item, "name", "") or getattr(item, "op_type", "")
-                return f"{what} {i} {name!r}"
-    if theirs.metadata_props != ours.metadata_props:
-        return "metadata_props (the embedded manifest)"
-    return None

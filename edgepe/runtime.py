@@ -8,7 +8,7 @@ returns a ``Runtime``:
 - npy and bin tables (float, uint8, int8-quantised or bit-packed) are read with numpy and
   indexed as the table graphs index them: every position clamps to ``[0, max_len - 1]``; a
   bias table is indexed by the distance ``t - u``, clamped to the table
-  (``edgepe.export.table_values``);
+  (``edgepe.graphs.table_values``);
 - ExecuTorch programs (``.pte``) run in ExecuTorch's runtime (the ``[executorch]`` extra);
 - C headers are refused: they are compiled into firmware, not loaded (see ``models/README.md``).
 
@@ -35,7 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import ArtifactError, BadParameterError, PositionError, did_you_mean
+from edgepe.contract.commit import recover
+from edgepe.contract.errors import (
+    ArtifactError,
+    BadParameterError,
+    ParityError,
+    PositionError,
+    did_you_mean,
+)
+from edgepe.contract.manifest import open_regular, read
+from edgepe.graphs.untrusted import check_untrusted
+from edgepe.rebuild import rebuild
 
 INT64_MAX = 2**63 - 1
 
@@ -112,17 +122,14 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     ``providers`` (ONNX only; tables run in numpy): onnxruntime providers in priority order,
     forgiving names (``"cpu"``, ``"cuda"``); default CPU. The artifact is untrusted input: raises
     ``ArtifactError`` for a file that is missing or not a regular file, has no valid manifest
-    (``edgepe.manifest.read``), does not match its sha256, holds ONNX external data, control flow
-    or ops edgepe's builders never emit (``edgepe.audit.check_untrusted``), an output shape other
-    than its manifest's, or an npy header other than the one edgepe writes.
+    (``edgepe.contract.manifest.read``), does not match its sha256, holds ONNX external data,
+    control flow or ops edgepe's builders never emit (``edgepe.graphs.untrusted.check_untrusted``),
+    an output shape other than its manifest's, or an npy header other than the one edgepe writes.
 
     ``check="rebuild"`` also rebuilds the artifact from its manifest's inputs with this edgepe
     (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
     raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
-    from edgepe.export.commit import recover
-    from edgepe.manifest import read
-
     if check not in ("sha256", "rebuild"):
         raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
     path = Path(path)
@@ -138,9 +145,6 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     if data is None:
         _check_sha256(path, manifest)
     if check == "rebuild":
-        from edgepe.errors import ParityError
-        from edgepe.rebuild import rebuild
-
         rebuilt = rebuild(path, manifest, checkpoint)
         if not rebuilt.reproduced:
             raise ParityError(f"{str(path)!r} is not reproduced: {rebuilt}")
@@ -159,10 +163,8 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
 
 
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the artifact at ``path`` (``edgepe.manifest.read``: a regular file,
+    """The manifest of the artifact at ``path`` (``edgepe.contract.manifest.read``: a regular file,
     bounded, validated), checked to describe that very file (its sha256)."""
-    from edgepe.manifest import read
-
     manifest = read(path)
     _check_sha256(path, manifest)
     return manifest
@@ -176,8 +178,6 @@ def _sha256_refusal(path: Path) -> ArtifactError:
 
 
 def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
-    from edgepe.manifest import open_regular
-
     digest = hashlib.sha256()
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -188,12 +188,9 @@ def _check_sha256(path: Path, manifest: Mapping[str, Any]) -> None:
 
 def _read_checked(path: Path, manifest: Mapping[str, Any]) -> bytes:
     """An ONNX artifact's bytes, matching its sha256, and its graph one edgepe could have
-    written (``edgepe.audit.check_untrusted``). The session is made from these very bytes, so
-    the file cannot change between the check and the load."""
+    written (``edgepe.graphs.untrusted.check_untrusted``). The session is made from these very
+    bytes, so the file cannot change between the check and the load."""
     import onnx
-
-    from edgepe.audit import check_untrusted
-    from edgepe.manifest import open_regular
 
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         data = f.read()
@@ -579,7 +576,6 @@ class PteRuntime(Runtime):
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         super().__init__(path, manifest)
         from edgepe.formats.pte import Program
-        from edgepe.manifest import open_regular
 
         # The program is made from these very bytes, checked against the sha256 again: the
         # file cannot change between the check and the load.
@@ -599,7 +595,7 @@ class PteRuntime(Runtime):
 class TableRuntime(Runtime):
     """A stored table (npy or bin), indexed in numpy the way table graphs index it.
 
-    Layout (``edgepe.export.table_values``): ``pe``/``rope`` rows are positions; ``binary-2d`` and
+    Layout (``edgepe.graphs.table_values``): ``pe``/``rope`` rows are positions; ``binary-2d`` and
     ``hierarchical`` rows hold the bits of one coordinate, placed per column here; bias rows are
     distances ``t - u = row - (max_len - 1)``. Positions clamp to ``[0, max_len - 1]``; bias
     tables clamp the distance instead (``table_values.bias_rows``).
@@ -630,7 +626,9 @@ class TableRuntime(Runtime):
             if self._zero.dtype.kind == "f":
                 raise ArtifactError(f"{str(path)!r}: quant.zero_point must be an integer")
         if self._arity is not None:
-            self._columns = _index_columns(manifest, cols)
+            from edgepe.formats.bin import index_columns  # loads torch (the scheme registry)
+
+            self._columns = index_columns(manifest, cols)
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """Table rows at ``index`` (any shape), dequantised when the table is int8."""
@@ -639,7 +637,7 @@ class TableRuntime(Runtime):
 
     def _encode(self, positions, key_positions):
         if self.kind == "bias":
-            from edgepe.export.table_values import bias_rows
+            from edgepe.graphs.table_values import bias_rows
 
             rows = bias_rows(positions, key_positions, self._hi + 1)  # [N, M] row numbers
             return np.ascontiguousarray(np.moveaxis(self._rows(rows), -1, 0))  # [H, N, M]
@@ -650,30 +648,6 @@ class TableRuntime(Runtime):
         rows = self._rows(positions[:, axis])  # [N, d, W]: each column's coordinate row
         picked = np.take_along_axis(rows, bit[None, :, None], axis=2)[..., 0]
         return picked * np.asarray(valid, dtype=picked.dtype)
-
-
-def _index_columns(manifest: Mapping[str, Any], width: int):
-    """Per output column of a multi-index table: (coordinate, bit, column-is-used)."""
-    d = int(manifest["d_model"])
-    if manifest["scheme"] == "binary-2d":
-        column = np.arange(d)
-        axis, bit = column % 2, column // 2
-    elif manifest["scheme"] == "hierarchical":
-        widths = (manifest.get("params") or {}).get("widths")
-        if not (isinstance(widths, list) and widths and all(_is_int(w, 1) for w in widths)
-                and sum(widths) == d and len(widths) == manifest["positions"]["arity"]):
-            raise ArtifactError(
-                f"hierarchical table: params.widths must be one positive width a level, "
-                f"summing to d_model {d}; got {widths!r}"
-            )
-        axis = np.repeat(np.arange(len(widths)), widths)
-        bit = np.concatenate([np.arange(w) for w in widths])
-    else:
-        raise ArtifactError(f"no table layout known for multi-index scheme {manifest['scheme']!r}")
-    if manifest["scheme"] == "binary-2d" and manifest["positions"]["arity"] != 2:
-        raise ArtifactError("binary-2d table: positions.arity must be 2")
-    valid = bit < width  # binary-2d: columns past 2n are zero (DESIGN: width d_model >= 2n)
-    return axis, np.minimum(bit, width - 1), valid
 
 
 def read_table(path: Path, manifest: Mapping[str, Any]) -> np.ndarray:

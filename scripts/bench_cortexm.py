@@ -49,8 +49,8 @@ VARIANTS = {
 
 def _check(run, config, module, manifest) -> None:
     """The emulated values equal the reference (exact tables; compute within tolerance)."""
-    from edgepe.export.table_values import full_table
-    from edgepe.quant import table_quant
+    from edgepe.graphs.quant import table_quant
+    from edgepe.graphs.table_values import full_table
 
     cfg = config.scheme
     if config.mode == "table":
@@ -75,7 +75,7 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
     """``{"rows": [...], "toolchain": ..., "skipped": reason or None}``; one row per
     (scheme, variant) that exports, with flash, RAM, instructions and ratios. ``schemes``: a
     subset of ``SCHEMES`` (default all)."""
-    from edgepe.errors import BadParameterError
+    from edgepe.contract.errors import BadParameterError
     from edgepe.export import ExportConfig, export
     from edgepe.schemes import build, resolve
     from edgepe.verify.cortex_m import BOARDS, INSTALL, OPT, run_header, tools

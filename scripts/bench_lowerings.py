@@ -33,8 +33,8 @@ def lowering_rows(reps: int, min_sample_s: float, cases=CASES) -> list[dict]:
 
     import torch
 
+    from edgepe.contract.config import ExportConfig
     from edgepe.export import prepare
-    from edgepe.export.artifact import ExportConfig
     from edgepe.schemes import build, resolve
 
     rows = []

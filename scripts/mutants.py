@@ -74,7 +74,7 @@ MUTANTS = [
       "return max(1, int(max_len).bit_length())",
       "return max(1, (int(max_len) - 1).bit_length())", DEFAULTS),
     # -- bias tables, slopes, clamps, offsets ---------------------------------------------
-    M("bias-table-shifted-row", "edgepe/export/table_values.py",
+    M("bias-table-shifted-row", "edgepe/graphs/table_values.py",
       "distance = index - (config.max_len - 1)", "distance = index - config.max_len",
       ("tests/test_tables.py::test_round_trip_equals_reference",)),
     M("alibi-slope-off-by-one-head", "edgepe/schemes/alibi.py",
@@ -143,20 +143,20 @@ MUTANTS = [
       "cos, sin = torch.sin(theta), torch.cos(theta)",
       oracle("rope_frequencies_and_llama_rotation")),
     # -- graph builders: the ONNX graph, not the reference, is wrong ----------------------------
-    M("graph-gray-no-wrap", "edgepe/export/graphs/bits.py",
+    M("graph-gray-no-wrap", "edgepe/graphs/bits.py",
       'p = g.op("BitwiseAnd", u, g.const((1 << int(wrap)) - 1, np.uint64, "wrap_mask"))',
       "p = u",
       ("tests/test_export_onnx.py::test_bit_family_compute_parity[gray-bitwise-7-default]",)),
-    M("graph-integer-divide-by-L", "edgepe/export/graphs/integer.py",
+    M("graph-integer-divide-by-L", "edgepe/graphs/integer.py",
       "return float(max(config.scheme.max_len - 1, 1))  # L = 1",
       "return float(max(config.scheme.max_len, 1))  # L = 1",
       ("tests/test_export_onnx.py::test_integer_family_compute_parity[integer-norm-7-default]",)),
     # -- int8 ---------------------------------------------------------------------------------
-    M("int8-scale-128", "edgepe/quant/int8.py",
+    M("int8-scale-128", "edgepe/graphs/quant.py",
       "exact = np.asarray(peak, dtype=np.float64) / QMAX\n    s = exact.astype(np.float32)",
       "exact = np.asarray(peak, dtype=np.float64) / 128\n    s = exact.astype(np.float32)",
       ("tests/test_tables.py::test_int8_table_reads_back_within_the_bound",)),
-    M("int8-round-down", "edgepe/quant/int8.py",
+    M("int8-round-down", "edgepe/graphs/quant.py",
       "q = np.rint(np.asarray(x, dtype=np.float64)", "q = np.floor(np.asarray(x, dtype=np.float64)",
       ("tests/test_tables.py::test_int8_table_reads_back_within_the_bound",)),
     # -- files: bit packing, C literals, sha checks -------------------------------------------

@@ -19,8 +19,8 @@ def main() -> None:
     import onnxruntime as ort
     import torch
 
+    from edgepe.contract.config import ExportConfig
     from edgepe.export import export
-    from edgepe.export.artifact import ExportConfig
     from edgepe.schemes import build, get_spec, resolve, scheme_ids
 
     parser = argparse.ArgumentParser()

@@ -14,8 +14,8 @@ import argparse
 
 def matrix(max_len: int) -> str:
     from edgepe import api
-    from edgepe.errors import BadParameterError
-    from edgepe.export.graphs import COMPUTE
+    from edgepe.contract.errors import BadParameterError
+    from edgepe.graphs import COMPUTE
     from edgepe.schemes import resolve, scheme_ids
     from edgepe.targets import PROFILES, for_export
 

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from _table_oracle import clamped_reference
 
+from edgepe.contract.config import ExportConfig
 from edgepe.export import prepare
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs import COMPUTE
+from edgepe.graphs import COMPUTE
 from edgepe.schemes import build, n_bits, resolve, scheme_ids
 
 BIT_FAMILY = [s for s, (family, _) in COMPUTE.items() if family == "bits"]

@@ -1,7 +1,7 @@
 """What a table artifact must hold, from the scheme's ``encode`` at the documented index mapping.
 
 Tests of table files and table graphs compare against this, never against
-``edgepe.export.table_values`` (``full_table``/``table_rows``), the code that writes the tables
+``edgepe.graphs.table_values`` (``full_table``/``table_rows``), the code that writes the tables
 (issue 24: a table shifted by one row passed every test that compared the file with its writer).
 The mapping is the one docs/readme/tables.md and DESIGN.md document:
 
@@ -13,7 +13,7 @@ The mapping is the one docs/readme/tables.md and DESIGN.md document:
 
 ``clamped_reference`` is what a table artifact returns for any positions (clamped to the rows).
 int8 tables are checked with ``int8_expectations``: the scale rule and the half-step bound,
-written out here (not ``edgepe.quant``'s ``table_quant``).
+written out here (not ``edgepe.graphs.quant``'s ``table_quant``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def listing(folder: str) -> list:
 
 def run_load(path: str) -> tuple[int, str, str]:
     import edgepe
-    from edgepe.errors import EdgepeError
+    from edgepe.contract.errors import EdgepeError
 
     try:
         edgepe.load(path).encode([0, 1, 2])

@@ -8,17 +8,16 @@ import json
 import onnx
 import pytest
 
-from edgepe.errors import OutputPathError
-from edgepe.export.artifact import (
+from edgepe.contract.commit import atomic_write, temp_prefix
+from edgepe.contract.config import (
     TMP_MARK,
     ExportConfig,
-    atomic_write,
-    check_replace,
     check_writable,
     manifest_path,
     write_artifact,
 )
-from edgepe.export.commit import temp_prefix
+from edgepe.contract.errors import OutputPathError
+from edgepe.export.compare import check_replace
 from edgepe.schemes import resolve
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import edgepe
 from edgepe import api
-from edgepe.export.table_values import BIAS_SATURATION, bias_rows
+from edgepe.graphs.table_values import BIAS_SATURATION, bias_rows
 from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
 
 L = 64

@@ -19,7 +19,7 @@ import pytest
 import torch
 from _table_oracle import expected_table, int8_expectations
 
-from edgepe.errors import BadParameterError, PositionError
+from edgepe.contract.errors import BadParameterError, PositionError
 from edgepe.export import ExportConfig, export
 from edgepe.schemes import build, resolve
 from edgepe.verify.c_runner import (
@@ -176,8 +176,8 @@ def check_int8_projection(got, ref, pos, manifest, header_text, module):
     bound = (active.sum(1, keepdims=True) * scale.astype(np.float64) / 2
              + 2.0**-24 * np.abs(got) + n * 2.0**-24 * (active @ np.abs(w)))
     assert (err <= bound).all()
-    # edgepe.quant's manifest bounds (positions 0..L-1: at most max_popcount active bits; every
-    # position: n) hold too, and both are recorded.
+    # edgepe.graphs.quant's manifest bounds (positions 0..L-1: at most max_popcount active bits;
+    # every position: n) hold too, and both are recorded.
     assert err[in_range].max() <= quant["bound_in_range"]
     assert err.max() <= quant["bound"]
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from edgepe.cli import app
 from edgepe.export import ExportConfig, export
-from edgepe.export.table_values import full_table
-from edgepe.quant import table_quant
+from edgepe.graphs.quant import table_quant
+from edgepe.graphs.table_values import full_table
 from edgepe.schemes import build, resolve
 from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
 

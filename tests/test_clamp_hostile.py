@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from _export_helpers import graph
 
-from edgepe.export.table_values import full_table
+from edgepe.graphs.table_values import full_table
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 HOSTILE = np.array([2**31, 2**31 + 1, 2**32 - 1, 2**32, 2**32 + 1, INT64_MAX, INT64_MIN,

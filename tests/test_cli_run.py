@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import edgepe
 from edgepe.cli import app
 from edgepe.cli.run_cmd import parse_positions
-from edgepe.errors import PositionError
+from edgepe.contract.errors import PositionError
 from edgepe.export import ExportConfig, export
 from edgepe.schemes import resolve
 

@@ -13,7 +13,7 @@ import re
 import pytest
 from test_schemes import SLOW_FORMULAS
 
-from edgepe.errors import BadParameterError, UnknownSchemeError
+from edgepe.contract.errors import BadParameterError, UnknownSchemeError
 from edgepe.schemes import SchemeSpec, _registry, build, get_class, get_spec, resolve, scheme_ids
 from edgepe.schemes._registry import register
 

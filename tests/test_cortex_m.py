@@ -18,12 +18,12 @@ import pytest
 import torch
 from test_c_header import bias_reference, check_int8_projection, probe_positions
 
-from edgepe.errors import PositionError
+from edgepe.contract.errors import PositionError
 from edgepe.export import ExportConfig, export
-from edgepe.export.table_values import full_table
 from edgepe.formats.bin import BIT_SCHEMES
 from edgepe.formats.c import COMPUTE_SCHEMES
-from edgepe.quant import table_quant
+from edgepe.graphs.quant import table_quant
+from edgepe.graphs.table_values import full_table
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
 from edgepe.verify.c_runner import CompileError
 from edgepe.verify.cortex_m import INSTALL, run_header, tools

@@ -21,7 +21,7 @@ import torch
 from typer.testing import CliRunner
 
 from edgepe.cli import app
-from edgepe.export.artifact import ExportConfig
+from edgepe.contract.config import ExportConfig
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
 
 ROOT = Path(__file__).resolve().parents[1]

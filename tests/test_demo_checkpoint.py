@@ -14,7 +14,7 @@ import pytest
 import torch
 from demo_notebook import BinaryPositionalEncoding as DemoPE
 
-from edgepe.errors import CheckpointError
+from edgepe.contract.errors import CheckpointError
 from edgepe.schemes import build, resolve
 
 SEED_NOTEBOOK = Path(__file__).resolve().parents[2] / "shared/seeds/binary-pe-demo-notebook.txt"

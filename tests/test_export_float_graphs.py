@@ -16,12 +16,12 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.config import ExportConfig, base_manifest, manifest_path
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import export
-from edgepe.export.artifact import ExportConfig, base_manifest, manifest_path
-from edgepe.export.graphs import builder
-from edgepe.export.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
 from edgepe.formats.onnx import output_shape
+from edgepe.graphs import builder
+from edgepe.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
 from edgepe.schemes import build, resolve
 from edgepe.schemes.sinusoidal import angles
 

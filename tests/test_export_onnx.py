@@ -27,8 +27,8 @@ from _export_helpers import (
     run_ort,
 )
 
-from edgepe.errors import BadParameterError
-from edgepe.export.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
+from edgepe.contract.errors import BadParameterError
+from edgepe.graphs._common import embedded_manifest, onnx_section, read_manifest_prop
 from edgepe.schemes import scheme_ids
 
 WIDTHS = ["default", "odd"]
@@ -191,7 +191,7 @@ def test_embedded_manifest_leaves_out_only_what_the_graph_says_itself(tmp_path):
 
 def test_export_twice_is_byte_identical_and_sha256_matches(tmp_path):
     from edgepe import api
-    from edgepe.checkpoint import sha256_file
+    from edgepe.contract.checkpoint import sha256_file
 
     paths = []
     for name in ("a.onnx", "b.onnx"):
@@ -221,8 +221,8 @@ def test_api_checkpoint_is_hashed(tmp_path):
     import torch
 
     from edgepe import api
-    from edgepe.checkpoint import sha256_file
-    from edgepe.errors import CheckpointError
+    from edgepe.contract.checkpoint import sha256_file
+    from edgepe.contract.errors import CheckpointError
     from edgepe.schemes import build, resolve
 
     module = build(resolve("binary", 64, 16), seed=7)
@@ -301,7 +301,7 @@ def test_projection_schemes_use_the_mask_form_bit_for_bit(scheme, max_len):
 
 def test_mask_weights_undo_exactly_for_every_bit_up_to_63():
     """``float32(int64 mask 2^k) * scaled_k == w_k`` bit for bit, ``k = 63`` (INT64_MIN) too."""
-    from edgepe.export.graphs.bits import _mask_weights
+    from edgepe.graphs.bits import _mask_weights
 
     w = np.random.default_rng(0).standard_normal((64, 5)).astype(np.float32)
     scaled = _mask_weights(w)
@@ -315,7 +315,7 @@ def test_mask_weights_undo_exactly_for_every_bit_up_to_63():
 def test_int32_masks_undo_exactly_for_every_bit_up_to_31():
     """The int32 front end: ``float32(int32 mask 2^k) * scaled_k == w_k`` bit for bit, the sign
     bit ``k = 31`` (INT32_MIN, float -2^31) too; 33 bits need the int64 masks."""
-    from edgepe.export.graphs.bits import _mask_weights, bit_masks, mask_width
+    from edgepe.graphs.bits import _mask_weights, bit_masks, mask_width
 
     w = np.random.default_rng(1).standard_normal((32, 5)).astype(np.float32)
     scaled = _mask_weights(w, 32)
@@ -359,7 +359,7 @@ def test_a_streamed_table_file_is_the_model_built_in_memory(scheme, options):
     merges) parses to the graph ``table.build`` makes in memory: the same nodes, inputs, outputs,
     manifest and initializers (the table moved to the end), the table bit for bit, and it passes
     the full checker."""
-    from edgepe.export.graphs.table import TABLE, build
+    from edgepe.graphs.table import TABLE, build
 
     config, module, data = graph(scheme, 37, mode="table", randomise=True, **options)
     streamed = onnx.load_from_string(data)

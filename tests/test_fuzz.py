@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import edgepe
 from edgepe.cli import app
-from edgepe.errors import EdgepeError
+from edgepe.contract.errors import EdgepeError
 from edgepe.schemes import scheme_ids
 
 junk = st.text(alphabet="abcxyz-_=,.0123456789 ", min_size=0, max_size=8)

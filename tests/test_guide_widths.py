@@ -17,7 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from edgepe.cli import app
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.schemes import build, resolve
 from tests._export_helpers import assert_parity, feeds_for, graph, reference, run_ort
 

@@ -33,7 +33,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgepe.cli import app
-from edgepe.export.commit import LOCK_MARK, TMP_MARK, journal_path
+from edgepe.contract.commit import LOCK_MARK, TMP_MARK, journal_path
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs, sockets, SIGKILL: POSIX")
 
@@ -355,7 +355,7 @@ def test_concurrent_exports_complete_or_refuse(tmp_path, count):
 def test_an_export_while_another_holds_the_lock_exits_2(tmp_path):
     """Deterministic overlap: while this process holds PATH's lock (as a running export does),
     a real `edgepe export` of PATH exits 2 naming it, and writes nothing."""
-    from edgepe.export.commit import target_lock
+    from edgepe.contract.commit import target_lock
 
     out = tmp_path / "g.onnx"
     with target_lock(out):
@@ -372,7 +372,7 @@ def test_an_export_while_another_holds_the_lock_exits_2(tmp_path):
 _KILLER = """
 import os, signal, sys
 from pathlib import Path
-from edgepe.export.commit import journal_path
+from edgepe.contract.commit import journal_path
 target, when = Path(sys.argv[1]), sys.argv[2]
 real = os.replace
 def replace(src, dst):

@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from edgepe.cli import app
-from edgepe.export.artifact import ExportConfig, base_manifest
+from edgepe.contract.config import ExportConfig, base_manifest
 from edgepe.formats.onnx import output_shape
-from edgepe.quant.graphs import build_int8
+from edgepe.graphs.int8 import build_int8
 from edgepe.schemes import build, resolve
 
 L = 512
@@ -33,7 +33,7 @@ def _model(scheme: str, mode: str, quantize: str = "int8", runtime: str = "fold"
     config = ExportConfig(scheme=cfg, mode=mode, quantize=quantize, int8_runtime=runtime)
     manifest = base_manifest(config, output_shape(config), "float32")
     if quantize == "none":
-        from edgepe.export.graphs import builder
+        from edgepe.graphs import builder
 
         return manifest, builder(scheme, mode)(config, build(cfg), manifest)
     return manifest, build_int8(config, build(cfg), manifest)
@@ -121,7 +121,7 @@ def test_live_tables_default_to_one_scale(scheme, mode, runtime, given, expected
     --quant-granularity, tables take one scale, and their Gather is followed by one
     per-tensor DequantizeLinear."""
     from edgepe.api import make_config
-    from edgepe.quant.graphs import build_int8 as build_graph
+    from edgepe.graphs.int8 import build_int8 as build_graph
 
     config = make_config(scheme, L, mode=mode, quantize="int8", int8_runtime=runtime,
                          quant_granularity=given)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgepe.export.artifact import TMP_MARK
+from edgepe.contract.config import TMP_MARK
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX-only")
 

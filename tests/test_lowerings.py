@@ -20,8 +20,8 @@ from _export_helpers import (
     run_ort,
 )
 
-from edgepe.errors import BadParameterError
-from edgepe.export.artifact import LOWERING_LIMITS
+from edgepe.contract.config import LOWERING_LIMITS
+from edgepe.contract.errors import BadParameterError
 
 NEW = ["arith32", "float"]
 EDGE = 2**24
@@ -112,8 +112,8 @@ def test_the_manifest_limits_positions_to_what_the_lowering_computes_exactly(
         tmp_path, lowering, limit):
     """``positions.limit`` records the accepted range; ``edgepe.load`` refuses past it."""
     import edgepe
+    from edgepe.contract.config import ExportConfig
     from edgepe.export import export
-    from edgepe.export.artifact import ExportConfig
     from edgepe.schemes import resolve
 
     out = tmp_path / f"gray-{lowering}.onnx"

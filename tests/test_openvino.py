@@ -13,10 +13,10 @@ import pytest
 from _export_helpers import graph, reference
 
 from edgepe import api
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import export
-from edgepe.export.graphs import COMPUTE
-from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES
+from edgepe.graphs import COMPUTE
+from edgepe.graphs._common import BIT_OUTPUT_SCHEMES
 from edgepe.schemes import resolve, scheme_ids
 from edgepe.targets import for_export
 

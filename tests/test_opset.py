@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from edgepe import api
 from edgepe.cli import app
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import prepare
 from edgepe.schemes import get_spec, scheme_ids
 

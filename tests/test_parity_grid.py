@@ -31,7 +31,7 @@ from _table_oracle import expected_table, int8_expectations
 from test_tables import read_without_edgepe
 
 from edgepe.export import ExportConfig, export
-from edgepe.export.graphs import COMPUTE
+from edgepe.graphs import COMPUTE
 from edgepe.schemes import build, get_spec, n_bits, resolve, scheme_ids
 from edgepe.verify import verify_artifact
 from edgepe.verify.c_runner import run_c_header

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from edgepe import api
 from edgepe.cli import app
-from edgepe.export.table_values import PROGRESS_ENTRIES
-from edgepe.progress import reporting, track
+from edgepe.contract.progress import reporting, track
+from edgepe.graphs.table_values import PROGRESS_ENTRIES
 
 # sinusoidal [65536, 64]: exactly PROGRESS_ENTRIES entries, 16 MiB of npy, ~0.2 s
 BIG = ["--scheme", "sinusoidal", "--max-len", "65536", "--d-model", "64", "--mode", "table",

@@ -23,8 +23,8 @@ pytest.importorskip(
 from _export_helpers import in_memory  # noqa: E402
 
 import edgepe  # noqa: E402
-from edgepe.export.table_values import table_reference  # noqa: E402
 from edgepe.formats.pte import Program  # noqa: E402
+from edgepe.graphs.table_values import table_reference  # noqa: E402
 from edgepe.schemes import build, get_spec, resolve, scheme_ids  # noqa: E402
 from edgepe.verify.sweep import probe_values  # noqa: E402
 
@@ -117,7 +117,8 @@ def test_int8_table_programs_within_the_proven_bound(scheme):
 
 
 def test_int8_compute_without_weights_is_refused():
-    with pytest.raises(edgepe.errors.BadParameterError, match="--mode table --quantize int8"):
+    with pytest.raises(edgepe.contract.errors.BadParameterError,
+                       match="--mode table --quantize int8"):
         _program("sinusoidal", "compute", quantize="int8")
 
 

@@ -31,14 +31,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.config import ExportConfig, base_manifest
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import export
-from edgepe.export.artifact import ExportConfig, base_manifest
-from edgepe.export.table_values import full_table
 from edgepe.formats.onnx import output_shape
-from edgepe.quant import table_quant
-from edgepe.quant.graphs import build_int8, max_popcount
-from edgepe.quant.int8 import half_scales, measure_table, quantize, scales
+from edgepe.graphs.int8 import build_int8, max_popcount
+from edgepe.graphs.quant import half_scales, measure_table, quantize, scales, table_quant
+from edgepe.graphs.table_values import full_table
 from edgepe.schemes import build, get_spec, resolve, scheme_ids
 from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
 
@@ -465,8 +464,8 @@ def test_sidecar_manifest_is_complete_and_graph_embeds_the_slim_copy(tmp_path):
 
     import onnx
 
-    from edgepe.export.graphs._common import read_manifest_prop
-    from edgepe.quant.graphs import EMBEDDED_QUANT, embedded
+    from edgepe.graphs._common import read_manifest_prop
+    from edgepe.graphs.int8 import EMBEDDED_QUANT, embedded
 
     out = tmp_path / "b.onnx"
     export(ExportConfig(scheme=resolve("binary", L), quantize="int8", out=out))

@@ -23,9 +23,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from edgepe.export.artifact import ExportConfig, base_manifest
+from edgepe.contract.config import ExportConfig, base_manifest
 from edgepe.formats.onnx import output_shape
-from edgepe.quant.graphs import build_int8
+from edgepe.graphs.int8 import build_int8
 from edgepe.schemes import build, resolve
 
 L, D, HEADS = 512, 64, 4

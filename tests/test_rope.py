@@ -15,10 +15,10 @@ import torch
 from onnx.reference import ReferenceEvaluator
 from test_export_float_graphs import LIMIT, make, positions, reference, session
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import export
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs._common import read_manifest_prop
+from edgepe.graphs._common import read_manifest_prop
 from edgepe.schemes import resolve
 
 LOWERINGS = ("onnx", "ort", "rotary23")

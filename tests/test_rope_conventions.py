@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 import edgepe
 from edgepe import api
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import prepare
 from edgepe.schemes import build, resolve
 

@@ -16,7 +16,7 @@ import torch
 from _table_oracle import clamped_reference
 
 import edgepe
-from edgepe.errors import ArtifactError, BadParameterError, EdgepeError, PositionError
+from edgepe.contract.errors import ArtifactError, BadParameterError, EdgepeError, PositionError
 from edgepe.export import ExportConfig, export
 from edgepe.schemes import build, resolve
 

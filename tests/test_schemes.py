@@ -419,7 +419,7 @@ FLOAT_LIMITED = [s for s in SLOW_FORMULAS if get_spec(s).position_limit is not N
 def test_float_schemes_refuse_positions_past_their_limit(scheme_id):
     """Float schemes are defined for ``|pos| <= 2^24``; past it ``encode`` raises, never rounds
     silently (int64's minimum included: its ``abs`` overflows to itself)."""
-    from edgepe.errors import PositionError
+    from edgepe.contract.errors import PositionError
 
     cfg = resolve(scheme_id, 16)
     module = build(cfg)

@@ -15,7 +15,7 @@ from _table_oracle import bias_rows, expected_table, int8_expectations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import ExportConfig, export
 from edgepe.formats.bin import BIT_SCHEMES, pack_bits
 from edgepe.schemes import build, resolve

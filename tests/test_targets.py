@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from edgepe import api
 from edgepe.cli import app
-from edgepe.errors import BadParameterError
+from edgepe.contract.config import LOWERING_LIMITS
+from edgepe.contract.errors import BadParameterError
 from edgepe.export import prepare
-from edgepe.export.artifact import LOWERING_LIMITS
 from edgepe.schemes import build, resolve, scheme_ids
 from edgepe.targets import PROFILES, check_model, for_export, profile
 from edgepe.targets.check import check

@@ -31,8 +31,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.api import make_config
+from edgepe.contract.manifest import path_for
 from edgepe.export import export
-from edgepe.manifest import path_for
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "/edgepe-trust-case/"
@@ -571,15 +571,15 @@ def test_the_checkpoint_error_does_not_depend_on_the_files_content(outcomes):
 
 
 def test_every_op_the_builders_emit_is_allowed(tmp_path):
-    """``edgepe.audit.EMITTED_OPS`` covers every scheme x mode x quantisation x lowering x dtype
-    (and rope's apply graphs): the allow-list is derived from what the builders emit."""
+    """``edgepe.graphs.untrusted.EMITTED_OPS`` covers every scheme x mode x quantisation x lowering
+    x dtype (and rope's apply graphs): the allow-list is derived from what the builders emit."""
     import io
     import itertools
 
-    from edgepe.audit import EMITTED_OPS
-    from edgepe.errors import EdgepeError
+    from edgepe.contract.config import INT8_RUNTIMES, LOWERINGS
+    from edgepe.contract.errors import EdgepeError
     from edgepe.export import prepare
-    from edgepe.export.artifact import INT8_RUNTIMES, LOWERINGS
+    from edgepe.graphs.untrusted import EMITTED_OPS
     from edgepe.schemes import scheme_ids
 
     used: set[tuple[str, str]] = set()
@@ -619,7 +619,7 @@ def test_every_op_the_builders_emit_is_allowed(tmp_path):
 
 def test_load_can_require_the_rebuild(tmp_path):
     import edgepe
-    from edgepe.errors import BadParameterError, ParityError
+    from edgepe.contract.errors import BadParameterError, ParityError
 
     path = _binary(tmp_path)
     assert edgepe.load(path, check="rebuild").encode([0, 5]).shape == (2, 8)
@@ -650,7 +650,7 @@ def test_another_versions_honest_artifact_is_verified_numerically_only(tmp_path)
 def test_a_checkpoint_artifact_verifies_only_with_its_checkpoint(tmp_path):
     import torch
 
-    from edgepe.errors import CheckpointError
+    from edgepe.contract.errors import CheckpointError
     from edgepe.schemes import build, resolve
     from edgepe.verify import verify_artifact
 
@@ -665,8 +665,8 @@ def test_a_checkpoint_artifact_verifies_only_with_its_checkpoint(tmp_path):
 
 
 def test_manifest_reader_rules():
-    from edgepe import manifest
-    from edgepe.errors import ArtifactError
+    from edgepe.contract import manifest
+    from edgepe.contract.errors import ArtifactError
 
     assert manifest.nesting_depth('{"a": "[[[[", "b": [{"c": "\\"}]}') == 3
     assert manifest.nesting_depth("[" * 100000 + "]" * 100000) == 100000
@@ -680,8 +680,8 @@ def test_manifest_reader_rules():
 
 def test_every_schema_field_is_checked(tmp_path):
     """Each declared field, set to a value of the wrong type, is refused naming that field."""
-    from edgepe import manifest
-    from edgepe.errors import ArtifactError
+    from edgepe.contract import manifest
+    from edgepe.contract.errors import ArtifactError
 
     path = _binary(tmp_path)
     good = _manifest(path)
@@ -700,7 +700,7 @@ def test_every_schema_field_is_checked(tmp_path):
 
 
 def test_a_symlink_to_a_regular_manifest_is_read(tmp_path):
-    from edgepe import manifest
+    from edgepe.contract import manifest
 
     path = _binary(tmp_path)
     real = tmp_path / "real.json"

@@ -18,10 +18,10 @@ import pytest
 from onnx import numpy_helper
 from typer.testing import CliRunner
 
-from edgepe.checkpoint import sha256_file
 from edgepe.cli import app
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.contract.config import manifest_path
 from edgepe.export import ExportConfig, export
-from edgepe.export.artifact import manifest_path
 from edgepe.schemes import resolve
 from edgepe.verify import Report, Tolerance, verify_artifact
 from edgepe.verify import sweep as sweep_module
@@ -248,7 +248,7 @@ def test_provider_names_are_forgiving_and_unknown_ones_list_what_exists():
         "cpu", "ref"]
     assert resolve_runtimes(["file"], "npy") == ["file"]
     assert resolve_runtimes(["C"], "c") == ["c"]
-    from edgepe.errors import BadParameterError
+    from edgepe.contract.errors import BadParameterError
 
     if "CUDAExecutionProvider" in _ort():
         assert resolve_runtimes(["CUDA", "cpu"], "onnx") == ["cuda", "cpu"]

@@ -1,6 +1,6 @@
 """``verify`` of a streamed ONNX table graph reads the table in place (issue 19).
 
-The file's table is mapped, not loaded (``edgepe.verify.onnx_table``): these tests check that
+The file's table is mapped, not loaded (``edgepe.formats.onnx_table``): these tests check that
 the split is exactly the artifact (same table bytes, same outputs as the whole file on
 onnxruntime, checked by the ONNX checker), that any other layout is loaded whole as before, that
 a changed table value read in place still fails verification, and (slow) the peak memory.
@@ -18,11 +18,11 @@ import onnxruntime as ort
 import pytest
 
 from edgepe import api
-from edgepe.checkpoint import sha256_file
-from edgepe.export.table_values import full_table
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.formats.onnx_table import split_table
+from edgepe.graphs.table_values import full_table
 from edgepe.schemes import build
 from edgepe.verify import verify_artifact
-from edgepe.verify.onnx_table import split_table
 
 TABLES = [("sinusoidal", {"d_model": 16}), ("learned", {"d_model": 8, "dtype": "float16"}),
           ("binary-bits", {"dtype": "uint8"}), ("alibi", {"heads": 4}),

@@ -17,8 +17,8 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from edgepe import __version__
-from edgepe.errors import EdgepeError
+from edgepe.contract.errors import EdgepeError
+from edgepe.contract.version import __version__
 
 try:  # typer >= 0.2x vendors click privately; older releases depend on it.
     from typer._click import exceptions as click_exceptions

@@ -13,7 +13,11 @@ from typing import Annotated
 
 import typer
 
-from edgepe.errors import BadParameterError
+from edgepe import api
+from edgepe.contract.config import DEFAULT_TABLE_CAP, default_out, infer_format
+from edgepe.contract.errors import BadParameterError
+from edgepe.contract.progress import reporting
+from edgepe.targets import check_file, for_export
 
 PANEL_MORE = "More options"
 
@@ -171,10 +175,6 @@ def command(
 ) -> None:
     """Export a positional encoding as an ONNX graph, a table, a C header or an ExecuTorch
     program."""
-    from edgepe import api
-    from edgepe.export.artifact import DEFAULT_TABLE_CAP, default_out, infer_format
-    from edgepe.progress import reporting
-
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
     out_path = None if out is None or folder else Path(out)
@@ -195,8 +195,6 @@ def command(
         out=out_path, extra=extra,
     )
     if target is not None:
-        from edgepe.targets import check_file, for_export
-
         # the first lowering whose graph the target runs whole, or exit 2 naming what blocks
         config, _ = for_export(config, target, lowering_given=lowering is not None)
     if folder:  # after --target: the lowering it picks is part of the default name
@@ -210,7 +208,7 @@ def command(
         state = "unchanged (identical export already there)" if result.unchanged else "wrote"
         typer.echo(f"{state} {result.path} ({size} bytes, sha256 "
                    f"{result.manifest['sha256'][:12]}) + {result.path.name}.json")
-        from edgepe.quant.int8 import export_note
+        from edgepe.graphs.quant import export_note
 
         if note := export_note(result.manifest):
             typer.echo(note)

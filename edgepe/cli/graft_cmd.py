@@ -15,12 +15,14 @@ from typing import Annotated
 
 import typer
 
+from edgepe.cli.export_cmd import parse_int
+from edgepe.contract.errors import BadParameterError, ParityError
+from edgepe.graft import graft
+
 PANEL_SCHEME = "With --scheme (export options)"
 
 
 def _lengths(raw: str | None) -> list[int] | None:
-    from edgepe.errors import BadParameterError
-
     if raw is None:
         return None
     try:
@@ -70,10 +72,6 @@ def command(
                                               rich_help_panel=PANEL_SCHEME)] = None,
 ) -> None:
     """Put a PE inside your ONNX model and prove the model's outputs unchanged."""
-    from edgepe.cli.export_cmd import parse_int
-    from edgepe.errors import ParityError
-    from edgepe.graft import graft
-
     options = {"mode": mode, "quantize": quantize, "quant_granularity": quant_granularity,
                "lowering": lowering,
                "opset": None if opset is None else parse_int("--opset", opset)}

@@ -7,6 +7,10 @@ from typing import Annotated
 
 import typer
 
+from edgepe.audit import describe
+from edgepe.graphs import COMPUTE
+from edgepe.targets import check_file
+
 
 def _yes(flag: bool) -> str:
     return "[green]yes[/]" if flag else "[red]no[/]"
@@ -23,8 +27,6 @@ def command(
     """Show an artifact's ops, sizes, inputs/outputs, manifest and graph audit."""
     from rich.console import Console
     from rich.table import Table
-
-    from edgepe.audit import describe
 
     info = describe(path)
     console = Console(width=120, highlight=False, soft_wrap=True)  # long paths stay on a line
@@ -50,7 +52,7 @@ def command(
            if quant else "")
     )
     if quant:
-        from edgepe.quant.int8 import describe as describe_quant
+        from edgepe.graphs.quant import describe as describe_quant
 
         console.print(describe_quant(quant))
     if "embedded_ok" in info:
@@ -106,8 +108,6 @@ def _print_target(console, path: Path, target: str) -> None:
     """Every node supported or not by ``target`` and why, then the one-line verdict."""
     from rich.table import Table
 
-    from edgepe.targets import check_file
-
     report = check_file(path, target)
     p = report.profile
     how = (f"executed by edgepe's tests on {p.executed}" if p.executed
@@ -148,6 +148,4 @@ def _print_program(console, program: dict) -> None:
 def _has_bits(manifest: dict) -> bool:
     """Whether the scheme's compute graph has a bit front end (the one thing --lowering picks);
     for the others the manifest's ``lowering`` says nothing about the graph."""
-    from edgepe.export.graphs import COMPUTE
-
     return COMPUTE.get(manifest.get("scheme"), ("",))[0] == "bits"

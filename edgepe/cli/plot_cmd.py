@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-from edgepe.errors import BadParameterError
+from edgepe.cli.export_cmd import parse_params
+from edgepe.cli.run_cmd import parse_positions
+from edgepe.contract.errors import BadParameterError, CheckpointError
 
 KIND_HELP = "heatmap | similarity | hamming | quant-error (with --artifact)"
 
@@ -65,15 +67,12 @@ def command(
     else:
         if scheme is None or max_len is None:
             raise BadParameterError(f"--kind {kind} needs --scheme and --max-len (or --artifact)")
-        from edgepe.cli.export_cmd import parse_params
         from edgepe.schemes import resolve
 
         config = resolve(scheme, max_len, d_model=d_model, heads=heads,
                          params=parse_params(param))
     span = None
     if positions is not None:
-        from edgepe.cli.run_cmd import parse_positions
-
         span = parse_positions(positions, None)
     if checkpoint is not None and config is not None and not config.spec.learnable:
         raise BadParameterError(
@@ -83,8 +82,6 @@ def command(
         raise BadParameterError("--checkpoint-key names a prefix inside --checkpoint FILE; "
                                 "give --checkpoint too")
     if checkpoint is not None and not checkpoint.is_file():
-        from edgepe.errors import CheckpointError
-
         raise CheckpointError(f"--checkpoint {str(checkpoint)!r} is not a file")
 
     from edgepe.plot import plot

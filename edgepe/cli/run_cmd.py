@@ -24,7 +24,10 @@ from typing import Annotated
 
 import typer
 
-from edgepe.errors import BadParameterError, PositionError
+from edgepe.contract.commit import atomic_write
+from edgepe.contract.config import check_not_input, check_writable
+from edgepe.contract.errors import BadParameterError, PositionError
+from edgepe.contract.progress import reporting, track
 
 MAX_POSITIONS = 2**24  # rows one run encodes; past this a user wants a table export instead
 MAX_VALUES = 2**28  # values of a bias [H, N, M] (1 GiB of float32), computed at once
@@ -192,9 +195,6 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple
     """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
     import numpy as np
 
-    from edgepe.export.artifact import atomic_write
-    from edgepe.progress import reporting, track
-
     if runtime.kind == "bias":
         whole = runtime.encode(positions, keys)
         shape, dtype, starts = whole.shape, whole.dtype, [0]
@@ -287,8 +287,6 @@ def command(
     options = ctx.obj or {}
     quiet, verbose = options.get("quiet", False), options.get("verbose", False)
     if out is not None:
-        from edgepe.export.artifact import check_not_input, check_writable
-
         if out.suffix.lower() not in OUT_SUFFIXES:
             raise BadParameterError(
                 f"--out {str(out)!r}: the file name must end in .npy or .csv"
@@ -296,10 +294,9 @@ def command(
         check_writable(out)
         check_not_input(out, [path])
 
-    import edgepe
-    from edgepe.runtime import check_positions
+    from edgepe.runtime import check_positions, load
 
-    runtime = edgepe.load(path, providers=providers)
+    runtime = load(path, providers=providers)
     limit = (runtime.manifest["positions"] or {}).get("limit")
     rows = check_positions(parse_positions(positions, runtime.arity), runtime.arity, limit,
                            "--positions")

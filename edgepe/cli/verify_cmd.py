@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from edgepe.contract.config import check_not_input, check_writable
+
 
 def command(
     ctx: typer.Context,
@@ -49,8 +51,6 @@ def command(
     quiet = (ctx.obj or {}).get("quiet")
     to_stdout = json_file is not None and str(json_file) == "-"
     if json_file is not None and not to_stdout:
-        from edgepe.export.artifact import check_not_input, check_writable
-
         check_writable(json_file, "--json")
         check_not_input(json_file, [path], "--json")
     report = verify_artifact(path, providers=names, quick=quick,

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgepe.export.artifact import (
+from edgepe.contract.config import (
     ExportConfig,
     ExportResult,
     Prepared,
     check_manifest_slot,
     check_not_input,
-    check_replace,
     check_writable,
     default_out,
     target_lock,
     validate_choices,
     write_artifact,
 )
+from edgepe.contract.manifest import read
+from edgepe.export.compare import check_replace
 
 __all__ = ["ExportConfig", "ExportResult", "Prepared", "export", "prepare"]
 
@@ -60,8 +61,6 @@ def export(config: ExportConfig, force: bool = False) -> ExportResult:
     # One export of a PATH at a time; it also finishes one that was killed mid-commit.
     with target_lock(out):
         if check_replace(out, prepared, force):
-            from edgepe.manifest import read
-
             return ExportResult(out, read(out), unchanged=True)
         manifest = write_artifact(out, prepared.write, prepared.manifest)
     return ExportResult(out, manifest)

@@ -8,9 +8,9 @@ The table is ``table_values``'s ``[rows, cols]`` layout, row-major, streamed chu
 
 - ``float32`` / ``float16``: the values, little-endian (``float16`` rounds to nearest);
 - ``uint8``: the 0/1 entries of a bit scheme (``BIT_SCHEMES``), one byte each;
-- ``int8``: ``--quantize int8`` (``edgepe.quant.table_quant``: symmetric, zero point 0, a float32
-  scale per column or per table; ``value = scale * q``; the manifest's ``quant`` holds the scales,
-  the proven bound and the error measured over every row);
+- ``int8``: ``--quantize int8`` (``edgepe.graphs.quant.table_quant``: symmetric, zero point 0, a
+  float32 scale per column or per table; ``value = scale * q``; the manifest's ``quant`` holds the
+  scales, the proven bound and the error measured over every row);
 - ``bit`` (``--dtype bit``, bit schemes only): one bit an entry. Entry ``(r, c)`` is bit
   ``i = r * cols + c`` of the stream; byte ``i // 8`` holds it at bit ``i % 8`` (LSB first,
   ``numpy.packbits(..., bitorder="little")``); the last byte is zero-padded. The file is exactly
@@ -25,16 +25,16 @@ encoding needs code, which the ``onnx`` and ``c`` formats carry).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.errors import ArtifactError, BadParameterError
-from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
-from edgepe.export.table_values import iter_table, table_shape
+from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.formats.c_schemes import COMPUTE_SCHEMES
+from edgepe.graphs.table_values import iter_table, table_shape
 
 # Schemes whose table entries are exactly 0 or 1 (the only ones that fit one bit or a uint8).
 BIT_SCHEMES = ("binary-bits", "gray", "binary-multilevel", "binary-2d", "hierarchical")
@@ -127,7 +127,7 @@ def table_fields(
 def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Iterator[np.ndarray]:
     """The table in ``dtype`` (``bit`` as 0/1 ``uint8``, not yet packed), chunk by chunk.
 
-    ``quant`` is the ``edgepe.quant.TableQuant`` of an ``int8`` table (from ``quantised``).
+    ``quant`` is the ``edgepe.graphs.quant.TableQuant`` of an ``int8`` table (from ``quantised``).
     """
     chunks = iter_table(config.scheme, module)
     if dtype == "int8":
@@ -143,8 +143,8 @@ def stored_chunks(config: ExportConfig, module, dtype: str, quant=None) -> Itera
 
 
 def quantised(config: ExportConfig, module):
-    """The ``TableQuant`` of the table (``edgepe.quant``: two passes over ``iter_table``)."""
-    from edgepe.quant import table_quant
+    """The ``TableQuant`` of the table (``edgepe.graphs.quant``: two passes over ``iter_table``)."""
+    from edgepe.graphs.quant import table_quant
 
     return table_quant(config, module)
 
@@ -314,3 +314,31 @@ def dequantise(values: np.ndarray, quant: dict[str, Any] | None, row0: int = 0) 
         scale = scale.reshape(shape)
         zero = zero.reshape(shape) if zero.ndim else zero
     return scale * (values.astype(np.float64) - zero)
+
+
+def index_columns(manifest: Mapping[str, Any], width: int):
+    """Per output column of a multi-index table: (coordinate, bit, column-is-used)."""
+    d = int(manifest["d_model"])
+    if manifest["scheme"] == "binary-2d":
+        column = np.arange(d)
+        axis, bit = column % 2, column // 2
+    elif manifest["scheme"] == "hierarchical":
+        widths = (manifest.get("params") or {}).get("widths")
+        if not (isinstance(widths, list) and widths and all(_is_int(w, 1) for w in widths)
+                and sum(widths) == d and len(widths) == manifest["positions"]["arity"]):
+            raise ArtifactError(
+                f"hierarchical table: params.widths must be one positive width a level, "
+                f"summing to d_model {d}; got {widths!r}"
+            )
+        axis = np.repeat(np.arange(len(widths)), widths)
+        bit = np.concatenate([np.arange(w) for w in widths])
+    else:
+        raise ArtifactError(f"no table layout known for multi-index scheme {manifest['scheme']!r}")
+    if manifest["scheme"] == "binary-2d" and manifest["positions"]["arity"] != 2:
+        raise ArtifactError("binary-2d table: positions.arity must be 2")
+    valid = bit < width  # binary-2d: columns past 2n are zero (DESIGN: width d_model >= 2n)
+    return axis, np.minimum(bit, width - 1), valid
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low

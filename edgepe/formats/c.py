@@ -28,7 +28,7 @@ exactly that in C99, 6.3.1.3). ``binary`` adds its projection as ``const float
 edgepe_binary_L512_d64_f32_weights[n][D]`` (row ``k`` = the weights of bit ``k``) and sums the
 rows of the set bits in bit order: a device stores ``n x D`` weights instead of ``max_len x D``
 values. With ``--quantize int8`` the weights are ``int8_t`` with a float32 scale per column
-(``edgepe.quant``'s projection, shared with the int8 ONNX graph): an exact ``int32`` sum of
+(``edgepe.graphs.quant``'s projection, shared with the int8 ONNX graph): an exact ``int32`` sum of
 the active rows, then one float32 multiply.
 
 ``sinusoidal`` and ``rope`` (``--mode compute``): ``f(int64_t pos, float out[D])`` from the
@@ -63,8 +63,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.errors import ArtifactError, BadParameterError
-from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
+from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.formats.bin import data_chunks, prepared_table, stored_chunks
 from edgepe.formats.c_schemes import COMPUTE_SCHEMES, FLOAT_COMPUTE_SCHEMES
 from edgepe.formats.onnx import output_shape
@@ -433,7 +433,7 @@ def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dic
     """``binary``'s projection as stored: ``(W^T [n, d] float32, None)``, or with
     ``--quantize int8`` ``(q [n, d] int8, quant section)``.
 
-    The int8 projection is ``edgepe.quant``'s, the one the ONNX int8 graph holds: same ``q``,
+    The int8 projection is ``edgepe.graphs.quant``'s, the one the ONNX int8 graph holds: same ``q``,
     same scales; its ``quant`` section is measured and proven for this header's arithmetic
     (exact int32 sum of the active rows, one float32 multiply by the column's scale).
     """
@@ -448,8 +448,8 @@ def _weights(config: ExportConfig, module, symbol: str) -> tuple[np.ndarray, dic
     weights = module.projection.weight.detach().float().numpy().T.astype(np.float32)
     if config.quantize != "int8":
         return weights, None
-    from edgepe.quant import check_quantizable
-    from edgepe.quant.graphs import check_measurable, projection_quant
+    from edgepe.graphs.int8 import check_measurable, projection_quant
+    from edgepe.graphs.quant import check_quantizable
 
     check_quantizable(config)
     check_measurable(config)

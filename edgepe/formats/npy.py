@@ -13,8 +13,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edgepe.errors import ArtifactError
-from edgepe.export.artifact import ExportConfig, Prepared
+from edgepe.contract.config import ExportConfig, Prepared
+from edgepe.contract.errors import ArtifactError
 from edgepe.formats.bin import NUMPY_DTYPES, Rows, checked_table, data_chunks, data_size, unpack
 
 

@@ -2,7 +2,7 @@
 
 ``prepare`` checks the options an ONNX file can take (``--dtype``, ``--lowering``,
 ``--quantize``), builds the graph with the scheme's builder (``graphs.builder``; the int8
-builder of ``edgepe.quant`` for ``--quantize int8``) and serialises it once; a float table
+builder of ``edgepe.graphs.quant`` for ``--quantize int8``) and serialises it once; a float table
 graph's table is streamed after it (``graphs.table.streamed``), never held whole. The manifest
 written next to the file is the one stored in the graph's ``metadata_props`` plus its sha256 and
 what the graph leaves out: its ``onnx`` header, the export record, an int8 graph's per-channel
@@ -14,10 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgepe.errors import ArtifactError, BadParameterError
-from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
-from edgepe.export.graphs import COMPUTE, builder
-from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES, onnx_section, read_manifest_prop
+from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
+from edgepe.graphs import COMPUTE, builder
+from edgepe.graphs._common import BIT_OUTPUT_SCHEMES, onnx_section, read_manifest_prop
+from edgepe.graphs.untrusted import check_untrusted
 
 
 def output_shape(config: ExportConfig) -> list[Any]:
@@ -46,7 +47,7 @@ def check_options(config: ExportConfig) -> None:
             f"--quantize int8 graphs output float32 (dequantised), not {config.dtype}"
         )
     if config.mode == "table":
-        from edgepe.export.graphs.table import check_table_size
+        from edgepe.graphs.table import check_table_size
 
         check_table_size(config)  # before the table (or a module holding one) is allocated
     if config.lowering != "bitwise":
@@ -65,10 +66,10 @@ def check_options(config: ExportConfig) -> None:
 
 def _int8_builder():
     try:
-        from edgepe.quant.graphs import build_int8
+        from edgepe.graphs.int8 import build_int8
     except ImportError:
         raise BadParameterError(
-            "--quantize int8 for ONNX is not available in this build (edgepe.quant.graphs."
+            "--quantize int8 for ONNX is not available in this build (edgepe.graphs.int8."
             "build_int8 is missing); use --quantize none"
         ) from None
     return build_int8
@@ -84,7 +85,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
         build = builder(config.scheme.scheme, config.mode)
     write_table = None
     if config.mode == "table" and config.quantize == "none":
-        from edgepe.export.graphs.table import streamed
+        from edgepe.graphs.table import streamed
 
         model, write_table = streamed(config, module, manifest)  # the table streams after it
     else:
@@ -92,7 +93,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
     # SerializeToString is deterministic for a given ModelProto (no maps, fixed field order).
     data = model.SerializeToString()
     # The graph stores all but what it says itself (graphs._common.SIDECAR_ONLY) and, for int8,
-    # the per-channel lists (edgepe.quant.graphs.embedded): the sidecar gets them back.
+    # the per-channel lists (edgepe.graphs.int8.embedded): the sidecar gets them back.
     stored = {**read_manifest_prop(model), "onnx": onnx_section(model),
               "inputs": manifest["inputs"], "quant": manifest["quant"]}
 
@@ -115,8 +116,7 @@ def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], s
     """
     import onnx
 
-    from edgepe.audit import check_untrusted
-    from edgepe.verify.onnx_table import split_table
+    from edgepe.formats.onnx_table import split_table
 
     def refuse(exc: Exception) -> ArtifactError:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

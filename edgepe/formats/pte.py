@@ -9,13 +9,13 @@ artifact computes in a small ``nn.Module`` holding only the state it uses, expor
 - ``--mode compute``: the scheme's own ``encode``, traced (bit schemes trace to
   ``bitwise_right_shift``/``bitwise_and``/``bitwise_xor`` and ``mm``: the integer front end of the
   ONNX graphs, in ATen);
-- ``--mode table``: the table of ``edgepe.export.table_values`` as a constant, rows gathered at
+- ``--mode table``: the table of ``edgepe.graphs.table_values`` as a constant, rows gathered at
   positions clamped to ``[0, max_len - 1]`` as every table artifact does (bias rows by the
   distance ``t - u`` clamped to the table, multi-index rows per coordinate);
 - ``--quantize int8``: tables store int8 rows and one float32 scale a column (rows gathered, then
   ``q * scale``); the projection schemes (``binary``, ``fourier-binary``) multiply the int32 bits
   by int8 weights with int32 accumulation and rescale once, as the int8 C header does, with its
-  quantisation and proven bound (``edgepe.quant.graphs.projection_quant``).
+  quantisation and proven bound (``edgepe.graphs.int8.projection_quant``).
 
 What tracing needs (issue 22): ``>>`` traces to ``aten.__rshift__``, outside Core ATen, so the
 schemes shift with ``torch.bitwise_right_shift``, which ExecuTorch keeps through
@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgepe.errors import ArtifactError, BadParameterError
-from edgepe.export.artifact import ExportConfig, Prepared, base_manifest
-from edgepe.export.table_values import BIAS_SATURATION
+from edgepe.contract.config import ExportConfig, Prepared, base_manifest
+from edgepe.contract.errors import ArtifactError, BadParameterError
+from edgepe.graphs.table_values import BIAS_SATURATION
 
 INSTALL = "pip install -c constraints.txt -e '.[executorch]'"
 # Programs take positions [N] with N up to this (the runtime plans its memory for it); longer
@@ -100,7 +100,7 @@ def check_options(config: ExportConfig) -> None:
         options = ", ".join(f"{k}={v}" for k, v in config.extra.items())
         raise BadParameterError(f"{options} applies to ONNX graphs, not to --format pte")
     if config.quantize == "int8":
-        from edgepe.quant.int8 import check_quantizable
+        from edgepe.graphs.quant import check_quantizable
 
         check_quantizable(config)
         if config.mode == "compute" and s.scheme not in PROJECTIONS:
@@ -116,7 +116,7 @@ def check_options(config: ExportConfig) -> None:
 
 
 def _bit_output(scheme) -> bool:
-    from edgepe.export.graphs._common import BIT_OUTPUT_SCHEMES
+    from edgepe.graphs._common import BIT_OUTPUT_SCHEMES
 
     return scheme.scheme in BIT_OUTPUT_SCHEMES
 
@@ -158,11 +158,11 @@ def _program_module(config: ExportConfig, module, manifest: dict[str, Any]):
         if config.quantize == "int8":
             return _Int8Projection(*_projection_quant(config, module, manifest))
         return (_Bias if s.spec.kind == "bias" else _Encode)(module, out_dtype)
-    from edgepe.export.table_values import full_table, table_shape
+    from edgepe.graphs.table_values import full_table, table_shape
 
     if config.quantize == "int8":
-        from edgepe.export.table_values import iter_table
-        from edgepe.quant import table_quant
+        from edgepe.graphs.quant import table_quant
+        from edgepe.graphs.table_values import iter_table
 
         tq = table_quant(config, module)
         manifest["quant"] = tq.manifest("table_int8")
@@ -176,9 +176,9 @@ def _program_module(config: ExportConfig, module, manifest: dict[str, Any]):
 
 def _projection_quant(config: ExportConfig, module, manifest: dict[str, Any]):
     """``(shifts, q int8 [n, d], scale float32 [d] or [1])`` of the int8 projection, with the
-    quantisation, measured error and proven bound of ``edgepe.quant`` for an exact int32 sum and
-    one rescale (the C header's form: ``projection_quant(..., "int32")``) in the manifest."""
-    from edgepe.quant.graphs import projection_quant
+    quantisation, measured error and proven bound of ``edgepe.graphs.quant`` for an exact int32 sum
+    and one rescale (the C header's form: ``projection_quant(..., "int32")``) in the manifest."""
+    from edgepe.graphs.int8 import projection_quant
 
     q, scale, _, quant = projection_quant(config, module, "int32")
     for graph_only in ("tensor", "scale_tensor", "scale_storage"):
@@ -298,7 +298,7 @@ class _Int8Projection(torch.nn.Module):
 
 class _Table(torch.nn.Module):
     """Rows of a stored table at positions clamped to ``[0, max_len - 1]`` (the layout of
-    ``edgepe.export.table_values``), dequantised (``q * scale``) when it is int8."""
+    ``edgepe.graphs.table_values``), dequantised (``q * scale``) when it is int8."""
 
     def __init__(self, s, table: np.ndarray, scale: np.ndarray | None, dtype) -> None:
         super().__init__()
@@ -309,12 +309,12 @@ class _Table(torch.nn.Module):
         self.register_buffer("table", torch.from_numpy(np.ascontiguousarray(table)))
         self.register_buffer("scale", None if scale is None else torch.from_numpy(scale))
         if self.kind == "multi":  # exact schemes: never int8
-            from edgepe.runtime import _index_columns
+            from edgepe.formats.bin import index_columns
 
             width = table.shape[1]
             manifest = {"d_model": s.d_model, "scheme": s.scheme,
                         "params": s.as_dict()["params"], "positions": {"arity": s.arity}}
-            axis, bit, valid = _index_columns(manifest, width)
+            axis, bit, valid = index_columns(manifest, width)
             # Column j is bit bit[j] of coordinate axis[j]: entry axis_row * W + bit[j] of the
             # flattened [L * W] table.
             self.register_buffer("axis", torch.from_numpy(axis.astype(np.int64)))
@@ -375,7 +375,6 @@ class Program:
                 data, verification=Verification.InternalConsistency)
             self._method = self._program.load_method("forward")
         except Exception as exc:  # noqa: BLE001 - the runtime raises untyped errors
-            from edgepe.errors import ArtifactError
 
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ArtifactError(f"the .pte does not load in ExecuTorch: {first}") from None
@@ -434,7 +433,6 @@ def describe_program(data: bytes) -> dict[str, Any]:
     try:
         program = deserialize_pte_binary(data).program
     except Exception as exc:  # noqa: BLE001 - any parse failure: not a program
-        from edgepe.errors import ArtifactError
 
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ArtifactError(f"not an ExecuTorch program edgepe can read ({first})") from None

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from edgepe.errors import BadParameterError, PositionError
+from edgepe.contract.errors import BadParameterError, PositionError
 from edgepe.schemes._registry import MODULE_BYTES_LIMIT, SchemeConfig, SchemeSpec, min_bits
 
 

@@ -15,13 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgepe.errors import BadParameterError, UnknownSchemeError, did_you_mean
-
-# Positions and sizes are int64 in every artifact; a table or a bit width past 2^40 rows is
-# never what a user of a small device meant, and keeps every derived width (n <= 41) small.
-MAX_LEN_LIMIT = 2**40
-D_MODEL_LIMIT = 65536
-HEADS_LIMIT = 1024
+from edgepe.contract.checkpoint import load_into
+from edgepe.contract.errors import BadParameterError, UnknownSchemeError, did_you_mean
+from edgepe.contract.manifest import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT  # resolve's caps
 
 # Float32 represents every integer up to 2^24 exactly; schemes that turn positions into floats
 # are only defined (and verified) for |position| up to this.
@@ -323,7 +319,5 @@ def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
         torch.manual_seed(seed)
         module = cls.from_config(config)
     if checkpoint is not None:
-        from edgepe.checkpoint import load_into
-
         load_into(module, checkpoint, checkpoint_key)
     return module.eval()

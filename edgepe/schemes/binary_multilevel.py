@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.schemes._base import Scheme, bit_select, require_bits
 from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, n_bits, register
 

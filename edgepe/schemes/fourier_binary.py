@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.schemes._base import Scheme, bits
 from edgepe.schemes._registry import SchemeConfig, SchemeSpec, n_bits, register
 

@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 from edgepe.schemes._base import Scheme
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,

@@ -16,11 +16,15 @@ import io
 from dataclasses import replace
 from pathlib import Path
 
-from edgepe.errors import BadParameterError
+from edgepe.audit import describe, load_onnx
+from edgepe.contract.config import base_manifest
+from edgepe.contract.errors import BadParameterError
+from edgepe.export import prepare
+from edgepe.graphs import COMPUTE
 from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, Profile
 
 # The default first; then int64 integer arithmetic, int32, float32 (narrowest dtypes last: they
-# limit the positions an artifact accepts, export/graphs/lowerings.py).
+# limit the positions an artifact accepts, graphs/lowerings.py).
 LOWERING_ORDER = ("bitwise", "arith", "arith32", "float")
 
 __all__ = ["DEFAULT_TARGET", "LOWERING_ORDER", "PROFILES", "check_file", "check_model",
@@ -47,8 +51,6 @@ def check_file(path: str | Path, target: str):
     """Check the ONNX artifact at ``path``, read as ``edgepe inspect`` reads it: an artifact
     with its manifest (``audit.describe`` refuses anything else), the graph parsed from its
     bytes (``audit.load_onnx``: no external data, so no path the file names is opened)."""
-    from edgepe.audit import describe, load_onnx
-
     info = describe(path)
     if info["manifest"].get("format") != "onnx":
         raise BadParameterError(f"--target checks ONNX graphs; {str(path)!r} is a "
@@ -62,13 +64,10 @@ def _candidate(config, module):
     import numpy as np
     import onnx
 
-    from edgepe.export import prepare
-
     if config.mode == "table" and config.quantize == "none":
-        from edgepe.export.artifact import base_manifest
-        from edgepe.export.graphs.table import NP_DTYPES, build
-        from edgepe.export.table_values import table_shape
         from edgepe.formats.onnx import check_options, output_shape
+        from edgepe.graphs.table import NP_DTYPES, build
+        from edgepe.graphs.table_values import table_shape
 
         check_options(config)
         cols = table_shape(config.scheme)[1]
@@ -81,8 +80,6 @@ def _candidate(config, module):
 
 def _lowerings(config, lowering_given: bool) -> list[str]:
     """The lowerings to try: every one for a bit-family compute graph unless one was given."""
-    from edgepe.export.graphs import COMPUTE
-
     bits = config.mode == "compute" and COMPUTE.get(config.scheme.scheme, ("",))[0] == "bits"
     return [config.lowering] if lowering_given or not bits else list(LOWERING_ORDER)
 

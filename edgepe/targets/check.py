@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from edgepe.audit import _elem_types
 from edgepe.targets.profiles import RULES, Profile
 
 # Inputs that are shapes, axes or indices, per op (position -> what it is); not data.
@@ -23,7 +24,7 @@ SHAPE_OPERANDS = {
     "RotaryEmbedding": {1: "position_ids"}, "com.microsoft.RotaryEmbedding": {1: "position_ids"},
 }
 # Producers of computed Gather indices that edgepe's table graphs use to clamp them to
-# [0, L - 1] (export/graphs/_common.clamp_int64): enough for "nonnegative-gather-indices".
+# [0, L - 1] (graphs/_common.clamp_int64): enough for "nonnegative-gather-indices".
 CLAMPS = frozenset({"Where", "Clip", "Max"})
 
 
@@ -108,8 +109,6 @@ def _check_node(node, key, types, consts, producers, profile: Profile) -> NodeCh
 
 def check(model: onnx.ModelProto, profile: Profile) -> TargetReport:
     """Every node of ``model`` against ``profile``; see the module docstring."""
-    from edgepe.audit import _elem_types
-
     types = _elem_types(model)
     graph = model.graph
     consts = {t.name: t for t in graph.initializer}

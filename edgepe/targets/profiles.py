@@ -5,7 +5,7 @@ profile says, for every op it runs, the element types that op's data tensors may
 and outputs alike; the index and shape operands that ``check.SHAPE_OPERANDS`` names are checked
 against ``index_dtypes`` instead), the opset range, and the rules the runtime adds. Each cites
 the table and version it came from (``source``); docs/readme/targets.md keeps the table of
-evidence. The ops listed are those edgepe's graphs use (``edgepe.export.graphs``, ``edgepe.quant``);
+evidence. The ops listed are those edgepe's graphs use (``edgepe.graphs``, ``edgepe.graphs.quant``);
 an op a profile does not list is reported as not in that runtime's table, so a contributor adds
 a target or an op here, and no builder changes.
 

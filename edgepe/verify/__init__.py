@@ -1,13 +1,13 @@
 """The verifier: an artifact rebuilt, then checked against its PyTorch reference on each runtime.
 
-``verify_artifact(path)`` reads the manifest (``edgepe.manifest.read``: untrusted, bounded),
-checks that the file is the format it claims (else ``ArtifactError``, exit 2), then REBUILDS the
-artifact from the manifest's recorded inputs with the running edgepe (``edgepe.rebuild``): exports
-are deterministic, so the file must be byte-identical to the rebuild and its manifest equal to the
-rebuilt one. A difference fails the report and says where; the parity still runs, bounded to
-the quick sweep, to show what the difference does, but a C header is then never compiled. An
-artifact written by another edgepe version is not compared byte for byte: it is verified
-numerically only and the report says "not reproduced".
+``verify_artifact(path)`` reads the manifest (``edgepe.contract.manifest.read``: untrusted,
+bounded), checks that the file is the format it claims (else ``ArtifactError``, exit 2), then
+REBUILDS the artifact from the manifest's recorded inputs with the running edgepe
+(``edgepe.rebuild``): exports are deterministic, so the file must be byte-identical to the rebuild
+and its manifest equal to the rebuilt one. A difference fails the report and says where; the
+parity still runs, bounded to the quick sweep, to show what the difference does, but a C header is
+then never compiled. An artifact written by another edgepe version is not compared byte for byte:
+it is verified numerically only and the report says "not reproduced".
 
 The numeric check runs the artifact over every position ``0 .. max_len - 1``, single-position
 calls and an extrapolation probe on each runtime, against the scheme module's ``encode`` (never
@@ -26,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.progress import reporting, track
+from edgepe import rebuild as rb
+from edgepe.contract.checkpoint import sha256_file
+from edgepe.contract.commit import recover
+from edgepe.contract.config import check_writable
+from edgepe.contract.errors import EdgepeError
+from edgepe.contract.manifest import read
+from edgepe.contract.progress import reporting, track
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
 __all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
@@ -121,7 +127,7 @@ def tolerance_for(manifest: dict[str, Any], probe: bool = False) -> Tolerance:
     return Tolerance(rtol, atol, ulps, source="manifest")
 
 
-# The int8 tensor of a graph whose OUTPUT is quantised (edgepe.quant.graphs, construction 3).
+# The int8 tensor of a graph whose OUTPUT is quantised (edgepe.graphs.int8, construction 3).
 QUANTISED_OUTPUTS = ("pe_int8", "bias_int8", "y_int8")
 
 
@@ -188,7 +194,8 @@ def verify_artifact(
     ``0 .. min(max_len, 4096) - 1`` and a small probe, as ``edgepe export`` runs after writing.
     ``json_path``: also write the JSON report there. ``progress``: a progress bar on stderr;
     ``None`` shows it when stderr is a terminal, ``True`` always, ``False`` never; inside an
-    ``edgepe.progress.reporting`` block (``edgepe export``'s quick check), that block decides.
+    ``edgepe.contract.progress.reporting`` block (``edgepe export``'s quick check), that block
+    decides.
     ``strict_placement``: fail a GPU provider on which some nodes ran on the CPU.
     ``checkpoint``: the checkpoint a checkpoint-based artifact was exported from (its sha256
     must be the recorded one; without it such an artifact is a ``CheckpointError`` naming it).
@@ -198,17 +205,11 @@ def verify_artifact(
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
     the artifact in memory at a time.
     """
-    from edgepe import rebuild as rb
-    from edgepe.checkpoint import sha256_file
-    from edgepe.manifest import read
     from edgepe.verify import runtimes as rt
 
     path = Path(path)
     if json_path is not None:
-        from edgepe.export.artifact import check_writable
-
         check_writable(Path(json_path))  # refuse before the sweep, not after it
-    from edgepe.export.commit import recover
 
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
@@ -329,8 +330,6 @@ def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> No
 
 def _reraise_bad_input(exc: BaseException) -> None:
     """A missing tool (no C compiler) is bad input for the whole run, not a parity failure."""
-    from edgepe.errors import EdgepeError
-
     if isinstance(exc, EdgepeError) and exc.exit_code == 2:
         raise exc
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import EdgepeError, ParityError, PositionError
+from edgepe.contract.errors import EdgepeError, ParityError, PositionError
 
 COMPILE_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
 # What the program prints, per stored dtype: (printf conversion, parse, numpy result dtype).
@@ -232,7 +232,7 @@ def run_c_header(
     """Compile a program around ``header`` with ``COMPILE_FLAGS + flags``, run it on
     ``positions`` and return what it printed (see ``run_program`` for shapes and dtypes).
 
-    ``manifest`` is the header's manifest (``edgepe.manifest.read``).
+    ``manifest`` is the header's manifest (``edgepe.contract.manifest.read``).
     """
     with tempfile.TemporaryDirectory(prefix="edgepe-c-") as tmp:
         exe = compile_program(header, manifest, tmp, flags)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import EdgepeError, ParityError, PositionError
+from edgepe.contract.errors import EdgepeError, ParityError, PositionError
 from edgepe.verify.c_runner import COMPILE_FLAGS, CompileError, call, out_width, record_arity
 
 INSTALL = (

@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 
+from edgepe.contract.errors import OutputPathError
+
 
 def to_json(report) -> str:
     """The contract's report: ``{"passed": bool, "results": [{"runtime", "max_abs_err",
@@ -17,8 +19,6 @@ def to_json(report) -> str:
 
 
 def write_json(report, path) -> None:
-    from edgepe.errors import OutputPathError
-
     try:
         Path(path).write_text(to_json(report))
     except OSError as exc:

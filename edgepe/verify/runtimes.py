@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import BadParameterError, ParityError
+from edgepe.contract.errors import BadParameterError, ParityError
+from edgepe.contract.manifest import open_regular
 from edgepe.formats.bin import dequantise
 from edgepe.runtime import with_options
 
@@ -157,7 +158,7 @@ class OrtRuntime:
         import onnxruntime as ort
 
         self.name = name
-        self.split = split  # a streamed table read in place (edgepe.verify.onnx_table)
+        self.split = split  # a streamed table read in place (edgepe.formats.onnx_table)
         self.provider = ALIASES.get(name) or next(
             p for p in ort_providers() if short_name(p) == name
         )
@@ -223,7 +224,7 @@ class RefRuntime:
         import onnx
         from onnx.reference import ReferenceEvaluator
 
-        self.split = split  # a streamed table read in place (edgepe.verify.onnx_table)
+        self.split = split  # a streamed table read in place (edgepe.formats.onnx_table)
         model = onnx.load(path) if split is None else split.runtime_model()
         self.session = ReferenceEvaluator(model)
         self.output = model.graph.output[0].name
@@ -291,7 +292,7 @@ class OpenVinoRuntime:
 
 def open_onnx(name: str, path: Path, split=None):
     """The runtime called ``name`` (a canonical name from ``resolve_runtimes``) for a graph;
-    ``split``: its table read in place (``edgepe.verify.onnx_table.split_table``; onnxruntime
+    ``split``: its table read in place (``edgepe.formats.onnx_table.split_table``; onnxruntime
     and the reference evaluator)."""
     if name == OPENVINO:
         return OpenVinoRuntime(path)
@@ -370,10 +371,9 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebu
         return CRuntime(path, manifest, rebuilt)
     if name == EXECUTORCH:
         from edgepe.formats.pte import Program
-        from edgepe.manifest import open_regular
 
         with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
             return Program(f.read(), manifest)
-    from edgepe.verify.onnx_table import split_table
+    from edgepe.formats.onnx_table import split_table
 
     return open_onnx(name, path, split_table(path, manifest))

@@ -10,7 +10,7 @@
   calls (``N == 1``, and one query x one key for bias schemes): a graph may be wrong only there.
 - ``table_chunks`` yields row ranges of a table with the reference rows (``encoded_rows``): the
   scheme's ``encode`` at the documented index mapping, never the table builder that wrote the file
-  (``edgepe.export.table_values.table_rows``), so a wrong mapping there is caught (issue 23).
+  (``edgepe.graphs.table_values.table_rows``), so a wrong mapping there is caught (issue 23).
 
 Every chunk holds at most ``CHUNK_ELEMENTS`` output elements and ``CHUNK_POSITIONS`` positions,
 so memory stays bounded whatever ``max_len`` is.
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import ArtifactError
+from edgepe.contract.errors import ArtifactError
 
 CHUNK_ELEMENTS = 1 << 20
 CHUNK_POSITIONS = 65536
@@ -76,7 +76,7 @@ def position_limit(manifest: dict[str, Any], config) -> int | None:
 def _reference(config, module, table: bool) -> Callable[..., np.ndarray]:
     import torch
 
-    from edgepe.export.table_values import table_reference
+    from edgepe.graphs.table_values import table_reference
 
     def compute(positions: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
         p = torch.from_numpy(np.ascontiguousarray(positions))
@@ -251,7 +251,7 @@ def _bias_chunk(ref, queries: np.ndarray, keys: np.ndarray, probe: bool = False)
 def in_range_total(config, manifest: dict[str, Any], quick: bool) -> int:
     """The in-range positions (rows, queries) a sweep covers: the progress bar's total."""
     if manifest["format"] != "onnx" and manifest["mode"] == "table":
-        from edgepe.export.table_values import table_shape
+        from edgepe.graphs.table_values import table_shape
 
         rows = table_shape(config)[0]
         return min(rows, QUICK_POSITIONS) if quick else rows
@@ -263,7 +263,7 @@ def in_range_total(config, manifest: dict[str, Any], quick: bool) -> int:
 
 def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterator[Chunk]:
     """Row ranges of a table (``chunk.start``, ``chunk.positions`` rows) with the reference."""
-    from edgepe.export.table_values import table_shape
+    from edgepe.graphs.table_values import table_shape
 
     expected_shape = table_shape(config)
     if tuple(shape) != tuple(expected_shape):
@@ -291,7 +291,7 @@ def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterato
 
 def encoded_rows(config, module, start: int, stop: int) -> np.ndarray:
     """Rows ``start .. stop - 1`` of a scheme's table, float32, from its ``encode`` alone at the
-    documented mapping (``edgepe.export.table_values``'s docstring; written independently of its
+    documented mapping (``edgepe.graphs.table_values``'s docstring; written independently of its
     ``table_rows``): a pe/rope row is the position; a bias row ``r`` is the distance
     ``d = r - (max_len - 1)``, read as query ``d``/key 0 when ``d >= 0`` and query 0/key ``-d``
     otherwise; a multi-index row ``p`` holds the bits of coordinate ``p``: the columns that

@@ -186,8 +186,8 @@ def export_peer(reference, case: Case, exporter: str, feeds, path: Path) -> Cand
 
 
 def export_edgepe(case: Case, mode: str, quantize: str, path: Path) -> Candidate:
+    from edgepe.contract.config import default_granularity
     from edgepe.export import ExportConfig, export
-    from edgepe.export.artifact import default_granularity
     from edgepe.schemes import resolve
 
     # "int8-live[-channel|-tensor]": --quantize int8 --int8-runtime live

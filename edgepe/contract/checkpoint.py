@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from edgepe.errors import CheckpointError
+from edgepe.contract.errors import CheckpointError
 
 
 def sha256_file(path: str | Path) -> str:

@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, defs, helper, numpy_helper
 
-from edgepe import __version__
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
+from edgepe.contract.version import __version__
 
 POSITIONS = "positions"
 KEY_POSITIONS = "key_positions"

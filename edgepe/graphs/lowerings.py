@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 
 # Largest power of two an int32 Div/Mod divisor can be with its sign bit clear.
 MAX_ARITH32_BITS = 30

@@ -2,6 +2,10 @@
 
 ``COMPUTE`` maps every scheme id with a compute mode to ``(module, function)`` in this package;
 ``--mode table`` uses ``table.build`` for every scheme. Modules import onnx, so they load lazily.
+The layer also holds what the builders and the formats above share: ``table_values`` (a table's
+rows from the reference module, chunk by chunk), ``quant`` (int8 quantisation and its proven
+bounds; ``int8`` builds the int8 graphs) and ``untrusted`` (the ops the builders emit, and the
+refusal of a graph they could not have written).
 """
 
 from __future__ import annotations
@@ -35,6 +39,6 @@ COMPUTE = {
 def builder(scheme_id: str, mode: str):
     """The builder function for ``scheme_id`` in ``mode``."""
     if mode == "table":
-        return importlib.import_module("edgepe.export.graphs.table").build
+        return importlib.import_module("edgepe.graphs.table").build
     module_name, function = COMPUTE[scheme_id]
-    return getattr(importlib.import_module(f"edgepe.export.graphs.{module_name}"), function)
+    return getattr(importlib.import_module(f"edgepe.graphs.{module_name}"), function)

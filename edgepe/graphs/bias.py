@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs._common import (
+from edgepe.contract.config import ExportConfig
+from edgepe.graphs._common import (
     BIAS,
     KEY_POSITIONS,
     POSITIONS,

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
+from edgepe.contract.errors import BadParameterError
 
 QMIN, QMAX = -127, 127
 U32 = 2.0**-24  # float32 unit roundoff: a correctly rounded op moves a value by <= u |value|
 GRANULARITIES = ("channel", "tensor")
-# ``quant.bytes_of`` of a graph whose only int8 tensor is its output (edgepe.quant.graphs).
+# ``quant.bytes_of`` of a graph whose only int8 tensor is its output (edgepe.graphs.int8).
 OUTPUT_ROW = "one output row (the int8 tensor the device receives)"
 
 
@@ -220,7 +220,7 @@ def table_quant(config, module) -> TableQuant:
     ``iter_table`` chunks, the error measured in a second; writers quantise chunk by chunk with
     ``TableQuant.quantize`` (deterministic, so the bytes match what was measured).
     """
-    from edgepe.export.table_values import iter_table
+    from edgepe.graphs.table_values import iter_table
 
     check_quantizable(config)
     return measure_table(config.quant_granularity, lambda: iter_table(config.scheme, module))

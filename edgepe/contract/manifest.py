@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgepe.errors import ArtifactError
+from edgepe.contract.commit import atomic_write
+from edgepe.contract.errors import ArtifactError
 
 MAX_BYTES = 1 << 20  # edgepe's largest manifests (int8 scales of d_model 4096) are ~200 KiB
 MAX_DEPTH = 16  # edgepe writes 4 levels (layout, onnx inputs); 16 leaves room, bounds parsing
@@ -37,6 +38,12 @@ TABLE_FILES = ("npy", "bin", "c")  # formats whose table mode stores [rows, cols
 MODES = ("compute", "table")
 KINDS = ("pe", "rope", "bias")
 DTYPES = ("float32", "float16", "uint8", "int8", "bit")  # int8: quantised table files
+# Positions and sizes are int64 in every artifact; a table or a bit width past 2^40 rows is
+# never what a user of a small device meant, and keeps every derived width (n <= 41) small.
+# (``edgepe.schemes`` refuses configurations past them; a manifest may not record more.)
+MAX_LEN_LIMIT = 2**40
+D_MODEL_LIMIT = 65536
+HEADS_LIMIT = 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -70,8 +77,6 @@ class Field:
 
 
 def _schema() -> tuple[Field, ...]:
-    from edgepe.schemes._registry import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT
-
     return (
         Field("edgepe_version", "str"),
         Field("scheme", "str", required=True),
@@ -309,7 +314,5 @@ def dumps(manifest: Mapping[str, Any]) -> bytes:
 
 def write(artifact: str | Path, manifest: Mapping[str, Any]) -> None:
     """Write ``manifest`` (canonical text) next to ``artifact``, atomically."""
-    from edgepe.export.artifact import atomic_write
-
     text = dumps(manifest)
     atomic_write(path_for(artifact), lambda f: f.write(text))

@@ -1,6 +1,6 @@
 """Table graphs for every scheme: the precomputed table stored once, rows gathered by position.
 
-The stored initializer ``table`` has the layout of ``edgepe.export.table_values`` (``[L, D]``;
+The stored initializer ``table`` has the layout of ``edgepe.graphs.table_values`` (``[L, D]``;
 per-coordinate bit rows ``[L, W]`` for binary-2d/hierarchical; ``[2L - 1, H]`` by distance for
 bias schemes), in the output dtype (float32, float16, or uint8 for 0/1 schemes), so a float16
 graph is half the size rather than a float32 table plus a Cast. Every position is clamped to
@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from edgepe.errors import BadParameterError
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs._common import (
+from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
+from edgepe.graphs._common import (
     BIAS,
     ELEM_TYPES,
     KEY_POSITIONS,
@@ -36,7 +36,7 @@ from edgepe.export.graphs._common import (
     output,
     positions_input,
 )
-from edgepe.export.table_values import BIAS_SATURATION, iter_table, table_bytes, table_shape
+from edgepe.graphs.table_values import BIAS_SATURATION, iter_table, table_bytes, table_shape
 
 TABLE = "table"
 # A protobuf message cannot exceed 2 GiB; leave room for the rest of the model.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs._common import POSITIONS, Graph, output, positions_input
+from edgepe.contract.config import ExportConfig
+from edgepe.graphs._common import POSITIONS, Graph, output, positions_input
 
 
 def _affine_model(config: ExportConfig, manifest: dict, name: str, divisor: float,

@@ -2,7 +2,7 @@
 
 ``edgepe export`` writes a table graph as the model without its table, then the protobuf
 fragment ``graph { initializer { table } }`` whose raw data runs to the end of the file
-(``edgepe.export.graphs.table.streamed``). Loading such a file whole costs several copies of the
+(``edgepe.graphs.table.streamed``). Loading such a file whole costs several copies of the
 table: the file's bytes, the parsed ``ModelProto``, then each runtime's own copy (onnxruntime
 reads and converts it, the reference evaluator holds the proto and a NumPy array): ``verify``
 of a 65536 x 512 float32 table peaked at 4.7x the table, imports included.
@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from edgepe.errors import EdgepeError
+from edgepe.contract.errors import EdgepeError
 
 # The graph part of a table graph is a few KB (nodes, small constants, the embedded manifest);
 # anything larger is not a file edgepe streamed, and is loaded the ordinary way.
@@ -55,7 +55,7 @@ class SplitTable:
 
     def checkable(self) -> onnx.ModelProto:
         """The graph with a one-row stand-in table (no op reads the row count), to check."""
-        from edgepe.export.graphs.table import TABLE
+        from edgepe.graphs.table import TABLE
 
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
@@ -65,7 +65,7 @@ class SplitTable:
 
     def runtime_model(self) -> onnx.ModelProto:
         """The graph with ``table`` as an input of its type and shape (``feeds`` fills it)."""
-        from edgepe.export.graphs.table import TABLE
+        from edgepe.graphs.table import TABLE
 
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
@@ -75,7 +75,7 @@ class SplitTable:
         return model
 
     def feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from edgepe.export.graphs.table import TABLE
+        from edgepe.graphs.table import TABLE
 
         return {**feeds, TABLE: self.table}
 
@@ -83,8 +83,8 @@ class SplitTable:
 def split_table(path: Path, manifest: dict[str, Any]) -> SplitTable | None:
     """The graph and the mapped table of ``path`` if it is a table graph in edgepe's streamed
     layout for the shape and dtype its manifest describes; else ``None``."""
-    from edgepe.export.graphs.table import NP_DTYPES, TABLE, table_fragment_header
-    from edgepe.export.table_values import table_shape
+    from edgepe.graphs.table import NP_DTYPES, TABLE, table_fragment_header
+    from edgepe.graphs.table_values import table_shape
     from edgepe.schemes import resolve
 
     if (manifest.get("format") != "onnx" or manifest.get("mode") != "table"

@@ -1,9 +1,10 @@
-"""What every exporter shares: the export configuration, the manifest and safe file writing.
+"""What every layer shares about an export: ``ExportConfig``, the option values and their checks,
+``base_manifest``, ``Prepared``, and the checks and writing of an output path.
 
 An artifact is one file plus its manifest at ``PATH + ".json"``. Both are written to temporary
 files in the target directory, under a per-target lock, and committed by renames with a journal
-(``edgepe.export.commit``), so a failure or a kill leaves the old pair or the new one, never half
-of one, and concurrent exports of one PATH never clobber each other's files.
+(``edgepe.contract.commit``), so a failure or a kill leaves the old pair or the new one, never
+half of one, and concurrent exports of one PATH never clobber each other's files.
 """
 
 from __future__ import annotations
@@ -14,24 +15,26 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from edgepe import __version__
-from edgepe.errors import BadParameterError, OutputPathError
-from edgepe.export.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
-from edgepe.export.commit import cannot_write, target_lock, write_pair, write_temp
-from edgepe.manifest import dumps as dumps_manifest
-from edgepe.manifest import path_for as manifest_path
-from edgepe.schemes._registry import SchemeConfig
+from edgepe.contract.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
+from edgepe.contract.commit import hashed, target_lock, write_pair
+from edgepe.contract.errors import BadParameterError, OutputPathError
+from edgepe.contract.manifest import dumps as dumps_manifest
+from edgepe.contract.manifest import path_for as manifest_path
+from edgepe.contract.version import __version__
+
+if TYPE_CHECKING:  # the contract names the scheme layer's config, never imports it
+    from edgepe.schemes._registry import SchemeConfig
 
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
 LOWERINGS = ("bitwise", "arith", "arith32", "float")
-# |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
+# |position| up to which the int32 and float32 lowerings are exact (graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
 LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
-# How an int8 ONNX graph's stored int8 lives at run time (edgepe.quant.graphs): folded to float32
+# How an int8 ONNX graph's stored int8 lives at run time (edgepe.graphs.int8): folded to float32
 # at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
 INT8_RUNTIMES = ("fold", "live")
 EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte"}
@@ -293,53 +296,11 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def check_replace(out: Path, prepared: Prepared, force: bool) -> bool:
-    """Whether ``out`` already holds this exact export (then exporting again is a no-op).
-
-    "This exact export": the file's bytes AND its manifest equal what ``prepared`` builds now
-    (``edgepe.rebuild.compare``), so a tampered file whose manifest was edited back to the
-    command's inputs is not kept (issue 23). ``force`` always writes (an export is
-    deterministic: the same bytes again, or the new ones). An existing file made from other
-    inputs, or that is not an edgepe artifact, is only replaced with ``force``.
-    """
-    if not out.exists() or force:
-        return False
-    from edgepe.errors import ArtifactError
-    from edgepe.manifest import open_regular, read
-    from edgepe.rebuild import compare
-
-    try:
-        existing = read(out)
-    except ArtifactError:
-        existing = None
-    if existing is not None:
-        with open(open_regular(out, "artifact"), "rb", closefd=True) as f:
-            if compare(f, out, existing, prepared)[0] is None:
-                return True
-    what = "an artifact made from other inputs" if existing else "a file edgepe did not write"
-    raise OutputPathError(f"{str(out)!r} exists and is {what}; pass --force to replace it")
-
-
-def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
-    """Write ``out`` via a temporary file and a rename; returns the sha256 of what was written."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(out, exc) from None
-    tmp, digest = write_temp(out, _hashed(write))
-    try:
-        os.replace(tmp, out)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise cannot_write(out, exc) from None
-    return digest
-
-
 def write_artifact(
     out: Path, write: Callable[[BinaryIO], None], manifest: dict[str, Any]
 ) -> dict[str, Any]:
     """Write the artifact, then its manifest (with ``sha256``), under the target's lock (taken
-    here unless the caller holds it), committed as ``edgepe.export.commit`` says. Returns the
+    here unless the caller holds it), committed as ``edgepe.contract.commit`` says. Returns the
     manifest."""
     written: dict[str, Any] = {}
 
@@ -348,35 +309,8 @@ def write_artifact(
         return dumps_manifest(written)
 
     with target_lock(out):
-        write_pair(out, _hashed(write), manifest_bytes)
+        write_pair(out, hashed(write), manifest_bytes)
     return written
-
-
-def _hashed(write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], str]:
-    """``write`` through a hashing wrapper; the result returns the sha256 of what it wrote."""
-
-    def run(raw: BinaryIO) -> str:
-        hashing = _HashingWriter(raw)
-        write(hashing)
-        return hashing.hexdigest()
-
-    return run
-
-
-class _HashingWriter:
-    """A binary file wrapper that hashes what passes through it."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._hash = hashlib.sha256()
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        return self._raw.write(view)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
 
 
 def validate_choices(config: ExportConfig) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from edgepe.errors import OutputPathError
+from edgepe.contract.errors import OutputPathError
 
 TMP_MARK = ".edgepe-tmp-"
 LOCK_MARK = ".edgepe-lock-"
@@ -217,3 +217,45 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def atomic_write(out: Path, write: Callable[[BinaryIO], None]) -> str:
+    """Write ``out`` via a temporary file and a rename; returns the sha256 of what was written."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from None
+    tmp, digest = write_temp(out, hashed(write))
+    try:
+        os.replace(tmp, out)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise cannot_write(out, exc) from None
+    return digest
+
+
+def hashed(write: Callable[[BinaryIO], None]) -> Callable[[BinaryIO], str]:
+    """``write`` through a hashing wrapper; the result returns the sha256 of what it wrote."""
+
+    def run(raw: BinaryIO) -> str:
+        hashing = _HashingWriter(raw)
+        write(hashing)
+        return hashing.hexdigest()
+
+    return run
+
+
+class _HashingWriter:
+    """A binary file wrapper that hashes what passes through it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._hash = hashlib.sha256()
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        return self._raw.write(view)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()

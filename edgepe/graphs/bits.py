@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgepe.errors import BadParameterError
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs._common import POSITIONS, Graph, output, positions_input
-from edgepe.export.graphs.lowerings import arith32_columns, float_columns
+from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
+from edgepe.graphs._common import POSITIONS, Graph, output, positions_input
+from edgepe.graphs.lowerings import arith32_columns, float_columns
 
 # Lowerings whose arithmetic is int32 or float32, built in lowerings.py.
 NARROW = {"arith32": arith32_columns, "float": float_columns}
@@ -239,7 +239,7 @@ def _mask_projection_model(config: ExportConfig, module, manifest: dict, name: s
 
     ``weight_node(g, inverse) -> name`` adds the ``[n, d]`` float32 tensor ``weight * inverse``
     row-wise (``inverse`` None: ``weight`` itself) to ``g``: an initializer (``stored_weight``)
-    or int8 dequantised in front (``edgepe.quant.graphs``); ``weight`` is its float32 value.
+    or int8 dequantised in front (``edgepe.graphs.int8``); ``weight`` is its float32 value.
     Falls back to the shift form (``_bits_model``) where the mask form does not apply:
     ``--lowering arith`` or weights whose scaling is not exact.
     """

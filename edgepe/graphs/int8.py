@@ -24,9 +24,9 @@ graph stores an int8 constant (1-3), ``--int8-runtime`` chooses how it lives at 
   ``DequantizeLinear`` (zero point 0) bit for bit: an exact cast and one rounded product.
 
 1. **Tables** (``--mode table``, every float scheme): the float table graph of
-   ``edgepe.export.graphs.table`` with its table initializer replaced by the int8 table (fold:
+   ``edgepe.graphs.table`` with its table initializer replaced by the int8 table (fold:
    dequantised in front; live: each ``Gather`` reads int8 rows, then dequantises). Bound: half
-   a step (``edgepe.quant.int8``), the same for both (the same float32 values come out).
+   a step (``edgepe.graphs.quant``), the same for both (the same float32 values come out).
 2. **Int8 weights** (``--mode compute``, ``binary`` and ``fourier-binary``, the schemes whose
    float step is ``bits @ W``): the float32 mask-form graph of ``graphs.bits`` with
    ``W' = q * s`` (times the masks' ``2^-k``) dequantised in front, folded or live as above.
@@ -96,23 +96,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgepe.errors import BadParameterError
-from edgepe.export.artifact import INT8_OPSET, ExportConfig
-from edgepe.export.graphs import builder
-from edgepe.export.graphs._common import (
+from edgepe.contract.config import INT8_OPSET, ExportConfig
+from edgepe.contract.errors import BadParameterError
+from edgepe.graphs import builder
+from edgepe.graphs._common import (
     Graph,
     embedded_manifest,
     make_model,
     require_opset,
 )
-from edgepe.export.table_values import (
-    BIAS_SATURATION,
-    CHUNK_ROWS,
-    iter_table,
-    table_rows,
-    table_shape,
-)
-from edgepe.quant.int8 import (
+from edgepe.graphs.quant import (
     OUTPUT_ROW,
     QMAX,
     U32,
@@ -125,6 +118,13 @@ from edgepe.quant.int8 import (
     quant_section,
     quantize,
     scales,
+)
+from edgepe.graphs.table_values import (
+    BIAS_SATURATION,
+    CHUNK_ROWS,
+    iter_table,
+    table_rows,
+    table_shape,
 )
 
 # Schemes whose compute graph is ``bits @ M`` (M the module's buffer): int8 MatMulInteger.
@@ -436,7 +436,7 @@ def _projection(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.
     ``n x d`` weights, not the ``N x d`` output, per call: off the hot axis (issue 19). The
     per-axis ``DequantizeLinear`` runs along axis 0, ``d`` contiguous values a scale.
     """
-    from edgepe.export.graphs.bits import _mask_projection_model, mask_scaling
+    from edgepe.graphs.bits import _mask_projection_model, mask_scaling
 
     fold = config.int8_runtime == "fold"
     q, scale, half, quant = projection_quant(config, module, "float32", axis=1 if fold else 0)

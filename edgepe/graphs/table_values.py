@@ -25,14 +25,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from edgepe.contract.progress import track
 from edgepe.schemes._registry import SchemeConfig
 
 CHUNK_ROWS = 4096
 # Bias tables saturate positions here before ``t - u``: |t - u| <= 2^62 never overflows int64.
 BIAS_SATURATION = 2**61
-# Tables from this many entries show a progress bar under ``edgepe.progress.reporting`` (the
-# CLI, on a terminal): 2^22 float32 entries take 0.15 s as npy, 0.25 s as an ONNX initializer,
-# 6 s as C text (2-core machine).
+# Tables from this many entries show a progress bar under
+# ``edgepe.contract.progress.reporting`` (the CLI, on a terminal): 2^22 float32 entries take
+# 0.15 s as npy, 0.25 s as an ONNX initializer, 6 s as C text (2-core machine).
 PROGRESS_ENTRIES = 1 << 22
 
 
@@ -75,10 +76,8 @@ def table_rows(config: SchemeConfig, module, start: int, stop: int) -> np.ndarra
 def iter_table(config: SchemeConfig, module, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
     """The whole table in chunks of at most ``chunk_rows`` rows (bounded memory).
 
-    A large table reports each pass over it to ``edgepe.progress`` (int8 makes three).
+    A large table reports each pass over it to ``edgepe.contract.progress`` (int8 makes three).
     """
-    from edgepe.progress import track
-
     rows, cols = table_shape(config)
     advance = track(f"{config.scheme} table [{rows}, {cols}]", rows) if (
         rows * cols >= PROGRESS_ENTRIES) else None

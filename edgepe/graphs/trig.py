@@ -31,9 +31,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgepe.errors import BadParameterError
-from edgepe.export.artifact import ExportConfig
-from edgepe.export.graphs._common import (
+from edgepe.contract.config import ExportConfig
+from edgepe.contract.errors import BadParameterError
+from edgepe.graphs._common import (
     POSITIONS,
     Graph,
     clamp_int64,
