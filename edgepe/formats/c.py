@@ -613,12 +613,17 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         )
     else:
         signature = f"static inline void {function}(int64_t pos, float out[{macro}_D])"
-        layout = ("out[2i] = sinf(a_i), out[2i + 1] = cosf(a_i)" if s.scheme == "sinusoidal"
+        half_sin = s.scheme == "sinusoidal" and s.params.get("layout") == "half"
+        offset = s.params.get("offset", 0) if s.scheme == "sinusoidal" else 0
+        layout = (f"out[i] = sinf(a_i), out[{macro}_HALF + i] = cosf(a_i)" if half_sin
+                  else "out[2i] = sinf(a_i), out[2i + 1] = cosf(a_i)" if s.scheme == "sinusoidal"
                   else f"out[i] = cosf(a_i), out[{macro}_HALF + i] = sinf(a_i)")
         lines = [
             f"{function}: the encoding of one position, computed;",
             f"out[{s.d_model}] float32: {layout},",
-            f"a_i = (float)pos * {symbol}[i] in float32 (the reference's angle).",
+            (f"a_i = (float)(pos + {offset}) * {symbol}[i] in float32 (the reference's "
+             "angle)." if offset else
+             f"a_i = (float)pos * {symbol}[i] in float32 (the reference's angle)."),
             f"Defined for |pos| <= {limit} (float32's exact integers). sinf/cosf are your C "
             "library's (link",
             f"with -lm), within the scheme's tolerance of the reference, atol "
@@ -627,14 +632,17 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
             "|pos| <= 2^24.",
         ]
         head = f"#define {macro}_D {s.d_model}\n#define {macro}_HALF {s.d_model // 2}\n\n"
-        store = ("        out[2 * i] = sinf(a);\n        out[2 * i + 1] = cosf(a);\n"
+        store = (f"        out[i] = sinf(a);\n        out[{macro}_HALF + i] = cosf(a);\n"
+                 if half_sin else
+                 "        out[2 * i] = sinf(a);\n        out[2 * i + 1] = cosf(a);\n"
                  if s.scheme == "sinusoidal" else
                  f"        out[i] = cosf(a);\n        out[{macro}_HALF + i] = sinf(a);\n")
         body = (
             "    /* Through int32_t: exact for |pos| <= 2^24, and no libgcc helper on a 32-bit "
             "MCU. */\n"
-            "    const float p = (float)(int32_t)pos;\n    uint32_t i;\n"
-            f"    for (i = 0; i < {macro}_HALF; ++i) {{\n"
+            + (f"    const float p = (float)(int32_t)(pos + {offset});\n    uint32_t i;\n"
+               if offset else "    const float p = (float)(int32_t)pos;\n    uint32_t i;\n")
+            + f"    for (i = 0; i < {macro}_HALF; ++i) {{\n"
             f"        const float a = p * {symbol}[i];\n{store}    }}\n"
         )
 

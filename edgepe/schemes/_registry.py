@@ -50,10 +50,13 @@ def min_bits(max_len: int) -> int:
 class Param:
     """A scheme parameter beyond ``max_len``/``d_model``/``heads``.
 
-    ``type`` is ``int``, ``float``, ``str`` or ``"ints"`` (a comma-separated tuple of ints).
+    ``type`` is ``int``, ``float``, ``str``, ``"ints"`` (a comma-separated tuple of ints) or
+    ``"floats"`` (a comma-separated tuple of finite numbers; ``()`` allowed as a default).
     ``low`` is an inclusive lower bound (``low_open`` makes it exclusive), ``high`` an inclusive
     upper bound. ``default`` may be a function of ``max_len``; ``default_text`` then says it in
-    words for ``edgepe list``.
+    words for ``edgepe list``. ``omit_default``: a parameter added after artifacts were already
+    written is left out of ``as_dict`` (so of manifests) at its default, so an older manifest,
+    which lacks it, still rebuilds the same bytes; its absence means the default.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Param:
     choices: tuple[str, ...] | None = None
     high: float | None = None
     default_text: str | None = None
+    omit_default: bool = False
 
     def describe_default(self) -> str:
         """The default as ``edgepe list`` shows it: ``default_text`` when it depends on max_len."""
@@ -85,6 +89,14 @@ class Param:
                 if not value:
                     raise ValueError
                 checks = value
+            elif self.type == "floats":
+                items = raw.split(",") if isinstance(raw, str) else list(raw)
+                if any(isinstance(v, bool) for v in items):
+                    raise ValueError
+                value = tuple(float(str(v).strip()) for v in items)
+                if not value or not all(math.isfinite(v) for v in value):
+                    raise ValueError
+                checks = value
             elif self.type is int:
                 if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
                     raise ValueError
@@ -101,7 +113,8 @@ class Param:
                 value = str(raw)
                 checks = ()
         except (TypeError, ValueError):
-            kind = {"ints": "comma-separated integers", int: "an integer", float: "a finite number"}
+            kind = {"ints": "comma-separated integers",
+                    "floats": "comma-separated finite numbers", int: "an integer", float: "a finite number"}
             raise BadParameterError(
                 f"{where} must be {kind.get(self.type, 'a string')}, got {raw!r}"
             ) from None
@@ -189,12 +202,16 @@ class SchemeConfig:
         return self.spec.arity(self) if self.spec.arity else None
 
     def as_dict(self) -> dict[str, Any]:
+        omitted = {p.name for p in self.spec.params
+                   if p.omit_default and p.name in self.params
+                   and self.params[p.name] == p.default_for(self.max_len)}
         return {
             "scheme": self.scheme,
             "max_len": self.max_len,
             "d_model": self.d_model,
             "heads": self.heads,
-            "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params.items()},
+            "params": {k: list(v) if isinstance(v, tuple) else v
+                       for k, v in self.params.items() if k not in omitted},
         }
 
 
