@@ -2,6 +2,12 @@
 
 Prints one line with the path and size, and one with the quick parity check on onnxruntime CPU
 (``--no-verify`` skips it); exits 1 when parity fails, 2 on bad input (nothing written).
+
+``--from-hf-config config.json`` takes the scheme, its parameters, ``--max-len`` and the width
+from a Hugging Face model config (``edgepe.schemes.hf_config``) and prints one line saying what
+it read. Options given on the command line override the config's values (``--max-len 4096`` for
+a shorter table than the model's context, ``--param freq_dtype=float64``); a ``--scheme`` other
+than the config's is refused (exit 2), as the rest of the translation would not apply to it.
 """
 
 from __future__ import annotations
@@ -74,12 +80,50 @@ def parse_int(option: str, raw: str) -> int:
         raise BadParameterError(f"{option} must be an integer, got {raw!r}") from None
 
 
+def from_hf(path: Path | None, scheme: str | None, max_len: str | None, d_model: str | None,
+            heads: str | None, params: dict[str, str]):
+    """``(scheme, max_len, d_model, heads, params, line)``: the command line's values over those
+    of ``--from-hf-config`` (``line`` says what was read; ``None`` without a config)."""
+    if path is None:
+        missing = [flag for flag, v in (("--scheme", scheme), ("--max-len", max_len)) if v is None]
+        if missing:
+            raise BadParameterError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'}"
+                                    " required (or give --from-hf-config config.json)")
+        return scheme, max_len, d_model, heads, params, None
+    from edgepe.schemes.hf_config import from_hf_config, read_hf_config
+
+    t = from_hf_config(read_hf_config(path))
+    if scheme is not None and scheme != t.scheme:
+        raise BadParameterError(f"--scheme {scheme} disagrees with --from-hf-config, which "
+                                f"describes a {t.scheme!r} model; drop --scheme")
+    if max_len is None and t.max_len is None:
+        raise BadParameterError(f"--from-hf-config {str(path)!r} names no maximum length: give "
+                                "--max-len")
+    merged = {**{k: (",".join(map(str, v)) if isinstance(v, tuple) else str(v))
+                 for k, v in t.params.items()}, **params}
+    width = d_model if d_model is not None else (None if t.d_model is None else str(t.d_model))
+    n_heads = heads if heads is not None else (None if t.heads is None else str(t.heads))
+    shown = {k: v for k, v in merged.items() if k not in ("short_factor", "long_factor")}
+    line = (f"from {path.name}: scheme {t.scheme}, max_len "
+            f"{max_len if max_len is not None else t.max_len}"
+            + (f", d_model {width}" if width is not None else "")
+            + (f", heads {n_heads}" if n_heads is not None else "")
+            + "".join(f", {k}={v}" for k, v in shown.items())
+            + "".join(f"; {note}" for note in t.notes))
+    return (t.scheme, max_len if max_len is not None else str(t.max_len), width, n_heads,
+            merged, line)
+
+
 def command(
     ctx: typer.Context,
-    scheme: Annotated[str, typer.Option(
-        "--scheme", metavar="ID", help="Scheme id (see 'edgepe list').")],
-    max_len: Annotated[str, typer.Option(
-        "--max-len", metavar="L", help="Positions 0 .. L-1 the artifact is built for.")],
+    scheme: Annotated[str | None, typer.Option(
+        "--scheme", metavar="ID", help="Scheme id (see 'edgepe list').")] = None,
+    max_len: Annotated[str | None, typer.Option(
+        "--max-len", metavar="L", help="Positions 0 .. L-1 the artifact is built for.")] = None,
+    from_hf_config: Annotated[Path | None, typer.Option(
+        "--from-hf-config", metavar="FILE",
+        help="A Hugging Face config.json: scheme, params, --max-len and width from it "
+        "(options given here override it).")] = None,
     d_model: Annotated[str | None, typer.Option(
         "--d-model", metavar="D", help="Encoding width (default: the scheme's).")] = None,
     head_dim: Annotated[str | None, typer.Option(
@@ -108,6 +152,10 @@ def command(
         "--checkpoint-key", metavar="PREFIX",
         help="The encoding's prefix in a whole model's state_dict (e.g. pos for "
              "pos.projection.weight).")] = None,
+    checkpoint_param: Annotated[str | None, typer.Option(
+        "--checkpoint-param", metavar="NAME",
+        help="The one tensor to load from --checkpoint (safetensors or state_dict), e.g. "
+             "transformer.wpe.weight.")] = None,
     seed: Annotated[str, typer.Option(
         "--seed", metavar="N", help="Seed of the learned weights' init.")] = "0",
     opset: Annotated[str | None, typer.Option(
@@ -175,19 +223,24 @@ def command(
     from edgepe.export.artifact import DEFAULT_TABLE_CAP, default_out, infer_format
     from edgepe.progress import reporting
 
+    scheme, max_len, d_model, heads, params, hf_line = from_hf(
+        from_hf_config, scheme, max_len, head_dim_alias(scheme or "rope", d_model, head_dim)
+        if from_hf_config is not None else d_model, heads, parse_params(param))
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
     out_path = None if out is None or folder else Path(out)
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)
-    d_model = head_dim_alias(scheme, d_model, head_dim)
+    if from_hf_config is None:
+        d_model = head_dim_alias(scheme, d_model, head_dim)
     # Sizes stay strings until resolve() checks them, so messages can name the bad value.
     config = api.make_config(
-        scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
+        scheme, max_len, d_model=d_model, heads=heads, params=params, mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
         lowering=lowering or "bitwise", int8_runtime=int8_runtime, checkpoint=checkpoint,
-        checkpoint_key=checkpoint_key, seed=parse_int("--seed", seed),
+        checkpoint_key=checkpoint_key, checkpoint_param=checkpoint_param,
+        seed=parse_int("--seed", seed),
         opset=None if opset is None else parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None
@@ -202,6 +255,8 @@ def command(
     if folder:  # after --target: the lowering it picks is part of the default name
         config = config.with_out(default_out(config, Path(out)))
     quiet = (ctx.obj or {}).get("quiet", False)
+    if hf_line is not None and not quiet:
+        typer.echo(hf_line)
     # A bar for large tables and the quick check, on a terminal only; short work shows nothing.
     with reporting(not quiet and sys.stderr.isatty()):
         result, report = api.export(config, force=force, verify=not no_verify)

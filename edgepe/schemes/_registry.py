@@ -326,12 +326,13 @@ def resolve(
 
 
 def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
-          checkpoint_key: str | None = None):
+          checkpoint_key: str | None = None, checkpoint_param: str | None = None):
     """The reference module for ``config``, in eval mode.
 
     Learnable parameters are initialised from ``seed`` (without touching the global RNG), or
     loaded from ``checkpoint`` (``torch.load(weights_only=True)``, keys and shapes checked;
-    ``checkpoint_key``: the prefix of the module's entries in a whole model's state_dict).
+    ``checkpoint_key``: the prefix of the module's entries in a whole model's state_dict;
+    ``checkpoint_param``: the name of the one tensor to load, e.g. ``transformer.wpe.weight``).
     """
     import torch
 
@@ -339,7 +340,11 @@ def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         module = cls.from_config(config)
-    if checkpoint is not None:
+    if checkpoint is not None and checkpoint_param is not None:
+        from edgepe.checkpoint import load_param_into
+
+        load_param_into(module, checkpoint, checkpoint_param)
+    elif checkpoint is not None:
         from edgepe.checkpoint import load_into
 
         load_into(module, checkpoint, checkpoint_key)
