@@ -255,12 +255,12 @@ def command(
     if folder:  # after --target: the lowering it picks is part of the default name
         config = config.with_out(default_out(config, Path(out)))
     quiet = (ctx.obj or {}).get("quiet", False)
-    if hf_line is not None and not quiet:
-        typer.echo(hf_line)
     # A bar for large tables and the quick check, on a terminal only; short work shows nothing.
     with reporting(not quiet and sys.stderr.isatty()):
         result, report = api.export(config, force=force, verify=not no_verify)
     if not quiet:
+        if hf_line is not None:  # after the export: a refused one prints its error line only
+            typer.echo(hf_line)
         size = result.path.stat().st_size
         state = "unchanged (identical export already there)" if result.unchanged else "wrote"
         typer.echo(f"{state} {result.path} ({size} bytes, sha256 "
