@@ -279,3 +279,50 @@ def test_rope_frequencies_float32_match_for_odd_bases_and_widths():
             differ += int(not torch.equal(old.inv_freq, hf))
     assert differ > 0  # the option matters: float64 rounding is not transformers' value
     assert math.isfinite(differ)
+
+
+# ------------------------------------------------------------------ artifacts and manifests
+
+
+def test_new_parameters_stay_out_of_manifests_at_their_default():
+    """An artifact exported before ``freq_dtype``/``layout``/``offset`` existed has a manifest
+    without them; the default must rebuild it, so the default is left out, and a non-default
+    value is recorded."""
+    from edgepe import api
+
+    for scheme, new in (("rope", {"freq_dtype": "float32"}),
+                        ("sinusoidal", {"freq_dtype": "float32", "layout": "half",
+                                        "frequencies": "fairseq", "offset": 2}),
+                        ("learned", {"offset": 2})):
+        plain = api.make_config(scheme, 16, d_model=8).inputs()["params"]
+        assert not set(new) & set(plain), (scheme, plain)
+        explicit_default = api.make_config(scheme, 16, d_model=8, params={
+            k: {"freq_dtype": "float64", "layout": "interleaved", "frequencies": "base",
+                "offset": 0}[k] for k in new}).inputs()["params"]
+        assert explicit_default == plain  # an explicit default gives the same bytes as none
+        given = api.make_config(scheme, 16, d_model=8, params=new).inputs()["params"]
+        assert {k: given[k] for k in new} == new
+
+
+@pytest.mark.parametrize("case, format", [
+    ("xglm", "onnx"), ("xglm", "c"), ("marian", "onnx"), ("phi3-longrope-long", "onnx"),
+    # the C function scales cos/sin by the attention factor (yarn, longrope), as encode does
+    ("phi3-longrope-long", "c"), ("llama-yarn", "c"),
+])
+def test_hf_artifacts_pass_verify(tmp_path, rope_models, case, format):
+    """The ONNX graph and the C function of each new variant are their reference's (the quick
+    check rebuilds byte-identical and runs onnxruntime CPU, or gcc, within the tolerance)."""
+    from transformers import MarianConfig, XGLMConfig
+
+    from edgepe import api
+
+    config = {"xglm": XGLMConfig(d_model=64, attention_heads=4, max_position_embeddings=L),
+              "marian": MarianConfig(d_model=64, max_position_embeddings=L)}.get(case)
+    config = config or rope_models[case][0]
+    t = from_hf_config(as_json(config))
+    out = tmp_path / f"a.{'h' if format == 'c' else 'onnx'}"
+    cfg = api.make_config(t.scheme, t.max_len, d_model=t.d_model, params=t.params,
+                          format=format, out=out)
+    _, report = api.export(cfg, verify=True)
+    assert report, str(report)
+    assert "rebuilt byte-identical" in str(report)

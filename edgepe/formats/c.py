@@ -632,7 +632,12 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
             "|pos| <= 2^24.",
         ]
         head = f"#define {macro}_D {s.d_model}\n#define {macro}_HALF {s.d_model // 2}\n\n"
-        store = (f"        out[i] = sinf(a);\n        out[{macro}_HALF + i] = cosf(a);\n"
+        scaled = s.scheme == "rope" and getattr(module, "scaled", False)
+        if scaled:  # yarn / longrope: cos, sin times the attention factor, as Rope.encode
+            lines.append(f"cos, sin times {base}_scale[i] (the attention factor), in float32.")
+        store = (f"        out[i] = cosf(a) * {base}_scale[i];\n"
+                 f"        out[{macro}_HALF + i] = sinf(a) * {base}_scale[i];\n" if scaled else
+                 f"        out[i] = sinf(a);\n        out[{macro}_HALF + i] = cosf(a);\n"
                  if half_sin else
                  "        out[2 * i] = sinf(a);\n        out[2 * i + 1] = cosf(a);\n"
                  if s.scheme == "sinusoidal" else
@@ -655,6 +660,11 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         literals = ",\n    ".join(", ".join(cells[i:i + 8]) for i in range(0, len(cells), 8))
         f.write(f"static {macro}_ATTR const float {symbol}[{count}] = {{\n    {literals}\n}};"
                 "\n\n".encode())
+        if not alibi and s.scheme == "rope" and getattr(module, "scaled", False):
+            scale = c_floats(module.scale.detach().numpy().astype(np.float32))
+            rows = ",\n    ".join(", ".join(scale[i:i + 8]) for i in range(0, len(scale), 8))
+            f.write(f"static {macro}_ATTR const float {base}_scale[{count}] = {{\n    {rows}\n}};"
+                    "\n\n".encode())
         f.write(f"{signature}\n{{\n{body}}}\n".encode())
         data = values.astype("<f4").tobytes()
         f.write(_closing(config, symbol, hashlib.sha256(data).hexdigest(), len(data)).encode())
