@@ -258,6 +258,9 @@ def test_config_translation_of_each_family():
       "rope_parameters": {"rope_type": "su"}}, "rope_type 'su' is not one"),
     ({"model_type": "mpt", "n_heads": 6, "max_seq_len": 64}, "not a power of two"),
     ({"model_type": "t5"}, "model_type 't5' is not one edgepe translates"),
+    ({"model_type": "gemma3_text", "head_dim": 16, "rope_parameters": {
+        "full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}}},
+     "one set per layer type \\(full_attention, sliding_attention\\)"),
     ({}, "no model_type"),
 ])
 def test_bad_configs_are_one_line_errors(config, words):
@@ -326,3 +329,59 @@ def test_hf_artifacts_pass_verify(tmp_path, rope_models, case, format):
     _, report = api.export(cfg, verify=True)
     assert report, str(report)
     assert "rebuilt byte-identical" in str(report)
+
+
+# ------------------------------------------------------------------ --from-hf-config on the CLI
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+LLAMA_JSON = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+              "max_position_embeddings": 4096, "rope_theta": 500000.0}
+
+
+def test_cli_options_override_the_config_and_a_other_scheme_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_JSON))
+    out = tmp_path / "r.onnx"
+    result = _cli("export", "--from-hf-config", path, "--max-len", "64", "--param",
+                  "freq_dtype=float64", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        "from config.json: scheme rope, max_len 64, d_model 64, base=500000.0, "
+        "freq_dtype=float64, layout=half, rope_type=default")
+    manifest = json.loads((tmp_path / "r.onnx.json").read_text())
+    assert manifest["max_len"] == 64 and manifest["d_model"] == 64
+    assert manifest["params"]["base"] == 500000.0 and "freq_dtype" not in manifest["params"]
+    refused = _cli("export", "--from-hf-config", path, "--scheme", "sinusoidal",
+                   "--out", tmp_path / "s.onnx")
+    assert refused.exit_code == 2
+    assert refused.output.strip() == ("error: --scheme sinusoidal disagrees with "
+                                      "--from-hf-config, which describes a 'rope' model; "
+                                      "drop --scheme")
+    assert not (tmp_path / "s.onnx").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"{not json", "is not JSON"),
+    (b"[1, 2]", "holds a JSON list, not an object"),
+    (b'{"model_type": "llama", "rope_theta": NaN}', "NaN is not a JSON number"),
+    (b"\xff\xfe{}", "is not JSON"),
+    (b"{" + b" " * (1 << 20) + b"}", "is larger than 1048576 bytes"),
+    (b'{"model_type": "llama", "head_dim": "64"}', "head_dim must be an integer"),
+    (b'{"model_type": "bloom", "n_head": 8}', "names no maximum length: give --max-len"),
+])
+def test_a_bad_config_file_is_one_line_and_nothing_written(tmp_path, content, words):
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    result = _cli("export", "--from-hf-config", path, "--out", tmp_path / "x.onnx")
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and words in result.output, \
+        result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]

@@ -43,6 +43,11 @@ from edgepe.errors import BadParameterError
 CONFIG_BYTES_LIMIT = 1 << 20  # config.json files are a few KiB; a bigger file is not one
 
 INTERLEAVED_ROPE = ("gptj", "codegen")
+# RoPE models whose config may omit every rope key (transformers then uses rope_theta 10000).
+ROPE_MODELS = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+               "gemma", "gemma2", "phi", "phi3", "gpt_neox", "gptj", "codegen", "stablelm",
+               "starcoder2", "olmo", "olmo2", "falcon", "persimmon", "cohere", "granite",
+               "internlm2", "deepseek_v2", "deepseek_v3", "exaone", "glm")
 ALIBI_MODELS = ("bloom", "mpt")
 LEARNED_MODELS = ("gpt2", "gpt_neo", "opt", "bert", "roberta", "distilbert", "gpt_bigcode",
                   "biogpt", "xlm-roberta", "electra")
@@ -171,7 +176,7 @@ def from_hf_config(config: Mapping[str, Any]) -> HFTranslation:
     if model_type in SINUSOIDAL_MODELS:
         return _sinusoidal(c, model_type)
     if (rope is not None or c.has("rope_theta") or c.has("rotary_dim") or c.has("rotary_pct")
-            or c.has("partial_rotary_factor") or model_type == "falcon"):
+            or c.has("partial_rotary_factor") or model_type in ROPE_MODELS):
         return _rope(c, model_type)
     if model_type:
         raise BadParameterError(
@@ -197,6 +202,11 @@ def _heads(c: _Reader) -> int | None:
 def _rope(c: _Reader, model_type: str) -> HFTranslation:
     notes = []
     r = c.mapping("rope_parameters") or c.mapping("rope_scaling") or _Reader({})
+    nested = sorted(k for k, v in r.config.items() if isinstance(v, Mapping))
+    if nested:  # Gemma 3 style: one set of rope parameters per attention layer type
+        raise BadParameterError(
+            f"HF config: {r.where[:-1]} holds one set per layer type ({', '.join(nested)}); "
+            "edgepe exports one: give its values with --scheme rope and --param")
     head_dim = c.int("head_dim")
     if head_dim is None:
         width, heads = _width(c), _heads(c)
