@@ -66,7 +66,7 @@ def test_learned_table_is_the_models_row_for_row(saved, tmp_path, family, file):
     result = _invoke("export", "--from-hf-config", folder / "config.json", "--checkpoint",
                      folder / file, "--checkpoint-param", PARAMS[family], "--out", out)
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(f"from config.json: scheme learned, max_len 64, d_model 32")
+    assert result.output.startswith("from config.json: scheme learned, max_len 64, d_model 32")
     got = np.load(out)
     assert got.shape == table.shape and np.array_equal(got, table)
     manifest = json.loads((tmp_path / "wpe.npy.json").read_text())

@@ -87,8 +87,9 @@ def from_hf(path: Path | None, scheme: str | None, max_len: str | None, d_model:
     if path is None:
         missing = [flag for flag, v in (("--scheme", scheme), ("--max-len", max_len)) if v is None]
         if missing:
-            raise BadParameterError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'}"
-                                    " required (or give --from-hf-config config.json)")
+            verb = "is" if len(missing) == 1 else "are"
+            raise BadParameterError(f"{' and '.join(missing)} {verb} required (or give "
+                                    "--from-hf-config config.json)")
         return scheme, max_len, d_model, heads, params, None
     from edgepe.schemes.hf_config import from_hf_config, read_hf_config
 

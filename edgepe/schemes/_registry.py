@@ -114,7 +114,8 @@ class Param:
                 checks = ()
         except (TypeError, ValueError):
             kind = {"ints": "comma-separated integers",
-                    "floats": "comma-separated finite numbers", int: "an integer", float: "a finite number"}
+                    "floats": "comma-separated finite numbers", int: "an integer",
+                    float: "a finite number"}
             raise BadParameterError(
                 f"{where} must be {kind.get(self.type, 'a string')}, got {raw!r}"
             ) from None

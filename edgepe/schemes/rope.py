@@ -36,8 +36,9 @@ model's own rotary embedding. The two differ by up to a few float32 ulp of ``w_i
 yarn), and ``cos = 1, sin = 0`` for the pass-through slots (``w_i = 0``), so the interleaved
 rotation by ``encode`` leaves them exactly unchanged. ``apply(x, pos)`` rotates ``x [..., S, d]``
 at positions ``[S]``, or at per-row positions ``[B, S]`` for ``x [B, S, d]`` or
-``[B, H, S, d]``; ``apply(q, t) . apply(k, u)`` depends only on ``u - t``. The frequencies are computed
-per ``freq_dtype`` (below) and stored as float32; the angle is the float32 product ``pos * w_i``.
+``[B, H, S, d]``; ``apply(q, t) . apply(k, u)`` depends only on ``u - t``. The frequencies
+are computed per ``freq_dtype`` (below) and stored as float32; the angle is the float32
+product ``pos * w_i``.
 Defined for ``|pos| <= 2^24``.
 """
 
