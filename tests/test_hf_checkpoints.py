@@ -167,3 +167,47 @@ def test_checkpoint_param_needs_a_one_tensor_scheme_and_a_checkpoint(saved, tmp_
                    folder / "model.safetensors", "--checkpoint-param", "x",
                    "--checkpoint-key", "y", "--out", tmp_path / "x.npy")
     assert both.exit_code == 2 and "--checkpoint-key (a prefix) does not apply" in both.output
+
+
+def test_the_familys_table_is_found_without_checkpoint_param(saved, tmp_path):
+    folder, table = saved["opt"]
+    out = tmp_path / "opt.npy"
+    result = _invoke("export", "--from-hf-config", folder / "config.json", "--checkpoint",
+                     folder / "model.safetensors", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith(
+        "; table model.decoder.embed_positions.weight of model.safetensors")
+    assert np.array_equal(np.load(out), table)
+
+
+def test_roberta_positions_start_after_its_padding_index(tmp_path):
+    """RoBERTa numbers positions from pad_token_id + 1 inside its max_position_embeddings rows:
+    the table holds max_position_embeddings - pad - 1 positions, position 0 first."""
+    from transformers import RobertaConfig, RobertaModel
+
+    torch.manual_seed(3)
+    model = RobertaModel(RobertaConfig(hidden_size=32, num_attention_heads=4,
+                                       num_hidden_layers=1, intermediate_size=64,
+                                       max_position_embeddings=40, vocab_size=50,
+                                       pad_token_id=1)).eval()
+    model.save_pretrained(tmp_path / "roberta")
+    ids = torch.full((1, 38), 7)  # no padding: positions 2 .. 39
+    with torch.no_grad():
+        positions = model.embeddings.create_position_ids_from_input_ids(ids, 1)
+        expected = model.embeddings.position_embeddings(positions)[0].numpy()
+    out = tmp_path / "r.npy"
+    result = _invoke("export", "--from-hf-config", tmp_path / "roberta" / "config.json",
+                     "--checkpoint", tmp_path / "roberta" / "model.safetensors", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "scheme learned, max_len 38, d_model 32, offset=2" in result.output
+    assert np.array_equal(np.load(out), expected)
+
+
+def test_a_learned_config_without_weights_is_refused(saved, tmp_path):
+    folder, _ = saved["gpt2"]
+    result = _invoke("export", "--from-hf-config", folder / "config.json",
+                     "--out", tmp_path / "x.npy")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: --from-hf-config describes a learned position table (gpt2): give the model's "
+        "weights, --checkpoint model.safetensors (its table: transformer.wpe.weight)")

@@ -90,10 +90,11 @@ def from_hf(path: Path | None, scheme: str | None, max_len: str | None, d_model:
             verb = "is" if len(missing) == 1 else "are"
             raise BadParameterError(f"{' and '.join(missing)} {verb} required (or give "
                                     "--from-hf-config config.json)")
-        return scheme, max_len, d_model, heads, params, None
+        return scheme, max_len, d_model, heads, params, None, None
     from edgepe.schemes.hf_config import from_hf_config, read_hf_config
 
-    t = from_hf_config(read_hf_config(path))
+    raw = read_hf_config(path)
+    t = from_hf_config(raw)
     if scheme is not None and scheme != t.scheme:
         raise BadParameterError(f"--scheme {scheme} disagrees with --from-hf-config, which "
                                 f"describes a {t.scheme!r} model; drop --scheme")
@@ -112,7 +113,27 @@ def from_hf(path: Path | None, scheme: str | None, max_len: str | None, d_model:
             + "".join(f", {k}={v}" for k, v in shown.items())
             + "".join(f"; {note}" for note in t.notes))
     return (t.scheme, max_len if max_len is not None else str(t.max_len), width, n_heads,
-            merged, line)
+            merged, line, raw.get("model_type"))
+
+
+def learned_weights(model_type, checkpoint: Path | None, key: str | None,
+                    param: str | None) -> str | None:
+    """``--checkpoint-param`` for a learned table read from an HF config: the given one, or the
+    family's table name found in ``--checkpoint``. Without ``--checkpoint`` it is refused: a
+    seeded random table is not the model's."""
+    from edgepe.schemes.hf_config import LEARNED_TENSORS, learned_tensor
+
+    names = LEARNED_TENSORS.get(str(model_type).lower(), ())
+    if checkpoint is None:
+        raise BadParameterError(
+            f"--from-hf-config describes a learned position table ({model_type}): give the "
+            f"model's weights, --checkpoint model.safetensors"
+            + (f" (its table: {names[0]})" if names else " --checkpoint-param NAME"))
+    if param is not None or key is not None or not checkpoint.is_file():
+        return param
+    from edgepe.checkpoint import tensor_shapes
+
+    return learned_tensor(model_type, tensor_shapes(checkpoint)) or (names[0] if names else None)
 
 
 def command(
@@ -224,9 +245,15 @@ def command(
     from edgepe.export.artifact import DEFAULT_TABLE_CAP, default_out, infer_format
     from edgepe.progress import reporting
 
-    scheme, max_len, d_model, heads, params, hf_line = from_hf(
+    scheme, max_len, d_model, heads, params, hf_line, model_type = from_hf(
         from_hf_config, scheme, max_len, head_dim_alias(scheme or "rope", d_model, head_dim)
         if from_hf_config is not None else d_model, heads, parse_params(param))
+    if hf_line is not None and scheme == "learned":
+        given = checkpoint_param
+        checkpoint_param = learned_weights(model_type, checkpoint, checkpoint_key,
+                                           checkpoint_param)
+        if checkpoint_param != given:
+            hf_line += f"; table {checkpoint_param} of {checkpoint.name}"
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
     out_path = None if out is None or folder else Path(out)

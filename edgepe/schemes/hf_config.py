@@ -49,8 +49,25 @@ ROPE_MODELS = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qw
                "starcoder2", "olmo", "olmo2", "falcon", "persimmon", "cohere", "granite",
                "internlm2", "deepseek_v2", "deepseek_v3", "exaone", "glm")
 ALIBI_MODELS = ("bloom", "mpt")
-LEARNED_MODELS = ("gpt2", "gpt_neo", "opt", "bert", "roberta", "distilbert", "gpt_bigcode",
-                  "biogpt", "xlm-roberta", "electra")
+# The position table's name in each family's checkpoint (task model first, then the bare
+# model's): what --from-hf-config takes when --checkpoint-param is not given.
+LEARNED_TENSORS = {
+    "gpt2": ("transformer.wpe.weight", "wpe.weight"),
+    "gpt_neo": ("transformer.wpe.weight", "wpe.weight"),
+    "gpt_bigcode": ("transformer.wpe.weight", "wpe.weight"),
+    "opt": ("model.decoder.embed_positions.weight", "decoder.embed_positions.weight"),
+    "biogpt": ("biogpt.embed_positions.weight", "embed_positions.weight"),
+    "bert": ("bert.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
+    "roberta": ("roberta.embeddings.position_embeddings.weight",
+                "embeddings.position_embeddings.weight"),
+    "xlm-roberta": ("roberta.embeddings.position_embeddings.weight",
+                    "embeddings.position_embeddings.weight"),
+    "distilbert": ("distilbert.embeddings.position_embeddings.weight",
+                   "embeddings.position_embeddings.weight"),
+    "electra": ("electra.embeddings.position_embeddings.weight",
+                "embeddings.position_embeddings.weight"),
+}
+LEARNED_MODELS = tuple(LEARNED_TENSORS)
 SINUSOIDAL_MODELS = ("marian", "xglm", "m2m_100", "m2m100")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 # Where partial rotary has a model default when the config omits it (transformers' configs).
@@ -333,11 +350,28 @@ def _learned(c: _Reader, model_type: str) -> HFTranslation:
                                 "and n_positions/max_position_embeddings")
     params: dict[str, Any] = {}
     notes = []
-    if model_type == "opt":
+    if model_type in ("opt", "biogpt"):  # the table has max_len + 2 rows; p reads row p + 2
         width = c.int("hidden_size") or width
         params["offset"] = 2
-        notes.append("opt: its position table has 2 leading rows before position 0 (offset 2)")
+        notes.append(f"{model_type}: its position table has 2 leading rows before position 0 "
+                     "(offset 2)")
+    elif model_type in ("roberta", "xlm-roberta"):
+        # positions start at pad_token_id + 1, inside the max_position_embeddings rows
+        pad = c.int("pad_token_id", low=0)
+        offset = (1 if pad is None else pad) + 1
+        if max_len <= offset:
+            raise BadParameterError(f"HF config: {model_type} max_position_embeddings {max_len} "
+                                    f"leaves no position after its padding offset {offset}")
+        params["offset"] = offset
+        max_len -= offset
+        notes.append(f"{model_type}: positions start at pad_token_id + 1 (offset {offset})")
     return HFTranslation("learned", params, max_len, width, None, tuple(notes))
+
+
+def learned_tensor(model_type: str, names) -> str | None:
+    """The position table's name among a checkpoint's ``names`` for ``model_type``, or None."""
+    return next((n for n in LEARNED_TENSORS.get(str(model_type).lower(), ()) if n in names),
+                None)
 
 
 def _sinusoidal(c: _Reader, model_type: str) -> HFTranslation:
