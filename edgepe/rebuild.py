@@ -34,7 +34,7 @@ _OPTIONS = {"mode": None, "format": None, "dtype": None, "quantize": None,
             "quant_granularity": "channel", "lowering": "bitwise", "seed": None,
             "opset": DEFAULT_OPSET, "c_prefix": "edgepe", "c_align": 16, "int8_runtime": "fold"}
 # Recorded only when given (so manifests made without them keep their bytes): optional.
-_OPTIONAL = ("checkpoint_key",)
+_OPTIONAL = ("checkpoint_key", "checkpoint_param")
 _SCHEME_KEYS = ("scheme", "max_len", "d_model", "heads", "params")
 # A rebuild may ask the table builders for 4x the artifact's size plus this: an int8 table's
 # float32 staging is 4x its bytes; headers, graph structure and C text only add to a file.
@@ -115,6 +115,10 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
     key = inputs.get("checkpoint_key")
     if key is not None and not isinstance(key, str):
         raise ArtifactError(f"the manifest's inputs.checkpoint_key must be a string, got {key!r}")
+    param = inputs.get("checkpoint_param")
+    if param is not None and not isinstance(param, str):
+        raise ArtifactError(f"the manifest's inputs.checkpoint_param must be a string, got "
+                            f"{param!r}")
     recorded_sha = inputs.get("checkpoint_sha256")
     recorded = manifest.get("checkpoint") or {}
     check_checkpoint(recorded_sha, checkpoint)
@@ -124,12 +128,13 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
         scheme=scheme, extra=extra, max_table_bytes=max_table_bytes,
         # The recorded path string goes back into the bytes it is part of; it is never opened.
         checkpoint=recorded.get("path") if recorded_sha is not None else None,
-        checkpoint_sha256=recorded_sha, checkpoint_key=key,
+        checkpoint_sha256=recorded_sha, checkpoint_key=key, checkpoint_param=param,
         **{k: v for k, v in options.items()},
     )
     validate_choices(config)
     module = build(scheme, seed=config.seed,
-                   checkpoint=None if checkpoint is None else str(checkpoint), checkpoint_key=key)
+                   checkpoint=None if checkpoint is None else str(checkpoint), checkpoint_key=key,
+                   checkpoint_param=param)
     return config, module
 
 

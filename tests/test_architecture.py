@@ -33,7 +33,9 @@ ROOT = REPO / "edgepe"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # Third-party packages imported inside functions only, because they take a noticeable time or
 # memory to import (or are optional extras): everything else is imported at module level.
-HEAVY = ("torch", "onnx", "onnxruntime", "numpy", "matplotlib", "executorch", "openvino", "rich")
+# safetensors: only to read a checkpoint, whose tensors it hands to torch (framework "pt").
+HEAVY = ("torch", "onnx", "onnxruntime", "numpy", "matplotlib", "executorch", "openvino", "rich",
+         "safetensors")
 
 
 def lint_imports(config: Path, path: Path) -> subprocess.CompletedProcess:

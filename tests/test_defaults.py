@@ -50,13 +50,15 @@ DEFAULTS = {
     "fourier-binary": ({}, lambda n: 2 * n, None),
     "binary-2d": ({}, lambda n: 2 * n, None),
     "hierarchical": ({"widths": "3 x n"}, lambda n: 3 * n, None),
-    "sinusoidal": ({"base": 10000.0}, lambda n: 64, None),
-    "learned": ({}, lambda n: 64, None),
+    "sinusoidal": ({"base": 10000.0, "layout": "interleaved", "frequencies": "base", "offset": 0,
+                    "freq_dtype": "float64"}, lambda n: 64, None),
+    "learned": ({"offset": 0}, lambda n: 64, None),
     "sinusoidal-learned": ({"base": 10000.0}, lambda n: 64, None),
     "rope": ({"base": 10000.0, "layout": "interleaved", "rotary_dim": 0, "rope_type": "default",
               "factor": 1.0, "original_max_position_embeddings": "L", "seq_len": "L",
               "low_freq_factor": 1.0, "high_freq_factor": 4.0, "beta_fast": 32.0,
-              "beta_slow": 1.0, "attention_factor": 0.0}, lambda n: 64, None),
+              "beta_slow": 1.0, "attention_factor": 0.0, "freq_dtype": "float64",
+              "short_factor": (), "long_factor": ()}, lambda n: 64, None),
     "alibi": ({"slopes": "paper"}, None, 8),
     "gaussian": ({"sigma": 8.0}, None, 1),
 }
@@ -271,11 +273,13 @@ def test_edgepe_list_shows_the_documented_defaults():
         "hybrid-int-binary": ("-", "derived"), "binary-gated": ("-", "derived"),
         "fourier-binary": ("-", "derived"), "binary-2d": ("-", "derived"),
         "hierarchical": ("widths (3 levels of n bits)", "derived"),
-        "sinusoidal": ("base (10000.0)", "64"), "learned": ("-", "64"),
+        "sinusoidal": ("base (10000.0), layout (interleaved), frequencies (base), offset (0), "
+                       "freq_dtype (float64)", "64"), "learned": ("offset (0)", "64"),
         "sinusoidal-learned": ("base (10000.0)", "64"),
         "rope": ("base (10000.0), layout (interleaved), rotary_dim (0), rope_type (default), "
                  "factor (1.0), original_max_position_embeddings (max_len), seq_len (max_len), "
                  "low_freq_factor (1.0), high_freq_factor (4.0), beta_fast (32.0), beta_slow "
-                 "(1.0), attention_factor (0.0)", "64"),
+                 "(1.0), attention_factor (0.0), freq_dtype (float64), short_factor (none), "
+                 "long_factor (none)", "64"),
         "alibi": ("slopes (paper)", "heads 8"), "gaussian": ("sigma (8.0)", "heads 1"),
     }

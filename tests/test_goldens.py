@@ -54,7 +54,7 @@ def test_golden_runs_and_matches_its_reference(name):
                              **options)
     described = {"scheme": scheme, "max_len": max_len, "mode": config.mode,
                  "dtype": config.dtype, "d_model": config.scheme.d_model,
-                 "params": json.loads(json.dumps(config.scheme.params))}
+                 "params": json.loads(json.dumps(config.scheme.as_dict()["params"]))}
     assert {k: manifest[k] for k in described} == described
     module = build(config.scheme, seed=config.seed)
     feeds = feeds_for(config)

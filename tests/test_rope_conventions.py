@@ -210,7 +210,9 @@ def test_per_row_positions_for_3d_and_4d_inputs():
 def test_bad_conventions_are_refused():
     for params, words in [({"layout": "neox"}, "allowed: interleaved, half"),
                           ({"rotary_dim": 7}, "even"), ({"rotary_dim": 80}, "at most"),
-                          ({"rope_type": "longrope"}, "allowed: default"),
+                          ({"rope_type": "su"}, "allowed: default"),
+                          ({"rope_type": "longrope"}, "short_factor with rotary_dim / 2 = 32"),
+                          ({"freq_dtype": "float16"}, "allowed: float64, float32"),
                           ({"rope_type": "llama3", "low_freq_factor": 4.0}, "high_freq_factor")]:
         with pytest.raises(BadParameterError, match=words):
             resolve("rope", 64, d_model=64, params=params)

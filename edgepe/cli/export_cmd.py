@@ -2,6 +2,12 @@
 
 Prints one line with the path and size, and one with the quick parity check on onnxruntime CPU
 (``--no-verify`` skips it); exits 1 when parity fails, 2 on bad input (nothing written).
+
+``--from-hf-config config.json`` takes the scheme, its parameters, ``--max-len`` and the width
+from a Hugging Face model config (``edgepe.schemes.hf_config``) and prints one line saying what
+it read. Options given on the command line override the config's values (``--max-len 4096`` for
+a shorter table than the model's context, ``--param freq_dtype=float64``); a ``--scheme`` other
+than the config's is refused (exit 2), as the rest of the translation would not apply to it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Annotated
 import typer
 
 from edgepe import api
+from edgepe.contract.checkpoint import tensor_shapes
 from edgepe.contract.config import DEFAULT_TABLE_CAP, default_out, infer_format
 from edgepe.contract.errors import BadParameterError
 from edgepe.contract.progress import reporting
@@ -78,12 +85,70 @@ def parse_int(option: str, raw: str) -> int:
         raise BadParameterError(f"{option} must be an integer, got {raw!r}") from None
 
 
+def from_hf(path: Path | None, scheme: str | None, max_len: str | None, d_model: str | None,
+            heads: str | None, params: dict[str, str]):
+    """``(scheme, max_len, d_model, heads, params, line)``: the command line's values over those
+    of ``--from-hf-config`` (``line`` says what was read; ``None`` without a config)."""
+    if path is None:
+        missing = [flag for flag, v in (("--scheme", scheme), ("--max-len", max_len)) if v is None]
+        if missing:
+            verb = "is" if len(missing) == 1 else "are"
+            raise BadParameterError(f"{' and '.join(missing)} {verb} required (or give "
+                                    "--from-hf-config config.json)")
+        return scheme, max_len, d_model, heads, params, None, None
+    from edgepe.schemes.hf_config import from_hf_config, read_hf_config
+
+    raw = read_hf_config(path)
+    t = from_hf_config(raw)
+    if scheme is not None and scheme != t.scheme:
+        raise BadParameterError(f"--scheme {scheme} disagrees with --from-hf-config, which "
+                                f"describes a {t.scheme!r} model; drop --scheme")
+    if max_len is None and t.max_len is None:
+        raise BadParameterError(f"--from-hf-config {str(path)!r} names no maximum length: give "
+                                "--max-len")
+    merged = {**{k: (",".join(map(str, v)) if isinstance(v, tuple) else str(v))
+                 for k, v in t.params.items()}, **params}
+    width = d_model if d_model is not None else (None if t.d_model is None else str(t.d_model))
+    n_heads = heads if heads is not None else (None if t.heads is None else str(t.heads))
+    shown = {k: v for k, v in merged.items() if k not in ("short_factor", "long_factor")}
+    line = (f"from {path.name}: scheme {t.scheme}, max_len "
+            f"{max_len if max_len is not None else t.max_len}"
+            + (f", d_model {width}" if width is not None else "")
+            + (f", heads {n_heads}" if n_heads is not None else "")
+            + "".join(f", {k}={v}" for k, v in shown.items())
+            + "".join(f"; {note}" for note in t.notes))
+    return (t.scheme, max_len if max_len is not None else str(t.max_len), width, n_heads,
+            merged, line, raw.get("model_type"))
+
+
+def learned_weights(model_type, checkpoint: Path | None, key: str | None,
+                    param: str | None) -> str | None:
+    """``--checkpoint-param`` for a learned table read from an HF config: the given one, or the
+    family's table name found in ``--checkpoint``. Without ``--checkpoint`` it is refused: a
+    seeded random table is not the model's."""
+    from edgepe.schemes.hf_config import LEARNED_TENSORS, learned_tensor
+
+    names = LEARNED_TENSORS.get(str(model_type).lower(), ())
+    if checkpoint is None:
+        raise BadParameterError(
+            f"--from-hf-config describes a learned position table ({model_type}): give the "
+            f"model's weights, --checkpoint model.safetensors"
+            + (f" (its table: {names[0]})" if names else " --checkpoint-param NAME"))
+    if param is not None or key is not None or not checkpoint.is_file():
+        return param
+    return learned_tensor(model_type, tensor_shapes(checkpoint)) or (names[0] if names else None)
+
+
 def command(
     ctx: typer.Context,
-    scheme: Annotated[str, typer.Option(
-        "--scheme", metavar="ID", help="Scheme id (see 'edgepe list').")],
-    max_len: Annotated[str, typer.Option(
-        "--max-len", metavar="L", help="Positions 0 .. L-1 the artifact is built for.")],
+    scheme: Annotated[str | None, typer.Option(
+        "--scheme", metavar="ID", help="Scheme id (see 'edgepe list').")] = None,
+    max_len: Annotated[str | None, typer.Option(
+        "--max-len", metavar="L", help="Positions 0 .. L-1 the artifact is built for.")] = None,
+    from_hf_config: Annotated[Path | None, typer.Option(
+        "--from-hf-config", metavar="FILE",
+        help="A Hugging Face config.json: scheme, params, --max-len and width from it "
+        "(options given here override it).")] = None,
     d_model: Annotated[str | None, typer.Option(
         "--d-model", metavar="D", help="Encoding width (default: the scheme's).")] = None,
     head_dim: Annotated[str | None, typer.Option(
@@ -112,6 +177,10 @@ def command(
         "--checkpoint-key", metavar="PREFIX",
         help="The encoding's prefix in a whole model's state_dict (e.g. pos for "
              "pos.projection.weight).")] = None,
+    checkpoint_param: Annotated[str | None, typer.Option(
+        "--checkpoint-param", metavar="NAME",
+        help="The one tensor to load from --checkpoint (safetensors or state_dict), e.g. "
+             "transformer.wpe.weight.")] = None,
     seed: Annotated[str, typer.Option(
         "--seed", metavar="N", help="Seed of the learned weights' init.")] = "0",
     opset: Annotated[str | None, typer.Option(
@@ -175,19 +244,30 @@ def command(
 ) -> None:
     """Export a positional encoding as an ONNX graph, a table, a C header or an ExecuTorch
     program."""
+    scheme, max_len, d_model, heads, params, hf_line, model_type = from_hf(
+        from_hf_config, scheme, max_len, head_dim_alias(scheme or "rope", d_model, head_dim)
+        if from_hf_config is not None else d_model, heads, parse_params(param))
+    if hf_line is not None and scheme == "learned":
+        given = checkpoint_param
+        checkpoint_param = learned_weights(model_type, checkpoint, checkpoint_key,
+                                           checkpoint_param)
+        if checkpoint_param != given:
+            hf_line += f"; table {checkpoint_param} of {checkpoint.name}"
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
     out_path = None if out is None or folder else Path(out)
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)
-    d_model = head_dim_alias(scheme, d_model, head_dim)
+    if from_hf_config is None:
+        d_model = head_dim_alias(scheme, d_model, head_dim)
     # Sizes stay strings until resolve() checks them, so messages can name the bad value.
     config = api.make_config(
-        scheme, max_len, d_model=d_model, heads=heads, params=parse_params(param), mode=mode,
+        scheme, max_len, d_model=d_model, heads=heads, params=params, mode=mode,
         format=format, dtype=dtype, quantize=quantize, quant_granularity=quant_granularity,
         lowering=lowering or "bitwise", int8_runtime=int8_runtime, checkpoint=checkpoint,
-        checkpoint_key=checkpoint_key, seed=parse_int("--seed", seed),
+        checkpoint_key=checkpoint_key, checkpoint_param=checkpoint_param,
+        seed=parse_int("--seed", seed),
         opset=None if opset is None else parse_int("--opset", opset), c_prefix=c_prefix,
         c_align=parse_int("--c-align", c_align),
         max_table_bytes=(DEFAULT_TABLE_CAP if max_table_bytes is None
@@ -204,6 +284,8 @@ def command(
     with reporting(not quiet and sys.stderr.isatty()):
         result, report = api.export(config, force=force, verify=not no_verify)
     if not quiet:
+        if hf_line is not None:  # after the export: a refused one prints its error line only
+            typer.echo(hf_line)
         size = result.path.stat().st_size
         state = "unchanged (identical export already there)" if result.unchanged else "wrote"
         typer.echo(f"{state} {result.path} ({size} bytes, sha256 "

@@ -64,6 +64,7 @@ class ExportConfig:
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
     checkpoint_key: str | None = None  # prefix of the module's entries in a model's state_dict
+    checkpoint_param: str | None = None  # the one tensor to load (transformer.wpe.weight)
     opset: int | None = None  # None: DEFAULT_OPSET, or INT8_OPSET for an int8 ONNX graph
     c_prefix: str = "edgepe"
     c_align: int = 16
@@ -96,6 +97,7 @@ class ExportConfig:
             "c_align": self.c_align if self.format == "c" else None,
             # only when given, so every manifest made without it keeps its bytes
             **({"checkpoint_key": self.checkpoint_key} if self.checkpoint_key else {}),
+            **({"checkpoint_param": self.checkpoint_param} if self.checkpoint_param else {}),
             # recorded for int8 ONNX graphs only, so no other artifact's manifest changes
             **({"int8_runtime": self.int8_runtime} if self.int8_graph else {}),
             **dict(self.extra),
@@ -189,7 +191,8 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
             None
             if config.checkpoint is None
             else {"path": str(config.checkpoint), "sha256": config.checkpoint_sha256,
-                  **({"key": config.checkpoint_key} if config.checkpoint_key else {})}
+                  **({"key": config.checkpoint_key} if config.checkpoint_key else {}),
+                  **({"param": config.checkpoint_param} if config.checkpoint_param else {})}
         ),
         "positions": {
             "arity": s.arity,
@@ -334,6 +337,12 @@ def validate_choices(config: ExportConfig) -> None:
     if config.checkpoint_key is not None and config.checkpoint is None:
         raise BadParameterError("--checkpoint-key names a prefix inside --checkpoint FILE; "
                                 "give --checkpoint too")
+    if config.checkpoint_param is not None and config.checkpoint is None:
+        raise BadParameterError("--checkpoint-param names a tensor inside --checkpoint FILE; "
+                                "give --checkpoint too")
+    if config.checkpoint_param is not None and config.checkpoint_key is not None:
+        raise BadParameterError("--checkpoint-param names one tensor by its full name; "
+                                "--checkpoint-key (a prefix) does not apply with it")
     if config.checkpoint is not None and not spec.learnable:
         raise BadParameterError(
             f"scheme '{spec.id}' has no learned weights: --checkpoint does not apply"

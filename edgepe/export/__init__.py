@@ -34,7 +34,8 @@ def prepare(config: ExportConfig, module=None) -> Prepared:
     validate_choices(config)
     if module is None:
         module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint,
-                       checkpoint_key=config.checkpoint_key)
+                       checkpoint_key=config.checkpoint_key,
+                       checkpoint_param=config.checkpoint_param)
     if config.format == "onnx":
         from edgepe.formats.onnx import prepare as prepare_format
     elif config.format == "npy":

@@ -45,6 +45,7 @@ def make_config(
     int8_runtime: str = "fold",
     checkpoint: str | Path | None = None,
     checkpoint_key: str | None = None,
+    checkpoint_param: str | None = None,
     seed: int = 0,
     opset: int | None = None,
     c_prefix: str = "edgepe",
@@ -62,7 +63,8 @@ def make_config(
     only; refused for other formats) defaults to 18, 19 for int8 graphs, and is written as given
     or refused with the reason. A ``checkpoint`` must
     be an existing file; its sha256 goes into the config (and so into the manifest);
-    ``checkpoint_key`` picks the entries under that prefix of a whole model's state_dict.
+    ``checkpoint_key`` picks the entries under that prefix of a whole model's state_dict,
+    ``checkpoint_param`` the one named tensor (a safetensors file or a torch state_dict).
     """
     from edgepe.schemes import resolve
 
@@ -89,6 +91,7 @@ def make_config(
         checkpoint=None if checkpoint is None else str(checkpoint),
         checkpoint_sha256=checkpoint_sha256,
         checkpoint_key=checkpoint_key,
+        checkpoint_param=checkpoint_param,
         opset=None if opset is None else int(opset),
         c_prefix=c_prefix,
         c_align=int(c_align),

@@ -613,12 +613,17 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         )
     else:
         signature = f"static inline void {function}(int64_t pos, float out[{macro}_D])"
-        layout = ("out[2i] = sinf(a_i), out[2i + 1] = cosf(a_i)" if s.scheme == "sinusoidal"
+        half_sin = s.scheme == "sinusoidal" and s.params.get("layout") == "half"
+        offset = s.params.get("offset", 0) if s.scheme == "sinusoidal" else 0
+        layout = (f"out[i] = sinf(a_i), out[{macro}_HALF + i] = cosf(a_i)" if half_sin
+                  else "out[2i] = sinf(a_i), out[2i + 1] = cosf(a_i)" if s.scheme == "sinusoidal"
                   else f"out[i] = cosf(a_i), out[{macro}_HALF + i] = sinf(a_i)")
         lines = [
             f"{function}: the encoding of one position, computed;",
             f"out[{s.d_model}] float32: {layout},",
-            f"a_i = (float)pos * {symbol}[i] in float32 (the reference's angle).",
+            (f"a_i = (float)(pos + {offset}) * {symbol}[i] in float32 (the reference's "
+             "angle)." if offset else
+             f"a_i = (float)pos * {symbol}[i] in float32 (the reference's angle)."),
             f"Defined for |pos| <= {limit} (float32's exact integers). sinf/cosf are your C "
             "library's (link",
             f"with -lm), within the scheme's tolerance of the reference, atol "
@@ -627,14 +632,22 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
             "|pos| <= 2^24.",
         ]
         head = f"#define {macro}_D {s.d_model}\n#define {macro}_HALF {s.d_model // 2}\n\n"
-        store = ("        out[2 * i] = sinf(a);\n        out[2 * i + 1] = cosf(a);\n"
+        scaled = s.scheme == "rope" and getattr(module, "scaled", False)
+        if scaled:  # yarn / longrope: cos, sin times the attention factor, as Rope.encode
+            lines.append(f"cos, sin times {base}_scale[i] (the attention factor), in float32.")
+        store = (f"        out[i] = cosf(a) * {base}_scale[i];\n"
+                 f"        out[{macro}_HALF + i] = sinf(a) * {base}_scale[i];\n" if scaled else
+                 f"        out[i] = sinf(a);\n        out[{macro}_HALF + i] = cosf(a);\n"
+                 if half_sin else
+                 "        out[2 * i] = sinf(a);\n        out[2 * i + 1] = cosf(a);\n"
                  if s.scheme == "sinusoidal" else
                  f"        out[i] = cosf(a);\n        out[{macro}_HALF + i] = sinf(a);\n")
         body = (
             "    /* Through int32_t: exact for |pos| <= 2^24, and no libgcc helper on a 32-bit "
             "MCU. */\n"
-            "    const float p = (float)(int32_t)pos;\n    uint32_t i;\n"
-            f"    for (i = 0; i < {macro}_HALF; ++i) {{\n"
+            + (f"    const float p = (float)(int32_t)(pos + {offset});\n    uint32_t i;\n"
+               if offset else "    const float p = (float)(int32_t)pos;\n    uint32_t i;\n")
+            + f"    for (i = 0; i < {macro}_HALF; ++i) {{\n"
             f"        const float a = p * {symbol}[i];\n{store}    }}\n"
         )
 
@@ -647,6 +660,11 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         literals = ",\n    ".join(", ".join(cells[i:i + 8]) for i in range(0, len(cells), 8))
         f.write(f"static {macro}_ATTR const float {symbol}[{count}] = {{\n    {literals}\n}};"
                 "\n\n".encode())
+        if not alibi and s.scheme == "rope" and getattr(module, "scaled", False):
+            scale = c_floats(module.scale.detach().numpy().astype(np.float32))
+            rows = ",\n    ".join(", ".join(scale[i:i + 8]) for i in range(0, len(scale), 8))
+            f.write(f"static {macro}_ATTR const float {base}_scale[{count}] = {{\n    {rows}\n}};"
+                    "\n\n".encode())
         f.write(f"{signature}\n{{\n{body}}}\n".encode())
         data = values.astype("<f4").tobytes()
         f.write(_closing(config, symbol, hashlib.sha256(data).hexdigest(), len(data)).encode())

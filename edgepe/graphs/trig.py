@@ -51,8 +51,13 @@ MS_DOMAIN = "com.microsoft"
 
 def _angles(g: Graph, module, width: int | None = None) -> str:
     """``theta [N, width]`` float32 ``= Cast(positions) * inv_freq[:width]`` (default all
-    ``d/2``), as ``sinusoidal.angles``."""
-    column = g.op("Unsqueeze", g.cast(POSITIONS, "float32"), g.const([-1], np.int64))
+    ``d/2``), as ``sinusoidal.angles``; sinusoidal's ``offset`` is added to the int64 positions
+    first, as the reference does."""
+    positions = POSITIONS
+    if getattr(module, "offset", 0):
+        positions = g.op("Add", positions, g.const(np.int64(module.offset), np.int64,
+                                                   name="offset"))
+    column = g.op("Unsqueeze", g.cast(positions, "float32"), g.const([-1], np.int64))
     inv_freq = module.inv_freq.detach().numpy()[:width].reshape(1, -1)
     return g.op("Mul", column, g.const(inv_freq, np.float32, name="inv_freq"), out="theta")
 
@@ -84,8 +89,12 @@ def _pe_model(config: ExportConfig, g: Graph, pe: str, manifest: dict) -> onnx.M
 
 
 def sinusoidal(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
-    """``positions [N] int64 -> pe [N, d]``: Cast, Mul by ``inv_freq``, Sin/Cos, interleave."""
+    """``positions [N] int64 -> pe [N, d]``: Cast, Mul by ``inv_freq``, Sin/Cos, interleave
+    (``layout=half``: Concat ``[sin | cos]``)."""
     g = Graph("edgepe_sinusoidal")
+    if getattr(module, "layout", "interleaved") == "half":
+        sin, cos = _sin_cos(g, module)
+        return _pe_model(config, g, g.op("Concat", sin, cos, axis=-1), manifest)
     return _pe_model(config, g, _interleaved(g, module), manifest)
 
 

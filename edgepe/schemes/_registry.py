@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgepe.contract.checkpoint import load_into
+from edgepe.contract.checkpoint import load_into, load_param_into
 from edgepe.contract.errors import BadParameterError, UnknownSchemeError, did_you_mean
 from edgepe.contract.manifest import D_MODEL_LIMIT, HEADS_LIMIT, MAX_LEN_LIMIT  # resolve's caps
 
@@ -46,10 +46,13 @@ def min_bits(max_len: int) -> int:
 class Param:
     """A scheme parameter beyond ``max_len``/``d_model``/``heads``.
 
-    ``type`` is ``int``, ``float``, ``str`` or ``"ints"`` (a comma-separated tuple of ints).
+    ``type`` is ``int``, ``float``, ``str``, ``"ints"`` (a comma-separated tuple of ints) or
+    ``"floats"`` (a comma-separated tuple of finite numbers; ``()`` allowed as a default).
     ``low`` is an inclusive lower bound (``low_open`` makes it exclusive), ``high`` an inclusive
     upper bound. ``default`` may be a function of ``max_len``; ``default_text`` then says it in
-    words for ``edgepe list``.
+    words for ``edgepe list``. ``omit_default``: a parameter added after artifacts were already
+    written is left out of ``as_dict`` (so of manifests) at its default, so an older manifest,
+    which lacks it, still rebuilds the same bytes; its absence means the default.
     """
 
     name: str
@@ -61,6 +64,7 @@ class Param:
     choices: tuple[str, ...] | None = None
     high: float | None = None
     default_text: str | None = None
+    omit_default: bool = False
 
     def describe_default(self) -> str:
         """The default as ``edgepe list`` shows it: ``default_text`` when it depends on max_len."""
@@ -81,6 +85,14 @@ class Param:
                 if not value:
                     raise ValueError
                 checks = value
+            elif self.type == "floats":
+                items = raw.split(",") if isinstance(raw, str) else list(raw)
+                if any(isinstance(v, bool) for v in items):
+                    raise ValueError
+                value = tuple(float(str(v).strip()) for v in items)
+                if not value or not all(math.isfinite(v) for v in value):
+                    raise ValueError
+                checks = value
             elif self.type is int:
                 if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
                     raise ValueError
@@ -97,7 +109,9 @@ class Param:
                 value = str(raw)
                 checks = ()
         except (TypeError, ValueError):
-            kind = {"ints": "comma-separated integers", int: "an integer", float: "a finite number"}
+            kind = {"ints": "comma-separated integers",
+                    "floats": "comma-separated finite numbers", int: "an integer",
+                    float: "a finite number"}
             raise BadParameterError(
                 f"{where} must be {kind.get(self.type, 'a string')}, got {raw!r}"
             ) from None
@@ -185,12 +199,16 @@ class SchemeConfig:
         return self.spec.arity(self) if self.spec.arity else None
 
     def as_dict(self) -> dict[str, Any]:
+        omitted = {p.name for p in self.spec.params
+                   if p.omit_default and p.name in self.params
+                   and self.params[p.name] == p.default_for(self.max_len)}
         return {
             "scheme": self.scheme,
             "max_len": self.max_len,
             "d_model": self.d_model,
             "heads": self.heads,
-            "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params.items()},
+            "params": {k: list(v) if isinstance(v, tuple) else v
+                       for k, v in self.params.items() if k not in omitted},
         }
 
 
@@ -305,12 +323,13 @@ def resolve(
 
 
 def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
-          checkpoint_key: str | None = None):
+          checkpoint_key: str | None = None, checkpoint_param: str | None = None):
     """The reference module for ``config``, in eval mode.
 
     Learnable parameters are initialised from ``seed`` (without touching the global RNG), or
     loaded from ``checkpoint`` (``torch.load(weights_only=True)``, keys and shapes checked;
-    ``checkpoint_key``: the prefix of the module's entries in a whole model's state_dict).
+    ``checkpoint_key``: the prefix of the module's entries in a whole model's state_dict;
+    ``checkpoint_param``: the name of the one tensor to load, e.g. ``transformer.wpe.weight``).
     """
     import torch
 
@@ -318,6 +337,8 @@ def build(config: SchemeConfig, seed: int = 0, checkpoint: str | None = None,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         module = cls.from_config(config)
-    if checkpoint is not None:
+    if checkpoint is not None and checkpoint_param is not None:
+        load_param_into(module, checkpoint, checkpoint_param)
+    elif checkpoint is not None:
         load_into(module, checkpoint, checkpoint_key)
     return module.eval()

@@ -2,7 +2,10 @@
 
 Positions past the end clamp to the last row and negative ones to the first: "the most common
 strategy, clamping, reuses the vector for the last known position". The table is a parameter
-(init normal, std 0.02, from the seed); only a table export exists.
+(init normal, std 0.02, from the seed, or a model's own table: ``--checkpoint`` with
+``--checkpoint-param transformer.wpe.weight``); only a table export exists. ``offset``: leading
+rows of the checkpoint's tensor that are no position (OPT's ``embed_positions`` has 2); the
+table holds the rows after them, position 0 first.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import torch
 from torch import nn
 
 from edgepe.schemes._base import Scheme, require_table_bytes
-from edgepe.schemes._registry import SchemeConfig, SchemeSpec, register
+from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, register
 
 
 @register(
@@ -20,6 +23,8 @@ from edgepe.schemes._registry import SchemeConfig, SchemeSpec, register
         source="principles",
         summary="learned table; positions past the end clamp to the last row",
         modes=("table",),
+        params=(Param("offset", 0, int, "leading rows of a --checkpoint-param tensor before "
+                      "position 0 (OPT: 2)", low=0, high=2**20, omit_default=True),),
         tolerance=(0.0, 0.0),
         tolerance_why="rows are copied, never computed: bitwise equal",
         oob="clamp",

@@ -19,15 +19,26 @@ Conventions, as the models people deploy define them (issue 16):
   ``P / high_freq_factor`` keep it, and between them blend with ``(P / wavelen - low) / (high -
   low)``; ``yarn``: ``w_i`` blends ``w_i`` and ``w_i / factor`` by a linear ramp over the
   dimensions between ``find_correction_dim(beta_fast)`` and ``(beta_slow)``, and cos/sin are
-  multiplied by the attention factor (``attention_factor``, or ``0.1 ln(factor) + 1`` when 0).
+  multiplied by the attention factor (``attention_factor``, or ``0.1 ln(factor) + 1`` when 0);
+  ``longrope`` (Phi-3): ``w_i = 1 / (f_i base^(2i/R))`` with ``f = long_factor`` when ``seq_len >
+  P``, else ``short_factor`` (``R/2`` numbers each), and cos/sin times ``attention_factor``, or
+  ``sqrt(1 + ln(factor) / ln(P))`` when 0 (1 for ``factor <= 1``).
+
+``freq_dtype``: ``float64`` (the default for ``--scheme rope``) computes ``w`` in float64 and
+rounds it to float32 once; ``float32`` computes it as transformers does, op for op on float32
+tensors (``1.0 / (base ** (arange(0, R, 2).float() / R))`` and each rope_type's float32 steps;
+dynamic NTK past ``P`` in float32 too, as its forward does), so cos/sin are bit-exact with the
+model's own rotary embedding. The two differ by up to a few float32 ulp of ``w_i`` (measured:
+7.6e-6 in cos at position 511, d 64, base 10000). ``--from-hf-config`` picks ``float32``.
 
 ``encode(pos)`` gives ``[N, d] = [cos(theta) | sin(theta)]``, one column per pair slot
 ``i < d/2``: ``theta_i = pos w_i`` for the ``R/2`` rotated pairs (times the attention factor for
 yarn), and ``cos = 1, sin = 0`` for the pass-through slots (``w_i = 0``), so the interleaved
 rotation by ``encode`` leaves them exactly unchanged. ``apply(x, pos)`` rotates ``x [..., S, d]``
 at positions ``[S]``, or at per-row positions ``[B, S]`` for ``x [B, S, d]`` or
-``[B, H, S, d]``; ``apply(q, t) . apply(k, u)`` depends only on ``u - t``. The frequencies are
-computed in float64 and stored as float32; the angle is the float32 product ``pos * w_i``.
+``[B, H, S, d]``; ``apply(q, t) . apply(k, u)`` depends only on ``u - t``. The frequencies
+are computed per ``freq_dtype`` (below) and stored as float32; the angle is the float32
+product ``pos * w_i``.
 Defined for ``|pos| <= 2^24``.
 """
 
@@ -49,7 +60,13 @@ from edgepe.schemes._registry import (
 from edgepe.schemes.sinusoidal import BASE, angles
 
 LAYOUTS = ("interleaved", "half")
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+FREQ_DTYPES = ("float64", "float32")
+# Parameters added after rope artifacts were first written: left out of a manifest at their
+# default, so earlier artifacts rebuild byte-identical (Param.omit_default).
+FREQ_DTYPE = Param("freq_dtype", "float64", str, "inverse frequencies computed in float64 and "
+                   "rounded once, or in float32 op for op as transformers does",
+                   choices=FREQ_DTYPES, omit_default=True)
 
 
 def rotary_dim(config: SchemeConfig) -> int:
@@ -57,8 +74,31 @@ def rotary_dim(config: SchemeConfig) -> int:
     return config.params["rotary_dim"] or config.d_model
 
 
+def attention_factor(config: SchemeConfig) -> float:
+    """The cos/sin multiplier: yarn's and longrope's attention factor, 1 otherwise."""
+    p = config.params
+    kind, factor = p["rope_type"], p["factor"]
+    if kind == "yarn":
+        return p["attention_factor"] or 0.1 * math.log(factor) + 1.0
+    if kind == "longrope":
+        if p["attention_factor"]:
+            return p["attention_factor"]
+        original = p["original_max_position_embeddings"]
+        return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return 1.0
+
+
+def _longrope_factors(config: SchemeConfig) -> tuple[float, ...]:
+    p = config.params
+    long = p["seq_len"] > p["original_max_position_embeddings"]
+    return p["long_factor"] if long else p["short_factor"]
+
+
 def frequencies(config: SchemeConfig) -> tuple[torch.Tensor, float]:
-    """``(w [R/2] float64, attention_factor)`` of the config's ``rope_type`` (module docstring)."""
+    """``(w [R/2], attention_factor)`` of the config's ``rope_type`` (module docstring): float64
+    for ``freq_dtype=float64``, float32 computed as transformers does for ``float32``."""
+    if config.params.get("freq_dtype", "float64") == "float32":
+        return frequencies_float32(config), attention_factor(config)
     p = config.params
     dim, base, factor = rotary_dim(config), p["base"], p["factor"]
     exponent = torch.arange(0, dim, 2, dtype=torch.float64) / dim
@@ -68,6 +108,9 @@ def frequencies(config: SchemeConfig) -> tuple[torch.Tensor, float]:
         seq_len = max(p["seq_len"], original)
         base = base * ((factor * seq_len / original) - (factor - 1)) ** (dim / (dim - 2))
     w = 1.0 / base**exponent
+    if kind == "longrope":
+        ext = torch.tensor(_longrope_factors(config), dtype=torch.float64)
+        return 1.0 / (ext * base**exponent), attention_factor(config)
     if kind == "linear":
         return w / factor, 1.0
     if kind == "llama3":
@@ -91,9 +134,57 @@ def frequencies(config: SchemeConfig) -> tuple[torch.Tensor, float]:
         ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
         extrapolation = 1 - ramp
         w = (w / factor) * (1 - extrapolation) + w * extrapolation
-        attention = p["attention_factor"] or 0.1 * math.log(factor) + 1.0
-        return w, attention
+        return w, attention_factor(config)
     return w, 1.0
+
+
+def frequencies_float32(config: SchemeConfig) -> torch.Tensor:
+    """``w [R/2]`` float32, op for op as transformers' rope init functions compute it
+    (``modeling_rope_utils.py``; default: each model's ``compute_default_rope_parameters``)."""
+    p = config.params
+    dim, base, factor = rotary_dim(config), p["base"], p["factor"]
+    original = p["original_max_position_embeddings"]
+    kind = p["rope_type"]
+    exponent = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    if kind == "longrope":
+        ext = torch.tensor(_longrope_factors(config), dtype=torch.float32)
+        return 1.0 / (ext * base**exponent)
+    if kind == "dynamic":
+        if p["seq_len"] > original:
+            # the forward's update: seq_len is the tensor max(position_ids) + 1, so the new base
+            # is a float32 tensor
+            seq = torch.tensor(p["seq_len"], dtype=torch.int64)
+            base = base * ((factor * seq / original) - (factor - 1)) ** (dim / (dim - 2))
+        else:  # the init's: python floats, seq_len = max_position_embeddings
+            base = base * ((factor * original / original) - (factor - 1)) ** (dim / (dim - 2))
+    if kind == "yarn":
+        def correction_dim(rotations: float) -> float:
+            return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+        extrapolation_w = 1.0 / pos_freqs
+        interpolation_w = 1.0 / (factor * pos_freqs)
+        low = max(math.floor(correction_dim(p["beta_fast"])), 0)
+        high = min(math.ceil(correction_dim(p["beta_slow"])), dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp.to(dtype=torch.float)
+        return interpolation_w * (1 - extrapolation) + extrapolation_w * extrapolation
+    w = 1.0 / (base**exponent)
+    if kind == "linear":
+        w /= factor
+    elif kind == "llama3":
+        low_wavelen = original / p["low_freq_factor"]
+        high_wavelen = original / p["high_freq_factor"]
+        wavelen = 2 * math.pi / w
+        scaled = torch.where(wavelen > low_wavelen, w / factor, w)
+        smooth = (original / wavelen - p["low_freq_factor"]) / (
+            p["high_freq_factor"] - p["low_freq_factor"])
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        w = torch.where(medium, blended, scaled)
+    return w
 
 
 def _check(config: SchemeConfig) -> None:
@@ -112,6 +203,12 @@ def _check(config: SchemeConfig) -> None:
             f"scheme 'rope': llama3 needs high_freq_factor > low_freq_factor, got "
             f"{p['high_freq_factor']} and {p['low_freq_factor']}"
         )
+    if p["rope_type"] == "longrope":
+        for name in ("short_factor", "long_factor"):
+            if len(p[name]) != r // 2:
+                raise BadParameterError(
+                    f"scheme 'rope': longrope needs {name} with rotary_dim / 2 = {r // 2} numbers "
+                    f"(one per rotated pair), got {len(p[name])}")
 
 
 @register(
@@ -139,8 +236,13 @@ def _check(config: SchemeConfig) -> None:
             Param("high_freq_factor", 4.0, float, "llama3", low=0.0, low_open=True),
             Param("beta_fast", 32.0, float, "yarn", low=0.0, low_open=True),
             Param("beta_slow", 1.0, float, "yarn", low=0.0, low_open=True),
-            Param("attention_factor", 0.0, float, "yarn: cos/sin scale (0: 0.1 ln(factor) + 1)",
-                  low=0.0),
+            Param("attention_factor", 0.0, float, "yarn, longrope: cos/sin scale (0: yarn "
+                  "0.1 ln(factor) + 1, longrope sqrt(1 + ln(factor) / ln(P)))", low=0.0),
+            FREQ_DTYPE,
+            Param("short_factor", (), "floats", "longrope: R/2 frequency divisors for seq_len "
+                  "<= P", low=0.0, low_open=True, omit_default=True, default_text="none"),
+            Param("long_factor", (), "floats", "longrope: R/2 frequency divisors for seq_len "
+                  "> P", low=0.0, low_open=True, omit_default=True, default_text="none"),
         ),
         even_d_model=True,
         # For encode ([cos | sin]). apply(x) multiplies the same cos/sin by x: its error scales
@@ -157,7 +259,7 @@ class Rope(Scheme):
         super().__init__(config)
         half = config.d_model // 2
         w, attention = frequencies(config)
-        inv_freq = torch.zeros(half, dtype=torch.float64)  # pass-through slots: angle 0
+        inv_freq = torch.zeros(half, dtype=w.dtype)  # pass-through slots: angle 0
         inv_freq[: len(w)] = w
         scale = torch.ones(half, dtype=torch.float64)
         scale[: len(w)] = attention
