@@ -1,0 +1,140 @@
+"""Put an edgepe PE artifact inside a user's ONNX model, and prove the model unchanged.
+
+    from edgepe import graft
+    report = graft("model.onnx", pe="models/binary-compute-L512-d64.onnx",
+                   at="/pe/projection/MatMul_output_0", positions="arange:x", out="out.onnx")
+    print(report)               # what was removed and added, bytes, max error per output
+    report = graft("model.onnx", scheme="binary", quantize="int8", out="out.onnx")
+
+What happens (issue 18):
+
+- The PE's output replaces tensor ``at`` (``add=True``: is added to it, for a model that has no
+  PE yet). The producer subgraph of ``at`` is removed where nothing else uses it, with its
+  initializers (a ``[max_len, n_bits]`` float table and its projection weight, typically).
+- The PE's ``positions`` input is wired to the model: an existing integer input (``position_ids``;
+  any rank, flattened and the encoding reshaped back), a new int64 input ``[S]`` of that name, or
+  ``arange:INPUT[:AXIS]``: ``0 .. S - 1`` with ``S`` the size of ``INPUT``'s axis (default 1 for
+  ``[B, S, ...]`` inputs, 0 for ``[S]``) by Shape, Squeeze and Range. ``[S, D]`` becomes ``[1, S,
+  D]`` when the replaced tensor has more axes.
+- Opsets are reconciled by ``onnx.version_converter`` (the lower side converted up; DESIGN: torch's
+  dynamo exporter writes IR 10, edgepe IR 8); the result's IR version is the highest of the two
+  models' and of what its opsets need. Every PE name gets a prefix (``onnx.compose.add_prefix``)
+  that no name in the model starts with, so grafting twice never collides. The PE's manifest goes
+  into ``metadata_props`` under ``edgepe.graft.<n>``. The result passes ``onnx.checker`` (full).
+- Then ``prove``: onnxruntime CPU runs the original and the grafted model at several sequence
+  lengths (up to ``max_len``, so positions reach ``max_len - 1``) on random inputs and compares
+  every output within the PE's tolerance propagated through the model (see ``prove``).
+
+``--scheme ID`` finds the PE itself (``detect``): a constant bit table ``[.., L, n_bits(L)]``
+sliced or gathered by position, then a MatMul by a constant ``[n_bits, D]`` weight: the demo
+notebook's module as both torch.onnx exporters emit it. The weight is read from the model; the
+matching artifact is built in memory and grafted.
+
+The artifact is untrusted input: it is read through ``runtime.read_artifact_manifest`` (fields
+checked, file checked against its sha256; ``_read_artifact`` is the one call site), its bytes are
+bounded and hashed again as read, and a model or artifact that names external data is refused
+(no path it names is opened).
+
+One file per role: ``read`` (the model and the artifact as untrusted input), ``find`` (the PE
+in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the original),
+``report`` (what it did, in words); this module holds the whole command, ``graft``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from edgepe.errors import BadParameterError
+from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
+from edgepe.graft.prove import pe_tolerance, prove, table_pe
+from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
+from edgepe.graft.report import GraftReport, OutputCheck
+from edgepe.graft.splice import (
+    METADATA_KEY,
+    PREFIX,
+    Grafted,
+    Positions,
+    _opset,
+    graft_model,
+    reconcile,
+)
+
+# --- the whole command ------------------------------------------------------------------------
+
+
+def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None,
+          positions: str | Positions | None = None, out: str | Path | None = None,
+          scheme: str | None = None, add: bool = False, check: bool = True, force: bool = False,
+          lengths: Sequence[int] | None = None, seed: int = 0, **export_options) -> GraftReport:
+    """Graft a PE into the model at ``model`` and prove it; write ``out`` if the proof holds.
+
+    Either ``pe`` (an edgepe ONNX artifact) with ``at``, or ``scheme`` (found by ``detect``;
+    ``export_options`` go to ``api.make_config``). ``check=False`` skips ``prove``. Returns a
+    ``GraftReport``, falsy when an output differs beyond its tolerance (then nothing is written).
+    Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
+    replaced with ``force``.
+    """
+    from edgepe.errors import OutputPathError
+    from edgepe.export.artifact import atomic_write, check_writable
+
+    if (pe is None) == (scheme is None):
+        raise BadParameterError("graft needs --pe ARTIFACT --at TENSOR, or --scheme ID (not both)")
+    if pe is not None and not at:
+        raise BadParameterError("--pe needs --at TENSOR: the tensor the PE replaces")
+    if export_options and scheme is None:
+        raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
+                                "--scheme (an artifact given with --pe is already exported)")
+    if out is not None:
+        out = Path(out)
+        check_writable(out)
+        if out.exists() and not force:
+            raise OutputPathError(f"{str(out)!r} exists; pass --force to replace it")
+    original, size = load_model(model)
+    if scheme is not None:
+        candidates = detect(original, scheme)
+        if not candidates:
+            raise BadParameterError(
+                f"no '{scheme}' PE found in {str(model)!r}: looked for a constant bit table "
+                "[.., L, n_bits(L)] sliced or gathered by position, then MatMul by a constant "
+                "[n_bits, D] weight; pass --pe ARTIFACT --at TENSOR instead")
+        if at is not None:
+            chosen = [c for c in candidates if c.at == at]
+            if not chosen:
+                raise BadParameterError(
+                    f"no '{scheme}' PE makes tensor {at!r}; found at "
+                    f"{', '.join(repr(c.at) for c in candidates)}")
+            candidates = chosen
+        if len(candidates) > 1:
+            raise BadParameterError(
+                f"{len(candidates)} '{scheme}' PE subgraphs found in {str(model)!r} (at "
+                f"{', '.join(repr(c.at) for c in candidates)}); graft one with --at TENSOR")
+        found = candidates[0]
+        pe_model, manifest = build_detected(found, scheme, **export_options)
+        at, positions = found.at, positions or found.positions
+        kind = "int8" if manifest["inputs"]["quantize"] == "int8" else manifest["dtype"]
+        name = f"{scheme} ({manifest['mode']}, {kind}) built from {found.table!r} and " \
+               f"{found.weight_name!r}"
+    else:
+        pe_model, manifest = load_pe(pe)
+        name = f"{manifest['scheme']} ({manifest['mode']}) from {str(pe)!r}"
+    grafted = graft_model(original, pe_model, manifest, at, positions, add)
+    data = grafted.model.SerializeToString()
+    report = GraftReport(name, at, str(grafted.positions), grafted.prefix,
+                         grafted.removed_nodes, grafted.removed_bytes, grafted.pe_bytes, size,
+                         len(data), grafted.metadata_bytes,
+                         f"opset {_opset(original)} -> {_opset(grafted.model)}"
+                         if grafted.converted else None, model=grafted.model)
+    if check:
+        report.lengths, report.checks = prove(original, grafted, pe_model, manifest,
+                                              lengths=lengths, seed=seed)
+    if report and out is not None:
+        atomic_write(out, lambda f: f.write(data))
+        report.out = out
+    return report
+
+
+__all__ = ["DETECTABLE", "MODEL_BYTES_LIMIT", "METADATA_KEY", "PREFIX", "Candidate", "GraftReport",
+           "Grafted", "OutputCheck", "Positions", "build_detected", "detect", "graft",
+           "graft_model", "load_model", "load_pe", "parse_model", "pe_tolerance", "prove",
+           "reconcile", "table_pe"]
