@@ -47,7 +47,8 @@ from pathlib import Path
 
 from edgepe.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
-from edgepe.graft.prove import pe_tolerance, prove, table_pe
+from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, find_pe
+from edgepe.graft.prove import pe_tolerance, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
 from edgepe.graft.splice import (
@@ -58,6 +59,7 @@ from edgepe.graft.splice import (
     _opset,
     graft_model,
     reconcile,
+    splice_found,
 )
 
 # --- the whole command ------------------------------------------------------------------------
@@ -66,11 +68,13 @@ from edgepe.graft.splice import (
 def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None,
           positions: str | Positions | None = None, out: str | Path | None = None,
           scheme: str | None = None, add: bool = False, check: bool = True, force: bool = False,
-          lengths: Sequence[int] | None = None, seed: int = 0, **export_options) -> GraftReport:
+          lengths: Sequence[int] | None = None, seed: int = 0, max_len: int | None = None,
+          **export_options) -> GraftReport:
     """Graft a PE into the model at ``model`` and prove it; write ``out`` if the proof holds.
 
     Either ``pe`` (an edgepe ONNX artifact) with ``at``, or ``scheme`` (found by ``detect``;
-    ``export_options`` go to ``api.make_config``). ``check=False`` skips ``prove``. Returns a
+    ``export_options`` go to ``api.make_config``), or neither: ``graft_found`` finds the PE of a
+    transformers export itself. ``check=False`` skips ``prove``. Returns a
     ``GraftReport``, falsy when an output differs beyond its tolerance (then nothing is written).
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
     replaced with ``force``.
@@ -78,10 +82,17 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     from edgepe.errors import OutputPathError
     from edgepe.export.artifact import atomic_write, check_writable
 
-    if (pe is None) == (scheme is None):
-        raise BadParameterError("graft needs --pe ARTIFACT --at TENSOR, or --scheme ID (not both)")
+    if pe is not None and scheme is not None:
+        raise BadParameterError("graft takes --pe ARTIFACT --at TENSOR, or --scheme ID, or "
+                                "neither (it finds the PE), not both")
     if pe is not None and not at:
         raise BadParameterError("--pe needs --at TENSOR: the tensor the PE replaces")
+    if pe is None and scheme is None:
+        return graft_found(model, out=out, check=check, force=force, lengths=lengths, seed=seed,
+                           max_len=max_len, **export_options)
+    if max_len is not None:
+        raise BadParameterError("--max-len goes with a PE graft finds itself (no --pe, no "
+                                "--scheme)")
     if export_options and scheme is None:
         raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
                                 "--scheme (an artifact given with --pe is already exported)")
@@ -134,7 +145,107 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     return report
 
 
-__all__ = ["DETECTABLE", "MODEL_BYTES_LIMIT", "METADATA_KEY", "PREFIX", "Candidate", "GraftReport",
-           "Grafted", "OutputCheck", "Positions", "build_detected", "detect", "graft",
+def graft_found(model: str | Path, out: str | Path | None = None, check: bool = True,
+                force: bool = False, lengths: Sequence[int] | None = None, seed: int = 0,
+                max_len: int | None = None, quantize: str | None = None, **unused
+                ) -> GraftReport:
+    """``graft`` with no PE given: ``find_pe`` finds it, ``build_found`` builds its artifact,
+    ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; ``out`` is written
+    (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
+    ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``)."""
+    from edgepe.errors import OutputPathError
+    from edgepe.export.artifact import check_writable
+
+    if unused:
+        raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
+                                "itself (it takes --quantize and --max-len)")
+    if quantize not in (None, "none", "int8"):
+        raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
+    if max_len is not None and max_len < 1:
+        raise BadParameterError(f"--max-len must be positive, got {max_len}")
+    if out is not None:
+        out = Path(out)
+        check_writable(out)
+        for path in (out, _data_path(out)):
+            if path.exists() and not force:
+                raise OutputPathError(f"{str(path)!r} exists; pass --force to replace it")
+    original, size = load_model(model)
+    found = find_pe(original)
+    if not found:
+        raise BadParameterError(
+            f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * "
+            "inv_freq, p * inv_freq)); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+    if len(found) > 1:
+        raise BadParameterError(
+            f"{len(found)} PE candidates in {str(model)!r}: "
+            + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR")
+    pick = found[0]
+    length = max_len or DEFAULT_MAX_LEN
+    pe_model, record = build_found(original, pick, length, quantize=quantize or "none")
+    grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
+                                                        pick.replaces, strict=True)),
+                           pick.positions, record)
+    kind = "int8" if record["quantize"] == "int8" else "float32"
+    report = GraftReport(f"{record['scheme']} ({record['mode']}, {kind}, {length} positions)",
+                         grafted.at, pick.positions, grafted.prefix, grafted.removed_nodes,
+                         grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
+                         grafted.metadata_bytes, model=grafted.model,
+                         found=f"found {pick.describe()}")
+    if check:
+        report.lengths, report.checks = prove_found(
+            original, grafted, pick.replaces, length,
+            bound=record.get("quant", {}).get("bound", 0.0), lengths=lengths, seed=seed)
+    if report and out is not None:
+        write_model(grafted.model, out, external=size > _serialized_limit() or
+                    _data_path(Path(model)).exists())
+        report.out = out
+    return report
+
+
+def _serialized_limit() -> int:
+    return MODEL_BYTES_LIMIT
+
+
+def _data_path(out: Path) -> Path:
+    return out.with_name(out.name + ".data")
+
+
+def write_model(model, out: Path, external: bool) -> None:
+    """``out`` (atomically); ``external``: the tensors in ``OUT.data`` beside it, as torch's
+    exporter writes them (both files written to temporary names, then renamed, data first)."""
+    import onnx
+
+    from edgepe.export.artifact import atomic_write
+
+    if not external:
+        atomic_write(out, lambda f: f.write(model.SerializeToString()))
+        return
+    import os
+    import tempfile
+
+    data = _data_path(out)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        staged = Path(tmp) / out.name
+        onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), staged,
+                        save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data.name, size_threshold=1024)
+        mode = 0o666 & ~_umask()
+        for path in (staged, Path(tmp) / data.name):
+            path.chmod(mode)
+        os.replace(Path(tmp) / data.name, data)
+        os.replace(staged, out)
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+__all__ = ["DEFAULT_MAX_LEN", "DETECTABLE", "MODEL_BYTES_LIMIT", "METADATA_KEY", "PREFIX",
+           "Candidate", "Found", "GraftReport", "Grafted", "OutputCheck", "Positions",
+           "build_detected", "build_found", "detect", "find_pe", "graft", "graft_found",
            "graft_model", "load_model", "load_pe", "parse_model", "pe_tolerance", "prove",
-           "reconcile", "table_pe"]
+           "prove_found", "reconcile", "splice_found", "table_pe", "write_model"]

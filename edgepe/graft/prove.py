@@ -202,3 +202,178 @@ def _max_diff(a, b) -> float:
     if a.shape != b.shape:
         return math.inf
     return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0.0))
+
+
+# --- proving a PE found in a transformers export (issue 29) ----------------------------------
+
+# Batch rows in every proof run; the second row is left-padded where the model takes a mask.
+PROOF_BATCH = 2
+ONNX_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(bool)": "bool"}
+
+
+def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
+    """Sizes of the symbolic axes of a transformers export's inputs, by the inputs' roles:
+    ``input_ids``/``position_ids`` ``[batch, seq]``, ``past_*`` ``[batch, heads, past, d]``,
+    ``attention_mask`` ``[batch, past + seq]``."""
+    sizes: dict[str, int] = {}
+
+    def put(dim, value):
+        if isinstance(dim, str) and dim not in sizes:
+            sizes[dim] = value
+
+    for value in inputs:
+        if "past" in value.name and len(value.shape) == 4:
+            put(value.shape[0], batch)
+            put(value.shape[2], past)
+    for value in inputs:
+        if value.name in ("input_ids", "inputs_embeds", "position_ids") and len(value.shape) >= 2:
+            put(value.shape[0], batch)
+            put(value.shape[1], seq)
+    for value in inputs:
+        if value.name == "attention_mask" and len(value.shape) == 2:
+            put(value.shape[0], batch)
+            put(value.shape[1], past + seq)
+    return sizes
+
+
+def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng) -> dict:
+    """Inputs for a transformers export at ``seq`` new tokens after ``past`` cached ones: the
+    mask all ones but ``pad`` left-padding zeros in row 1 (when ``past`` is 0), ``position_ids``
+    as transformers makes them from the mask (``cumsum - 1``, 1 at padding), token ids 0/1,
+    past keys/values standard normal."""
+    import numpy as np
+
+    inputs = session.get_inputs()
+    sizes = _dim_sizes(inputs, PROOF_BATCH, seq, past)
+    mask = np.ones((PROOF_BATCH, past + seq), np.int64)
+    if pad and not past:
+        mask[1, :pad] = 0
+    positions = np.cumsum(mask, axis=1)[:, past:] - 1
+    positions[mask[:, past:] == 0] = 1
+    feeds = {}
+    for value in inputs:
+        shape = [d if isinstance(d, int) else sizes.get(d, seq) for d in value.shape]
+        dtype = np.dtype(ONNX_DTYPES.get(value.type, value.type[len("tensor("):-1]))
+        if value.name == "attention_mask" and shape == list(mask.shape):
+            feeds[value.name] = mask.astype(dtype)
+        elif value.name == "position_ids" and shape == list(positions.shape):
+            feeds[value.name] = positions.astype(dtype)
+        elif dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = np.ones(shape, bool)
+        else:
+            feeds[value.name] = rng.integers(0, 2, size=shape).astype(dtype)
+    return feeds
+
+
+def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int]]:
+    """``(seq, past, pad)`` runs: prefills at several lengths (one left-padded), and with a KV
+    cache input a decode step at the table's last position (``past = max_len - 1``)."""
+    names = {i.name for i in session.get_inputs()}
+    has_past = any("past" in n for n in names)
+    has_mask = "attention_mask" in names
+    seqs = list(lengths) if lengths else sorted({1, min(7, max_len), min(16, max_len)})
+    cases = [(s, 0, 0) for s in seqs]
+    if has_mask:
+        cases.append((max(seqs), 0, min(3, max(seqs) - 1)))
+    if has_past:
+        cases += [(3, min(5, max_len - 3), 0), (1, max_len - 1, 0)]
+    return [c for c in cases if c[0] + c[1] <= max_len]
+
+
+def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: int,
+                bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0):
+    """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
+    onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
+    proof), on ``proof_cases``.
+
+    Tolerances: a replaced tensor, ``bound`` (the artifact's quantisation bound; 0 for float
+    tables) plus 4 ulp of its largest value (the table holds correctly rounded cos/sin of the
+    model's own float32 angle; onnxruntime's Cos/Sin are within a few ulp of that); a model
+    output, 64 ulp of its largest value (FLOAT_ULPS, as ``prove``) plus, for int8 tables, twice
+    its measured gain times ``bound`` (the gain: the output's change per unit change of the
+    replaced tensors, from a run with the tensors perturbed by +-``PROBE``).
+    """
+    import numpy as np
+    import onnx
+
+    def with_outputs(model):
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        have = {o.name for o in model.graph.output}
+        for name in replaces:
+            if name not in have:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(
+                    name, onnx.TensorProto.FLOAT, None))
+        return _session(model)
+
+    reference, mine = with_outputs(original), with_outputs(grafted.model)
+    names = [o.name for o in mine.get_outputs()]
+    rng = np.random.default_rng(seed)
+    cases = proof_cases(mine, max_len, lengths)
+    err = dict.fromkeys(names, 0.0)
+    peak = dict.fromkeys(names, 0.0)
+    for seq, past, pad in cases:
+        feeds = hf_feeds(mine, seq, past, pad, max_len, rng)
+        label = f"{seq} (past {past}{', left pad ' + str(pad) if pad else ''})"
+        want = dict(zip(names, _run(reference, names, feeds, label, "original"), strict=True))
+        got = dict(zip(names, _run(mine, names, feeds, label, "grafted"), strict=True))
+        for name in names:
+            err[name] = max(err[name], _max_diff(got[name], want[name]))
+            peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
+                                               .max(initial=0.0)))
+    gain = _gain(original, replaces, cases, max_len, names, seed) if bound else {}
+    checks = []
+    for name in names:
+        ulp = float(np.spacing(np.float32(peak[name])))
+        if name in replaces:
+            tol = bound + 4 * ulp
+        else:
+            tol = FLOAT_ULPS * ulp + 2 * gain.get(name, 0.0) * bound
+        checks.append(OutputCheck(name, err[name], tol))
+    return [f"{s}+{p}" if p else (f"{s} (left pad {pad})" if pad else str(s))
+            for s, p, pad in cases], checks
+
+
+def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int):
+    """Each output's largest change per unit change of the replaced tensors: the original run
+    with each replaced tensor plus ``PROBE * max(1, max|t|) * (+-1)`` (a fixed random sign per
+    element of its last axis), against the original."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto.FromString(original.SerializeToString())
+    graph = model.graph
+    rng = np.random.default_rng(seed + 1)
+    nodes = list(graph.node)
+    for k, name in enumerate(replaces):
+        producer = next(i for i, n in enumerate(nodes) if name in n.output)
+        raw = f"edgepe_probe{k}/raw"
+        nodes[producer].output[:] = [raw if o == name else o for o in nodes[producer].output]
+        width = 4096  # the last axis is at most this wide in every model graft proves
+        signs = rng.choice([-1.0, 1.0], size=width).astype(np.float32) * PROBE
+        graph.initializer.append(numpy_helper.from_array(signs, f"edgepe_probe{k}/signs"))
+        nodes.insert(producer + 1, helper.make_node("Shape", [raw], [f"edgepe_probe{k}/shape"],
+                                                    start=-1))
+        nodes.insert(producer + 2, helper.make_node(
+            "Slice", [f"edgepe_probe{k}/signs", f"edgepe_probe{k}/zero",
+                      f"edgepe_probe{k}/shape"], [f"edgepe_probe{k}/step"]))
+        graph.initializer.append(numpy_helper.from_array(np.asarray([0], np.int64),
+                                                         f"edgepe_probe{k}/zero"))
+        nodes.insert(producer + 3, helper.make_node("Add", [raw, f"edgepe_probe{k}/step"],
+                                                    [name]))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    base, moved = _session(original), _session(model)
+    rng = np.random.default_rng(seed)
+    out_names = [n for n in names if n not in replaces]
+    gain = dict.fromkeys(out_names, 0.0)
+    for seq, past, pad in cases[-1:]:
+        feeds = hf_feeds(base, seq, past, pad, max_len, rng)
+        a = base.run(out_names, feeds)
+        b = moved.run(out_names, feeds)
+        for name, x, y in zip(out_names, a, b, strict=True):
+            gain[name] = max(gain[name], _max_diff(x, y) / PROBE)
+    return gain

@@ -1,5 +1,11 @@
-"""Reading the user's model and an artifact as untrusted input: bounded, no external data,
-the artifact checked against its manifest (``runtime.read_artifact_manifest``).
+"""Reading the user's model and an artifact as untrusted input, bounded; the artifact checked
+against its manifest (``runtime.read_artifact_manifest``) and never with external data.
+
+A model may keep its tensors in external data (torch 2.13's ``torch.onnx.export(..., dynamo=True)``
+writes ``model.onnx.data`` beside ``model.onnx``): ``load_model`` reads them itself, confined to
+the model's folder (a relative ``location`` that resolves inside it, a regular file, ``offset``
+and ``length`` inside the file, ``EXTERNAL_BYTES_LIMIT`` bytes in all), and puts them inline;
+onnx's loader, which would open any path the file names, is not used.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from edgepe.errors import ArtifactError, BadParameterError
 
 # protobuf refuses messages of 2 GiB and more: no ONNX file without external data is bigger.
 MODEL_BYTES_LIMIT = 2**31 - 1
+# What a model's external data may add, in all (a 7B-parameter float16 model is 14 GB; the proof
+# runs the model in memory, so this also bounds the memory graft uses).
+EXTERNAL_BYTES_LIMIT = 2**35
 
 
 
@@ -34,10 +43,12 @@ def _bounded_bytes(path: Path, what: str) -> bytes:
         raise EdgepeError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
 
 
-def parse_model(data: bytes, where: str, error: type[Exception] = BadParameterError):
+def parse_model(data: bytes, where: str, error: type[Exception] = BadParameterError,
+                folder: Path | None = None):
     """An ``onnx.ModelProto`` from ``data``, or one line naming why it is not an ONNX model.
 
-    A model whose tensors live in external files is refused: their paths are never opened.
+    A model whose tensors live in external files is refused, their paths never opened, unless
+    ``folder`` (the model's own) is given: then they are read from there (``_inline_external``).
     """
     import onnx
     from google.protobuf.message import DecodeError
@@ -49,7 +60,11 @@ def parse_model(data: bytes, where: str, error: type[Exception] = BadParameterEr
         raise error(f"{where} is not an ONNX model: {first}") from None
     if not model.HasField("graph") or not model.opset_import:
         raise error(f"{where} is not an ONNX model: it has no graph or no opset")
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in _all_initializers(model.graph)):
+    external = [t for t in _all_initializers(model.graph)
+                if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external and folder is not None:
+        _inline_external(external, folder, where)
+    elif external:
         raise error(f"{where} keeps tensors in external files; graft reads self-contained models "
                     "only (onnx.save without save_as_external_data)")
     return model
@@ -65,11 +80,52 @@ def _all_initializers(graph) -> Iterable[Any]:
                 yield from _all_initializers(sub)
 
 
+def _inline_external(tensors: list, folder: Path, where: str) -> None:
+    """Read each external tensor's bytes from ``folder`` (see the module doc) into ``raw_data``."""
+    import onnx
+
+    root = folder.resolve()
+    total = 0
+    for tensor in tensors:
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info["length"])
+        except (KeyError, ValueError):
+            raise BadParameterError(f"{where}: tensor {tensor.name!r} names external data without "
+                                    "a valid length") from None
+        target = (root / location).resolve()
+        if not location or Path(location).is_absolute() or root not in target.parents:
+            raise BadParameterError(f"{where}: tensor {tensor.name!r} names external data "
+                                    f"{location!r} outside the model's folder; refused")
+        if not target.is_file():
+            raise BadParameterError(f"{where}: external data {location!r} of tensor "
+                                    f"{tensor.name!r} is not a regular file beside the model")
+        size = target.stat().st_size
+        total += length
+        if offset < 0 or length < 0 or offset + length > size:
+            raise BadParameterError(f"{where}: tensor {tensor.name!r} reads bytes {offset}.."
+                                    f"{offset + length} of {location!r}, which has {size:,} B")
+        if total > EXTERNAL_BYTES_LIMIT:
+            raise BadParameterError(f"{where}: its external data exceed "
+                                    f"{EXTERNAL_BYTES_LIMIT:,} B; refused")
+        with target.open("rb") as f:
+            f.seek(offset)
+            raw = f.read(length)
+        if len(raw) != length:
+            raise BadParameterError(f"{where}: {location!r} ended early (tensor {tensor.name!r})")
+        tensor.raw_data = raw
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
 def load_model(path: str | Path):
-    """The user's model at ``path`` (bounded read, no external data) and its size in bytes."""
+    """The user's model at ``path`` (bounded read; external data read from its folder only, see
+    the module doc) and its size in bytes (external data included)."""
     path = Path(path)
     data = _bounded_bytes(path, "model")
-    return parse_model(data, f"model {str(path)!r}"), len(data)
+    model = parse_model(data, f"model {str(path)!r}", folder=path.parent)
+    return model, max(len(data), model.ByteSize())
 
 
 def _read_artifact(path: Path) -> dict[str, Any]:

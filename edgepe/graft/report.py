@@ -46,6 +46,7 @@ class GraftReport:
     checks: list[OutputCheck] | None = None
     out: Path | None = None
     model: Any = field(default=None, repr=False)  # the grafted onnx.ModelProto
+    found: str | None = None  # what graft found in the model, when no PE was given
 
     def __bool__(self) -> bool:
         return self.checks is None or all(c.passed for c in self.checks)
@@ -56,7 +57,8 @@ class GraftReport:
 
     def lines(self) -> list[str]:
         share = self.pe_bytes / self.bytes_after if self.bytes_after else 0.0
-        lines = [
+        lines = [self.found] if self.found else []
+        lines += [
             f"grafted {self.artifact} at {self.at!r} (positions {self.positions}, names "
             f"prefixed {self.prefix})",
             f"removed {self.removed_nodes} nodes and their initializers ({self.removed_bytes:,} B);"

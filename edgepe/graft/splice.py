@@ -353,12 +353,13 @@ def _slim(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def _remove_dead(graph, nodes: list, old_producer) -> dict[str, Any]:
     """``nodes`` without the replaced producer's cone where nothing else reads it, and the
-    initializers only that cone read. Only the old producer and its ancestors are candidates."""
+    initializers only that cone read. Only the old producer (a node, or a list of them) and its
+    ancestors are candidates."""
     result = {"nodes": nodes, "names": set(), "count": 0, "bytes": 0}
     if old_producer is None:
         return result
     makers = {out: n for n in nodes for out in n.output}
-    cone, todo = set(), [old_producer]
+    cone, todo = set(), list(old_producer) if isinstance(old_producer, list) else [old_producer]
     while todo:
         n = todo.pop()
         if id(n) in cone:
@@ -390,3 +391,58 @@ def _remove_dead(graph, nodes: list, old_producer) -> dict[str, Any]:
         graph.initializer.remove(t)
     result["nodes"] = live
     return result
+
+
+def splice_found(model, pe, replaces: dict[str, str], positions: str, record: dict[str, Any]
+                 ) -> Grafted:
+    """``model`` with ``pe``'s outputs in place of the tensors ``replaces`` names (``{pe output:
+    model tensor}``), its one input fed by the model's tensor ``positions``. Pure.
+
+    The old producers' cones are removed where nothing else reads them (``_remove_dead``);
+    ``pe`` must be at the model's opset (``find_hf.build_found`` builds it so). ``record`` goes
+    into ``metadata_props`` under ``edgepe.graft.<n>``; the result passes the full checker.
+    """
+    import onnx
+    from onnx import compose, helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    prefix, number = _free_prefix(model)
+    pe = compose.add_prefix(pe, prefix)
+    pe_in = pe.graph.input[0].name
+    rename = {prefix + out: at for out, at in replaces.items()}
+    nodes = list(pe.graph.node)
+    for n in nodes:
+        n.input[:] = [positions if name == pe_in else name for name in n.input]
+        n.output[:] = [rename.get(name, name) for name in n.output]
+    all_nodes = list(graph.node)
+    producers = []
+    for k, at in enumerate(replaces.values()):
+        producer = next(i for i, n in enumerate(all_nodes) if at in n.output)
+        target = all_nodes[producer]
+        target.output[:] = [f"{prefix}replaced{k}" if o == at else o for o in target.output]
+        producers.append(producer)
+    old = [all_nodes[i] for i in producers]
+    where = min(producers)
+    all_nodes[where:where] = nodes
+    removed = _remove_dead(graph, all_nodes, old)
+    del graph.node[:]
+    graph.node.extend(removed["nodes"])
+    graph.initializer.extend(pe.graph.initializer)
+    stale = {*replaces.values(), *removed["names"]}
+    keep = [v for v in graph.value_info if v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)
+    model.ir_version = max(model.ir_version,
+                           helper.find_min_ir_version_for(list(model.opset_import), True))
+    entry = model.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY.format(number), json.dumps(record, sort_keys=True)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise BadParameterError(f"the grafted model does not pass onnx.checker: {first}") from None
+    pe_bytes = sum(n.ByteSize() for n in nodes) + sum(t.ByteSize() for t in pe.graph.initializer)
+    return Grafted(model, ", ".join(replaces.values()), Positions("input", positions), prefix,
+                   False, False, False, False, entry.ByteSize(), None, removed["count"],
+                   removed["bytes"], pe_bytes)

@@ -1,0 +1,81 @@
+"""Artifacts shaped as a model's own tensors (issue 29): what ``edgepe graft`` puts in place of the
+PE subgraph it finds in a transformers export, so that the model reads exactly what it read.
+
+``gathered_tables``: ``positions [..., 1] int -> out_k [..., W_k] float32``, rows of constant
+``[L, W_k]`` tables gathered by position (RoPE's cos and sin, ``[cos(a) | cos(a)]`` with duplicated
+halves as Hugging Face's ``rotate_half`` models consume them), no trigonometric op. With
+``quantize='int8'`` each table is stored int8 with one scale per table (symmetric, ``max|t| / 127``)
+and dequantised after the gather, so the rows cost a quarter of float32's bytes; the error is
+at most half a step, ``scale / 2``, per value (``int8_tables`` returns it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+POSITIONS = "positions"
+
+
+def int8_tables(tables: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarray, float, float]]:
+    """``{name: (int8 table, scale, bound)}``: symmetric per-table quantisation and its bound
+    ``scale / 2`` (round to nearest; no clipping, as ``scale = max|t| / 127``)."""
+    result = {}
+    for name, table in tables.items():
+        peak = float(np.abs(table).max(initial=0.0))
+        scale = np.float32(peak / 127 if peak else 1.0)
+        q = np.clip(np.rint(table.astype(np.float64) / float(scale)), -127, 127).astype(np.int8)
+        result[name] = (q, float(scale), float(scale) / 2)
+    return result
+
+
+def gathered_tables(tables: Mapping[str, np.ndarray], opset: int, positions_shape: Sequence,
+                    positions_type: int = TensorProto.INT64, squeeze: bool = True,
+                    duplicate: bool = False, quantize: str = "none", ir_version: int = 8
+                    ) -> onnx.ModelProto:
+    """``positions [..., 1] -> {name: [..., W]}``: rows of each ``[L, W]`` table at ``positions``
+    (``squeeze``: the trailing axis of 1 dropped, as Hugging Face's ``positions[..., None] *
+    inv_freq`` has it; else ``[..., W]`` from ``positions [...]``; ``duplicate``: each row
+    concatenated with itself, ``[..., 2W]``, so the table stores the halves once).
+    ``positions_shape``: the dims of the model's positions tensor (int, name or None each)."""
+    dims = [d if d is not None else f"positions_{i}" for i, d in enumerate(positions_shape)]
+    lead = dims[:-1] if squeeze else dims
+    nodes, inits = [], []
+    pos = POSITIONS
+    if positions_type != TensorProto.INT64:
+        nodes.append(helper.make_node("Cast", [pos], ["positions_int64"], to=TensorProto.INT64))
+        pos = "positions_int64"
+    if squeeze:
+        inits.append(numpy_helper.from_array(np.asarray([-1], np.int64), "last_axis"))
+        nodes.append(helper.make_node("Squeeze", [pos, "last_axis"], ["positions_squeezed"]))
+        pos = "positions_squeezed"
+    outputs = []
+    quantised = int8_tables(tables) if quantize == "int8" else {}
+    for name, table in tables.items():
+        rows = f"{name}_half" if duplicate else name
+        if name in quantised:
+            q, scale, _ = quantised[name]
+            inits += [numpy_helper.from_array(q, f"{name}_table_int8"),
+                      numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_scale")]
+            nodes += [helper.make_node("Gather", [f"{name}_table_int8", pos], [f"{name}_rows"],
+                                       axis=0),
+                      helper.make_node("DequantizeLinear", [f"{name}_rows", f"{name}_scale"],
+                                       [rows])]
+        else:
+            inits.append(numpy_helper.from_array(np.ascontiguousarray(table, np.float32),
+                                                 f"{name}_table"))
+            nodes.append(helper.make_node("Gather", [f"{name}_table", pos], [rows], axis=0))
+        if duplicate:
+            nodes.append(helper.make_node("Concat", [rows, rows], [name], axis=-1))
+        width = table.shape[1] * (2 if duplicate else 1)
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [*lead, width]))
+    graph = helper.make_graph(nodes, "model_tensors",
+                              [helper.make_tensor_value_info(POSITIONS, positions_type, dims)],
+                              outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model

@@ -1,0 +1,199 @@
+"""Finding the PE of a transformers model in its ONNX export, with no PE named (issue 29).
+
+``find_pe(model)`` looks for each family's subgraph as ``torch.onnx.export`` (dynamo, torch 2.13;
+transformers 5.24) writes it, and returns every match as a ``Found``: the tensors the model reads
+(the ones the artifact must make, exactly), the integer positions tensor they come from, and the
+parameters read from the model's own constants.
+
+- RoPE, half layout (Llama, Mistral, Qwen2, Phi, GPT-NeoX; partial rotary when ``R`` is less than
+  the head size): ``Cos`` and ``Sin`` of one ``Concat(f, f)``, ``f = Cast(positions) * inv_freq``
+  with ``inv_freq`` a constant ``[R/2]`` (already scaled for linear/llama3/yarn/longrope), each
+  optionally times a constant scalar (yarn/longrope's attention factor). The artifact: the rows
+  ``[cos(p w) | cos(p w)] * a`` (and sin) of tables built from the model's float32 ``inv_freq`` as
+  the model multiplies it (a float32 product), gathered by the same positions tensor, so the
+  positions stay what the model makes of its inputs (``position_ids``, the attention mask, the
+  past length of a KV cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgepe.errors import BadParameterError
+
+# Table rows when neither --max-len nor the model says how many positions it takes.
+DEFAULT_MAX_LEN = 4096
+# RoPE goes in as tables up to this many bytes (both tables, as stored: float32 or int8). A
+# 128k-position Llama (R = 128) needs 64 MiB in float32 with the halves stored once, 16 MiB int8.
+TABLE_BYTES_LIMIT = 32 * 2**20
+
+
+@dataclass
+class Found:
+    """One PE subgraph: ``replaces`` (tensors the model reads, made by the artifact), ``positions``
+    (the integer tensor they are computed from), what it is in words, and its parameters."""
+
+    family: str
+    replaces: list[str]
+    positions: str
+    where: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.family} {self.where}"
+
+
+def _graph_index(graph):
+    makers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return makers, readers
+
+
+def _attr(node, name: str, default=None):
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _scalar_factor(node, consts):
+    """The constant scalar a ``Mul`` node multiplies its other input by, or None."""
+    import numpy as np
+
+    if node.op_type != "Mul":
+        return None
+    for i, other in ((0, 1), (1, 0)):
+        value = consts.get(node.input[i])
+        if value is not None and np.asarray(value).size == 1:
+            return float(np.asarray(value).ravel()[0]), node.input[other]
+    return None
+
+
+def _rope(graph, consts, makers, readers) -> list[Found]:
+    import numpy as np
+
+    found = []
+    for cos in (n for n in graph.node if n.op_type == "Cos"):
+        angle = cos.input[0]
+        sin = next((n for n in readers.get(angle, []) if n.op_type == "Sin"), None)
+        concat = makers.get(angle)
+        if sin is None or concat is None or concat.op_type != "Concat" or \
+                len(concat.input) != 2 or concat.input[0] != concat.input[1]:
+            continue
+        mul = makers.get(concat.input[0])
+        if mul is None or mul.op_type != "Mul":
+            continue
+        inv = [i for i in mul.input if i in consts and np.asarray(consts[i]).ndim == 1]
+        if len(inv) != 1:
+            continue
+        inv_freq = np.asarray(consts[inv[0]])
+        cast = makers.get(next(i for i in mul.input if i != inv[0]))
+        if cast is None or cast.op_type != "Cast" or inv_freq.dtype != np.float32:
+            continue
+        outs, factors = [], []
+        for node in (cos, sin):
+            users = readers.get(node.output[0], [])
+            scaled = _scalar_factor(users[0], consts) if len(users) == 1 else None
+            if scaled is not None:
+                factors.append(scaled[0])
+                outs.append(users[0].output[0])
+            else:
+                factors.append(1.0)
+                outs.append(node.output[0])
+        if factors[0] != factors[1]:
+            continue
+        rotary = 2 * inv_freq.size
+        where = (f"(half layout, R={rotary}, inv_freq {inv[0]!r} [{inv_freq.size}]"
+                 + (f", attention factor {factors[0]:.6g}" if factors[0] != 1.0 else "")
+                 + f") at Cos {cos.output[0]!r} / Sin {sin.output[0]!r}, positions "
+                 f"{_origin(cast.input[0], makers, set(v.name for v in graph.input))}")
+        found.append(Found("rope", outs, cast.input[0], where,
+                           {"inv_freq": inv_freq, "inv_freq_name": inv[0],
+                            "attention_factor": np.float32(factors[0]), "layout": "half",
+                            "rotary_dim": rotary}))
+    return found
+
+
+def _origin(name: str, makers, inputs: set[str]) -> str:
+    """Where an integer positions tensor comes from, in words: a model input, or the op."""
+    seen = name
+    for _ in range(12):
+        if name in inputs:
+            return f"from input {name!r}" + ("" if name == seen else f" (via {seen!r})")
+        node = makers.get(name)
+        if node is None:
+            break
+        if node.op_type in ("Unsqueeze", "Cast", "Expand", "Reshape", "Identity", "Squeeze"):
+            name = node.input[0]
+            continue
+        return f"{seen!r} ({node.op_type} {node.output[0]!r})"
+    return repr(seen)
+
+
+def find_pe(model) -> list[Found]:
+    """Every PE subgraph of a family ``find_pe`` knows (module doc) in ``model``."""
+    from edgepe.graft.find import _constants
+
+    graph = model.graph
+    consts = _constants(graph)
+    makers, readers = _graph_index(graph)
+    return _rope(graph, consts, makers, readers)
+
+
+def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
+    """``{replaced tensor: [max_len, R/2] float32}``: cos and sin rows as the model computes them
+    (float32 angle ``p * inv_freq``, then cos/sin correctly rounded, times the attention factor
+    in float32); the model concatenates each row with itself."""
+    import numpy as np
+
+    inv_freq = found.params["inv_freq"]
+    angle = np.arange(max_len, dtype=np.float32)[:, None] * inv_freq[None, :]
+    factor = found.params["attention_factor"]
+    cos = (np.cos(angle.astype(np.float64)).astype(np.float32) * factor).astype(np.float32)
+    sin = (np.sin(angle.astype(np.float64)).astype(np.float32) * factor).astype(np.float32)
+    return dict(zip(found.replaces, (cos, sin), strict=True))
+
+
+def build_found(model, found: Found, max_len: int, quantize: str = "none",
+                table_bytes_limit: int = TABLE_BYTES_LIMIT):
+    """``(pe ModelProto, record)``: the artifact for ``found``, at the model's opset."""
+    import hashlib
+
+    from onnx import TensorProto
+
+    from edgepe.export.graphs.model_tensors import gathered_tables, int8_tables
+    from edgepe.graft.splice import _opset, _value_type
+
+    if found.family != "rope":  # pragma: no cover - find_pe makes rope only
+        raise BadParameterError(f"graft cannot build an artifact for {found.family}")
+    tables = rope_tables(found, max_len)
+    stored = sum(t.size for t in tables.values()) * (1 if quantize == "int8" else 4)
+    if stored > table_bytes_limit:
+        raise BadParameterError(
+            f"the RoPE tables for {max_len} positions would be {stored:,} B, over graft's "
+            f"{table_bytes_limit:,} B limit; give fewer positions (--max-len) or --quantize int8")
+    elem, dims = _value_type(model, found.positions)
+    if dims is None or not dims or dims[-1] != 1:
+        raise BadParameterError(f"the positions tensor {found.positions!r} of the PE graft found "
+                                f"has shape {dims}; graft takes [..., 1] (positions[..., None])")
+    pe = gathered_tables(tables, _opset(model), dims, positions_type=elem or TensorProto.INT64,
+                         squeeze=True, duplicate=True, quantize=quantize)
+    digest = hashlib.sha256()
+    for t in tables.values():
+        digest.update(t.tobytes())
+    record = {"scheme": "rope", "layout": found.params["layout"],
+              "rotary_dim": found.params["rotary_dim"], "max_len": max_len,
+              "inv_freq": {"initializer": found.params["inv_freq_name"],
+                           "dtype": "float32", "values": found.params["inv_freq"].tolist()},
+              "attention_factor": float(found.params["attention_factor"]),
+              "mode": "table", "quantize": quantize, "tables_sha256": digest.hexdigest(),
+              "replaces": found.replaces, "positions": found.positions}
+    if quantize == "int8":
+        record["quant"] = {"bound": max(b for _, _, b in int8_tables(tables).values())}
+    return pe, record
