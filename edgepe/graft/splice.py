@@ -213,9 +213,15 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
     pe_in, pe_out = pe.graph.input[0].name, pe.graph.output[0].name
     nodes, inits, new_inputs = [], [], []
 
+    # graft's own names (wiring, constants) under a sub-prefix no name of the PE starts with: the
+    # PE's names are prefixed too, and a PE may hold a constant 'one' as graft does
+    taken = _names(pe.graph)
+    own = next(p for p in (f"{prefix}graft{k}/" for k in range(len(taken) + 1))
+               if not any(name.startswith(p) for name in taken))
+
     def const(name: str, values) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), prefix + name))
-        return prefix + name
+        inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), own + name))
+        return own + name
 
     def node(op: str, ins: Sequence[str], out: str, **attrs) -> str:
         nodes.append(helper.make_node(op, list(ins), [out], name=out, **attrs))
@@ -236,9 +242,9 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
         axis %= rank
         positions = Positions("arange", positions.name, axis)
         seq_dim = src_dims[axis] if src_dims is not None else None
-        size = node("Shape", [positions.name], prefix + "seq_len_1", start=axis, end=axis + 1)
-        size = node("Squeeze", [size, const("axis0", [0])], prefix + "seq_len")
-        pos = node("Range", [const("zero", 0), size, const("one", 1)], prefix + "arange")
+        size = node("Shape", [positions.name], own + "seq_len_1", start=axis, end=axis + 1)
+        size = node("Squeeze", [size, const("axis0", [0])], own + "seq_len")
+        pos = node("Range", [const("zero", 0), size, const("one", 1)], own + "arange")
         new_input = False
     elif positions.name in inputs:
         elem_p, p_dims = _value_type(model, positions.name)
@@ -250,11 +256,11 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
                                     "are integers")
         pos = positions.name
         if elem_p != TensorProto.INT64:
-            pos = node("Cast", [pos], prefix + "positions_int64", to=TensorProto.INT64)
+            pos = node("Cast", [pos], own + "positions_int64", to=TensorProto.INT64)
         seq_dim = p_dims[-1] if p_dims else None
         if p_dims is None or len(p_dims) != 1:
-            flat_shape = node("Shape", [pos], prefix + "positions_shape")
-            pos = node("Reshape", [pos, const("flat", [-1])], prefix + "positions_flat")
+            flat_shape = node("Shape", [pos], own + "positions_shape")
+            pos = node("Reshape", [pos, const("flat", [-1])], own + "positions_flat")
         new_input = False
     else:
         if positions.name in _names(graph):
@@ -272,26 +278,26 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
     inits += list(pe.graph.initializer)
     encoded, rank = pe_out, 2
     if flat_shape is not None:
-        shape = node("Concat", [flat_shape, const("d_model", [d_model])], prefix + "pe_shape",
+        shape = node("Concat", [flat_shape, const("d_model", [d_model])], own + "pe_shape",
                      axis=0)
-        encoded = node("Reshape", [encoded, shape], prefix + "pe_shaped")
+        encoded = node("Reshape", [encoded, shape], own + "pe_shaped")
         rank = len(_value_type(model, positions.name)[1] or [0, 0]) + 1
     if dims is not None and len(dims) < rank:
         raise BadParameterError(f"shape mismatch: tensor {at!r} has shape {dims}, the PE outputs "
                                 f"rank {rank} [..., {d_model}]")
     if dims is not None and len(dims) > rank:
         encoded = node("Unsqueeze", [encoded, const("lead", list(range(len(dims) - rank)))],
-                       prefix + "pe_unsqueezed")
+                       own + "pe_unsqueezed")
 
     # Rewire: `at` is now made by the last node; the old producer's output gets a dead name.
     kept_input = at in inputs and add
     if kept_input:  # an input keeps its name: its readers take the sum instead
-        total = prefix + "sum"
+        total = own + "sum"
         for n in graph.node:
             n.input[:] = [total if name == at else name for name in n.input]
         node("Add", [at, encoded], total)
     else:
-        old = prefix + "replaced"
+        old = own + "replaced"
         if producer is not None:
             target = graph.node[producer]
             target.output[:] = [old if name == at else name for name in target.output]
@@ -302,7 +308,7 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
         else:
             nodes[-1].output[:] = [at]  # the last node (Unsqueeze, Reshape or the PE's) makes at
             if nodes[-1].name == encoded:
-                nodes[-1].name = prefix + "out"
+                nodes[-1].name = own + "out"
     where = 0 if producer is None else producer + 1
     all_nodes = list(graph.node)
     all_nodes[where:where] = nodes
