@@ -174,14 +174,15 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     if not found:
         raise BadParameterError(
             f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * "
-            "inv_freq, p * inv_freq)); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+            "inv_freq, p * inv_freq)) and a position table (a constant [L, D] gathered by "
+            "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
     if len(found) > 1:
         raise BadParameterError(
             f"{len(found)} PE candidates in {str(model)!r}: "
             + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR")
     pick = found[0]
-    length = max_len or DEFAULT_MAX_LEN
-    pe_model, record = build_found(original, pick, length, quantize=quantize or "none")
+    pe_model, record = build_found(original, pick, max_len, quantize=quantize or "none")
+    length = record["max_len"]
     grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
                                                         pick.replaces, strict=True)),
                            pick.positions, record)

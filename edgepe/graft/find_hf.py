@@ -13,6 +13,9 @@ parameters read from the model's own constants.
   the model multiplies it (a float32 product), gathered by the same positions tensor, so the
   positions stay what the model makes of its inputs (``position_ids``, the attention mask, the
   past length of a KV cache).
+- Learned absolute (GPT-2; OPT, whose positions carry its offset 2; a constant sinusoidal table
+  such as XGLM's): a constant float32 ``[L, D]`` table gathered by positions (not token ids). The
+  artifact: the same rows (``--quantize int8``: a quarter of the bytes), gathered the same way.
 """
 
 from __future__ import annotations
@@ -120,6 +123,54 @@ def _rope(graph, consts, makers, readers) -> list[Found]:
     return found
 
 
+def _ancestors(name: str, makers, limit: int = 64) -> tuple[set[str], set[str]]:
+    """``(op types, model inputs)`` of the cone that makes ``name`` (up to ``limit`` nodes)."""
+    ops, seen, todo, count = set(), set(), [name], 0
+    leaves = set()
+    while todo and count < limit:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = makers.get(name)
+        if node is None:
+            leaves.add(name)
+            continue
+        count += 1
+        ops.add(node.op_type)
+        todo += [i for i in node.input if i]
+    return ops, leaves
+
+
+def _learned(graph, consts, makers, readers) -> list[Found]:
+    """A constant ``[L, D]`` float table gathered on axis 0 by positions: indices made from a
+    ``position_ids`` input, a ``Range`` or the mask's ``CumSum`` (OPT adds its offset 2), never
+    from ``input_ids`` (token embeddings)."""
+    import numpy as np
+
+    found = []
+    inputs = {v.name for v in graph.input}
+    for node in graph.node:
+        if node.op_type != "Gather" or _attr(node, "axis", 0) != 0:
+            continue
+        table = consts.get(node.input[0])
+        if table is None or table.ndim != 2 or table.dtype != np.float32:
+            continue
+        ops, leaves = _ancestors(node.input[1], makers)
+        if "input_ids" in leaves or "inputs_embeds" in leaves:
+            continue
+        by_position = any("position" in leaf for leaf in leaves & inputs) or \
+            ops & {"Range", "CumSum"}
+        if not by_position:
+            continue
+        length, width = table.shape
+        where = (f"(table {node.input[0]!r} [{length}, {width}]) at Gather "
+                 f"{node.output[0]!r}, positions {_origin(node.input[1], makers, inputs)}")
+        found.append(Found("learned", [node.output[0]], node.input[1], where,
+                           {"table": table, "table_name": node.input[0]}))
+    return found
+
+
 def _origin(name: str, makers, inputs: set[str]) -> str:
     """Where an integer positions tensor comes from, in words: a model input, or the op."""
     seen = name
@@ -143,7 +194,7 @@ def find_pe(model) -> list[Found]:
     graph = model.graph
     consts = _constants(graph)
     makers, readers = _graph_index(graph)
-    return _rope(graph, consts, makers, readers)
+    return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers)]
 
 
 def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
@@ -160,9 +211,10 @@ def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
     return dict(zip(found.replaces, (cos, sin), strict=True))
 
 
-def build_found(model, found: Found, max_len: int, quantize: str = "none",
+def build_found(model, found: Found, max_len: int | None, quantize: str = "none",
                 table_bytes_limit: int = TABLE_BYTES_LIMIT):
-    """``(pe ModelProto, record)``: the artifact for ``found``, at the model's opset."""
+    """``(pe ModelProto, record)``: the artifact for ``found``, at the model's opset.
+    ``max_len``: RoPE's table rows (default ``DEFAULT_MAX_LEN``); a learned table keeps its own."""
     import hashlib
 
     from onnx import TensorProto
@@ -170,30 +222,43 @@ def build_found(model, found: Found, max_len: int, quantize: str = "none",
     from edgepe.export.graphs.model_tensors import gathered_tables, int8_tables
     from edgepe.graft.splice import _opset, _value_type
 
-    if found.family != "rope":  # pragma: no cover - find_pe makes rope only
-        raise BadParameterError(f"graft cannot build an artifact for {found.family}")
-    tables = rope_tables(found, max_len)
+    elem, dims = _value_type(model, found.positions)
+    if found.family == "rope":
+        max_len = max_len or DEFAULT_MAX_LEN
+        tables = rope_tables(found, max_len)
+        if dims is None or not dims or dims[-1] != 1:
+            raise BadParameterError(
+                f"the positions tensor {found.positions!r} of the PE graft found has shape "
+                f"{dims}; graft takes [..., 1] (positions[..., None])")
+        record = {"scheme": "rope", "layout": found.params["layout"],
+                  "rotary_dim": found.params["rotary_dim"],
+                  "inv_freq": {"initializer": found.params["inv_freq_name"], "dtype": "float32",
+                               "values": found.params["inv_freq"].tolist()},
+                  "attention_factor": float(found.params["attention_factor"])}
+        squeeze, duplicate = True, True
+    else:  # learned: the model's own table, gathered by the model's own positions
+        table = found.params["table"]
+        if max_len is not None and max_len != table.shape[0]:
+            raise BadParameterError(f"--max-len {max_len}: the model's position table "
+                                    f"{found.params['table_name']!r} has {table.shape[0]} rows")
+        max_len = table.shape[0]
+        tables = {found.replaces[0]: table}
+        record = {"scheme": "learned", "table": found.params["table_name"]}
+        squeeze, duplicate = False, False
+        dims = dims if dims is not None else ["batch", "seq"]
     stored = sum(t.size for t in tables.values()) * (1 if quantize == "int8" else 4)
     if stored > table_bytes_limit:
         raise BadParameterError(
-            f"the RoPE tables for {max_len} positions would be {stored:,} B, over graft's "
+            f"the tables for {max_len} positions would be {stored:,} B, over graft's "
             f"{table_bytes_limit:,} B limit; give fewer positions (--max-len) or --quantize int8")
-    elem, dims = _value_type(model, found.positions)
-    if dims is None or not dims or dims[-1] != 1:
-        raise BadParameterError(f"the positions tensor {found.positions!r} of the PE graft found "
-                                f"has shape {dims}; graft takes [..., 1] (positions[..., None])")
     pe = gathered_tables(tables, _opset(model), dims, positions_type=elem or TensorProto.INT64,
-                         squeeze=True, duplicate=True, quantize=quantize)
+                         squeeze=squeeze, duplicate=duplicate, quantize=quantize)
     digest = hashlib.sha256()
     for t in tables.values():
         digest.update(t.tobytes())
-    record = {"scheme": "rope", "layout": found.params["layout"],
-              "rotary_dim": found.params["rotary_dim"], "max_len": max_len,
-              "inv_freq": {"initializer": found.params["inv_freq_name"],
-                           "dtype": "float32", "values": found.params["inv_freq"].tolist()},
-              "attention_factor": float(found.params["attention_factor"]),
-              "mode": "table", "quantize": quantize, "tables_sha256": digest.hexdigest(),
-              "replaces": found.replaces, "positions": found.positions}
+    record.update({"max_len": max_len, "mode": "table", "quantize": quantize,
+                   "tables_sha256": digest.hexdigest(), "replaces": found.replaces,
+                   "positions": found.positions})
     if quantize == "int8":
         record["quant"] = {"bound": max(b for _, _, b in int8_tables(tables).values())}
     return pe, record
