@@ -194,7 +194,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                          found=f"found {pick.describe()}")
     if check:
         report.lengths, report.checks = prove_found(
-            original, grafted, pick.replaces, length,
+            original, grafted, pick.replaces, length - record.get("offset", 0),
             bound=record.get("quant", {}).get("bound", 0.0), lengths=lengths, seed=seed)
     if report and out is not None:
         write_model(grafted.model, out, external=size > _serialized_limit() or

@@ -164,11 +164,32 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         if not by_position:
             continue
         length, width = table.shape
-        where = (f"(table {node.input[0]!r} [{length}, {width}]) at Gather "
-                 f"{node.output[0]!r}, positions {_origin(node.input[1], makers, inputs)}")
+        offset = 0  # OPT: positions + 2 index the table (an Add of an integer constant)
+        maker = makers.get(node.input[1])
+        added = _scalar_add(maker, consts) if maker is not None else None
+        if added is not None:
+            offset = added
+        where = (f"(table {node.input[0]!r} [{length}, {width}]"
+                 + (f", positions + offset {offset}" if offset else "")
+                 + f") at Gather {node.output[0]!r}, positions "
+                 f"{_origin(node.input[1], makers, inputs)}")
         found.append(Found("learned", [node.output[0]], node.input[1], where,
-                           {"table": table, "table_name": node.input[0]}))
+                           {"table": table, "table_name": node.input[0], "offset": offset}))
     return found
+
+
+def _scalar_add(node, consts) -> int | None:
+    """The integer constant an ``Add`` node adds to its other input, or None."""
+    import numpy as np
+
+    if node.op_type != "Add":
+        return None
+    for i in (0, 1):
+        value = consts.get(node.input[i])
+        if value is not None and np.asarray(value).size == 1 and \
+                np.asarray(value).dtype.kind in "iu":
+            return int(np.asarray(value).ravel()[0])
+    return None
 
 
 def _origin(name: str, makers, inputs: set[str]) -> str:
@@ -243,7 +264,8 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                                     f"{found.params['table_name']!r} has {table.shape[0]} rows")
         max_len = table.shape[0]
         tables = {found.replaces[0]: table}
-        record = {"scheme": "learned", "table": found.params["table_name"]}
+        record = {"scheme": "learned", "table": found.params["table_name"],
+                  "offset": found.params["offset"]}
         squeeze, duplicate = False, False
         dims = dims if dims is not None else ["batch", "seq"]
     stored = sum(t.size for t in tables.values()) * (1 if quantize == "int8" else 4)
