@@ -30,9 +30,9 @@ pytest.importorskip("transformers", reason="the transformers models need transfo
 import _hf_models  # noqa: E402 - after the skip: it imports transformers lazily, but is only for it
 
 DEFAULT = ("llama", "gpt2")
-SLOW = ("gpt_neox", "phi", "mistral", "qwen2", "opt", "llama-linear", "llama-llama3",
+SLOW = ("bloom", "gpt_neox", "phi", "mistral", "qwen2", "opt", "llama-linear", "llama-llama3",
         "llama-yarn", "llama-dynamic")
-FAMILY = {"llama": "rope", "gpt2": "learned", "gpt_neox": "rope", "phi": "rope",
+FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "gpt_neox": "rope", "phi": "rope",
           "mistral": "rope", "qwen2": "rope", "opt": "learned", "llama-linear": "rope",
           "llama-llama3": "rope", "llama-yarn": "rope", "llama-dynamic": "rope"}
 MAX_LEN = {"llama": 256, "gpt2": None}
@@ -106,7 +106,7 @@ def _graft_and_check(exported, family, tmp_path, *options):
 def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path):
     """No PE given: graft names what it found, puts the artifact in, proves and writes; the
     written model equals the original ONNX model and torch; RoPE keeps no Sin/Cos."""
-    options = ("--max-len", MAX_LEN.get(family, 256)) if FAMILY[family] == "rope" else ()
+    options = ("--max-len", MAX_LEN.get(family, 256)) if FAMILY[family] != "learned" else ()
     stdout, original, grafted = _graft_and_check(exported, family, tmp_path, *options)
     ops = {n.op_type for n in grafted.graph.node}
     if FAMILY[family] == "rope":

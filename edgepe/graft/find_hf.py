@@ -16,6 +16,10 @@ parameters read from the model's own constants.
 - Learned absolute (GPT-2; OPT, whose positions carry its offset 2; a constant sinusoidal table
   such as XGLM's): a constant float32 ``[L, D]`` table gathered by positions (not token ids). The
   artifact: the same rows (``--quantize int8``: a quarter of the bytes), gathered the same way.
+- ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
+  ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
+  for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
+  positions (``compute``; no table, so no ``--quantize``).
 """
 
 from __future__ import annotations
@@ -192,6 +196,33 @@ def _scalar_add(node, consts) -> int | None:
     return None
 
 
+def _alibi(graph, consts, makers, readers) -> list[Found]:
+    """Bloom's ALiBi: ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))`` with the positions made
+    from the attention mask's ``CumSum`` (or a ``Range``)."""
+    import numpy as np
+
+    found = []
+    inputs = {v.name for v in graph.input}
+    for node in graph.node:
+        if node.op_type != "Mul":
+            continue
+        for i in (0, 1):
+            slopes = consts.get(node.input[i])
+            cast = makers.get(node.input[1 - i])
+            if slopes is None or slopes.ndim != 2 or slopes.shape[1] != 1 or \
+                    slopes.dtype != np.float32 or cast is None or cast.op_type != "Cast":
+                continue
+            ops, _ = _ancestors(cast.input[0], makers)
+            if not ops & {"CumSum", "Range"}:
+                continue
+            where = (f"(slopes {node.input[i]!r} [{slopes.shape[0]}, 1]) at Mul "
+                     f"{node.output[0]!r}, positions "
+                     f"{_origin(cast.input[0], makers, inputs)}")
+            found.append(Found("alibi", [node.output[0]], cast.input[0], where,
+                               {"slopes": slopes, "slopes_name": node.input[i]}))
+    return found
+
+
 def _origin(name: str, makers, inputs: set[str]) -> str:
     """Where an integer positions tensor comes from, in words: a model input, or the op."""
     seen = name
@@ -204,7 +235,10 @@ def _origin(name: str, makers, inputs: set[str]) -> str:
         if node.op_type in ("Unsqueeze", "Cast", "Expand", "Reshape", "Identity", "Squeeze"):
             name = node.input[0]
             continue
-        return f"{seen!r} ({node.op_type} {node.output[0]!r})"
+        ops, leaves = _ancestors(name, makers)
+        made = " and ".join(sorted(op for op in ops if op in ("CumSum", "Range")))
+        return f"{seen!r} (from {', '.join(map(repr, sorted(leaves & inputs)))}" + (
+            f" by {made})" if made else ")")
     return repr(seen)
 
 
@@ -215,7 +249,8 @@ def find_pe(model) -> list[Found]:
     graph = model.graph
     consts = _constants(graph)
     makers, readers = _graph_index(graph)
-    return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers)]
+    return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers),
+            *_alibi(graph, consts, makers, readers)]
 
 
 def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
@@ -238,6 +273,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     ``max_len``: RoPE's table rows (default ``DEFAULT_MAX_LEN``); a learned table keeps its own."""
     import hashlib
 
+    import numpy as np
     from onnx import TensorProto
 
     from edgepe.export.graphs.model_tensors import gathered_tables, int8_tables
@@ -257,6 +293,27 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                                "values": found.params["inv_freq"].tolist()},
                   "attention_factor": float(found.params["attention_factor"])}
         squeeze, duplicate = True, True
+    elif found.family == "alibi":  # no table: edgepe's slopes, proven equal to the model's
+        from edgepe.export.graphs.model_tensors import alibi_bias
+        from edgepe.schemes.alibi import slopes as alibi_slopes
+
+        model_slopes = found.params["slopes"]
+        heads = model_slopes.shape[0]
+        mine = alibi_slopes(heads).numpy().reshape(heads, 1)
+        if not np.array_equal(mine, model_slopes):
+            raise BadParameterError(
+                f"the model's ALiBi slopes {found.params['slopes_name']!r} differ from the ALiBi "
+                f"paper's rule for {heads} heads (edgepe's alibi) by up to "
+                f"{float(np.abs(mine - model_slopes).max()):.3g}; graft keeps the model as is")
+        if quantize != "none":
+            raise BadParameterError("--quantize int8: ALiBi's bias is slope x position, no "
+                                    "table to quantise")
+        pe = alibi_bias(mine, _opset(model), dims or ["batch", 1, "seq"],
+                        positions_type=elem or TensorProto.INT64)
+        return pe, {"scheme": "alibi", "heads": heads, "slopes": "paper",
+                    "model_slopes": found.params["slopes_name"], "mode": "compute",
+                    "quantize": "none", "max_len": max_len or DEFAULT_MAX_LEN,
+                    "replaces": found.replaces, "positions": found.positions}
     else:  # learned: the model's own table, gathered by the model's own positions
         table = found.params["table"]
         if max_len is not None and max_len != table.shape[0]:

@@ -79,3 +79,21 @@ def gathered_tables(tables: Mapping[str, np.ndarray], opset: int, positions_shap
     model.ir_version = ir_version
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def alibi_bias(slopes: np.ndarray, opset: int, positions_shape: Sequence,
+               positions_type: int = TensorProto.INT64, ir_version: int = 8) -> onnx.ModelProto:
+    """``positions [B, 1, T] int -> bias [B, H, T]``: ``slopes [H, 1] * float32(positions)``, the
+    ALiBi bias of key positions as Bloom builds it (before its ``[B * H, 1, T]`` reshape)."""
+    dims = [d if d is not None else f"positions_{i}" for i, d in enumerate(positions_shape)]
+    heads = slopes.shape[0]
+    nodes = [helper.make_node("Cast", [POSITIONS], ["positions_float"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["slopes", "positions_float"], ["bias"])]
+    graph = helper.make_graph(
+        nodes, "alibi_bias", [helper.make_tensor_value_info(POSITIONS, positions_type, dims)],
+        [helper.make_tensor_value_info("bias", TensorProto.FLOAT, [dims[0], heads, dims[-1]])],
+        [numpy_helper.from_array(np.ascontiguousarray(slopes, np.float32), "slopes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
