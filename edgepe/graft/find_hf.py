@@ -16,6 +16,9 @@ parameters read from the model's own constants.
 - Learned absolute (GPT-2; OPT, whose positions carry its offset 2; a constant sinusoidal table
   such as XGLM's): a constant float32 ``[L, D]`` table gathered by positions (not token ids). The
   artifact: the same rows (``--quantize int8``: a quarter of the bytes), gathered the same way.
+- GPT-J's interleaved RoPE: a constant ``[L, R]`` ``[sin | cos]`` table (``create_sinusoidal_
+  positions``, recognised by its values) read by ``GatherND(table, positions[..., None])``; the
+  artifact: its rows, as for a learned table.
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
@@ -155,11 +158,19 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
     found = []
     inputs = {v.name for v in graph.input}
     for node in graph.node:
-        if node.op_type != "Gather" or _attr(node, "axis", 0) != 0:
+        nd = node.op_type == "GatherND"  # GPT-J: GatherND(table, positions[..., None])
+        if not (node.op_type == "Gather" and _attr(node, "axis", 0) == 0 or
+                nd and _attr(node, "batch_dims", 0) == 0):
             continue
         table = consts.get(node.input[0])
         if table is None or table.ndim != 2 or table.dtype != np.float32:
             continue
+        if nd:
+            unsqueeze = makers.get(node.input[1])
+            axes = consts.get(unsqueeze.input[1]) if unsqueeze is not None and \
+                unsqueeze.op_type == "Unsqueeze" and len(unsqueeze.input) > 1 else None
+            if axes is None or np.asarray(axes).ravel().tolist() != [-1]:
+                continue
         ops, leaves = _ancestors(node.input[1], makers)
         if "input_ids" in leaves or "inputs_embeds" in leaves:
             continue
@@ -173,13 +184,34 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         added = _scalar_add(maker, consts) if maker is not None else None
         if added is not None:
             offset = added
-        where = (f"(table {node.input[0]!r} [{length}, {width}]"
+        sincos = _is_sincos(table)
+        where = ("(GPT-J [sin | cos] table " if sincos else "(table ") + (
+            f"{node.input[0]!r} [{length}, {width}]")
+        where = (f"{where}"
                  + (f", positions + offset {offset}" if offset else "")
-                 + f") at Gather {node.output[0]!r}, positions "
+                 + f") at {node.op_type} {node.output[0]!r}, positions "
                  f"{_origin(node.input[1], makers, inputs)}")
-        found.append(Found("learned", [node.output[0]], node.input[1], where,
-                           {"table": table, "table_name": node.input[0], "offset": offset}))
+        found.append(Found("rope" if sincos else "learned", [node.output[0]], node.input[1],
+                           where, {"table": table, "table_name": node.input[0],
+                                   "offset": offset, "squeeze": nd, "sincos": sincos}))
     return found
+
+
+def _is_sincos(table) -> bool:
+    """Whether ``table [L, W]`` is GPT-J's ``create_sinusoidal_positions``: ``[sin(p w) | cos(p
+    w)]``, ``w = 1 / 10000^(2i / W)`` in float32 (within 4 ulp of 1: the model's own float32
+    rounding of sin/cos)."""
+    import numpy as np
+
+    length, width = table.shape
+    if width % 2 or length < 2:
+        return False
+    w = (1.0 / (np.float32(10000.0) ** (np.arange(0, width, 2).astype(np.float32) /
+                                        np.float32(width)))).astype(np.float32)
+    angle = np.arange(length, dtype=np.float32)[:, None] * w[None, :]
+    ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
+                         axis=1)
+    return bool(np.abs(ref - table).max() <= 4 * np.spacing(np.float32(1.0)))
 
 
 def _scalar_add(node, consts) -> int | None:
@@ -280,7 +312,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     from edgepe.graft.splice import _opset, _value_type
 
     elem, dims = _value_type(model, found.positions)
-    if found.family == "rope":
+    if found.family == "rope" and not found.params.get("sincos"):
         max_len = max_len or DEFAULT_MAX_LEN
         tables = rope_tables(found, max_len)
         if dims is None or not dims or dims[-1] != 1:
@@ -321,10 +353,12 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                                     f"{found.params['table_name']!r} has {table.shape[0]} rows")
         max_len = table.shape[0]
         tables = {found.replaces[0]: table}
-        record = {"scheme": "learned", "table": found.params["table_name"],
+        record = {"scheme": found.family, "table": found.params["table_name"],
                   "offset": found.params["offset"]}
-        squeeze, duplicate = False, False
-        dims = dims if dims is not None else ["batch", "seq"]
+        if found.params["sincos"]:
+            record.update(layout="interleaved", rotary_dim=table.shape[1], table_layout="sin|cos")
+        squeeze, duplicate = found.params["squeeze"], False
+        dims = dims if dims is not None else ["batch", "seq"] + ([1] if squeeze else [])
     stored = sum(t.size for t in tables.values()) * (1 if quantize == "int8" else 4)
     if stored > table_bytes_limit:
         raise BadParameterError(
