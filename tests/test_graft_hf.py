@@ -128,10 +128,12 @@ def test_llama_rope_int8_tables(exported, tmp_path):
 
 def test_a_table_over_the_limit_is_refused(exported, tmp_path):
     out = tmp_path / "out.onnx"
-    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 2**22)
+    """Llama's R = 8: 2^21 positions are 2^21 x 4 x 2 float32 = 64 MiB, over the 32 MiB limit
+    (checked before any table is built)."""
+    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 2**21)
     assert code == 2 and not out.exists()
     assert stderr.strip().splitlines() == [
-        "error: the tables for 4194304 positions would be 67,108,864 B, over graft's "
+        "error: the tables for 2097152 positions would be 67,108,864 B, over graft's "
         "33,554,432 B limit; give fewer positions (--max-len) or --quantize int8"]
 
 
@@ -189,7 +191,7 @@ def test_external_data_outside_the_models_folder_is_refused(tmp_path, location):
     folder.mkdir()
     table = numpy_helper.from_array(np.ones((8, 4), np.float32), "wpe")
     table.data_location = onnx.TensorProto.EXTERNAL
-    del table.raw_data
+    table.ClearField("raw_data")
     for key, value in (("location", location), ("offset", "0"), ("length", "128")):
         entry = table.external_data.add()
         entry.key, entry.value = key, value

@@ -299,6 +299,14 @@ def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
     return dict(zip(found.replaces, (cos, sin), strict=True))
 
 
+def _check_size(values: int, max_len: int, quantize: str, limit: int) -> None:
+    stored = values * (1 if quantize == "int8" else 4)
+    if stored > limit:
+        raise BadParameterError(
+            f"the tables for {max_len} positions would be {stored:,} B, over graft's "
+            f"{limit:,} B limit; give fewer positions (--max-len) or --quantize int8")
+
+
 def build_found(model, found: Found, max_len: int | None, quantize: str = "none",
                 table_bytes_limit: int = TABLE_BYTES_LIMIT):
     """``(pe ModelProto, record)``: the artifact for ``found``, at the model's opset.
@@ -314,6 +322,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     elem, dims = _value_type(model, found.positions)
     if found.family == "rope" and not found.params.get("sincos"):
         max_len = max_len or DEFAULT_MAX_LEN
+        _check_size(max_len * found.params["rotary_dim"], max_len, quantize, table_bytes_limit)
         tables = rope_tables(found, max_len)
         if dims is None or not dims or dims[-1] != 1:
             raise BadParameterError(
@@ -359,11 +368,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
             record.update(layout="interleaved", rotary_dim=table.shape[1], table_layout="sin|cos")
         squeeze, duplicate = found.params["squeeze"], False
         dims = dims if dims is not None else ["batch", "seq"] + ([1] if squeeze else [])
-    stored = sum(t.size for t in tables.values()) * (1 if quantize == "int8" else 4)
-    if stored > table_bytes_limit:
-        raise BadParameterError(
-            f"the tables for {max_len} positions would be {stored:,} B, over graft's "
-            f"{table_bytes_limit:,} B limit; give fewer positions (--max-len) or --quantize int8")
+    _check_size(sum(t.size for t in tables.values()), max_len, quantize, table_bytes_limit)
     pe = gathered_tables(tables, _opset(model), dims, positions_type=elem or TensorProto.INT64,
                          squeeze=squeeze, duplicate=duplicate, quantize=quantize)
     digest = hashlib.sha256()
