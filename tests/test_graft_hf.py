@@ -30,11 +30,12 @@ pytest.importorskip("transformers", reason="the transformers models need transfo
 import _hf_models  # noqa: E402 - after the skip: it imports transformers lazily, but is only for it
 
 DEFAULT = ("llama", "gpt2")
-SLOW = ("bloom", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "llama-linear", "llama-llama3",
-        "llama-yarn", "llama-dynamic")
-FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "gptj": "rope", "gpt_neox": "rope", "phi": "rope",
-          "mistral": "rope", "qwen2": "rope", "opt": "learned", "llama-linear": "rope",
-          "llama-llama3": "rope", "llama-yarn": "rope", "llama-dynamic": "rope"}
+SLOW = ("bloom", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "llama-linear",
+        "llama-llama3", "llama-yarn", "llama-dynamic")
+FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "gptj": "rope",
+          "gpt_neox": "rope", "phi": "rope", "mistral": "rope", "qwen2": "rope", "opt": "learned",
+          "llama-linear": "rope", "llama-llama3": "rope", "llama-yarn": "rope",
+          "llama-dynamic": "rope"}
 MAX_LEN = {"llama": 256, "gpt2": None}
 # onnxruntime and torch compute float32 attention in different orders (fused MatMul/Softmax):
 # measured <= 2e-6 on these models' logits (|logits| < 1); 1e-5 leaves room, still far below
