@@ -147,6 +147,35 @@ def export(family: str, folder: Path) -> Path:
     return path
 
 
+def export_torchscript(family: str, folder: Path) -> Path:
+    """``folder/model.onnx`` by the TorchScript exporter (``dynamo=False``, opset 18), the way it
+    still works for these models: no cache (``use_cache=False``), ``input_ids``,
+    ``attention_mask``, ``position_ids`` -> ``logits``; one self-contained file."""
+    import torch
+
+    lm = model(family)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask, position_ids):
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask,
+                           position_ids=position_ids, use_cache=False).logits
+
+    g = torch.Generator().manual_seed(SEED)
+    ids = torch.randint(0, VOCAB, (2, 8), generator=g)
+    args = (ids, torch.ones(2, 8, dtype=torch.long), torch.arange(8)[None].expand(2, 8))
+    names = ["input_ids", "attention_mask", "position_ids"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    torch.onnx.export(Logits().eval(), args, str(path), dynamo=False, opset_version=18,
+                      input_names=names, output_names=["logits"],
+                      dynamic_axes={n: {0: "batch", 1: "seq"} for n in names})
+    return path
+
+
 def torch_outputs(family: str, feeds: dict) -> list:
     """``family``'s model in torch on onnxruntime-style ``feeds`` (numpy, by input name)."""
     import torch

@@ -208,3 +208,19 @@ def test_graft_api_returns_the_found_report(exported, tmp_path):
     report = edgepe.graft(exported("gpt2"), out=tmp_path / "o.onnx")
     assert report and report.found.startswith("found learned (table ")
     assert report.removed_nodes == 1 and all(c.passed for c in report.checks)
+
+
+@pytest.mark.slow
+def test_torchscript_export_of_llama(tmp_path):
+    """The TorchScript exporter (``dynamo=False``; no cache, one file): the same RoPE found, its
+    attention-factor ``Mul`` by 1 folded into the tables, positions shifted to reach the table's
+    last row since there is no cache to do it."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        path = _hf_models.export_torchscript("llama", tmp_path / "ts")
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", path, "--out", out, "--max-len", 256)
+    assert code == 0, (stdout, stderr)
+    assert stdout.startswith("found rope (half layout, R=8") and "positions 240..255" in stdout
+    assert not (tmp_path / "out.onnx.data").exists()  # it came as one file: it goes as one
+    assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}

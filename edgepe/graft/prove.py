@@ -236,11 +236,13 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
     return sizes
 
 
-def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng) -> dict:
+def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: int = 0
+             ) -> dict:
     """Inputs for a transformers export at ``seq`` new tokens after ``past`` cached ones: the
     mask all ones but ``pad`` left-padding zeros in row 1 (when ``past`` is 0), ``position_ids``
     as transformers makes them from the mask (``cumsum - 1``, 1 at padding), token ids 0/1,
-    past keys/values standard normal."""
+    past keys/values standard normal. ``shift`` is added to ``position_ids`` (a model without a
+    cache input reaches the table's last rows so)."""
     import numpy as np
 
     inputs = session.get_inputs()
@@ -250,6 +252,7 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng) -> dict:
         mask[1, :pad] = 0
     positions = np.cumsum(mask, axis=1)[:, past:] - 1
     positions[mask[:, past:] == 0] = 1
+    positions += shift
     feeds = {}
     for value in inputs:
         shape = [d if isinstance(d, int) else sizes.get(d, seq) for d in value.shape]
@@ -268,19 +271,22 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng) -> dict:
 
 
 def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
-                ) -> list[tuple[int, int, int]]:
-    """``(seq, past, pad)`` runs: prefills at several lengths (one left-padded), and with a KV
-    cache input a decode step at the table's last position (``past = max_len - 1``)."""
+                ) -> list[tuple[int, int, int, int]]:
+    """``(seq, past, pad, shift)`` runs: prefills at several lengths (one left-padded), and with
+    a KV cache input a decode step at the table's last position (``past = max_len - 1``), or
+    without one but with ``position_ids``, positions shifted to end at ``max_len - 1``."""
     names = {i.name for i in session.get_inputs()}
     has_past = any("past" in n for n in names)
     has_mask = "attention_mask" in names
     seqs = list(lengths) if lengths else sorted({1, min(7, max_len), min(16, max_len)})
-    cases = [(s, 0, 0) for s in seqs]
+    cases = [(s, 0, 0, 0) for s in seqs]
     if has_mask:
-        cases.append((max(seqs), 0, min(3, max(seqs) - 1)))
+        cases.append((max(seqs), 0, min(3, max(seqs) - 1), 0))
     if has_past:
-        cases += [(3, min(5, max_len - 3), 0), (1, max_len - 1, 0)]
-    return [c for c in cases if c[0] + c[1] <= max_len]
+        cases += [(3, min(5, max_len - 3), 0, 0), (1, max_len - 1, 0, 0)]
+    elif "position_ids" in names and max(seqs) < max_len:
+        cases.append((max(seqs), 0, 0, max_len - max(seqs)))
+    return [c for c in cases if c[0] + c[1] + c[3] <= max_len]
 
 
 def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: int,
@@ -314,8 +320,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     cases = proof_cases(mine, max_len, lengths)
     err = dict.fromkeys(names, 0.0)
     peak = dict.fromkeys(names, 0.0)
-    for seq, past, pad in cases:
-        feeds = hf_feeds(mine, seq, past, pad, max_len, rng)
+    for seq, past, pad, shift in cases:
+        feeds = hf_feeds(mine, seq, past, pad, max_len, rng, shift)
         label = f"{seq} (past {past}{', left pad ' + str(pad) if pad else ''})"
         want = dict(zip(names, _run(reference, names, feeds, label, "original"), strict=True))
         got = dict(zip(names, _run(mine, names, feeds, label, "grafted"), strict=True))
@@ -332,8 +338,9 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
         else:
             tol = FLOAT_ULPS * ulp + 2 * gain.get(name, 0.0) * bound
         checks.append(OutputCheck(name, err[name], tol))
-    return [f"{s}+{p}" if p else (f"{s} (left pad {pad})" if pad else str(s))
-            for s, p, pad in cases], checks
+    return [f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
+            f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
+            for s, p, pad, shift in cases], checks
 
 
 def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int):
@@ -370,8 +377,8 @@ def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: i
     rng = np.random.default_rng(seed)
     out_names = [n for n in names if n not in replaces]
     gain = dict.fromkeys(out_names, 0.0)
-    for seq, past, pad in cases[-1:]:
-        feeds = hf_feeds(base, seq, past, pad, max_len, rng)
+    for seq, past, pad, shift in cases[-1:]:
+        feeds = hf_feeds(base, seq, past, pad, max_len, rng, shift)
         a = base.run(out_names, feeds)
         b = moved.run(out_names, feeds)
         for name, x, y in zip(out_names, a, b, strict=True):
