@@ -30,12 +30,15 @@ pytest.importorskip("transformers", reason="the transformers models need transfo
 import _hf_models  # noqa: E402 - after the skip: it imports transformers lazily, but is only for it
 
 DEFAULT = ("llama", "gpt2")
+# llama-dynamic (dynamic NTK) is not here: torch 2.13's torch.export refuses it (a data-dependent
+# guard, `if seq_len > max_seq_len_cached` in transformers' dynamic_frequency_update), so there
+# is no dynamo export to graft; TorchScript freezes inv_freq at the traced length, and graft
+# keeps exactly what that graph computes.
 SLOW = ("bloom", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "llama-linear",
-        "llama-llama3", "llama-yarn", "llama-dynamic")
+        "llama-llama3", "llama-yarn")
 FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "gptj": "rope",
           "gpt_neox": "rope", "phi": "rope", "mistral": "rope", "qwen2": "rope", "opt": "learned",
-          "llama-linear": "rope", "llama-llama3": "rope", "llama-yarn": "rope",
-          "llama-dynamic": "rope"}
+          "llama-linear": "rope", "llama-llama3": "rope", "llama-yarn": "rope"}
 MAX_LEN = {"llama": 256, "gpt2": None}
 # onnxruntime and torch compute float32 attention in different orders (fused MatMul/Softmax):
 # measured <= 2e-6 on these models' logits (|logits| < 1); 1e-5 leaves room, still far below
@@ -110,7 +113,7 @@ def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path)
     options = ("--max-len", MAX_LEN.get(family, 256)) if FAMILY[family] != "learned" else ()
     stdout, original, grafted = _graft_and_check(exported, family, tmp_path, *options)
     ops = {n.op_type for n in grafted.graph.node}
-    if FAMILY[family] == "rope":
+    if FAMILY[family] == "rope" and family != "gptj":  # GPT-J's table is a constant already
         assert {"Sin", "Cos"} <= {n.op_type for n in original.graph.node}
         assert not ops & {"Sin", "Cos"}, "a trig op of the PE stayed"
     assert any(p.key == "edgepe.graft.0" for p in grafted.metadata_props)
