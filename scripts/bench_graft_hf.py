@@ -25,7 +25,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-FAMILIES = ("llama", "gpt2", "bloom", "gpt_neox", "gptj", "phi", "opt", "qwen2", "mistral")
+FAMILIES = ("llama", "gpt2", "bloom", "gpt_neox", "gptj", "phi", "opt", "xglm", "qwen2",
+            "mistral", "llama-yarn")
 WORKLOADS = {"prefill": (32, 0), "decode": (1, 128)}
 
 
@@ -55,7 +56,7 @@ def row(family: str, models: Path, reps: int, quantize: str | None) -> dict:
             warnings.simplefilter("ignore")
             _hf_models.export(family, models / family)
     options = {"quantize": quantize} if quantize else {}
-    if family not in ("gpt2", "opt", "gptj"):
+    if family not in ("gpt2", "opt", "gptj", "xglm"):
         options["max_len"] = 256
     report = edgepe.graft(path, **options)
     assert report, str(report)

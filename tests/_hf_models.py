@@ -57,6 +57,9 @@ def config(family: str):
         return tf.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
                             num_attention_heads=4, max_position_embeddings=256,
                             word_embed_proj_dim=32)
+    if family == "xglm":
+        return tf.XGLMConfig(vocab_size=VOCAB, d_model=32, ffn_dim=64, num_layers=2,
+                             attention_heads=4, max_position_embeddings=256)
     if family == "bloom":
         return tf.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)
     if family == "mpt":
@@ -121,7 +124,7 @@ def example_inputs(lm, batch: int = 2, seq: int = 5, past: int = 3, with_positio
     return args, names
 
 
-TAKES_POSITIONS = {"gpt2", "gptj", "gpt_neox", "opt", "phi", "qwen2", "mistral"}
+TAKES_POSITIONS = {"gpt2", "gptj", "gpt_neox", "opt", "phi", "qwen2", "mistral", "xglm"}
 
 
 def export(family: str, folder: Path) -> Path:

@@ -34,12 +34,12 @@ DEFAULT = ("llama", "gpt2")
 # guard, `if seq_len > max_seq_len_cached` in transformers' dynamic_frequency_update), so there
 # is no dynamo export to graft; TorchScript freezes inv_freq at the traced length, and graft
 # keeps exactly what that graph computes.
-SLOW = ("bloom", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "llama-linear",
+SLOW = ("bloom", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "xglm", "llama-linear",
         "llama-llama3", "llama-yarn")
 FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "gptj": "rope",
           "gpt_neox": "rope", "phi": "rope", "mistral": "rope", "qwen2": "rope", "opt": "learned",
-          "llama-linear": "rope", "llama-llama3": "rope", "llama-yarn": "rope"}
-MAX_LEN = {"llama": 256, "gpt2": None}
+          "xglm": "sinusoidal", "llama-linear": "rope", "llama-llama3": "rope",
+          "llama-yarn": "rope"}
 # onnxruntime and torch compute float32 attention in different orders (fused MatMul/Softmax):
 # measured <= 2e-6 on these models' logits (|logits| < 1); 1e-5 leaves room, still far below
 # what a wrong position (a changed cos/sin row: ~1e-2 here) moves.
@@ -110,7 +110,7 @@ def _graft_and_check(exported, family, tmp_path, *options):
 def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path):
     """No PE given: graft names what it found, puts the artifact in, proves and writes; the
     written model equals the original ONNX model and torch; RoPE keeps no Sin/Cos."""
-    options = ("--max-len", MAX_LEN.get(family, 256)) if FAMILY[family] != "learned" else ()
+    options = ("--max-len", 256) if family not in ("gpt2", "opt", "gptj", "xglm") else ()
     stdout, original, grafted = _graft_and_check(exported, family, tmp_path, *options)
     ops = {n.op_type for n in grafted.graph.node}
     if FAMILY[family] == "rope" and family != "gptj":  # GPT-J's table is a constant already

@@ -19,6 +19,8 @@ parameters read from the model's own constants.
 - GPT-J's interleaved RoPE: a constant ``[L, R]`` ``[sin | cos]`` table (``create_sinusoidal_
   positions``, recognised by its values) read by ``GatherND(table, positions[..., None])``; the
   artifact: its rows, as for a learned table.
+- fairseq/XGLM sinusoidal: a constant ``[sin | cos]`` table (row 1, the padding index, zero;
+  positions offset by 2), recognised by its values and grafted as its rows.
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
@@ -181,17 +183,25 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         length, width = table.shape
         offset = 0  # OPT: positions + 2 index the table (an Add of an integer constant)
         maker = makers.get(node.input[1])
+        for _ in range(4):  # through reshapes (XGLM flattens positions + 2 before its Gather)
+            if maker is None or maker.op_type not in ("Reshape", "Unsqueeze", "Squeeze", "Cast",
+                                                      "Identity", "Flatten"):
+                break
+            maker = makers.get(maker.input[0])
         added = _scalar_add(maker, consts) if maker is not None else None
         if added is not None:
             offset = added
         sincos = _is_sincos(table)
-        where = ("(GPT-J [sin | cos] table " if sincos else "(table ") + (
+        fairseq = not sincos and _is_fairseq_sinusoidal(table)
+        where = ("(GPT-J [sin | cos] table " if sincos else
+                 "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else "(table ") + (
             f"{node.input[0]!r} [{length}, {width}]")
         where = (f"{where}"
                  + (f", positions + offset {offset}" if offset else "")
                  + f") at {node.op_type} {node.output[0]!r}, positions "
                  f"{_origin(node.input[1], makers, inputs)}")
-        found.append(Found("rope" if sincos else "learned", [node.output[0]], node.input[1],
+        family = "rope" if sincos else "sinusoidal" if fairseq else "learned"
+        found.append(Found(family, [node.output[0]], node.input[1],
                            where, {"table": table, "table_name": node.input[0],
                                    "offset": offset, "squeeze": nd, "sincos": sincos}))
     return found
@@ -212,6 +222,24 @@ def _is_sincos(table) -> bool:
     ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
                          axis=1)
     return bool(np.abs(ref - table).max() <= 4 * np.spacing(np.float32(1.0)))
+
+
+def _is_fairseq_sinusoidal(table) -> bool:
+    """Whether ``table [L, D]`` is fairseq's (XGLM, M2M100) sinusoidal table: ``[sin(p w) |
+    cos(p w)]``, ``w_i = exp(-i ln(10000) / (D/2 - 1))``, row 1 (the padding index) zero; within
+    1e-5 (float32 angles up to ``L`` radians round by ~``L`` ulp)."""
+    import numpy as np
+
+    length, width = table.shape
+    half = width // 2
+    if width % 2 or half < 2 or length < 3 or np.any(table[1]):
+        return False
+    w = np.exp(np.arange(half, dtype=np.float32) * np.float32(-np.log(10000.0) / (half - 1)))
+    angle = np.arange(length, dtype=np.float32)[:, None] * w[None, :].astype(np.float32)
+    ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
+                         axis=1)
+    ref[1] = 0
+    return bool(np.abs(ref - table).max() <= 1e-5)
 
 
 def _scalar_add(node, consts) -> int | None:
