@@ -95,7 +95,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         cells = [f"{r[w]['ratio']:.3f}x ({r[w]['ratio_iqr'][0]:.2f}-{r[w]['ratio_iqr'][1]:.2f})"
                  for w in WORKLOADS]
-        found = r["found"].removeprefix("found ").split(" at ")[0]
+        found = r["found"].removeprefix("found ").split(" at ")[0].replace("|", "\\|")
         lines.append(f"| {r['family']} | {found} | {cells[0]} | {cells[1]} | "
                      f"{r['bytes_removed']:,} of {r['bytes_before']:,} |")
     return "\n".join(lines)

@@ -188,7 +188,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                            pick.positions, record)
     kind = "int8" if record["quantize"] == "int8" else "float32"
     report = GraftReport(f"{record['scheme']} ({record['mode']}, {kind}, {length} positions)",
-                         grafted.at, pick.positions, grafted.prefix, grafted.removed_nodes,
+                         grafted.at, pick.positions or "none (a Range inside the PE)",
+                         grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
                          grafted.metadata_bytes, model=grafted.model,
                          found=f"found {pick.describe()}")

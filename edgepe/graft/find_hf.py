@@ -19,6 +19,9 @@ parameters read from the model's own constants.
 - GPT-J's interleaved RoPE: a constant ``[L, R]`` ``[sin | cos]`` table (``create_sinusoidal_
   positions``, recognised by its values) read by ``GatherND(table, positions[..., None])``; the
   artifact: its rows, as for a learned table.
+- MPT's ALiBi: a constant ``[H, 1, L]`` bias ``m_h (u - (L - 1))`` the model slices; the
+  artifact computes it from a ``Range`` with edgepe's slopes (required equal): ``H`` floats in
+  place of ``H L``.
 - fairseq/XGLM sinusoidal: a constant ``[sin | cos]`` table (row 1, the padding index, zero;
   positions offset by 2), recognised by its values and grafted as its rows.
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
@@ -283,6 +286,32 @@ def _alibi(graph, consts, makers, readers) -> list[Found]:
     return found
 
 
+def _mpt_alibi(graph, consts, makers, readers) -> list[Found]:
+    """MPT's ALiBi: a constant ``[H, 1, L]`` equal to ``m_h (u - (L - 1))`` with the slopes of
+    edgepe's ``alibi`` (the paper's rule), read by a Slice."""
+    import numpy as np
+
+    from edgepe.schemes.alibi import slopes as alibi_slopes
+
+    found = []
+    for init in graph.initializer:
+        value = consts.get(init.name)
+        if value is None or value.ndim != 3 or value.shape[1] != 1 or value.dtype != np.float32 \
+                or value.shape[2] < 2 or not any(n.op_type == "Slice"
+                                                 for n in readers.get(init.name, [])):
+            continue
+        heads, _, length = value.shape
+        slopes = alibi_slopes(heads).numpy()
+        distance = np.arange(1 - length, 1, dtype=np.float32)
+        if not np.array_equal(slopes[:, None, None] * distance[None, None, :], value):
+            continue
+        where = (f"(MPT bias constant {init.name!r} [{heads}, 1, {length}], slopes of the "
+                 f"ALiBi paper's rule) sliced by the model")
+        found.append(Found("alibi", [init.name], "", where,
+                           {"slopes": slopes, "length": length, "table_name": init.name}))
+    return found
+
+
 def _origin(name: str, makers, inputs: set[str]) -> str:
     """Where an integer positions tensor comes from, in words: a model input, or the op."""
     seen = name
@@ -310,7 +339,7 @@ def find_pe(model) -> list[Found]:
     consts = _constants(graph)
     makers, readers = _graph_index(graph)
     return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers),
-            *_alibi(graph, consts, makers, readers)]
+            *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers)]
 
 
 def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
@@ -362,6 +391,18 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                                "values": found.params["inv_freq"].tolist()},
                   "attention_factor": float(found.params["attention_factor"])}
         squeeze, duplicate = True, True
+    elif found.family == "alibi" and "length" in found.params:  # MPT: the constant computed
+        from edgepe.export.graphs.model_tensors import alibi_distance_bias
+
+        if quantize != "none":
+            raise BadParameterError("--quantize int8: MPT's ALiBi bias goes in as slope x "
+                                    "distance, no table to quantise")
+        length = found.params["length"]
+        pe = alibi_distance_bias(found.params["slopes"], length, _opset(model))
+        return pe, {"scheme": "alibi", "heads": int(found.params["slopes"].size),
+                    "slopes": "paper", "mode": "compute", "quantize": "none", "max_len": length,
+                    "model_table": found.params["table_name"], "replaces": found.replaces,
+                    "positions": None}
     elif found.family == "alibi":  # no table: edgepe's slopes, proven equal to the model's
         from edgepe.export.graphs.model_tensors import alibi_bias
         from edgepe.schemes.alibi import slopes as alibi_slopes

@@ -415,7 +415,7 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     graph = model.graph
     prefix, number = _free_prefix(model)
     pe = compose.add_prefix(pe, prefix)
-    pe_in = pe.graph.input[0].name
+    pe_in = pe.graph.input[0].name if pe.graph.input else None  # MPT's bias takes none
     rename = {prefix + out: at for out, at in replaces.items()}
     nodes = list(pe.graph.node)
     for n in nodes:
@@ -423,15 +423,22 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
         n.output[:] = [rename.get(name, name) for name in n.output]
     all_nodes = list(graph.node)
     producers = []
+    constants = {t.name: t for t in graph.initializer}
+    dropped = 0  # bytes of replaced constants (an initializer the model read as is)
     for k, at in enumerate(replaces.values()):
+        if at in constants:
+            dropped += constants[at].ByteSize()
+            graph.initializer.remove(constants[at])
+            continue
         producer = next(i for i, n in enumerate(all_nodes) if at in n.output)
         target = all_nodes[producer]
         target.output[:] = [f"{prefix}replaced{k}" if o == at else o for o in target.output]
         producers.append(producer)
     old = [all_nodes[i] for i in producers]
-    where = min(producers)
+    where = min(producers, default=0)
     all_nodes[where:where] = nodes
-    removed = _remove_dead(graph, all_nodes, old)
+    removed = _remove_dead(graph, all_nodes, old or None)
+    removed["bytes"] += dropped
     del graph.node[:]
     graph.node.extend(removed["nodes"])
     graph.initializer.extend(pe.graph.initializer)

@@ -97,3 +97,26 @@ def alibi_bias(slopes: np.ndarray, opset: int, positions_shape: Sequence,
     model.ir_version = ir_version
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def alibi_distance_bias(slopes: np.ndarray, length: int, opset: int, ir_version: int = 8
+                        ) -> onnx.ModelProto:
+    """``() -> bias [H, 1, L]``: ``slopes [H] * (u - (L - 1))`` for ``u = 0 .. L-1``, MPT's ALiBi
+    bias (``build_mpt_alibi_tensor``) computed from a Range instead of stored: ``H`` floats and
+    four nodes in place of an ``[H, 1, L]`` constant."""
+    heads = slopes.shape[0]
+    inits = [numpy_helper.from_array(np.asarray(1 - length, np.int64), "start"),
+             numpy_helper.from_array(np.asarray(1, np.int64), "end"),
+             numpy_helper.from_array(np.asarray(1, np.int64), "step"),
+             numpy_helper.from_array(np.ascontiguousarray(slopes, np.float32).reshape(heads, 1, 1),
+                                     "slopes")]
+    nodes = [helper.make_node("Range", ["start", "end", "step"], ["distance"]),
+             helper.make_node("Cast", ["distance"], ["distance_float"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["slopes", "distance_float"], ["bias"])]
+    graph = helper.make_graph(nodes, "alibi_distance_bias", [],
+                              [helper.make_tensor_value_info("bias", TensorProto.FLOAT,
+                                                             [heads, 1, length])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
