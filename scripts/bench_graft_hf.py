@@ -2,7 +2,7 @@
 model's latency over the original's on onnxruntime CPU (goal <= 1.02x) and the bytes removed.
 
     python scripts/bench_graft_hf.py [--families llama,gpt2,...] [--models DIR] [--reps 201]
-                                     [--quantize int8] [--out FILE.json]
+                                     [--quantize int8] [--rope-lowering ort] [--out FILE.json]
 
 Each family's tiny model (tests/_hf_models.py) is exported into ``DIR/FAMILY`` unless already
 there, grafted with no PE given (the proof runs, as for a user), then both models run in one
@@ -39,7 +39,8 @@ def _session(data: bytes):
     return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def row(family: str, models: Path, reps: int, quantize: str | None) -> dict:
+def row(family: str, models: Path, reps: int, quantize: str | None,
+        rope_lowering: str | None = None) -> dict:
     import contextlib
     import io
     import warnings
@@ -56,6 +57,8 @@ def row(family: str, models: Path, reps: int, quantize: str | None) -> dict:
             warnings.simplefilter("ignore")
             _hf_models.export(family, models / family)
     options = {"quantize": quantize} if quantize else {}
+    if rope_lowering:
+        options["rope_lowering"] = rope_lowering
     if family not in ("gpt2", "opt", "gptj", "xglm"):
         options["max_len"] = 256
     report = edgepe.graft(path, **options)
@@ -107,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=Path("hf-models"))
     parser.add_argument("--reps", type=int, default=201)
     parser.add_argument("--quantize", choices=("int8",), default=None)
+    parser.add_argument("--rope-lowering", choices=("ort",), default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    rows = [row(f, args.models, args.reps, args.quantize) for f in args.families.split(",")]
+    rows = [row(f, args.models, args.reps, args.quantize, args.rope_lowering)
+            for f in args.families.split(",")]
     print(markdown(rows))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

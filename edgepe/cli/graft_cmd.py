@@ -61,6 +61,9 @@ def command(
     max_len: Annotated[str | None, typer.Option(
         "--max-len", metavar="L", help="With no --pe/--scheme: the positions the PE graft finds "
         "must cover (its table rows; default 4096).")] = None,
+    rope_lowering: Annotated[str | None, typer.Option(
+        "--rope-lowering", metavar="ort", help="With no --pe/--scheme, RoPE found: also fuse "
+        "every layer's rotate-half arithmetic into onnxruntime's RotaryEmbedding.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
     mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
                                              rich_help_panel=PANEL_SCHEME)] = None,
@@ -84,6 +87,7 @@ def command(
     report = graft(model, pe=pe, at=at, positions=positions, out=out, scheme=scheme, add=add,
                    check=not no_check, force=force, lengths=_lengths(lengths),
                    max_len=None if max_len is None else parse_int("--max-len", max_len),
+                   **({"rope_lowering": rope_lowering} if rope_lowering else {}),
                    **{k: v for k, v in options.items() if v is not None})
     if not (ctx.obj or {}).get("quiet", False) or not report:
         for line in report.lines():

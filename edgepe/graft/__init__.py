@@ -42,12 +42,14 @@ in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the or
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from edgepe.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
 from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, find_pe
+from edgepe.graft.lower import lower_rope
 from edgepe.graft.prove import pe_tolerance, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
@@ -147,18 +149,24 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
 
 def graft_found(model: str | Path, out: str | Path | None = None, check: bool = True,
                 force: bool = False, lengths: Sequence[int] | None = None, seed: int = 0,
-                max_len: int | None = None, quantize: str | None = None, **unused
-                ) -> GraftReport:
+                max_len: int | None = None, quantize: str | None = None,
+                rope_lowering: str | None = None, **unused) -> GraftReport:
     """``graft`` with no PE given: ``find_pe`` finds it, ``build_found`` builds its artifact,
     ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; ``out`` is written
     (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
-    ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``)."""
+    ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``rope_lowering``
+    ``'ort'``: also fuse the rotations into onnxruntime's RotaryEmbedding (``lower.lower_rope``).
+    """
     from edgepe.errors import OutputPathError
     from edgepe.export.artifact import check_writable
 
     if unused:
         raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
                                 "itself (it takes --quantize and --max-len)")
+    if rope_lowering not in (None, "ort"):
+        raise BadParameterError(
+            f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding); "
+            "rotary23 (the ONNX opset 23 op) is not built: these exports are opset 20")
     if quantize not in (None, "none", "int8"):
         raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
     if max_len is not None and max_len < 1:
@@ -186,8 +194,19 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
                                                         pick.replaces, strict=True)),
                            pick.positions, record)
+    if rope_lowering:
+        if pick.family != "rope" or pick.params.get("sincos"):
+            raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
+                                    f"{pick.where.split(' at ')[0]}, not half-layout RoPE")
+        fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces)
+        grafted.removed_nodes += gone
+        record["rope_lowering"] = {"op": "com.microsoft.RotaryEmbedding", "fused": fused}
+        entry = grafted.model.metadata_props[-1]
+        entry.value = json.dumps(record, sort_keys=True)
     kind = "int8" if record["quantize"] == "int8" else "float32"
-    report = GraftReport(f"{record['scheme']} ({record['mode']}, {kind}, {length} positions)",
+    lowered = f", rotations fused into RotaryEmbedding x{fused}" if rope_lowering else ""
+    report = GraftReport(f"{record['scheme']} ({record['mode']}, {kind}, {length} positions"
+                         f"{lowered})",
                          grafted.at, pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
