@@ -229,3 +229,20 @@ def test_torchscript_export_of_llama(tmp_path):
     assert stdout.startswith("found rope (half layout, R=8") and "positions 240..255" in stdout
     assert not (tmp_path / "out.onnx.data").exists()  # it came as one file: it goes as one
     assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
+
+
+def test_rope_lowering_ort_fuses_every_rotation(exported, tmp_path):
+    """``--rope-lowering ort``: q and k of both layers rotate in one RotaryEmbedding each (4
+    nodes), no Neg (rotate_half) left, every output still proven and equal to torch."""
+    stdout, _, grafted = _graft_and_check(exported, "llama", tmp_path, "--max-len", 256,
+                                          "--rope-lowering", "ort")
+    assert "rotations fused into RotaryEmbedding x4" in stdout
+    ops = [n.op_type for n in grafted.graph.node]
+    assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops
+    assert not {"Sin", "Cos"} & set(ops)
+
+
+def test_rope_lowering_refuses_a_pe_that_is_not_half_rope(exported, tmp_path):
+    code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
+                           "--rope-lowering", "ort")
+    assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
