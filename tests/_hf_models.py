@@ -57,6 +57,10 @@ def config(family: str):
         return tf.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
                             num_attention_heads=4, max_position_embeddings=256,
                             word_embed_proj_dim=32)
+    if family == "phi3-longrope":  # short/long inv_freq picked at run time by the positions
+        return tf.Phi3Config(**llama, pad_token_id=0, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.2, 1.3],
+            "long_factor": [2.0, 2.5, 3.0, 4.0], "original_max_position_embeddings": 64})
     if family == "xglm":
         return tf.XGLMConfig(vocab_size=VOCAB, d_model=32, ffn_dim=64, num_layers=2,
                              attention_heads=4, max_position_embeddings=256)
@@ -124,7 +128,8 @@ def example_inputs(lm, batch: int = 2, seq: int = 5, past: int = 3, with_positio
     return args, names
 
 
-TAKES_POSITIONS = {"gpt2", "gptj", "gpt_neox", "opt", "phi", "qwen2", "mistral", "xglm"}
+TAKES_POSITIONS = {"gpt2", "gptj", "gpt_neox", "opt", "phi", "qwen2", "mistral", "xglm",
+                   "phi3-longrope"}
 
 
 # torch.export fails on MPT's cache path with a dynamic past length (an inconsistent guard on

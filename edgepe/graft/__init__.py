@@ -193,7 +193,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     length = record["max_len"]
     grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
                                                         pick.replaces, strict=True)),
-                           pick.positions, record)
+                           pick.positions, record, condition=record.get("condition"))
     if rope_lowering:
         if pick.family != "rope" or pick.params.get("sincos"):
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "

@@ -12,7 +12,9 @@ parameters read from the model's own constants.
   ``[cos(p w) | cos(p w)] * a`` (and sin) of tables built from the model's float32 ``inv_freq`` as
   the model multiplies it (a float32 product), gathered by the same positions tensor, so the
   positions stay what the model makes of its inputs (``position_ids``, the attention mask, the
-  past length of a KV cache).
+  past length of a KV cache). Longrope (Phi-3) picks one of two constant ``inv_freq`` by a
+  ``Where`` on the positions at run time: the artifact holds both pairs of tables and the same
+  ``Where`` on the model's own condition.
 - Learned absolute (GPT-2; OPT, whose positions carry its offset 2; a constant sinusoidal table
   such as XGLM's): a constant float32 ``[L, D]`` table gathered by positions (not token ids). The
   artifact: the same rows (``--quantize int8``: a quarter of the bytes), gathered the same way.
@@ -105,11 +107,23 @@ def _rope(graph, consts, makers, readers) -> list[Found]:
         if mul is None or mul.op_type != "Mul":
             continue
         inv = [i for i in mul.input if i in consts and np.asarray(consts[i]).ndim == 1]
+        choice = None  # longrope: Where(cond, long inv_freq, short inv_freq) picked at run time
+        if not inv:
+            where_node = next((makers.get(i) for i in mul.input if makers.get(i) is not None
+                               and makers[i].op_type == "Where"), None)
+            if where_node is not None and all(
+                    i in consts and np.asarray(consts[i]).ndim == 1 for i in where_node.input[1:]):
+                inv = [where_node.output[0]]
+                choice = {"condition": where_node.input[0],
+                          "if_true": np.asarray(consts[where_node.input[1]]),
+                          "if_false": np.asarray(consts[where_node.input[2]]),
+                          "names": list(where_node.input[1:])}
         if len(inv) != 1:
             continue
-        inv_freq = np.asarray(consts[inv[0]])
+        inv_freq = np.asarray(consts[inv[0]]) if choice is None else choice["if_false"]
         cast = makers.get(next(i for i in mul.input if i != inv[0]))
-        if cast is None or cast.op_type != "Cast" or inv_freq.dtype != np.float32:
+        if cast is None or cast.op_type != "Cast" or inv_freq.dtype != np.float32 or (
+                choice is not None and choice["if_true"].shape != inv_freq.shape):
             continue
         outs, factors = [], []
         for node in (cos, sin):
@@ -124,14 +138,17 @@ def _rope(graph, consts, makers, readers) -> list[Found]:
         if factors[0] != factors[1]:
             continue
         rotary = 2 * inv_freq.size
-        where = (f"(half layout, R={rotary}, inv_freq {inv[0]!r} [{inv_freq.size}]"
+        source = (f"inv_freq {inv[0]!r} [{inv_freq.size}]" if choice is None else
+                  f"inv_freq {choice['names'][0]!r} or {choice['names'][1]!r} [{inv_freq.size}] "
+                  f"chosen at run time by {choice['condition']!r} (longrope)")
+        where = (f"(half layout, R={rotary}, {source}"
                  + (f", attention factor {factors[0]:.6g}" if factors[0] != 1.0 else "")
                  + f") at Cos {cos.output[0]!r} / Sin {sin.output[0]!r}, positions "
                  f"{_origin(cast.input[0], makers, set(v.name for v in graph.input))}")
         found.append(Found("rope", outs, cast.input[0], where,
                            {"inv_freq": inv_freq, "inv_freq_name": inv[0],
                             "attention_factor": np.float32(factors[0]), "layout": "half",
-                            "rotary_dim": rotary}))
+                            "rotary_dim": rotary, "choice": choice}))
     return found
 
 
@@ -342,13 +359,13 @@ def find_pe(model) -> list[Found]:
             *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers)]
 
 
-def rope_tables(found: Found, max_len: int) -> dict[str, Any]:
+def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
     """``{replaced tensor: [max_len, R/2] float32}``: cos and sin rows as the model computes them
     (float32 angle ``p * inv_freq``, then cos/sin correctly rounded, times the attention factor
     in float32); the model concatenates each row with itself."""
     import numpy as np
 
-    inv_freq = found.params["inv_freq"]
+    inv_freq = found.params["inv_freq"] if inv_freq is None else inv_freq
     angle = np.arange(max_len, dtype=np.float32)[:, None] * inv_freq[None, :]
     factor = found.params["attention_factor"]
     cos = (np.cos(angle.astype(np.float64)).astype(np.float32) * factor).astype(np.float32)
@@ -379,8 +396,11 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     elem, dims = _value_type(model, found.positions)
     if found.family == "rope" and not found.params.get("sincos"):
         max_len = max_len or DEFAULT_MAX_LEN
-        _check_size(max_len * found.params["rotary_dim"], max_len, quantize, table_bytes_limit)
+        choice = found.params.get("choice")
+        _check_size(max_len * found.params["rotary_dim"] * (2 if choice else 1), max_len,
+                    quantize, table_bytes_limit)
         tables = rope_tables(found, max_len)
+        alternative = None if choice is None else rope_tables(found, max_len, choice["if_true"])
         if dims is None or not dims or dims[-1] != 1:
             raise BadParameterError(
                 f"the positions tensor {found.positions!r} of the PE graft found has shape "
@@ -390,6 +410,10 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                   "inv_freq": {"initializer": found.params["inv_freq_name"], "dtype": "float32",
                                "values": found.params["inv_freq"].tolist()},
                   "attention_factor": float(found.params["attention_factor"])}
+        if choice is not None:
+            record["inv_freq_if"] = {"condition": choice["condition"],
+                                     "initializer": choice["names"][0],
+                                     "values": choice["if_true"].tolist()}
         squeeze, duplicate = True, True
     elif found.family == "alibi" and "length" in found.params:  # MPT: the constant computed
         from edgepe.export.graphs.model_tensors import alibi_distance_bias
@@ -438,11 +462,16 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
         squeeze, duplicate = found.params["squeeze"], False
         dims = dims if dims is not None else ["batch", "seq"] + ([1] if squeeze else [])
     _check_size(sum(t.size for t in tables.values()), max_len, quantize, table_bytes_limit)
+    alternative = alternative if found.family == "rope" and "choice" in found.params else None
     pe = gathered_tables(tables, _opset(model), dims, positions_type=elem or TensorProto.INT64,
-                         squeeze=squeeze, duplicate=duplicate, quantize=quantize)
+                         squeeze=squeeze, duplicate=duplicate, quantize=quantize,
+                         if_true=alternative, condition_shape=None if alternative is None else
+                         _value_type(model, found.params["choice"]["condition"])[1])
     digest = hashlib.sha256()
-    for t in tables.values():
+    for t in [*tables.values(), *(alternative or {}).values()]:
         digest.update(t.tobytes())
+    if alternative:  # the PE's second input: the model's own run-time condition
+        record["condition"] = found.params["choice"]["condition"]
     record.update({"max_len": max_len, "mode": "table", "quantize": quantize,
                    "tables_sha256": digest.hexdigest(), "replaces": found.replaces,
                    "positions": found.positions})

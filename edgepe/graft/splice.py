@@ -399,8 +399,8 @@ def _remove_dead(graph, nodes: list, old_producer) -> dict[str, Any]:
     return result
 
 
-def splice_found(model, pe, replaces: dict[str, str], positions: str, record: dict[str, Any]
-                 ) -> Grafted:
+def splice_found(model, pe, replaces: dict[str, str], positions: str, record: dict[str, Any],
+                 condition: str | None = None) -> Grafted:
     """``model`` with ``pe``'s outputs in place of the tensors ``replaces`` names (``{pe output:
     model tensor}``), its one input fed by the model's tensor ``positions``. Pure.
 
@@ -415,11 +415,13 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     graph = model.graph
     prefix, number = _free_prefix(model)
     pe = compose.add_prefix(pe, prefix)
-    pe_in = pe.graph.input[0].name if pe.graph.input else None  # MPT's bias takes none
+    # the PE's inputs: its first is fed by `positions`, a second (longrope) by `condition`;
+    # MPT's bias takes none
+    feeds = dict(zip((v.name for v in pe.graph.input), (positions, condition), strict=False))
     rename = {prefix + out: at for out, at in replaces.items()}
     nodes = list(pe.graph.node)
     for n in nodes:
-        n.input[:] = [positions if name == pe_in else name for name in n.input]
+        n.input[:] = [feeds.get(name, name) for name in n.input]
         n.output[:] = [rename.get(name, name) for name in n.output]
     all_nodes = list(graph.node)
     producers = []

@@ -34,13 +34,18 @@ def int8_tables(tables: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarray,
 
 def gathered_tables(tables: Mapping[str, np.ndarray], opset: int, positions_shape: Sequence,
                     positions_type: int = TensorProto.INT64, squeeze: bool = True,
-                    duplicate: bool = False, quantize: str = "none", ir_version: int = 8
-                    ) -> onnx.ModelProto:
+                    duplicate: bool = False, quantize: str = "none", ir_version: int = 8,
+                    if_true: Mapping[str, np.ndarray] | None = None,
+                    condition_shape: Sequence | None = None) -> onnx.ModelProto:
     """``positions [..., 1] -> {name: [..., W]}``: rows of each ``[L, W]`` table at ``positions``
     (``squeeze``: the trailing axis of 1 dropped, as Hugging Face's ``positions[..., None] *
     inv_freq`` has it; else ``[..., W]`` from ``positions [...]``; ``duplicate``: each row
     concatenated with itself, ``[..., 2W]``, so the table stores the halves once).
-    ``positions_shape``: the dims of the model's positions tensor (int, name or None each)."""
+    ``positions_shape``: the dims of the model's positions tensor (int, name or None each).
+    ``if_true``: a second set of tables, and a second input ``condition`` (bool, one element,
+    of ``condition_shape``): each
+    output is ``Where(condition, rows of if_true, rows of tables)`` (longrope's run-time choice).
+    """
     dims = [d if d is not None else f"positions_{i}" for i, d in enumerate(positions_shape)]
     lead = dims[:-1] if squeeze else dims
     nodes, inits = [], []
@@ -53,32 +58,51 @@ def gathered_tables(tables: Mapping[str, np.ndarray], opset: int, positions_shap
         nodes.append(helper.make_node("Squeeze", [pos, "last_axis"], ["positions_squeezed"]))
         pos = "positions_squeezed"
     outputs = []
-    quantised = int8_tables(tables) if quantize == "int8" else {}
+    sets = [(tables, "")] + ([(if_true, "_if_true")] if if_true else [])
     for name, table in tables.items():
-        rows = f"{name}_half" if duplicate else name
-        if name in quantised:
-            q, scale, _ = quantised[name]
-            inits += [numpy_helper.from_array(q, f"{name}_table_int8"),
-                      numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_scale")]
-            nodes += [helper.make_node("Gather", [f"{name}_table_int8", pos], [f"{name}_rows"],
-                                       axis=0),
-                      helper.make_node("DequantizeLinear", [f"{name}_rows", f"{name}_scale"],
-                                       [rows])]
+        picked = []
+        for chosen, tag in sets:
+            picked.append(_rows(nodes, inits, f"{name}{tag}", chosen[name], pos, duplicate,
+                                quantize))
+        if if_true:
+            nodes.append(helper.make_node("Where", ["condition", picked[1], picked[0]], [name]))
         else:
-            inits.append(numpy_helper.from_array(np.ascontiguousarray(table, np.float32),
-                                                 f"{name}_table"))
-            nodes.append(helper.make_node("Gather", [f"{name}_table", pos], [rows], axis=0))
-        if duplicate:
-            nodes.append(helper.make_node("Concat", [rows, rows], [name], axis=-1))
+            nodes[-1].output[:] = [name]
         width = table.shape[1] * (2 if duplicate else 1)
         outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [*lead, width]))
-    graph = helper.make_graph(nodes, "model_tensors",
-                              [helper.make_tensor_value_info(POSITIONS, positions_type, dims)],
-                              outputs, inits)
+    inputs = [helper.make_tensor_value_info(POSITIONS, positions_type, dims)]
+    if if_true:
+        cond = [d if d is not None else f"condition_{i}"
+                for i, d in enumerate(condition_shape or [])]
+        inputs.append(helper.make_tensor_value_info("condition", TensorProto.BOOL, cond))
+    graph = helper.make_graph(nodes, "model_tensors", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = ir_version
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _rows(nodes: list, inits: list, name: str, table: np.ndarray, pos: str, duplicate: bool,
+          quantize: str) -> str:
+    """Append the nodes that gather ``table``'s rows at ``pos`` (int8: dequantised; duplicate:
+    each row concatenated with itself); returns the name of their result."""
+    out = f"{name}_rows_out"
+    rows = f"{name}_half" if duplicate else out
+    if quantize == "int8":
+        q, scale, _ = int8_tables({name: table})[name]
+        inits += [numpy_helper.from_array(q, f"{name}_table_int8"),
+                  numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_scale")]
+        nodes += [helper.make_node("Gather", [f"{name}_table_int8", pos], [f"{name}_rows"],
+                                   axis=0),
+                  helper.make_node("DequantizeLinear", [f"{name}_rows", f"{name}_scale"],
+                                   [rows])]
+    else:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(table, np.float32),
+                                             f"{name}_table"))
+        nodes.append(helper.make_node("Gather", [f"{name}_table", pos], [rows], axis=0))
+    if duplicate:
+        nodes.append(helper.make_node("Concat", [rows, rows], [out], axis=-1))
+    return out
 
 
 def alibi_bias(slopes: np.ndarray, opset: int, positions_shape: Sequence,
