@@ -162,7 +162,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
 
     if unused:
         raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
-                                "itself (it takes --quantize and --max-len)")
+                                "itself (it takes --max-len, --quantize, --rope-lowering)")
     if rope_lowering not in (None, "ort"):
         raise BadParameterError(
             f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding); "
@@ -217,14 +217,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             original, grafted, pick.replaces, length - record.get("offset", 0),
             bound=record.get("quant", {}).get("bound", 0.0), lengths=lengths, seed=seed)
     if report and out is not None:
-        write_model(grafted.model, out, external=size > _serialized_limit() or
+        write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or
                     _data_path(Path(model)).exists())
         report.out = out
     return report
-
-
-def _serialized_limit() -> int:
-    return MODEL_BYTES_LIMIT
 
 
 def _data_path(out: Path) -> Path:
