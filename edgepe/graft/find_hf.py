@@ -365,6 +365,9 @@ def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
     in float32); the model concatenates each row with itself."""
     import numpy as np
 
+    # The model's own float32 inv_freq (already scaled): the exact tensor it multiplied. When
+    # the rope scheme computes float32 frequencies (freq_dtype=float32, issue 29's HF inputs),
+    # those should be required equal to this, as ALiBi's slopes are, and the tables built there.
     inv_freq = found.params["inv_freq"] if inv_freq is None else inv_freq
     angle = np.arange(max_len, dtype=np.float32)[:, None] * inv_freq[None, :]
     factor = found.params["attention_factor"]
