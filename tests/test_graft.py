@@ -384,3 +384,31 @@ def test_a_pe_that_changes_the_outputs_fails_the_proof_and_writes_nothing(models
     code, stdout, _ = _cli("graft", models["dynamo"], "--pe", float_pe[D], "--at", "linear",
                            "--out", out, "--no-check")
     assert code == 0 and "equivalence not checked (--no-check)" in stdout and out.exists()
+
+
+def test_gray_artifact_with_default_arange_positions(tmp_path):
+    """A gray artifact (compute mode holds an int64 constant 'one', as graft's own arange did)
+    grafts with the default ``arange`` positions: graft's own names live under their own
+    sub-prefix, so nothing collides after renaming (issue 29)."""
+    from onnx import TensorProto, helper
+
+    from edgepe import api
+
+    pe = api.export(api.make_config("gray", 16, d_model=8, out=tmp_path / "gray.onnx"),
+                    verify=False)[0].path
+    names = {t.name for t in onnx.load(pe).graph.initializer}
+    assert "one" in names  # the collision this test is about
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 8])])
+    model = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                ir_version=8), model)
+    report = edgepe.graft(model, pe=pe, at="h", add=True, out=tmp_path / "out.onnx")
+    assert report and report.positions == "arange:x:1", str(report)
+    x = np.random.default_rng(5).standard_normal((2, 16, 8)).astype(np.float32)
+    session = ort.InferenceSession(str(tmp_path / "out.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(["y"], {"x": x})[0]
+    pe_rows = edgepe.load(pe).encode(np.arange(16, dtype=np.int64))
+    np.testing.assert_allclose(got, np.tanh(np.maximum(x, 0) + pe_rows), rtol=0, atol=1e-6)

@@ -2,6 +2,7 @@
 
     edgepe graft model.onnx --pe models/binary-compute-L512-d64.onnx --at TENSOR --out out.onnx
     edgepe graft model.onnx --scheme binary [--quantize int8 ...] --out out.onnx
+    edgepe graft model.onnx [--max-len L] [--quantize int8] --out out.onnx   (finds the PE itself)
 
 ``edgepe.graft.graft`` does the work (its module doc says how); this prints its report. Exit 0
 when the grafted model's outputs match the original's within tolerance (then ``--out`` is
@@ -59,6 +60,12 @@ def command(
     lengths: Annotated[str | None, typer.Option(
         "--lengths", metavar="S,...", help="Sequence lengths the check runs (default 2, "
         "max_len/2, max_len).")] = None,
+    max_len: Annotated[str | None, typer.Option(
+        "--max-len", metavar="L", help="With no --pe/--scheme: the positions the PE graft finds "
+        "must cover (its table rows; default 4096).")] = None,
+    rope_lowering: Annotated[str | None, typer.Option(
+        "--rope-lowering", metavar="ort", help="With no --pe/--scheme, RoPE found: also fuse "
+        "every layer's rotate-half arithmetic into onnxruntime's RotaryEmbedding.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
     mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
                                              rich_help_panel=PANEL_SCHEME)] = None,
@@ -77,6 +84,8 @@ def command(
                "opset": None if opset is None else parse_int("--opset", opset)}
     report = graft(model, pe=pe, at=at, positions=positions, out=out, scheme=scheme, add=add,
                    check=not no_check, force=force, lengths=_lengths(lengths),
+                   max_len=None if max_len is None else parse_int("--max-len", max_len),
+                   **({"rope_lowering": rope_lowering} if rope_lowering else {}),
                    **{k: v for k, v in options.items() if v is not None})
     if not (ctx.obj or {}).get("quiet", False) or not report:
         for line in report.lines():

@@ -1,0 +1,261 @@
+"""Put an edgepe PE artifact inside a user's ONNX model, and prove the model unchanged.
+
+    from edgepe import graft
+    report = graft("model.onnx", pe="models/binary-compute-L512-d64.onnx",
+                   at="/pe/projection/MatMul_output_0", positions="arange:x", out="out.onnx")
+    print(report)               # what was removed and added, bytes, max error per output
+    report = graft("model.onnx", scheme="binary", quantize="int8", out="out.onnx")
+
+What happens (issue 18):
+
+- The PE's output replaces tensor ``at`` (``add=True``: is added to it, for a model that has no
+  PE yet). The producer subgraph of ``at`` is removed where nothing else uses it, with its
+  initializers (a ``[max_len, n_bits]`` float table and its projection weight, typically).
+- The PE's ``positions`` input is wired to the model: an existing integer input (``position_ids``;
+  any rank, flattened and the encoding reshaped back), a new int64 input ``[S]`` of that name, or
+  ``arange:INPUT[:AXIS]``: ``0 .. S - 1`` with ``S`` the size of ``INPUT``'s axis (default 1 for
+  ``[B, S, ...]`` inputs, 0 for ``[S]``) by Shape, Squeeze and Range. ``[S, D]`` becomes ``[1, S,
+  D]`` when the replaced tensor has more axes.
+- Opsets are reconciled by ``onnx.version_converter`` (the lower side converted up; DESIGN: torch's
+  dynamo exporter writes IR 10, edgepe IR 8); the result's IR version is the highest of the two
+  models' and of what its opsets need. Every PE name gets a prefix (``onnx.compose.add_prefix``)
+  that no name in the model starts with, so grafting twice never collides. The PE's manifest goes
+  into ``metadata_props`` under ``edgepe.graft.<n>``. The result passes ``onnx.checker`` (full).
+- Then ``prove``: onnxruntime CPU runs the original and the grafted model at several sequence
+  lengths (up to ``max_len``, so positions reach ``max_len - 1``) on random inputs and compares
+  every output within the PE's tolerance propagated through the model (see ``prove``).
+
+``--scheme ID`` finds the PE itself (``detect``): a constant bit table ``[.., L, n_bits(L)]``
+sliced or gathered by position, then a MatMul by a constant ``[n_bits, D]`` weight: the demo
+notebook's module as both torch.onnx exporters emit it. The weight is read from the model; the
+matching artifact is built in memory and grafted.
+
+The artifact is untrusted input: it is read through ``runtime.read_artifact_manifest`` (fields
+checked, file checked against its sha256; ``_read_artifact`` is the one call site), its bytes are
+bounded and hashed again as read, and a model or artifact that names external data is refused
+(no path it names is opened).
+
+One file per role: ``read`` (the model and the artifact as untrusted input), ``find`` (the PE
+in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the original),
+``report`` (what it did, in words); this module holds the whole command, ``graft``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from edgepe.contract.commit import atomic_write
+from edgepe.contract.config import check_writable
+from edgepe.contract.errors import BadParameterError, OutputPathError
+from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
+from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, find_pe
+from edgepe.graft.lower import lower_rope
+from edgepe.graft.prove import pe_tolerance, prove, prove_found, table_pe
+from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
+from edgepe.graft.report import GraftReport, OutputCheck
+from edgepe.graft.splice import (
+    METADATA_KEY,
+    PREFIX,
+    Grafted,
+    Positions,
+    _opset,
+    graft_model,
+    reconcile,
+    splice_found,
+)
+
+# --- the whole command ------------------------------------------------------------------------
+
+
+def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None,
+          positions: str | Positions | None = None, out: str | Path | None = None,
+          scheme: str | None = None, add: bool = False, check: bool = True, force: bool = False,
+          lengths: Sequence[int] | None = None, seed: int = 0, max_len: int | None = None,
+          **export_options) -> GraftReport:
+    """Graft a PE into the model at ``model`` and prove it; write ``out`` if the proof holds.
+
+    Either ``pe`` (an edgepe ONNX artifact) with ``at``, or ``scheme`` (found by ``detect``;
+    ``export_options`` go to ``api.make_config``), or neither: ``graft_found`` finds the PE of a
+    transformers export itself. ``check=False`` skips ``prove``. Returns a
+    ``GraftReport``, falsy when an output differs beyond its tolerance (then nothing is written).
+    Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
+    replaced with ``force``.
+    """
+    if pe is not None and scheme is not None:
+        raise BadParameterError("graft takes --pe ARTIFACT --at TENSOR, or --scheme ID, or "
+                                "neither (it finds the PE), not both")
+    if pe is not None and not at:
+        raise BadParameterError("--pe needs --at TENSOR: the tensor the PE replaces")
+    if pe is None and scheme is None:
+        return graft_found(model, out=out, check=check, force=force, lengths=lengths, seed=seed,
+                           max_len=max_len, **export_options)
+    if max_len is not None:
+        raise BadParameterError("--max-len goes with a PE graft finds itself (no --pe, no "
+                                "--scheme)")
+    if export_options and scheme is None:
+        raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
+                                "--scheme (an artifact given with --pe is already exported)")
+    if out is not None:
+        out = Path(out)
+        check_writable(out)
+        if out.exists() and not force:
+            raise OutputPathError(f"{str(out)!r} exists; pass --force to replace it")
+    original, size = load_model(model)
+    if scheme is not None:
+        candidates = detect(original, scheme)
+        if not candidates:
+            raise BadParameterError(
+                f"no '{scheme}' PE found in {str(model)!r}: looked for a constant bit table "
+                "[.., L, n_bits(L)] sliced or gathered by position, then MatMul by a constant "
+                "[n_bits, D] weight; pass --pe ARTIFACT --at TENSOR instead")
+        if at is not None:
+            chosen = [c for c in candidates if c.at == at]
+            if not chosen:
+                raise BadParameterError(
+                    f"no '{scheme}' PE makes tensor {at!r}; found at "
+                    f"{', '.join(repr(c.at) for c in candidates)}")
+            candidates = chosen
+        if len(candidates) > 1:
+            raise BadParameterError(
+                f"{len(candidates)} '{scheme}' PE subgraphs found in {str(model)!r} (at "
+                f"{', '.join(repr(c.at) for c in candidates)}); graft one with --at TENSOR")
+        found = candidates[0]
+        pe_model, manifest = build_detected(found, scheme, **export_options)
+        at, positions = found.at, positions or found.positions
+        kind = "int8" if manifest["inputs"]["quantize"] == "int8" else manifest["dtype"]
+        name = f"{scheme} ({manifest['mode']}, {kind}) built from {found.table!r} and " \
+               f"{found.weight_name!r}"
+    else:
+        pe_model, manifest = load_pe(pe)
+        name = f"{manifest['scheme']} ({manifest['mode']}) from {str(pe)!r}"
+    grafted = graft_model(original, pe_model, manifest, at, positions, add)
+    data = grafted.model.SerializeToString()
+    report = GraftReport(name, at, str(grafted.positions), grafted.prefix,
+                         grafted.removed_nodes, grafted.removed_bytes, grafted.pe_bytes, size,
+                         len(data), grafted.metadata_bytes,
+                         f"opset {_opset(original)} -> {_opset(grafted.model)}"
+                         if grafted.converted else None, model=grafted.model)
+    if check:
+        report.lengths, report.checks = prove(original, grafted, pe_model, manifest,
+                                              lengths=lengths, seed=seed)
+    if report and out is not None:
+        atomic_write(out, lambda f: f.write(data))
+        report.out = out
+    return report
+
+
+def graft_found(model: str | Path, out: str | Path | None = None, check: bool = True,
+                force: bool = False, lengths: Sequence[int] | None = None, seed: int = 0,
+                max_len: int | None = None, quantize: str | None = None,
+                rope_lowering: str | None = None, **unused) -> GraftReport:
+    """``graft`` with no PE given: ``find_pe`` finds it, ``build_found`` builds its artifact,
+    ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; ``out`` is written
+    (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
+    ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``rope_lowering``
+    ``'ort'``: also fuse the rotations into onnxruntime's RotaryEmbedding (``lower.lower_rope``).
+    """
+    if unused:
+        raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
+                                "itself (it takes --max-len, --quantize, --rope-lowering)")
+    if rope_lowering not in (None, "ort"):
+        raise BadParameterError(
+            f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding); "
+            "rotary23 (the ONNX opset 23 op) is not built: these exports are opset 20")
+    if quantize not in (None, "none", "int8"):
+        raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
+    if max_len is not None and max_len < 1:
+        raise BadParameterError(f"--max-len must be positive, got {max_len}")
+    if out is not None:
+        out = Path(out)
+        check_writable(out)
+        for path in (out, _data_path(out)):
+            if path.exists() and not force:
+                raise OutputPathError(f"{str(path)!r} exists; pass --force to replace it")
+    original, size = load_model(model)
+    found = find_pe(original)
+    if not found:
+        raise BadParameterError(
+            f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * "
+            "inv_freq, p * inv_freq)) and a position table (a constant [L, D] gathered by "
+            "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+    if len(found) > 1:
+        raise BadParameterError(
+            f"{len(found)} PE candidates in {str(model)!r}: "
+            + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR")
+    pick = found[0]
+    pe_model, record = build_found(original, pick, max_len, quantize=quantize or "none")
+    length = record["max_len"]
+    grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
+                                                        pick.replaces, strict=True)),
+                           pick.positions, record, condition=record.get("condition"))
+    if rope_lowering:
+        if pick.family != "rope" or pick.params.get("sincos"):
+            raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
+                                    f"{pick.where.split(' at ')[0]}, not half-layout RoPE")
+        fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces)
+        grafted.removed_nodes += gone
+        record["rope_lowering"] = {"op": "com.microsoft.RotaryEmbedding", "fused": fused}
+        entry = grafted.model.metadata_props[-1]
+        entry.value = json.dumps(record, sort_keys=True)
+    kind = "int8" if record["quantize"] == "int8" else "float32"
+    lowered = f", rotations fused into RotaryEmbedding x{fused}" if rope_lowering else ""
+    report = GraftReport(f"{record['scheme']} ({record['mode']}, {kind}, {length} positions"
+                         f"{lowered})",
+                         grafted.at, pick.positions or "none (a Range inside the PE)",
+                         grafted.prefix, grafted.removed_nodes,
+                         grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
+                         grafted.metadata_bytes, model=grafted.model,
+                         found=f"found {pick.describe()}")
+    if check:
+        report.lengths, report.checks = prove_found(
+            original, grafted, pick.replaces, length - record.get("offset", 0),
+            bound=record.get("quant", {}).get("bound", 0.0), lengths=lengths, seed=seed)
+    if report and out is not None:
+        write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or
+                    _data_path(Path(model)).exists())
+        report.out = out
+    return report
+
+
+def _data_path(out: Path) -> Path:
+    return out.with_name(out.name + ".data")
+
+
+def write_model(model, out: Path, external: bool) -> None:
+    """``out`` (atomically); ``external``: the tensors in ``OUT.data`` beside it, as torch's
+    exporter writes them (both files written to temporary names, then renamed, data first)."""
+    import onnx
+    if not external:
+        atomic_write(out, lambda f: f.write(model.SerializeToString()))
+        return
+    import os
+    import tempfile
+
+    data = _data_path(out)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        staged = Path(tmp) / out.name
+        onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), staged,
+                        save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data.name, size_threshold=1024)
+        mode = 0o666 & ~_umask()
+        for path in (staged, Path(tmp) / data.name):
+            path.chmod(mode)
+        os.replace(Path(tmp) / data.name, data)
+        os.replace(staged, out)
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+__all__ = ["DEFAULT_MAX_LEN", "DETECTABLE", "MODEL_BYTES_LIMIT", "METADATA_KEY", "PREFIX",
+           "Candidate", "Found", "GraftReport", "Grafted", "OutputCheck", "Positions",
+           "build_detected", "build_found", "detect", "find_pe", "graft", "graft_found",
+           "graft_model", "load_model", "load_pe", "parse_model", "pe_tolerance", "prove",
+           "prove_found", "reconcile", "splice_found", "table_pe", "write_model"]

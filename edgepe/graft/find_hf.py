@@ -1,0 +1,482 @@
+"""Finding the PE of a transformers model in its ONNX export, with no PE named (issue 29).
+
+``find_pe(model)`` looks for each family's subgraph as ``torch.onnx.export`` (dynamo, torch 2.13;
+transformers 5.24) writes it, and returns every match as a ``Found``: the tensors the model reads
+(the ones the artifact must make, exactly), the integer positions tensor they come from, and the
+parameters read from the model's own constants.
+
+- RoPE, half layout (Llama, Mistral, Qwen2, Phi, GPT-NeoX; partial rotary when ``R`` is less than
+  the head size): ``Cos`` and ``Sin`` of one ``Concat(f, f)``, ``f = Cast(positions) * inv_freq``
+  with ``inv_freq`` a constant ``[R/2]`` (already scaled for linear/llama3/yarn/longrope), each
+  optionally times a constant scalar (yarn/longrope's attention factor). The artifact: the rows
+  ``[cos(p w) | cos(p w)] * a`` (and sin) of tables built from the model's float32 ``inv_freq`` as
+  the model multiplies it (a float32 product), gathered by the same positions tensor, so the
+  positions stay what the model makes of its inputs (``position_ids``, the attention mask, the
+  past length of a KV cache). Longrope (Phi-3) picks one of two constant ``inv_freq`` by a
+  ``Where`` on the positions at run time: the artifact holds both pairs of tables and the same
+  ``Where`` on the model's own condition.
+- Learned absolute (GPT-2; OPT, whose positions carry its offset 2; a constant sinusoidal table
+  such as XGLM's): a constant float32 ``[L, D]`` table gathered by positions (not token ids). The
+  artifact: the same rows (``--quantize int8``: a quarter of the bytes), gathered the same way.
+- GPT-J's interleaved RoPE: a constant ``[L, R]`` ``[sin | cos]`` table (``create_sinusoidal_
+  positions``, recognised by its values) read by ``GatherND(table, positions[..., None])``; the
+  artifact: its rows, as for a learned table.
+- MPT's ALiBi: a constant ``[H, 1, L]`` bias ``m_h (u - (L - 1))`` the model slices; the
+  artifact computes it from a ``Range`` with edgepe's slopes (required equal): ``H`` floats in
+  place of ``H L``.
+- fairseq/XGLM sinusoidal: a constant ``[sin | cos]`` table (row 1, the padding index, zero;
+  positions offset by 2), recognised by its values and grafted as its rows.
+- ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
+  ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
+  for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
+  positions (``compute``; no table, so no ``--quantize``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgepe.contract.errors import BadParameterError
+from edgepe.graft.find import _constants
+from edgepe.graft.splice import _opset, _value_type
+
+# Table rows when neither --max-len nor the model says how many positions it takes.
+DEFAULT_MAX_LEN = 4096
+# RoPE goes in as tables up to this many bytes (both tables, as stored: float32 or int8). A
+# 128k-position Llama (R = 128) needs 64 MiB in float32 with the halves stored once, 16 MiB int8.
+TABLE_BYTES_LIMIT = 32 * 2**20
+
+
+@dataclass
+class Found:
+    """One PE subgraph: ``replaces`` (tensors the model reads, made by the artifact), ``positions``
+    (the integer tensor they are computed from), what it is in words, and its parameters."""
+
+    family: str
+    replaces: list[str]
+    positions: str
+    where: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.family} {self.where}"
+
+
+def _graph_index(graph):
+    makers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return makers, readers
+
+
+def _attr(node, name: str, default=None):
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _scalar_factor(node, consts):
+    """The constant scalar a ``Mul`` node multiplies its other input by, or None."""
+    import numpy as np
+
+    if node.op_type != "Mul":
+        return None
+    for i, other in ((0, 1), (1, 0)):
+        value = consts.get(node.input[i])
+        if value is not None and np.asarray(value).size == 1:
+            return float(np.asarray(value).ravel()[0]), node.input[other]
+    return None
+
+
+def _rope(graph, consts, makers, readers) -> list[Found]:
+    import numpy as np
+
+    found = []
+    for cos in (n for n in graph.node if n.op_type == "Cos"):
+        angle = cos.input[0]
+        sin = next((n for n in readers.get(angle, []) if n.op_type == "Sin"), None)
+        concat = makers.get(angle)
+        if sin is None or concat is None or concat.op_type != "Concat" or \
+                len(concat.input) != 2 or concat.input[0] != concat.input[1]:
+            continue
+        mul = makers.get(concat.input[0])
+        if mul is None or mul.op_type != "Mul":
+            continue
+        inv = [i for i in mul.input if i in consts and np.asarray(consts[i]).ndim == 1]
+        choice = None  # longrope: Where(cond, long inv_freq, short inv_freq) picked at run time
+        if not inv:
+            where_node = next((makers.get(i) for i in mul.input if makers.get(i) is not None
+                               and makers[i].op_type == "Where"), None)
+            if where_node is not None and all(
+                    i in consts and np.asarray(consts[i]).ndim == 1 for i in where_node.input[1:]):
+                inv = [where_node.output[0]]
+                choice = {"condition": where_node.input[0],
+                          "if_true": np.asarray(consts[where_node.input[1]]),
+                          "if_false": np.asarray(consts[where_node.input[2]]),
+                          "names": list(where_node.input[1:])}
+        if len(inv) != 1:
+            continue
+        inv_freq = np.asarray(consts[inv[0]]) if choice is None else choice["if_false"]
+        cast = makers.get(next(i for i in mul.input if i != inv[0]))
+        if cast is None or cast.op_type != "Cast" or inv_freq.dtype != np.float32 or (
+                choice is not None and choice["if_true"].shape != inv_freq.shape):
+            continue
+        outs, factors = [], []
+        for node in (cos, sin):
+            users = readers.get(node.output[0], [])
+            scaled = _scalar_factor(users[0], consts) if len(users) == 1 else None
+            if scaled is not None:
+                factors.append(scaled[0])
+                outs.append(users[0].output[0])
+            else:
+                factors.append(1.0)
+                outs.append(node.output[0])
+        if factors[0] != factors[1]:
+            continue
+        rotary = 2 * inv_freq.size
+        source = (f"inv_freq {inv[0]!r} [{inv_freq.size}]" if choice is None else
+                  f"inv_freq {choice['names'][0]!r} or {choice['names'][1]!r} [{inv_freq.size}] "
+                  f"chosen at run time by {choice['condition']!r} (longrope)")
+        where = (f"(half layout, R={rotary}, {source}"
+                 + (f", attention factor {factors[0]:.6g}" if factors[0] != 1.0 else "")
+                 + f") at Cos {cos.output[0]!r} / Sin {sin.output[0]!r}, positions "
+                 f"{_origin(cast.input[0], makers, set(v.name for v in graph.input))}")
+        found.append(Found("rope", outs, cast.input[0], where,
+                           {"inv_freq": inv_freq, "inv_freq_name": inv[0],
+                            "attention_factor": np.float32(factors[0]), "layout": "half",
+                            "rotary_dim": rotary, "choice": choice}))
+    return found
+
+
+def _ancestors(name: str, makers, limit: int = 64) -> tuple[set[str], set[str]]:
+    """``(op types, model inputs)`` of the cone that makes ``name`` (up to ``limit`` nodes)."""
+    ops, seen, todo, count = set(), set(), [name], 0
+    leaves = set()
+    while todo and count < limit:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = makers.get(name)
+        if node is None:
+            leaves.add(name)
+            continue
+        count += 1
+        ops.add(node.op_type)
+        todo += [i for i in node.input if i]
+    return ops, leaves
+
+
+def _learned(graph, consts, makers, readers) -> list[Found]:
+    """A constant ``[L, D]`` float table gathered on axis 0 by positions: indices made from a
+    ``position_ids`` input, a ``Range`` or the mask's ``CumSum`` (OPT adds its offset 2), never
+    from ``input_ids`` (token embeddings)."""
+    import numpy as np
+
+    found = []
+    inputs = {v.name for v in graph.input}
+    for node in graph.node:
+        nd = node.op_type == "GatherND"  # GPT-J: GatherND(table, positions[..., None])
+        if not (node.op_type == "Gather" and _attr(node, "axis", 0) == 0 or
+                nd and _attr(node, "batch_dims", 0) == 0):
+            continue
+        table = consts.get(node.input[0])
+        if table is None or table.ndim != 2 or table.dtype != np.float32:
+            continue
+        if nd:
+            unsqueeze = makers.get(node.input[1])
+            axes = consts.get(unsqueeze.input[1]) if unsqueeze is not None and \
+                unsqueeze.op_type == "Unsqueeze" and len(unsqueeze.input) > 1 else None
+            if axes is None or np.asarray(axes).ravel().tolist() != [-1]:
+                continue
+        ops, leaves = _ancestors(node.input[1], makers)
+        if "input_ids" in leaves or "inputs_embeds" in leaves:
+            continue
+        by_position = any("position" in leaf for leaf in leaves & inputs) or \
+            ops & {"Range", "CumSum"}
+        if not by_position:
+            continue
+        length, width = table.shape
+        offset = 0  # OPT: positions + 2 index the table (an Add of an integer constant)
+        maker = makers.get(node.input[1])
+        for _ in range(4):  # through reshapes (XGLM flattens positions + 2 before its Gather)
+            if maker is None or maker.op_type not in ("Reshape", "Unsqueeze", "Squeeze", "Cast",
+                                                      "Identity", "Flatten"):
+                break
+            maker = makers.get(maker.input[0])
+        added = _scalar_add(maker, consts) if maker is not None else None
+        if added is not None:
+            offset = added
+        sincos = _is_sincos(table)
+        fairseq = not sincos and _is_fairseq_sinusoidal(table)
+        where = ("(GPT-J [sin | cos] table " if sincos else
+                 "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else "(table ") + (
+            f"{node.input[0]!r} [{length}, {width}]")
+        where = (f"{where}"
+                 + (f", positions + offset {offset}" if offset else "")
+                 + f") at {node.op_type} {node.output[0]!r}, positions "
+                 f"{_origin(node.input[1], makers, inputs)}")
+        family = "rope" if sincos else "sinusoidal" if fairseq else "learned"
+        found.append(Found(family, [node.output[0]], node.input[1],
+                           where, {"table": table, "table_name": node.input[0],
+                                   "offset": offset, "squeeze": nd, "sincos": sincos}))
+    return found
+
+
+def _is_sincos(table) -> bool:
+    """Whether ``table [L, W]`` is GPT-J's ``create_sinusoidal_positions``: ``[sin(p w) | cos(p
+    w)]``, ``w = 1 / 10000^(2i / W)`` in float32 (within 4 ulp of 1: the model's own float32
+    rounding of sin/cos)."""
+    import numpy as np
+
+    length, width = table.shape
+    if width % 2 or length < 2:
+        return False
+    w = (1.0 / (np.float32(10000.0) ** (np.arange(0, width, 2).astype(np.float32) /
+                                        np.float32(width)))).astype(np.float32)
+    angle = np.arange(length, dtype=np.float32)[:, None] * w[None, :]
+    ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
+                         axis=1)
+    return bool(np.abs(ref - table).max() <= 4 * np.spacing(np.float32(1.0)))
+
+
+def _is_fairseq_sinusoidal(table) -> bool:
+    """Whether ``table [L, D]`` is fairseq's (XGLM, M2M100) sinusoidal table: ``[sin(p w) |
+    cos(p w)]``, ``w_i = exp(-i ln(10000) / (D/2 - 1))``, row 1 (the padding index) zero; within
+    1e-5 (float32 angles up to ``L`` radians round by ~``L`` ulp)."""
+    import numpy as np
+
+    length, width = table.shape
+    half = width // 2
+    if width % 2 or half < 2 or length < 3 or np.any(table[1]):
+        return False
+    w = np.exp(np.arange(half, dtype=np.float32) * np.float32(-np.log(10000.0) / (half - 1)))
+    angle = np.arange(length, dtype=np.float32)[:, None] * w[None, :].astype(np.float32)
+    ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
+                         axis=1)
+    ref[1] = 0
+    return bool(np.abs(ref - table).max() <= 1e-5)
+
+
+def _scalar_add(node, consts) -> int | None:
+    """The integer constant an ``Add`` node adds to its other input, or None."""
+    import numpy as np
+
+    if node.op_type != "Add":
+        return None
+    for i in (0, 1):
+        value = consts.get(node.input[i])
+        if value is not None and np.asarray(value).size == 1 and \
+                np.asarray(value).dtype.kind in "iu":
+            return int(np.asarray(value).ravel()[0])
+    return None
+
+
+def _alibi(graph, consts, makers, readers) -> list[Found]:
+    """Bloom's ALiBi: ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))`` with the positions made
+    from the attention mask's ``CumSum`` (or a ``Range``)."""
+    import numpy as np
+
+    found = []
+    inputs = {v.name for v in graph.input}
+    for node in graph.node:
+        if node.op_type != "Mul":
+            continue
+        for i in (0, 1):
+            slopes = consts.get(node.input[i])
+            cast = makers.get(node.input[1 - i])
+            if slopes is None or slopes.ndim != 2 or slopes.shape[1] != 1 or \
+                    slopes.dtype != np.float32 or cast is None or cast.op_type != "Cast":
+                continue
+            ops, _ = _ancestors(cast.input[0], makers)
+            if not ops & {"CumSum", "Range"}:
+                continue
+            where = (f"(slopes {node.input[i]!r} [{slopes.shape[0]}, 1]) at Mul "
+                     f"{node.output[0]!r}, positions "
+                     f"{_origin(cast.input[0], makers, inputs)}")
+            found.append(Found("alibi", [node.output[0]], cast.input[0], where,
+                               {"slopes": slopes, "slopes_name": node.input[i]}))
+    return found
+
+
+def _mpt_alibi(graph, consts, makers, readers) -> list[Found]:
+    """MPT's ALiBi: a constant ``[H, 1, L]`` equal to ``m_h (u - (L - 1))`` with the slopes of
+    edgepe's ``alibi`` (the paper's rule), read by a Slice."""
+    import numpy as np
+
+    from edgepe.schemes.alibi import slopes as alibi_slopes
+
+    found = []
+    for init in graph.initializer:
+        value = consts.get(init.name)
+        if value is None or value.ndim != 3 or value.shape[1] != 1 or value.dtype != np.float32 \
+                or value.shape[2] < 2 or not any(n.op_type == "Slice"
+                                                 for n in readers.get(init.name, [])):
+            continue
+        heads, _, length = value.shape
+        slopes = alibi_slopes(heads).numpy()
+        distance = np.arange(1 - length, 1, dtype=np.float32)
+        if not np.array_equal(slopes[:, None, None] * distance[None, None, :], value):
+            continue
+        where = (f"(MPT bias constant {init.name!r} [{heads}, 1, {length}], slopes of the "
+                 f"ALiBi paper's rule) sliced by the model")
+        found.append(Found("alibi", [init.name], "", where,
+                           {"slopes": slopes, "length": length, "table_name": init.name}))
+    return found
+
+
+def _origin(name: str, makers, inputs: set[str]) -> str:
+    """Where an integer positions tensor comes from, in words: a model input, or the op."""
+    seen = name
+    for _ in range(12):
+        if name in inputs:
+            return f"from input {name!r}" + ("" if name == seen else f" (via {seen!r})")
+        node = makers.get(name)
+        if node is None:
+            break
+        if node.op_type in ("Unsqueeze", "Cast", "Expand", "Reshape", "Identity", "Squeeze"):
+            name = node.input[0]
+            continue
+        ops, leaves = _ancestors(name, makers)
+        made = " and ".join(sorted(op for op in ops if op in ("CumSum", "Range")))
+        return f"{seen!r} (from {', '.join(map(repr, sorted(leaves & inputs)))}" + (
+            f" by {made})" if made else ")")
+    return repr(seen)
+
+
+def find_pe(model) -> list[Found]:
+    """Every PE subgraph of a family ``find_pe`` knows (module doc) in ``model``."""
+    graph = model.graph
+    consts = _constants(graph)
+    makers, readers = _graph_index(graph)
+    return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers),
+            *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers)]
+
+
+def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
+    """``{replaced tensor: [max_len, R/2] float32}``: cos and sin rows as the model computes them
+    (float32 angle ``p * inv_freq``, then cos/sin correctly rounded, times the attention factor
+    in float32); the model concatenates each row with itself."""
+    import numpy as np
+
+    # The model's own float32 inv_freq (already scaled): the exact tensor it multiplied. When
+    # the rope scheme computes float32 frequencies (freq_dtype=float32, issue 29's HF inputs),
+    # those should be required equal to this, as ALiBi's slopes are, and the tables built there.
+    inv_freq = found.params["inv_freq"] if inv_freq is None else inv_freq
+    angle = np.arange(max_len, dtype=np.float32)[:, None] * inv_freq[None, :]
+    factor = found.params["attention_factor"]
+    cos = (np.cos(angle.astype(np.float64)).astype(np.float32) * factor).astype(np.float32)
+    sin = (np.sin(angle.astype(np.float64)).astype(np.float32) * factor).astype(np.float32)
+    return dict(zip(found.replaces, (cos, sin), strict=True))
+
+
+def _check_size(values: int, max_len: int, quantize: str, limit: int) -> None:
+    stored = values * (1 if quantize == "int8" else 4)
+    if stored > limit:
+        raise BadParameterError(
+            f"the tables for {max_len} positions would be {stored:,} B, over graft's "
+            f"{limit:,} B limit; give fewer positions (--max-len) or --quantize int8")
+
+
+def build_found(model, found: Found, max_len: int | None, quantize: str = "none",
+                table_bytes_limit: int = TABLE_BYTES_LIMIT):
+    """``(pe ModelProto, record)``: the artifact for ``found``, at the model's opset.
+    ``max_len``: RoPE's table rows (default ``DEFAULT_MAX_LEN``); a learned table keeps its own."""
+    import hashlib
+
+    import numpy as np
+    from onnx import TensorProto
+
+    from edgepe.graphs.model_tensors import gathered_tables, int8_tables
+
+    elem, dims = _value_type(model, found.positions)
+    if found.family == "rope" and not found.params.get("sincos"):
+        max_len = max_len or DEFAULT_MAX_LEN
+        choice = found.params.get("choice")
+        _check_size(max_len * found.params["rotary_dim"] * (2 if choice else 1), max_len,
+                    quantize, table_bytes_limit)
+        tables = rope_tables(found, max_len)
+        alternative = None if choice is None else rope_tables(found, max_len, choice["if_true"])
+        if dims is None or not dims or dims[-1] != 1:
+            raise BadParameterError(
+                f"the positions tensor {found.positions!r} of the PE graft found has shape "
+                f"{dims}; graft takes [..., 1] (positions[..., None])")
+        record = {"scheme": "rope", "layout": found.params["layout"],
+                  "rotary_dim": found.params["rotary_dim"],
+                  "inv_freq": {"initializer": found.params["inv_freq_name"], "dtype": "float32",
+                               "values": found.params["inv_freq"].tolist()},
+                  "attention_factor": float(found.params["attention_factor"])}
+        if choice is not None:
+            record["inv_freq_if"] = {"condition": choice["condition"],
+                                     "initializer": choice["names"][0],
+                                     "values": choice["if_true"].tolist()}
+        squeeze, duplicate = True, True
+    elif found.family == "alibi" and "length" in found.params:  # MPT: the constant computed
+        from edgepe.graphs.model_tensors import alibi_distance_bias
+
+        if quantize != "none":
+            raise BadParameterError("--quantize int8: MPT's ALiBi bias goes in as slope x "
+                                    "distance, no table to quantise")
+        length = found.params["length"]
+        pe = alibi_distance_bias(found.params["slopes"], length, _opset(model))
+        return pe, {"scheme": "alibi", "heads": int(found.params["slopes"].size),
+                    "slopes": "paper", "mode": "compute", "quantize": "none", "max_len": length,
+                    "model_table": found.params["table_name"], "replaces": found.replaces,
+                    "positions": None}
+    elif found.family == "alibi":  # no table: edgepe's slopes, proven equal to the model's
+        from edgepe.graphs.model_tensors import alibi_bias
+        from edgepe.schemes.alibi import slopes as alibi_slopes
+
+        model_slopes = found.params["slopes"]
+        heads = model_slopes.shape[0]
+        mine = alibi_slopes(heads).numpy().reshape(heads, 1)
+        if not np.array_equal(mine, model_slopes):
+            raise BadParameterError(
+                f"the model's ALiBi slopes {found.params['slopes_name']!r} differ from the ALiBi "
+                f"paper's rule for {heads} heads (edgepe's alibi) by up to "
+                f"{float(np.abs(mine - model_slopes).max()):.3g}; graft keeps the model as is")
+        if quantize != "none":
+            raise BadParameterError("--quantize int8: ALiBi's bias is slope x position, no "
+                                    "table to quantise")
+        pe = alibi_bias(mine, _opset(model), dims or ["batch", 1, "seq"],
+                        positions_type=elem or TensorProto.INT64)
+        return pe, {"scheme": "alibi", "heads": heads, "slopes": "paper",
+                    "model_slopes": found.params["slopes_name"], "mode": "compute",
+                    "quantize": "none", "max_len": max_len or DEFAULT_MAX_LEN,
+                    "replaces": found.replaces, "positions": found.positions}
+    else:  # learned: the model's own table, gathered by the model's own positions
+        table = found.params["table"]
+        if max_len is not None and max_len != table.shape[0]:
+            raise BadParameterError(f"--max-len {max_len}: the model's position table "
+                                    f"{found.params['table_name']!r} has {table.shape[0]} rows")
+        max_len = table.shape[0]
+        tables = {found.replaces[0]: table}
+        record = {"scheme": found.family, "table": found.params["table_name"],
+                  "offset": found.params["offset"]}
+        if found.params["sincos"]:
+            record.update(layout="interleaved", rotary_dim=table.shape[1], table_layout="sin|cos")
+        squeeze, duplicate = found.params["squeeze"], False
+        dims = dims if dims is not None else ["batch", "seq"] + ([1] if squeeze else [])
+    _check_size(sum(t.size for t in tables.values()), max_len, quantize, table_bytes_limit)
+    alternative = alternative if found.family == "rope" and "choice" in found.params else None
+    pe = gathered_tables(tables, _opset(model), dims, positions_type=elem or TensorProto.INT64,
+                         squeeze=squeeze, duplicate=duplicate, quantize=quantize,
+                         if_true=alternative, condition_shape=None if alternative is None else
+                         _value_type(model, found.params["choice"]["condition"])[1])
+    digest = hashlib.sha256()
+    for t in [*tables.values(), *(alternative or {}).values()]:
+        digest.update(t.tobytes())
+    if alternative:  # the PE's second input: the model's own run-time condition
+        record["condition"] = found.params["choice"]["condition"]
+    record.update({"max_len": max_len, "mode": "table", "quantize": quantize,
+                   "tables_sha256": digest.hexdigest(), "replaces": found.replaces,
+                   "positions": found.positions})
+    if quantize == "int8":
+        record["quant"] = {"bound": max(b for _, _, b in int8_tables(tables).values())}
+    return pe, record

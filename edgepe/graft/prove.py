@@ -1,0 +1,385 @@
+"""Proving: the grafted model against the original on onnxruntime CPU (``prove``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from edgepe.contract.errors import ArtifactError, BadParameterError, ParityError
+from edgepe.graft.report import OutputCheck
+from edgepe.graft.splice import Grafted, _opset, graft_model
+
+if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays light
+    import numpy as np
+
+# Two float32 graphs that differ in a subgraph are fused and scheduled differently by onnxruntime
+# (another summation order in MatMul, LayerNorm, Softmax): allow 64 ulp of each output's largest
+# value on top of the propagated PE tolerance (measured: 0 on the tests' and README's models).
+FLOAT_ULPS = 64
+# The PE is perturbed by this much (times max(1, max|PE|)) to measure the model's gain.
+PROBE = 1e-3
+
+
+
+def _session(model):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a failing run is reported once, by _run, in one line
+    return ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                providers=["CPUExecutionProvider"])
+
+
+def _pe_values(pe, max_len: int) -> np.ndarray:
+    """The PE's rows at positions ``0 .. max_len - 1``, from onnxruntime."""
+    import numpy as np
+
+    session = _session(pe)
+    name = session.get_inputs()[0].name
+    return session.run(None, {name: np.arange(max_len, dtype=np.int64)})[0]
+
+
+def table_pe(table: np.ndarray, opset: int):
+    """``positions [N] int64 -> pe [N, D]``: rows of a constant float32 table (a reference)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "positions"], ["pe"], axis=0)], "table_pe",
+        [helper.make_tensor_value_info("positions", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("pe", TensorProto.FLOAT, ["N", table.shape[1]])],
+        [numpy_helper.from_array(np.ascontiguousarray(table, dtype=np.float32), "table")])
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, True)
+    return model
+
+
+def _finite(value: Any, where: str) -> float:
+    import numpy as np
+
+    values = np.asarray(value if isinstance(value, list) else [value], dtype=object)
+    if not values.size or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                  and math.isfinite(v) and v >= 0 for v in values.ravel()):
+        raise ArtifactError(f"the artifact's manifest {where} must be non-negative numbers, got "
+                            f"{value!r}")
+    return float(max(values.ravel()))
+
+
+def pe_tolerance(manifest: dict[str, Any], values: np.ndarray, quantised: bool) -> float:
+    """How far the artifact's outputs may be from its float reference: the scheme's ``atol +
+    rtol * max|pe|`` and, for int8 (``quantised``), the manifest's proven ``quant.bound``."""
+    import numpy as np
+
+    tol = manifest.get("tolerance") or {}
+    if not isinstance(tol, dict):
+        raise ArtifactError(f"the artifact's manifest tolerance must be an object, got {tol!r}")
+    eps = _finite(tol.get("atol", 0.0), "tolerance.atol") + _finite(
+        tol.get("rtol", 0.0), "tolerance.rtol") * float(np.abs(values).max(initial=0.0))
+    quant = manifest.get("quant")
+    if quantised and isinstance(quant, dict):
+        eps += _finite(quant.get("bound", quant.get("max_abs_err")), "quant.bound")
+    return eps
+
+
+def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -> dict:
+    import numpy as np
+
+    feeds = {}
+    for value in session.get_inputs():
+        # the sequence axis gets the length, other free axes (batch) 2; when the sequence axis
+        # is not known by name, every free axis gets the length, so positions still reach it
+        shape = [d if isinstance(d, int) else length if seq_dim in (None, d) else 2
+                 for d in value.shape]
+        if value.name == grafted.positions.name and grafted.positions.kind == "input":
+            if grafted.new_input:  # the original gathered 0..S-1 itself
+                feeds[value.name] = np.arange(length, dtype=np.int64)
+                continue
+            ids = rng.integers(0, max_len, size=shape)
+            ids.flat[-1] = max_len - 1
+            feeds[value.name] = ids.astype(np.dtype(value.type[len("tensor("):-1]))
+        elif value.type == "tensor(float)":
+            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+        elif value.type == "tensor(bool)":
+            feeds[value.name] = rng.random(shape) < 0.5
+        else:  # integer inputs other than positions (token ids): 0 and 1 are always valid
+            feeds[value.name] = rng.integers(0, 2, size=shape).astype(
+                np.dtype(value.type[len("tensor("):-1]))
+    return feeds
+
+
+def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
+          lengths: Sequence[int] | None = None, seed: int = 0, trials: int = 2):
+    """``(lengths, [OutputCheck])``: the grafted model against the reference on onnxruntime CPU.
+
+    The reference is the original model; where it has no PE there (``add``, or ``at`` a model
+    input) it is the original with the artifact's own rows put at ``at`` as a constant table, by
+    this same grafting code from ``table_pe``: then the proof is that the graft wires the PE in
+    right, and ``edgepe verify`` is the artifact's proof against its reference. Inputs:
+    ``trials`` random draws at each sequence length (default 2, ``max_len // 2`` and ``max_len``,
+    so positions reach ``max_len - 1``; a static sequence axis gives its one length); a position
+    input gets random positions in ``0 .. max_len - 1`` with the last one ``max_len - 1``.
+
+    Tolerance of an output: ``2 * gain * eps + 64 ulp`` of its largest value. ``eps`` is the PE's
+    own (``pe_tolerance``; its float tolerance only when the reference uses its rows);
+    ``gain`` is the output's change per unit change of the PE, measured by adding random +-1e-3
+    (times max|PE|) to the reference table (a linearisation, hence the factor 2).
+    """
+    import numpy as np
+
+    max_len = int(manifest["max_len"])
+    values = _pe_values(pe, max_len)
+    opset = _opset(grafted.model)
+
+    def with_table(table):
+        return _session(graft_model(original, table_pe(table, opset), manifest, grafted.at,
+                                    grafted.positions, grafted.add).model)
+
+    rng = np.random.default_rng(seed)
+    step = PROBE * max(1.0, float(np.abs(values).max(initial=0.0)))
+    table_ref = with_table(values)
+    perturbed = with_table(values + step * rng.choice([-1.0, 1.0], size=values.shape))
+    own_rows = grafted.add or grafted.from_input  # the original has no PE to compare with
+    reference = table_ref if own_rows else _session(original)
+    mine = _session(grafted.model)
+    seq = grafted.seq_dim
+    if isinstance(seq, int) and seq > 0:
+        lengths = [seq]
+    elif lengths is None:
+        lengths = sorted({min(2, max_len), max(1, max_len // 2), max_len})
+    eps = pe_tolerance(manifest, values, quantised=not own_rows)
+    names = [o.name for o in mine.get_outputs()]
+    err = dict.fromkeys(names, 0.0)
+    gain = dict.fromkeys(names, 0.0)
+    peak = dict.fromkeys(names, 0.0)
+    wanted = {i.name for i in reference.get_inputs()}
+    for length in lengths:
+        for trial in range(trials):
+            feeds = _feeds(mine, length, seq if isinstance(seq, str) else None, grafted, max_len,
+                           rng)
+            inputs = {k: v for k, v in feeds.items() if k in wanted}
+            want = dict(zip(names, _run(reference, names, inputs, length, "original"),
+                            strict=True))
+            got = dict(zip(names, _run(mine, names, feeds, length, "grafted"), strict=True))
+            if length == lengths[-1] and trial == 0:
+                base = dict(zip(names, table_ref.run(names, feeds), strict=True))
+                moved = dict(zip(names, perturbed.run(names, feeds), strict=True))
+                for name in names:
+                    gain[name] = _max_diff(moved[name], base[name]) / step
+            for name in names:
+                err[name] = max(err[name], _max_diff(got[name], want[name]))
+                peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
+                                                   .max(initial=0.0)))
+    checks = [OutputCheck(name, err[name], 2 * gain[name] * eps
+                          + FLOAT_ULPS * float(np.spacing(np.float32(peak[name]))))
+              for name in names]
+    return list(lengths), checks
+
+
+def _run(session, names: list[str], feeds: dict, length: int, which: str) -> list:
+    """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
+    (e.g. a torch export that fixed the sequence length), the grafted's a failed proof."""
+    try:
+        return session.run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        text = str(exc).strip()
+        first = text.splitlines()[0][-300:] if text else type(exc).__name__
+        if which == "original":
+            raise BadParameterError(
+                f"the original model does not run at sequence length {length} ({first}); give "
+                "lengths it takes with --lengths, or --no-check") from None
+        raise ParityError(f"the grafted model fails at sequence length {length}: {first}") from None
+
+
+def _max_diff(a, b) -> float:
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return math.inf
+    return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0.0))
+
+
+# --- proving a PE found in a transformers export (issue 29) ----------------------------------
+
+# Batch rows in every proof run; the second row is left-padded where the model takes a mask.
+PROOF_BATCH = 2
+ONNX_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(bool)": "bool"}
+
+
+def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
+    """Sizes of the symbolic axes of a transformers export's inputs, by the inputs' roles:
+    ``input_ids``/``position_ids`` ``[batch, seq]``, ``past_*`` ``[batch, heads, past, d]``,
+    ``attention_mask`` ``[batch, past + seq]``."""
+    sizes: dict[str, int] = {}
+
+    def put(dim, value):
+        if isinstance(dim, str) and dim not in sizes:
+            sizes[dim] = value
+
+    for value in inputs:
+        if "past" in value.name and len(value.shape) == 4:
+            put(value.shape[0], batch)
+            put(value.shape[2], past)
+    for value in inputs:
+        if value.name in ("input_ids", "inputs_embeds", "position_ids") and len(value.shape) >= 2:
+            put(value.shape[0], batch)
+            put(value.shape[1], seq)
+    for value in inputs:
+        if value.name == "attention_mask" and len(value.shape) == 2:
+            put(value.shape[0], batch)
+            put(value.shape[1], past + seq)
+    return sizes
+
+
+def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: int = 0
+             ) -> dict:
+    """Inputs for a transformers export at ``seq`` new tokens after ``past`` cached ones: the
+    mask all ones but ``pad`` left-padding zeros in row 1 (when ``past`` is 0), ``position_ids``
+    as transformers makes them from the mask (``cumsum - 1``, 1 at padding), token ids 0/1,
+    past keys/values standard normal. ``shift`` is added to ``position_ids`` (a model without a
+    cache input reaches the table's last rows so)."""
+    import numpy as np
+
+    inputs = session.get_inputs()
+    sizes = _dim_sizes(inputs, PROOF_BATCH, seq, past)
+    mask = np.ones((PROOF_BATCH, past + seq), np.int64)
+    if pad and not past:
+        mask[1, :pad] = 0
+    positions = np.cumsum(mask, axis=1)[:, past:] - 1
+    positions[mask[:, past:] == 0] = 1
+    positions += shift
+    feeds = {}
+    for value in inputs:
+        shape = [d if isinstance(d, int) else sizes.get(d, seq) for d in value.shape]
+        dtype = np.dtype(ONNX_DTYPES.get(value.type, value.type[len("tensor("):-1]))
+        if value.name == "attention_mask" and shape == list(mask.shape):
+            feeds[value.name] = mask.astype(dtype)
+        elif value.name == "position_ids" and shape == list(positions.shape):
+            feeds[value.name] = positions.astype(dtype)
+        elif dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = np.ones(shape, bool)
+        else:
+            feeds[value.name] = rng.integers(0, 2, size=shape).astype(dtype)
+    return feeds
+
+
+def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
+                ) -> list[tuple[int, int, int, int]]:
+    """``(seq, past, pad, shift)`` runs: prefills at several lengths (one left-padded), and with
+    a KV cache input a decode step at the table's last position (``past = max_len - 1``), or
+    without one but with ``position_ids``, positions shifted to end at ``max_len - 1``."""
+    names = {i.name for i in session.get_inputs()}
+    has_past = any("past" in n for n in names)
+    has_mask = "attention_mask" in names
+    seqs = list(lengths) if lengths else sorted({1, min(7, max_len), min(16, max_len)})
+    cases = [(s, 0, 0, 0) for s in seqs]
+    if has_mask:
+        cases.append((max(seqs), 0, min(3, max(seqs) - 1), 0))
+    if has_past:
+        cases += [(3, min(5, max_len - 3), 0, 0), (1, max_len - 1, 0, 0)]
+    elif "position_ids" in names and max(seqs) < max_len:
+        cases.append((max(seqs), 0, 0, max_len - max(seqs)))
+    return [c for c in cases if c[0] + c[1] + c[3] <= max_len]
+
+
+def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: int,
+                bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0):
+    """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
+    onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
+    proof), on ``proof_cases``.
+
+    Tolerances: a replaced tensor, ``bound`` (the artifact's quantisation bound; 0 for float
+    tables) plus 4 ulp of its largest value (the table holds correctly rounded cos/sin of the
+    model's own float32 angle; onnxruntime's Cos/Sin are within a few ulp of that); a model
+    output, 64 ulp of its largest value (FLOAT_ULPS, as ``prove``) plus, for int8 tables, twice
+    its measured gain times ``bound`` (the gain: the output's change per unit change of the
+    replaced tensors, from a run with the tensors perturbed by +-``PROBE``).
+    """
+    import numpy as np
+    import onnx
+
+    def with_outputs(model):
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        have = {o.name for o in model.graph.output}
+        made = {o for n in model.graph.node for o in n.output}
+        for name in replaces:  # (a lowered model no longer makes them: no check of those)
+            if name not in have and name in made:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(
+                    name, onnx.TensorProto.FLOAT, None))
+        return _session(model)
+
+    reference, mine = with_outputs(original), with_outputs(grafted.model)
+    names = [o.name for o in mine.get_outputs()]
+    rng = np.random.default_rng(seed)
+    cases = proof_cases(mine, max_len, lengths)
+    err = dict.fromkeys(names, 0.0)
+    peak = dict.fromkeys(names, 0.0)
+    for seq, past, pad, shift in cases:
+        feeds = hf_feeds(mine, seq, past, pad, max_len, rng, shift)
+        label = f"{seq} (past {past}{', left pad ' + str(pad) if pad else ''})"
+        want = dict(zip(names, _run(reference, names, feeds, label, "original"), strict=True))
+        got = dict(zip(names, _run(mine, names, feeds, label, "grafted"), strict=True))
+        for name in names:
+            err[name] = max(err[name], _max_diff(got[name], want[name]))
+            peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
+                                               .max(initial=0.0)))
+    gain = _gain(original, replaces, cases, max_len, names, seed) if bound else {}
+    checks = []
+    for name in names:
+        ulp = float(np.spacing(np.float32(peak[name])))
+        if name in replaces:
+            tol = bound + 4 * ulp
+        else:
+            tol = FLOAT_ULPS * ulp + 2 * gain.get(name, 0.0) * bound
+        checks.append(OutputCheck(name, err[name], tol))
+    return [f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
+            f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
+            for s, p, pad, shift in cases], checks
+
+
+def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int):
+    """Each output's largest change per unit change of the replaced tensors: the original run
+    with each replaced tensor plus ``PROBE * max(1, max|t|) * (+-1)`` (a fixed random sign per
+    element of its last axis), against the original."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto.FromString(original.SerializeToString())
+    graph = model.graph
+    rng = np.random.default_rng(seed + 1)
+    nodes = list(graph.node)
+    for k, name in enumerate(replaces):
+        producer = next(i for i, n in enumerate(nodes) if name in n.output)
+        raw = f"edgepe_probe{k}/raw"
+        nodes[producer].output[:] = [raw if o == name else o for o in nodes[producer].output]
+        width = 4096  # the last axis is at most this wide in every model graft proves
+        signs = rng.choice([-1.0, 1.0], size=width).astype(np.float32) * PROBE
+        graph.initializer.append(numpy_helper.from_array(signs, f"edgepe_probe{k}/signs"))
+        nodes.insert(producer + 1, helper.make_node("Shape", [raw], [f"edgepe_probe{k}/shape"],
+                                                    start=-1))
+        nodes.insert(producer + 2, helper.make_node(
+            "Slice", [f"edgepe_probe{k}/signs", f"edgepe_probe{k}/zero",
+                      f"edgepe_probe{k}/shape"], [f"edgepe_probe{k}/step"]))
+        graph.initializer.append(numpy_helper.from_array(np.asarray([0], np.int64),
+                                                         f"edgepe_probe{k}/zero"))
+        nodes.insert(producer + 3, helper.make_node("Add", [raw, f"edgepe_probe{k}/step"],
+                                                    [name]))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    base, moved = _session(original), _session(model)
+    rng = np.random.default_rng(seed)
+    out_names = [n for n in names if n not in replaces]
+    gain = dict.fromkeys(out_names, 0.0)
+    for seq, past, pad, shift in cases[-1:]:
+        feeds = hf_feeds(base, seq, past, pad, max_len, rng, shift)
+        a = base.run(out_names, feeds)
+        b = moved.run(out_names, feeds)
+        for name, x, y in zip(out_names, a, b, strict=True):
+            gain[name] = max(gain[name], _max_diff(x, y) / PROBE)
+    return gain

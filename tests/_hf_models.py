@@ -1,0 +1,231 @@
+"""Tiny random-weight transformers models of each PE family, exported as a user would (issue 29).
+
+``export(family, folder)`` builds the model from a config object in code (no download; seeded),
+wraps it so the KV cache is plain tensors in and out (``past_key.i``/``past_value.i`` ->
+``logits``, ``present_key.i``/``present_value.i``), and writes ``folder/model.onnx`` with
+``torch.onnx.export(..., dynamo=True)`` (torch 2.13's default; it writes ``model.onnx.data``).
+``torch_outputs`` runs the same model in torch on the same inputs, for the check against torch.
+
+Also run as a script by ``scripts/hf_example.py`` (the README's example model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SEED = 0
+VOCAB = 64
+
+
+def config(family: str):
+    """The transformers config object of ``family`` (a few layers of width 32, 4 heads)."""
+    import transformers as tf
+
+    small = {"vocab_size": VOCAB}
+    llama = {**small, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+    scaled = {
+        "llama-linear": {"rope_type": "linear", "factor": 2.0},
+        "llama-dynamic": {"rope_type": "dynamic", "factor": 2.0},
+        "llama-llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+        "llama-yarn": {"rope_type": "yarn", "factor": 4.0,
+                       "original_max_position_embeddings": 64},
+    }
+    if family == "llama":
+        return tf.LlamaConfig(**llama)
+    if family in scaled:
+        return tf.LlamaConfig(**llama, rope_parameters={"rope_theta": 10000.0,
+                                                        **scaled[family]})
+    if family == "mistral":
+        return tf.MistralConfig(**llama)
+    if family == "qwen2":
+        return tf.Qwen2Config(**llama)
+    if family == "phi":
+        return tf.PhiConfig(**{k: v for k, v in llama.items() if k != "num_key_value_heads"},
+                            partial_rotary_factor=0.5)
+    if family == "gpt_neox":
+        return tf.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                num_hidden_layers=2, num_attention_heads=4,
+                                max_position_embeddings=256, rotary_pct=0.25)
+    if family == "gptj":
+        return tf.GPTJConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256,
+                             rotary_dim=4)
+    if family == "gpt2":
+        return tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256)
+    if family == "opt":
+        return tf.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                            num_attention_heads=4, max_position_embeddings=256,
+                            word_embed_proj_dim=32)
+    if family == "phi3-longrope":  # short/long inv_freq picked at run time by the positions
+        return tf.Phi3Config(**llama, pad_token_id=0, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.2, 1.3],
+            "long_factor": [2.0, 2.5, 3.0, 4.0], "original_max_position_embeddings": 64})
+    if family == "xglm":
+        return tf.XGLMConfig(vocab_size=VOCAB, d_model=32, ffn_dim=64, num_layers=2,
+                             attention_heads=4, max_position_embeddings=256)
+    if family == "bloom":
+        return tf.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)
+    if family == "mpt":
+        return tf.MptConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=256,
+                            expansion_ratio=2)
+    raise KeyError(family)
+
+
+def model(family: str):
+    """The seeded random-weight causal LM of ``family``, in eval mode."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+    return tf.AutoModelForCausalLM.from_config(config(family)).eval()
+
+
+def wrap(lm, with_positions: bool):
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    layers = lm.config.num_hidden_layers
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask, *rest):
+            position_ids, past = (rest[0], rest[1:]) if with_positions else (None, rest)
+            cache = DynamicCache(config=self.lm.config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            extra = {"position_ids": position_ids} if with_positions else {}
+            out = self.lm(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
+                          use_cache=True, **extra)
+            flat = []
+            for layer in out.past_key_values.layers:
+                flat += [layer.keys, layer.values]
+            return (out.logits, *flat)
+
+    return Wrapped().eval()
+
+
+def example_inputs(lm, batch: int = 2, seq: int = 5, past: int = 3, with_positions: bool = True,
+                   seed: int = SEED):
+    """``(args, names)``: token ids, a mask of ones, positions ``past ..``, past keys/values."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    cfg = lm.config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
+    mask = torch.ones(batch, past + seq, dtype=torch.long)
+    positions = torch.arange(past, past + seq)[None].expand(batch, seq).contiguous()
+    pasts = [torch.randn(batch, heads, past, head_dim, generator=g)
+             for _ in range(2 * cfg.num_hidden_layers)]
+    names = ["input_ids", "attention_mask", *(["position_ids"] if with_positions else []),
+             *[f"past_{k}.{i}" for i in range(cfg.num_hidden_layers) for k in ("key", "value")]]
+    args = (ids, mask, *([positions] if with_positions else []), *pasts)
+    return args, names
+
+
+TAKES_POSITIONS = {"gpt2", "gptj", "gpt_neox", "opt", "phi", "qwen2", "mistral", "xglm",
+                   "phi3-longrope"}
+
+
+# torch.export fails on MPT's cache path with a dynamic past length (an inconsistent guard on
+# its bias slice): it is exported without a cache, input_ids and attention_mask -> logits.
+NO_CACHE = {"mpt"}
+
+
+def _logits(lm):
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask):
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask,
+                           use_cache=False).logits
+
+    return Logits().eval()
+
+
+def export(family: str, folder: Path) -> Path:
+    """``folder/model.onnx`` (and ``model.onnx.data``): ``family``'s tiny model as
+    ``torch.onnx.export(..., dynamo=True)`` writes it, batch/seq/past dynamic."""
+    import torch
+
+    lm = model(family)
+    if family in NO_CACHE:
+        g = torch.Generator().manual_seed(SEED)
+        args = (torch.randint(0, VOCAB, (2, 8), generator=g), torch.ones(2, 8, dtype=torch.long))
+        batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", min=2, max=256)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "model.onnx"
+        torch.onnx.export(_logits(lm), args, path, dynamo=True,
+                          dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["logits"], verbose=False)
+        return path
+    with_positions = family in TAKES_POSITIONS or family.startswith("llama")
+    args, names = example_inputs(lm, with_positions=with_positions)
+    layers = lm.config.num_hidden_layers
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    past, total = torch.export.Dim("past"), torch.export.Dim("total")
+    shapes = ({0: batch, 1: seq}, {0: batch, 1: total},
+              (*([{0: batch, 1: seq}] if with_positions else []),
+               *[{0: batch, 2: past}] * (2 * layers)))
+    outputs = ["logits", *[f"present_{k}.{i}" for i in range(layers) for k in ("key", "value")]]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    torch.onnx.export(wrap(lm, with_positions), args, path, dynamo=True,
+                      dynamic_shapes=shapes, input_names=names, output_names=outputs,
+                      verbose=False)
+    return path
+
+
+def export_torchscript(family: str, folder: Path) -> Path:
+    """``folder/model.onnx`` by the TorchScript exporter (``dynamo=False``, opset 18), the way it
+    still works for these models: no cache (``use_cache=False``), ``input_ids``,
+    ``attention_mask``, ``position_ids`` -> ``logits``; one self-contained file."""
+    import torch
+
+    lm = model(family)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask, position_ids):
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask,
+                           position_ids=position_ids, use_cache=False).logits
+
+    g = torch.Generator().manual_seed(SEED)
+    ids = torch.randint(0, VOCAB, (2, 8), generator=g)
+    args = (ids, torch.ones(2, 8, dtype=torch.long), torch.arange(8)[None].expand(2, 8))
+    names = ["input_ids", "attention_mask", "position_ids"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    torch.onnx.export(Logits().eval(), args, str(path), dynamo=False, opset_version=18,
+                      input_names=names, output_names=["logits"],
+                      dynamic_axes={n: {0: "batch", 1: "seq"} for n in names})
+    return path
+
+
+def torch_outputs(family: str, feeds: dict) -> list:
+    """``family``'s model in torch on onnxruntime-style ``feeds`` (numpy, by input name)."""
+    import torch
+
+    lm = model(family)
+    if family in NO_CACHE:
+        with torch.no_grad():
+            return [_logits(lm)(torch.from_numpy(feeds["input_ids"]),
+                                torch.from_numpy(feeds["attention_mask"])).numpy()]
+    with_positions = "position_ids" in feeds
+    _, names = example_inputs(lm, with_positions=with_positions)
+    args = [torch.from_numpy(feeds[n]) for n in names]
+    with torch.no_grad():
+        return [t.numpy() for t in wrap(lm, with_positions)(*args)]

@@ -1,0 +1,253 @@
+"""``edgepe graft MODEL.onnx --out OUT.onnx`` on transformers models, no PE given (issue 29).
+
+Tiny random-weight models of each family (``tests/_hf_models.py``: config objects in code, no
+download, seeded) exported as a user would, ``torch.onnx.export(..., dynamo=True)`` with
+``model.onnx.data`` beside the file; exports are slow (10-25 s each on 2 cores), so each family is
+exported once per session, and only Llama (RoPE) and GPT-2 (learned) run in the default suite;
+the other families are marked slow. Each graft is checked three ways: graft's own proof (exit 0,
+every output ok), the written files run again here against the original ONNX model on inputs the
+proof did not use, and against the torch model itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from typer.testing import CliRunner
+
+import edgepe
+from edgepe.cli import app
+from edgepe.graft.prove import hf_feeds
+
+pytest.importorskip("transformers", reason="the transformers models need transformers")
+import _hf_models  # noqa: E402 - after the skip: it imports transformers lazily, but is only for it
+
+DEFAULT = ("llama", "gpt2")
+# llama-dynamic (dynamic NTK) is not here: torch 2.13's torch.export refuses it (a data-dependent
+# guard, `if seq_len > max_seq_len_cached` in transformers' dynamic_frequency_update), so there
+# is no dynamo export to graft; TorchScript freezes inv_freq at the traced length, and graft
+# keeps exactly what that graph computes.
+SLOW = ("bloom", "mpt", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "xglm",
+        "llama-linear", "llama-llama3", "llama-yarn", "phi3-longrope")
+FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "mpt": "alibi", "gptj": "rope",
+          "gpt_neox": "rope", "phi": "rope", "mistral": "rope", "qwen2": "rope", "opt": "learned",
+          "xglm": "sinusoidal", "llama-linear": "rope", "llama-llama3": "rope",
+          "llama-yarn": "rope", "phi3-longrope": "rope"}
+# Table rows per family (RoPE: --max-len); longrope's long inv_freq is picked past position 4095
+# in this export, so its tables reach past it and the proof's decode step takes that branch.
+MAX_LEN = {"phi3-longrope": 4200}
+# onnxruntime and torch compute float32 attention in different orders (fused MatMul/Softmax):
+# measured <= 2e-6 on these models' logits (|logits| < 1); 1e-5 leaves room, still far below
+# what a wrong position (a changed cos/sin row: ~1e-2 here) moves.
+TORCH_ATOL = 1e-5
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """``family -> model.onnx``, exported on first use and kept for the session."""
+    folder = tmp_path_factory.mktemp("hf")
+    made = {}
+
+    def get(family: str):
+        if family not in made:
+            logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                warnings.simplefilter("ignore")
+                made[family] = _hf_models.export(family, folder / family)
+        return made[family]
+
+    return get
+
+
+def _cli(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _graft_and_check(exported, family, tmp_path, *options):
+    path = exported(family)
+    assert (path.parent / "model.onnx.data").exists()  # the export a user gets
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", path, "--out", out, *options)
+    assert code == 0, (stdout, stderr)
+    first = stdout.splitlines()[0]
+    assert first.startswith(f"found {FAMILY[family]} "), stdout
+    assert "MISMATCH" not in stdout and f"wrote {out}" in stdout
+    assert (tmp_path / "out.onnx.data").exists()  # written as it came: external data beside it
+    grafted = onnx.load(out)
+    original = onnx.load(path)
+    # outputs of the files as written, on inputs the proof did not draw (another seed)
+    mine = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    names = [o.name for o in theirs.get_outputs()]
+    for seq, past, pad in ((6, 0, 2), (2, 9, 0)) if family not in _hf_models.NO_CACHE else \
+            ((6, 0, 2), (9, 0, 0)):
+        feeds = hf_feeds(theirs, seq, past, pad, 256, rng)
+        want, got = theirs.run(names, feeds), mine.run(names, feeds)
+        torch_out = _hf_models.torch_outputs(family, feeds)
+        # torch and the export disagree on rows of padding tokens (every key masked: their
+        # outputs are arbitrary); compare the tokens the mask keeps
+        keep = feeds["attention_mask"].astype(bool)
+        for name, w, g, t in zip(names, want, got, torch_out, strict=True):
+            scale = float(np.abs(w).max())
+            assert np.abs(g - w).max() <= 64 * np.spacing(np.float32(scale)) + (
+                0.01 if "int8" in options else 0), name
+            valid = keep[:, past:] if name == "logits" else keep
+            if name != "logits":  # [B, H, past + seq, d]: the sequence axis is 2
+                g, t = np.moveaxis(g, 2, 1), np.moveaxis(t, 2, 1)
+            np.testing.assert_allclose(g[valid], t[valid], rtol=0, atol=TORCH_ATOL + (
+                0.01 if "int8" in options else 0), err_msg=name)
+    return stdout, original, grafted
+
+
+@pytest.mark.parametrize("family", [*DEFAULT, *(pytest.param(f, marks=pytest.mark.slow)
+                                                for f in SLOW)])
+def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path):
+    """No PE given: graft names what it found, puts the artifact in, proves and writes; the
+    written model equals the original ONNX model and torch; RoPE keeps no Sin/Cos."""
+    length = MAX_LEN.get(family, 256)
+    options = ("--max-len", length) if family not in ("gpt2", "opt", "gptj", "xglm", "mpt") \
+        else ()
+    stdout, original, grafted = _graft_and_check(exported, family, tmp_path, *options)
+    ops = {n.op_type for n in grafted.graph.node}
+    if FAMILY[family] == "rope" and family != "gptj":  # GPT-J's table is a constant already
+        assert {"Sin", "Cos"} <= {n.op_type for n in original.graph.node}
+        assert not ops & {"Sin", "Cos"}, "a trig op of the PE stayed"
+    assert any(p.key == "edgepe.graft.0" for p in grafted.metadata_props)
+    if family not in _hf_models.NO_CACHE:
+        assert f"1+{length - 1}" in stdout  # a KV-cache decode step at the table's last row
+
+
+def test_llama_rope_int8_tables(exported, tmp_path):
+    """``--quantize int8``: the tables stored int8 (a quarter of float32's bytes) and still
+    proven within their bound."""
+    stdout, _, grafted = _graft_and_check(exported, "llama", tmp_path, "--max-len", 256,
+                                          "--quantize", "int8")
+    assert "int8" in stdout.splitlines()[1]
+    tables = [t for t in grafted.graph.initializer if t.name.endswith("_table_int8")]
+    assert len(tables) == 2 and all(t.data_type == onnx.TensorProto.INT8 for t in tables)
+
+
+def test_a_table_over_the_limit_is_refused(exported, tmp_path):
+    out = tmp_path / "out.onnx"
+    """Llama's R = 8: 2^21 positions are 2^21 x 4 x 2 float32 = 64 MiB, over the 32 MiB limit
+    (checked before any table is built)."""
+    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 2**21)
+    assert code == 2 and not out.exists()
+    assert stderr.strip().splitlines() == [
+        "error: the tables for 2097152 positions would be 67,108,864 B, over graft's "
+        "33,554,432 B limit; give fewer positions (--max-len) or --quantize int8"]
+
+
+def _tiny(tmp_path, nodes, inits, name="model.onnx"):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                   ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], inits)
+    path = tmp_path / name
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                ir_version=8), path)
+    return path
+
+
+def test_no_pe_found_is_one_line_exit_2(tmp_path):
+    from onnx import helper
+
+    path = _tiny(tmp_path, [helper.make_node("Cast", ["position_ids"], ["p"], to=1),
+                            helper.make_node("Unsqueeze", ["p", "ax"], ["y0"]),
+                            helper.make_node("Expand", ["y0", "shape"], ["y"])],
+                 [onnx.numpy_helper.from_array(np.asarray([-1], np.int64), "ax"),
+                  onnx.numpy_helper.from_array(np.asarray([1, 1, 4], np.int64), "shape")])
+    out = tmp_path / "out.onnx"
+    code, _, stderr = _cli("graft", path, "--out", out)
+    assert code == 2 and not out.exists()
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: no PE found in {str(path)!r}")
+
+
+def test_two_candidates_are_named_and_refused(tmp_path):
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    path = _tiny(tmp_path, [helper.make_node("Gather", ["wpe_a", "position_ids"], ["a"]),
+                            helper.make_node("Gather", ["wpe_b", "position_ids"], ["b"]),
+                            helper.make_node("Add", ["a", "b"], ["y"])],
+                 [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), n)
+                  for n in ("wpe_a", "wpe_b")])
+    code, _, stderr = _cli("graft", path, "--out", tmp_path / "out.onnx")
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "2 PE candidates" in lines[0]
+    assert "'wpe_a'" in lines[0] and "'wpe_b'" in lines[0]
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/hostname", "missing.bin"])
+def test_external_data_outside_the_models_folder_is_refused(tmp_path, location):
+    """External data is read only from the model's own folder: a location that leaves it, an
+    absolute path or a missing file is one line, exit 2, and the outside file is never read."""
+    from onnx import helper, numpy_helper
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    table = numpy_helper.from_array(np.ones((8, 4), np.float32), "wpe")
+    table.data_location = onnx.TensorProto.EXTERNAL
+    table.ClearField("raw_data")
+    for key, value in (("location", location), ("offset", "0"), ("length", "128")):
+        entry = table.external_data.add()
+        entry.key, entry.value = key, value
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 128)
+    path = _tiny(folder, [helper.make_node("Gather", ["wpe", "position_ids"], ["y"])], [table])
+    code, _, stderr = _cli("graft", path, "--out", tmp_path / "out.onnx")
+    assert code == 2 and not (tmp_path / "out.onnx").exists()
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "external data" in lines[0] and repr(location) in lines[0]
+
+
+def test_graft_api_returns_the_found_report(exported, tmp_path):
+    report = edgepe.graft(exported("gpt2"), out=tmp_path / "o.onnx")
+    assert report and report.found.startswith("found learned (table ")
+    assert report.removed_nodes == 1 and all(c.passed for c in report.checks)
+
+
+@pytest.mark.slow
+def test_torchscript_export_of_llama(tmp_path):
+    """The TorchScript exporter (``dynamo=False``; no cache, one file): the same RoPE found, its
+    attention-factor ``Mul`` by 1 folded into the tables, positions shifted to reach the table's
+    last row since there is no cache to do it."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        path = _hf_models.export_torchscript("llama", tmp_path / "ts")
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", path, "--out", out, "--max-len", 256)
+    assert code == 0, (stdout, stderr)
+    assert stdout.startswith("found rope (half layout, R=8") and "positions 240..255" in stdout
+    assert not (tmp_path / "out.onnx.data").exists()  # it came as one file: it goes as one
+    assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
+
+
+def test_rope_lowering_ort_fuses_every_rotation(exported, tmp_path):
+    """``--rope-lowering ort``: q and k of both layers rotate in one RotaryEmbedding each (4
+    nodes), no Neg (rotate_half) left, every output still proven and equal to torch."""
+    stdout, _, grafted = _graft_and_check(exported, "llama", tmp_path, "--max-len", 256,
+                                          "--rope-lowering", "ort")
+    assert "rotations fused into RotaryEmbedding x4" in stdout
+    ops = [n.op_type for n in grafted.graph.node]
+    assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops
+    assert not {"Sin", "Cos"} & set(ops)
+
+
+def test_rope_lowering_refuses_a_pe_that_is_not_half_rope(exported, tmp_path):
+    code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
+                           "--rope-lowering", "ort")
+    assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
