@@ -57,7 +57,7 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
     extra = {key: value for key, value, default in (("rope_graph", graph, "encode"),
                                                     ("rope_lowering", lowering, "onnx"))
              if value is not None and value != default}
-    if extra and mode not in (None, "compute"):
+    if extra and mode not in (None, "compute", "sliced"):
         raise BadParameterError(f"--rope-graph/--rope-lowering choose a compute graph; "
                                 f"--mode {mode} stores a table")
     if extra and format != "onnx":
@@ -89,9 +89,10 @@ def command(
     param: Annotated[list[str] | None, typer.Option(
         "--param", metavar="KEY=VALUE", help="Scheme parameter; repeatable.")] = None,
     mode: Annotated[str | None, typer.Option(
-        "--mode", metavar="compute|table",
+        "--mode", metavar="compute|table|sliced",
         help="Default: compute where the scheme (for --format c: a C function) has it; npy/bin: "
-        "table.")]
+        "table. sliced (rope, sinusoidal): sin/cos from position bits and small tables, no "
+        "trig op.")]
     = None,
     format: Annotated[str | None, typer.Option(
         "--format", metavar="onnx|npy|bin|c|pte",
@@ -168,6 +169,12 @@ def command(
                                                       "(default), onnxruntime's com.microsoft."
                                                       "RotaryEmbedding, or ONNX's "
                                                       "RotaryEmbedding (--opset 23).")] = None,
+    slices: Annotated[str | None, typer.Option("--slices", metavar="W,W,...",
+                                               rich_help_panel=PANEL_MORE,
+                                               help="--mode sliced: bit widths of the "
+                                               "position slices, most significant first "
+                                               "(default: two near-equal slices covering "
+                                               "max_len).")] = None,
 ) -> None:
     """Export a positional encoding as an ONNX graph, a table, a C header or an ExecuTorch
     program."""
@@ -181,6 +188,13 @@ def command(
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)
+    if slices is not None:
+        if mode != "sliced":
+            raise BadParameterError("--slices sets the slice plan of --mode sliced; add "
+                                    "--mode sliced")
+        from edgepe.export.graphs.sliced import parse_plan, plan_text
+
+        extra["slices"] = plan_text(parse_plan(slices, 1))
     d_model = head_dim_alias(scheme, d_model, head_dim)
     # Sizes stay strings until resolve() checks them, so messages can name the bad value.
     config = api.make_config(

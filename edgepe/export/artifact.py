@@ -27,10 +27,12 @@ from edgepe.schemes._registry import SchemeConfig
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
-LOWERINGS = ("bitwise", "arith", "arith32", "float")
+LOWERINGS = ("bitwise", "arith", "arith32", "float", "trunc")
 # |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
-LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
+LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24, "trunc": 2**24}
+# Modes whose graph has a --lowering (how positions become bits or slices).
+LOWERED_MODES = ("compute", "sliced")
 # How an int8 ONNX graph's stored int8 lives at run time (edgepe.quant.graphs): folded to float32
 # at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
 INT8_RUNTIMES = ("fold", "live")
@@ -85,7 +87,7 @@ class ExportConfig:
             "dtype": self.dtype,
             "quantize": self.quantize,
             "quant_granularity": self.quant_granularity if self.quantize != "none" else None,
-            "lowering": self.lowering if self.mode == "compute" else None,
+            "lowering": self.lowering if self.mode in LOWERED_MODES else None,
             "seed": self.seed,
             "checkpoint_sha256": self.checkpoint_sha256,
             "opset": self.opset if self.format == "onnx" else None,
@@ -135,7 +137,7 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
         parts.append(config.int8_runtime)
     if config.dtype != "float32":
         parts.append(config.dtype)
-    if config.mode == "compute" and config.lowering != "bitwise":
+    if config.mode in LOWERED_MODES and config.lowering != "bitwise":
         parts.append(config.lowering)
     # Scheme-specific choices (rope's apply graph and its lowering) name a different graph.
     parts += [str(value) for _, value in sorted(config.extra.items())]
@@ -180,7 +182,7 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
         "dtype": dtype,
         "shape": list(shape),
         "quant": None,
-        "lowering": config.lowering if config.mode == "compute" else None,
+        "lowering": config.lowering if config.mode in LOWERED_MODES else None,
         "seed": config.seed,
         "checkpoint": (
             None
@@ -203,7 +205,7 @@ def position_limit(config: ExportConfig) -> int | None:
     """``|position|`` up to which the artifact is defined: the scheme's own limit, lowered to
     what the compute graph's lowering computes exactly (``LOWERING_LIMITS``)."""
     limits = [config.scheme.spec.position_limit]
-    if config.mode == "compute" and config.format == "onnx":
+    if config.mode in LOWERED_MODES and config.format == "onnx":
         limits.append(LOWERING_LIMITS.get(config.lowering))
     known = [limit for limit in limits if limit is not None]
     return min(known) if known else None
@@ -388,7 +390,7 @@ def validate_choices(config: ExportConfig) -> None:
         ("--quantize", config.quantize, QUANTIZE),
         ("--lowering", config.lowering, LOWERINGS),
         ("--int8-runtime", config.int8_runtime, INT8_RUNTIMES),
-        ("--mode", config.mode, ("compute", "table")),
+        ("--mode", config.mode, ("compute", "table", "sliced")),
         ("--quant-granularity", config.quant_granularity, ("channel", "tensor")),
     ):
         if value not in allowed:

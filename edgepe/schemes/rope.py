@@ -43,6 +43,7 @@ from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
     Param,
     SchemeConfig,
+    TRIG_MODES,
     SchemeSpec,
     register,
 )
@@ -143,6 +144,7 @@ def _check(config: SchemeConfig) -> None:
                   low=0.0),
         ),
         even_d_model=True,
+        modes=TRIG_MODES,
         # For encode ([cos | sin]). apply(x) multiplies the same cos/sin by x: its error scales
         # with |x| (measured 4.8e-7 for |x| <= 5.4: ~2 x 1.19e-7 x |x|).
         tolerance=(0.0, 1e-6),

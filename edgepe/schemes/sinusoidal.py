@@ -15,6 +15,7 @@ from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
     Param,
     SchemeConfig,
+    TRIG_MODES,
     SchemeSpec,
     register,
 )
@@ -40,6 +41,7 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
         summary="sin/cos(pos / base^(2i/d)) interleaved, even = sin",
         params=(BASE,),
         even_d_model=True,
+        modes=TRIG_MODES,
         # sin/cos of the same float32 angle (graphs recompute it op for op, so it is bitwise
         # equal). torch (SLEEF), onnxruntime CPU (MLAS) and numpy (the ONNX reference evaluator)
         # all reduce large arguments correctly: measured max |ort - torch| = 1.19e-7 (2^-23,

@@ -30,11 +30,15 @@ COMPUTE = {
     "alibi": ("bias", "alibi"),
     "gaussian": ("bias", "gaussian"),
 }
+# ``--mode sliced``: sin/cos from position bits and small tables (sliced.py).
+SLICED = {"sinusoidal": "sinusoidal", "rope": "rope"}
 
 
 def builder(scheme_id: str, mode: str):
     """The builder function for ``scheme_id`` in ``mode``."""
     if mode == "table":
         return importlib.import_module("edgepe.export.graphs.table").build
+    if mode == "sliced":
+        return getattr(importlib.import_module("edgepe.export.graphs.sliced"), SLICED[scheme_id])
     module_name, function = COMPUTE[scheme_id]
     return getattr(importlib.import_module(f"edgepe.export.graphs.{module_name}"), function)
