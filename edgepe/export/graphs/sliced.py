@@ -262,17 +262,12 @@ def cos_sin(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequence[int
     slots = [*range(k), *range(k)]
     kinds = [COS] * k + [SIN] * k
     both = columns_graph(g, positions, inv_freq, widths, slots, kinds, scale, lowering, prefix)
-    cos, sin = f"{prefix}cos", f"{prefix}sin"
-    g.nodes.append(_split(both, k, cos, sin, len(g.nodes), g))
+    last = g.const([-1], np.int64, f"{prefix}last_axis")
+    start, middle, end = (g.const([v], np.int64, f"{prefix}{n}")
+                          for n, v in (("first", 0), ("middle", k), ("end", 2 * k)))
+    cos = g.op("Slice", both, start, middle, last, out=f"{prefix}cos")
+    sin = g.op("Slice", both, middle, end, last, out=f"{prefix}sin")
     return cos, sin
-
-
-def _split(x: str, k: int, first: str, second: str, index: int, g: Graph):
-    from onnx import helper
-
-    split = g.const(np.asarray([k, k], dtype=np.int64), np.int64, f"{first}_split")
-    return helper.make_node("Split", [x, split], [first, second], axis=-1,
-                            name=f"n{index}_Split")
 
 
 def subgraph(inv_freq: np.ndarray, widths: Sequence[int], positions: str = POSITIONS,

@@ -1,0 +1,227 @@
+"""``--mode sliced`` (issue 34): rope and sinusoidal sin/cos from position bit slices and small
+tables, no trigonometric op, against the float64 definition (``edgepe.verify.definition``).
+
+The error bound is ``graphs.sliced.bound`` (position-independent, derived in that module's doc);
+these tests pin its value and measure the graphs against it at every position of the plans they
+build, on onnxruntime CPU and (for the trunc lowering) the same.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from edgepe.errors import BadParameterError
+from edgepe.export import export
+from edgepe.export.artifact import ExportConfig, base_manifest
+from edgepe.export.graphs import builder
+from edgepe.export.graphs import sliced as sl
+from edgepe.formats.onnx import output_shape
+from edgepe.schemes import build, resolve
+from edgepe.verify import verify_artifact
+from edgepe.verify.definition import Definition
+
+TRIG_OPS = {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh"}
+
+
+def make(scheme: str, max_len: int, d_model: int, params=None, mode: str = "sliced", **options):
+    """``(config, module, model)`` for the scheme's graph in ``mode``, built as the exporter does."""
+    config = ExportConfig(scheme=resolve(scheme, max_len, d_model, None, params), mode=mode,
+                          **options)
+    module = build(config.scheme)
+    manifest = base_manifest(config, output_shape(config), config.dtype)
+    model = builder(scheme, mode)(config, module, manifest)
+    return config, module, model
+
+
+def run(model: onnx.ModelProto, **feeds) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def definition64(module, p: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return Definition(module).encode64(torch.from_numpy(p)).numpy()
+
+
+def max_error(model, module, p: np.ndarray, chunk: int = 65536) -> float:
+    worst = 0.0
+    for start in range(0, len(p), chunk):
+        part = p[start:start + chunk]
+        out = run(model, positions=part)[0].astype(np.float64)
+        worst = max(worst, float(np.abs(out - definition64(module, part)).max()))
+    return worst
+
+
+def test_bound_is_pinned_and_within_the_goal():
+    # two slices, a = 1: (2 sqrt(2) + 3) 2^-25 (graphs.sliced doc), times the 1 + 2^-20 margin
+    # (the top stage's 1 + 2^-24 on the propagated error is the tiny rest: rel 1e-7)
+    two = (2 * math.sqrt(2) + 3) * 2.0**-25 * (1 + 2.0**-20)
+    assert sl.bound((8, 7)) == pytest.approx(two, rel=1e-7, abs=0)
+    assert sl.bound((8, 7)) < 1.74e-7 < 3e-7
+    assert sl.bound((12, 12)) == sl.bound((8, 7))  # position-independent: the plan's count only
+    # one slice: the stored value's rounding
+    assert sl.bound((6,)) == pytest.approx(2.0**-25, rel=1e-6, abs=0)
+    assert 3.4e-7 < sl.bound((8, 8, 8)) < 3.5e-7
+    # yarn's attention factor a in (1, 2]: half-ulps of values up to a are 2^-24
+    a = 1.2
+    expected = (math.sqrt(2) * 2.0**-24 + math.sqrt(2) * a * 2.0**-25 + a * 2.0**-24
+                + 2.0**-24) * (1 + 2.0**-20)
+    assert sl.bound((8, 7), a) == pytest.approx(expected, rel=1e-7, abs=0)
+
+
+def test_default_plans():
+    assert sl.default_plan(32768) == (8, 7)
+    assert sl.default_plan(2**20) == (10, 10)
+    assert sl.default_plan(64) == (6,)
+    assert sl.default_plan(65) == (4, 3)
+    assert sl.default_plan(2**24) == (12, 12)
+    assert sum(sl.default_plan(10**9)) == 30 and len(sl.default_plan(10**9)) == 3
+
+
+@pytest.mark.parametrize("scheme", ["rope", "sinusoidal"])
+@pytest.mark.parametrize("lowering", sl.LOWERINGS)
+def test_no_trig_op_and_every_position_within_the_bound(scheme, lowering):
+    config, module, model = make(scheme, 32768, 128, lowering=lowering)
+    ops = {n.op_type for n in model.graph.node}
+    assert not ops & TRIG_OPS, ops
+    if lowering == "trunc":
+        assert not ops & {"BitShift", "BitwiseAnd", "Mod", "Floor", "Abs", "Less"}, ops
+    p = np.arange(-300, 32768, dtype=np.int64)
+    err = max_error(model, module, p)
+    assert err <= sl.bound((8, 7)), err
+    manifest = json.loads(model.metadata_props[0].value)
+    assert manifest["sliced"]["slices"] == [8, 7] and manifest["sliced"]["shifts"] == [7, 0]
+    assert manifest["mode"] == "sliced" and manifest["lowering"] == lowering
+    assert manifest["positions"]["limit"] == 32767
+
+
+def test_float32_recipe_is_far_from_the_definition_where_sliced_is_not():
+    """What the mode buys: compute's float32 angle is ~1e-3 off at 32k; sliced stays at 1e-7."""
+    _, module, compute = make("rope", 32768, 128, mode="compute")
+    _, _, sliced = make("rope", 32768, 128)
+    p = np.arange(32000, 32768, dtype=np.int64)
+    exact = definition64(module, p)
+    assert np.abs(run(compute, positions=p)[0] - exact).max() > 1e-4
+    assert np.abs(run(sliced, positions=p)[0] - exact).max() <= sl.bound((8, 7))
+    # and the two modes agree to the float32 recipe's own error (same frequencies, layout)
+    np.testing.assert_allclose(run(sliced, positions=p)[0], run(compute, positions=p)[0],
+                               atol=1e-3, rtol=0)
+
+
+def test_size_is_under_a_fiftieth_of_the_full_cache():
+    _, _, model = make("rope", 32768, 128)
+    cache = 32768 * 128 * 4  # [cos | sin] float32 rows of every position
+    size = len(model.SerializeToString())
+    assert size * 50 <= cache, (size, cache)
+
+
+PLANS = [((8, 7), 32768), ((5, 4, 3), 4096), ((9,), 300), ((1, 1, 1, 1, 1), 32)]
+
+
+@pytest.mark.parametrize("widths,max_len", PLANS, ids=[",".join(map(str, w)) for w, _ in PLANS])
+def test_explicit_plans_cover_every_position(widths, max_len):
+    config, module, model = make("sinusoidal", max_len, 16, extra={"slices": sl.plan_text(widths)})
+    limit = (1 << sum(widths)) - 1
+    p = np.arange(-limit, limit + 1, dtype=np.int64)
+    assert max_error(model, module, p) <= sl.bound(widths)
+
+
+ROPE_CASES = [
+    {"layout": "interleaved"},
+    {"layout": "half", "rotary_dim": 10},
+    {"layout": "interleaved", "rotary_dim": 6, "rope_type": "yarn", "factor": 4.0,
+     "original_max_position_embeddings": 128},
+    {"layout": "half", "rope_type": "llama3", "factor": 8.0,
+     "original_max_position_embeddings": 64},
+    {"rope_type": "linear", "factor": 2.0},
+    {"rope_type": "dynamic", "factor": 2.0, "seq_len": 1000},
+]
+
+
+@pytest.mark.parametrize("params", ROPE_CASES, ids=lambda p: "-".join(map(str, p.values())))
+@pytest.mark.parametrize("graph", ["encode", "cache", "apply", "apply-4d"])
+def test_rope_graphs_conventions_export_and_verify(tmp_path, params, graph):
+    """Every rope graph, layout, rotary_dim and rope_type: exported and verified (onnxruntime and
+    the ONNX reference evaluator) against the float64 definition, sweep of every position."""
+    extra = {} if graph == "encode" else {"rope_graph": graph}
+    config = ExportConfig(scheme=resolve("rope", 600, 16, None, params), mode="sliced",
+                          extra=extra, out=tmp_path / "r.onnx")
+    export(config)
+    report = verify_artifact(tmp_path / "r.onnx")
+    assert report, str(report)
+    assert report.reference_distance is not None
+    model = onnx.load(tmp_path / "r.onnx")
+    assert not {n.op_type for n in model.graph.node} & TRIG_OPS
+
+
+def test_yarn_scale_within_its_bound():
+    params = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 256}
+    _, module, model = make("rope", 4096, 64, params)
+    a = float(module.scale.max())
+    assert a > 1.2
+    p = np.arange(-4095, 4096, dtype=np.int64)
+    assert max_error(model, module, p) <= sl.bound((6, 6), a)
+
+
+@pytest.mark.parametrize("lowering", sl.LOWERINGS)
+def test_float16_output_within_bound_plus_half_a_step(lowering):
+    _, module, model = make("rope", 4096, 32, dtype="float16", lowering=lowering)
+    p = np.arange(4096, dtype=np.int64)
+    out = run(model, positions=p)[0]
+    assert out.dtype == np.float16
+    # float16 rounding of a value below 1: half a step, 2^-12
+    err = np.abs(out.astype(np.float64) - definition64(module, p)).max()
+    assert err <= sl.bound((6, 6)) + 2.0**-12
+
+
+def test_bad_plans_are_refused():
+    with pytest.raises(BadParameterError, match="fewer than max_len"):
+        make("rope", 32768, 16, extra={"slices": "7,7"})
+    with pytest.raises(BadParameterError, match="1 to 16 bits"):
+        make("rope", 32768, 16, extra={"slices": "17"})
+    with pytest.raises(BadParameterError, match="comma-separated"):
+        make("rope", 32768, 16, extra={"slices": "8;7"})
+    with pytest.raises(BadParameterError, match="does not apply to --mode sliced"):
+        make("rope", 512, 16, lowering="arith")
+
+
+def test_graft_api_subgraph_is_self_contained():
+    """``subgraph`` gives nodes and initializers that compute cos/sin of any positions tensor."""
+    from onnx import TensorProto, helper
+
+    w = (1.0 / 10000 ** (np.arange(0, 16, 2) / 16)).astype(np.float32)
+    nodes, inits, cos, sin = sl.subgraph(w, (5, 5), positions="ids")
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64,
+                                                                     ["B", "S"])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", "S", 8])
+                           for n in (cos, sin)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    ids = np.arange(1024, dtype=np.int64).reshape(4, 256)
+    c, s = run(model, ids=ids)
+    theta = ids[..., None].astype(np.float64) * w.astype(np.float64)
+    assert c.shape == (4, 256, 8)
+    assert np.abs(c - np.cos(theta)).max() <= sl.bound((5, 5))
+    assert np.abs(s - np.sin(theta)).max() <= sl.bound((5, 5))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("widths", [(10, 10), (12, 12)])
+def test_every_position_to_the_plan_limit(widths):
+    """Every position below 2^20 (the goal) and 2^24 (two 12-bit slices), d 128."""
+    config, module, model = make("rope", 1 << sum(widths), 128)
+    assert sl.plan_of(config) == widths
+    p = np.arange(1 << sum(widths), dtype=np.int64)
+    err = max_error(model, module, p, chunk=1 << 16)
+    assert err <= sl.bound(widths) <= 3e-7, err
