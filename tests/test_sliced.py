@@ -225,3 +225,60 @@ def test_every_position_to_the_plan_limit(widths):
     p = np.arange(1 << sum(widths), dtype=np.int64)
     err = max_error(model, module, p, chunk=1 << 16)
     assert err <= sl.bound(widths) <= 3e-7, err
+
+
+# -- targets (issue 34: every profile that takes Sin/Cos takes sliced; CoreML by trunc) ------
+
+
+@pytest.mark.parametrize("scheme", ["rope", "sinusoidal"])
+def test_every_target_taking_sin_cos_takes_sliced_and_coreml_gets_trunc(scheme):
+    from edgepe import api
+    from edgepe.targets import PROFILES, for_export
+
+    takers = []
+    for target in PROFILES:
+        try:
+            for_export(api.make_config(scheme, 512, d_model=64), target, lowering_given=False)
+        except BadParameterError:
+            continue
+        takers.append(target)
+        chosen, report = for_export(api.make_config(scheme, 512, d_model=64, mode="sliced"),
+                                    target, lowering_given=False)
+        assert report, (target, str(report))
+    assert "ort-cpu" in takers and "coreml" not in takers
+    chosen, report = for_export(api.make_config(scheme, 512, d_model=64, mode="sliced"),
+                                "coreml", lowering_given=False)
+    assert chosen.lowering == "trunc" and report
+
+
+def test_binary_demo_exports_to_coreml_by_trunc(tmp_path):
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    out = tmp_path / "b.onnx"
+    result = CliRunner().invoke(app, ["export", "--scheme", "binary", "--max-len", "512",
+                                      "--target", "coreml", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "--lowering trunc" in result.output and "parity PASSED" in result.output
+    ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert not ops & {"BitShift", "BitwiseAnd", "Mod", "Floor", "Div"}, ops
+
+
+@pytest.mark.parametrize("scheme", ["binary", "gray", "binary-bits"])
+def test_trunc_bit_lowering_is_exact(scheme):
+    """Bits of ``pos mod 2^n`` exactly, negative positions and the 2^24 edge included."""
+    from edgepe.export.graphs._common import read_manifest_prop  # noqa: F401 - same builder
+    from edgepe.export.graphs.lowerings import MAX_TRUNC_BITS
+
+    config = ExportConfig(scheme=resolve(scheme, 4096, None, None, None), lowering="trunc")
+    module = build(config.scheme)
+    manifest = base_manifest(config, output_shape(config), config.dtype)
+    model = builder(scheme, "compute")(config, module, manifest)
+    rng = np.random.default_rng(0)
+    p = np.concatenate([np.arange(-5000, 5000), rng.integers(-2**24, 2**24 + 1, 20000),
+                        [2**24, -2**24, 2**24 - 1, -(2**24) + 1, 2**23, -(2**23)]]).astype(np.int64)
+    with torch.no_grad():
+        want = module.encode(torch.from_numpy(p)).numpy()
+    np.testing.assert_array_equal(run(model, positions=p)[0], want)
+    assert MAX_TRUNC_BITS == 23

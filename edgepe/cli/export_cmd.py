@@ -121,11 +121,13 @@ def command(
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
     = False,
     lowering: Annotated[str | None, typer.Option("--lowering",
-                                                 metavar="bitwise|arith|arith32|float",
+                                                 metavar="bitwise|arith|arith32|float|trunc",
                                                  rich_help_panel=PANEL_MORE,
                                                  help="Bit family: arith uses no bitwise ops "
                                                  "(int64 Div/Mod), arith32 int32 Div/Mod, "
-                                                 "float Floor/Mul/Sub (|pos| <= 2^24). "
+                                                 "float Floor/Mul/Sub (|pos| <= 2^24), "
+                                                 "trunc float Mul + truncating Cast + int32 "
+                                                 "(CoreML; sliced also clip32). "
                                                  "Default: bitwise, or what --target runs.")]
     = None,
     target: Annotated[str | None, typer.Option("--target", metavar="NAME",
@@ -235,7 +237,7 @@ def command(
             raise typer.Exit(2)
         if not quiet:
             typer.echo(f"{checked}" + (f" (--lowering {config.lowering})"
-                                       if config.mode == "compute" else ""))
+                                       if config.mode in ("compute", "sliced") else ""))
     if report is not None:
         if not report:
             typer.echo(str(report), err=True)

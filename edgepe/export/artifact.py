@@ -27,10 +27,10 @@ from edgepe.schemes._registry import SchemeConfig
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
-LOWERINGS = ("bitwise", "arith", "arith32", "float", "trunc")
+LOWERINGS = ("bitwise", "arith", "arith32", "float", "trunc", "clip32")
 # |position| up to which the int32 and float32 lowerings are exact (export/graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
-LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24, "trunc": 2**24}
+LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24, "trunc": 2**24, "clip32": 2**24}
 # Modes whose graph has a --lowering (how positions become bits or slices).
 LOWERED_MODES = ("compute", "sliced")
 # How an int8 ONNX graph's stored int8 lives at run time (edgepe.quant.graphs): folded to float32

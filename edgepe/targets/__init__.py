@@ -21,7 +21,7 @@ from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, Profile
 
 # The default first; then int64 integer arithmetic, int32, float32 (narrowest dtypes last: they
 # limit the positions an artifact accepts, export/graphs/lowerings.py).
-LOWERING_ORDER = ("bitwise", "arith", "arith32", "float")
+LOWERING_ORDER = ("bitwise", "arith", "arith32", "float", "trunc")
 
 __all__ = ["DEFAULT_TARGET", "LOWERING_ORDER", "PROFILES", "check_file", "check_model",
            "for_export", "profile"]
@@ -83,6 +83,10 @@ def _lowerings(config, lowering_given: bool) -> list[str]:
     """The lowerings to try: every one for a bit-family compute graph unless one was given."""
     from edgepe.export.graphs import COMPUTE
 
+    if config.mode == "sliced" and not lowering_given:
+        from edgepe.export.graphs.sliced import LOWERINGS as SLICED
+
+        return list(SLICED)
     bits = config.mode == "compute" and COMPUTE.get(config.scheme.scheme, ("",))[0] == "bits"
     return [config.lowering] if lowering_given or not bits else list(LOWERING_ORDER)
 
@@ -93,7 +97,8 @@ def _first_running(config, module, prof: Profile, lowerings: list[str]):
     why: list[str] = []
     for lowering in lowerings:
         candidate = replace(config, lowering=lowering)
-        label = f"--lowering {lowering}" if len(lowerings) > 1 else f"--mode {config.mode}"
+        label = (f"--lowering {lowering}" if len(lowerings) > 1 or config.mode == "sliced"
+                 else f"--mode {config.mode}")
         try:
             report = check_model(_candidate(candidate, module), prof.name)
         except BadParameterError as exc:  # e.g. a width this lowering does not compute
@@ -120,13 +125,13 @@ def for_export(config, target: str, lowering_given: bool):
     if chosen is not None:
         return chosen, report
     hint = "no other mode of this scheme runs on it either"
-    other = next((m for m in config.scheme.spec.modes if m != config.mode), None)
-    if other is not None:
+    for other in (m for m in config.scheme.spec.modes if m != config.mode):
         alt = replace(config, mode=other, lowering="bitwise")
         found, _, _ = _first_running(alt, module, prof, _lowerings(alt, False))
         if found is not None:
             hint = f"--mode {other} runs on it" + (
-                f" (with --lowering {found.lowering})" if other == "compute" else "")
+                f" (with --lowering {found.lowering})" if other != "table" else "")
+            break
     raise BadParameterError(f"target {prof.name} ({prof.runtime}) cannot run scheme "
                             f"'{config.scheme.scheme}' --mode {config.mode}: {' | '.join(why)}; "
                             f"{hint}")

@@ -10,7 +10,9 @@ inverse frequencies), computed in float64 and stored as float32; angle addition 
 No Sin or Cos runs: slicing is ``BitShift``/``BitwiseAnd`` on uint64 (``lowering="bitwise"``, as
 the bit family does) or a float ``Mul`` by ``2^-k`` with a truncating ``Cast`` to int32 and int32
 ``Sub``/``Mul`` (``lowering="trunc"``, for targets without bitwise ops, ``Mod`` or ``Floor``:
-CoreML), the rest is ``Gather``, ``Mul`` and ``Add``.
+CoreML), the rest is ``Gather``, ``Mul`` and ``Add``. ``lowering="clip32"`` is ``trunc`` with every
+Gather index clamped by an int32 ``Clip`` to its table (targets that must see indices proven
+``>= 0``: QNN; a position past the plan then reads the table's edge instead of failing).
 
 Graph form. The output columns ``j`` are each the cos or the sin of one slot ``i(j)``. The top
 (most significant) slice's tables are expanded in the graph, per column, into ``H`` (``cos`` for a
@@ -66,7 +68,7 @@ import numpy as np
 from edgepe.errors import BadParameterError
 from edgepe.export.graphs._common import POSITIONS, Graph
 
-LOWERINGS = ("bitwise", "trunc")
+LOWERINGS = ("bitwise", "trunc", "clip32")
 # float32 holds every integer up to 2^24, so the trunc lowering's Cast is exact up to there; the
 # float64 definition's angle pos * w (w a float32, 24 significant bits) is exact below 2^29.
 TRUNC_LIMIT = 2**24
@@ -119,7 +121,7 @@ def plan_text(widths: Sequence[int]) -> str:
 def position_limit(widths: Sequence[int], lowering: str = "bitwise") -> int:
     """``|pos|`` up to which the sliced graph is defined: what its slices hold."""
     limit = (1 << sum(widths)) - 1
-    return min(limit, TRUNC_LIMIT) if lowering == "trunc" else limit
+    return limit if lowering == "bitwise" else min(limit, TRUNC_LIMIT)
 
 
 def _half_ulp_below(x: float) -> float:
@@ -182,16 +184,20 @@ def _slice_indices(g: Graph, positions: str, widths_low: list[int], lowering: st
         rows = g.const(top_rows, np.int64, f"{prefix}top_rows")
         top = g.op("Add", idx[-1], g.op("Mul", neg, rows))
         return idx[:-1], top
-    if lowering != "trunc":
+    if lowering not in ("trunc", "clip32"):
         raise BadParameterError(f"--lowering {lowering} does not apply to --mode sliced; it "
                                 f"takes: {', '.join(LOWERINGS)}")
     # trunc: float32 |pos| (exact up to 2^24), Mul by 2^-k (exact), truncating Cast to int32
-    # (a value >= 0: floor), int32 Sub/Mul; |x| = Max(x, -x), [pos < 0] = Clip(-x, 0, 1).
+    # (a value >= 0: floor), int32 Sub/Mul; [pos < 0] = Clip(-x, 0, 1) (x is an integer) and
+    # |x| = x (1 - 2 [pos < 0]): every product exact, no Abs, Max or comparison.
     x = g.cast(positions, "float32")
     minus = g.op("Mul", x, g.const(-1.0, np.float32, f"{prefix}minus_one"))
-    a = g.op("Max", x, minus)
-    neg = g.cast(g.op("Clip", minus, g.const(0.0, np.float32, f"{prefix}clip_low"),
-                      g.const(1.0, np.float32, f"{prefix}clip_high")), "int32")
+    negf = g.op("Clip", minus, g.const(0.0, np.float32, f"{prefix}clip_low"),
+                g.const(1.0, np.float32, f"{prefix}clip_high"))
+    sign = g.op("Sub", g.const(1.0, np.float32, f"{prefix}one"),
+                g.op("Mul", negf, g.const(2.0, np.float32, f"{prefix}two")))
+    a = g.op("Mul", x, sign)
+    neg = g.cast(negf, "int32")
     quotients = []
     for c, k in enumerate(shifts):
         if k == 0:
@@ -206,6 +212,11 @@ def _slice_indices(g: Graph, positions: str, widths_low: list[int], lowering: st
         idx.append(g.op("Sub", quotients[c], up))
     rows = g.const(top_rows, np.int32, f"{prefix}top_rows")
     top = g.op("Add", quotients[-1], g.op("Mul", neg, rows))
+    if lowering == "clip32":
+        zero = g.const(0, np.int32, f"{prefix}index_low")
+        idx = [g.op("Clip", v, zero, g.const((1 << w) - 1, np.int32, f"{prefix}index_high{c}"))
+               for c, (v, w) in enumerate(zip(idx, widths_low, strict=False))]
+        top = g.op("Clip", top, zero, g.const(2 * top_rows - 1, np.int32, f"{prefix}top_high"))
     return idx, top
 
 
@@ -221,7 +232,8 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
     names = [(g.const(cos, np.float32, f"{prefix}cos{c}"), g.const(sin, np.float32,
                                                                    f"{prefix}sin{c}"))
              for c, (cos, sin) in enumerate(tables)]
-    slot_idx = g.const(np.asarray(slots, dtype=np.int64), np.int64, f"{prefix}slots")
+    index_type = np.int64 if lowering == "bitwise" else np.int32  # CoreML: int32 indices
+    slot_idx = g.const(np.asarray(slots, dtype=index_type), index_type, f"{prefix}slots")
     kinds = np.asarray(kinds)
     is_sin = (kinds == SIN).astype(np.float32)[None, :]
 
