@@ -282,3 +282,28 @@ def test_trunc_bit_lowering_is_exact(scheme):
         want = module.encode(torch.from_numpy(p)).numpy()
     np.testing.assert_array_equal(run(model, positions=p)[0], want)
     assert MAX_TRUNC_BITS == 23
+
+
+@pytest.mark.parametrize("scheme", ["rope", "sinusoidal"])
+def test_int8_bound_is_the_sliced_bound_plus_the_quantiser_and_holds(tmp_path, scheme):
+    """int8: the float graph's term of the proven bound is the sliced tolerance (against the
+    float64 definition), and the graph stays within the bound at every position it accepts."""
+    from edgepe.quant.int8 import U32
+
+    config = ExportConfig(scheme=resolve(scheme, 4096, 64, None, None), mode="sliced",
+                          quantize="int8", out=tmp_path / "q.onnx")
+    export(config)
+    manifest = json.loads((tmp_path / "q.onnx.json").read_text())
+    scale = np.asarray(manifest["quant"]["scale"], dtype=np.float64)
+    expected = scale * (0.5 + 383 * U32) + sl.tolerance((6, 6), 1.0)
+    assert manifest["quant"]["bound"] == pytest.approx(float(expected.max()), rel=1e-12)
+    assert manifest["sliced"]["slices"] == [6, 6] and manifest["positions"]["limit"] == 4095
+    model = onnx.load(tmp_path / "q.onnx")
+    assert not {n.op_type for n in model.graph.node} & TRIG_OPS
+    module = build(config.scheme)
+    p = np.arange(-4095, 4096, dtype=np.int64)
+    err = np.abs(run(model, positions=p)[0] - definition64(module, p))
+    assert (err <= np.asarray(manifest["quant"]["bound_per_channel"]
+                              if "bound_per_channel" in manifest["quant"]
+                              else manifest["quant"]["bound"])).all()
+    assert verify_artifact(tmp_path / "q.onnx", quick=True)
