@@ -86,7 +86,7 @@ def _lowerings(config, lowering_given: bool) -> list[str]:
     if config.mode == "sliced" and not lowering_given:
         from edgepe.export.graphs.sliced import LOWERINGS as SLICED
 
-        return list(SLICED)
+        return list(SLICED) if config.scheme.scheme != "binary" else ["bitwise"]
     bits = config.mode == "compute" and COMPUTE.get(config.scheme.scheme, ("",))[0] == "bits"
     return [config.lowering] if lowering_given or not bits else list(LOWERING_ORDER)
 

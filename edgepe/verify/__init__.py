@@ -254,7 +254,8 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
 
     manifest = report.manifest
     config, module = rebuilt.config.scheme, rebuilt.module
-    if manifest["mode"] == "sliced":  # checked against the float64 definition, not the recipe
+    if manifest["mode"] == "sliced" and config.scheme in ("rope", "sinusoidal"):
+        # checked against the float64 definition, not the float32 recipe
         from edgepe.verify.definition import Definition, reference_distance
 
         stop = min(config.max_len, QUICK_DISTANCE) if quick else config.max_len
@@ -263,7 +264,8 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
     # The registry's tolerance and the quantiser's proven bound, as the rebuild states them.
     tolerance = tolerance_for(rebuilt.manifest)
     probe_tolerance = tolerance_for(rebuilt.manifest, probe=True)
-    by_position = manifest["format"] in ("onnx", "pte") or manifest["mode"] == "compute"
+    by_position = (manifest["format"] in ("onnx", "pte")
+                   or manifest["mode"] in ("compute", "sliced"))
     shape = tuple(int(s) for s in manifest["shape"]) if not by_position else None
 
     def chunks():

@@ -31,7 +31,7 @@ COMPUTE = {
     "gaussian": ("bias", "gaussian"),
 }
 # ``--mode sliced``: sin/cos from position bits and small tables (sliced.py).
-SLICED = {"sinusoidal": "sinusoidal", "rope": "rope"}
+SLICED = {"sinusoidal": "sinusoidal", "rope": "rope", "binary": "binary"}
 
 
 def builder(scheme_id: str, mode: str):

@@ -383,3 +383,74 @@ def rope(config, module, manifest: dict):
         return sin, cos
 
     return trig.rope(config, module, manifest, sin_cos=sin_cos)
+
+
+# -- the bit family: PE(pos) = sum_c T_c[(p >> k_c) & m_c] -------------------------------------
+
+
+def binary_tables(weights: np.ndarray, widths_low: list[int], integer: bool) -> list[np.ndarray]:
+    """Per slice (least significant first) ``T_c[s] = sum of weights[k_c + b]`` over the bits
+    ``b`` set in ``s``: exact int32 sums (int8 weights) or float64 sums stored float32."""
+    out, k = [], 0
+    for w in widths_low:
+        s = np.arange(1 << w)
+        bits = ((s[:, None] >> np.arange(w)[None, :]) & 1).astype(np.int64 if integer
+                                                                  else np.float64)
+        rows = weights[k:k + w].astype(np.int64 if integer else np.float64)
+        if len(rows) < w:  # slices past n_bits: those bits are always 0 (pos mod 2^n)
+            rows = np.concatenate([rows, np.zeros((w - len(rows), weights.shape[1]),
+                                                  rows.dtype)])
+        table = bits @ rows
+        out.append(table.astype(np.int16) if integer else table.astype(np.float32))
+        k += w
+    return out
+
+
+def binary_plan(config: ExportConfig) -> tuple[int, ...]:
+    """The bit family's slices: ``--slices`` or two near-equal slices of the ``n`` bits."""
+    nb = config.scheme.n_bits
+    given = config.extra.get("slices")
+    widths = parse_plan(given, 1 << nb) if given is not None else (
+        default_plan(1 << nb) if nb > 6 else (nb,))
+    if sum(widths) != nb:
+        raise BadParameterError(f"--slices {plan_text(widths)} must cover exactly the "
+                                f"{nb} bits of binary (max_len {config.scheme.max_len}), got "
+                                f"{sum(widths)}")
+    return widths
+
+
+
+
+def binary(config, module, manifest: dict):
+    """``positions [N] int64 -> pe [N, d]``: binary's projection of the bits of ``pos mod 2^n``
+    as a sum of one Gather per slice (float32 tables of float64 sums), bitwise slicing."""
+    from edgepe.export.graphs._common import output, positions_input
+
+    if config.lowering != "bitwise":
+        raise BadParameterError("binary --mode sliced slices with BitShift/BitwiseAnd "
+                                "(--lowering bitwise); other lowerings: --mode compute")
+    if config.quantize != "none":
+        raise BadParameterError("binary --mode sliced --quantize int8 is a C header (--format "
+                                "c); the int8 ONNX graph is --mode compute")
+    widths = binary_plan(config)
+    low_first = list(reversed(widths))
+    weights = module.projection.weight.detach().float().numpy().T.astype(np.float32)
+    tables = binary_tables(weights, low_first, False)
+    shifts = np.cumsum([0, *low_first[:-1]]).tolist()
+    manifest["sliced"] = {"slices": [int(w) for w in widths],
+                          "shifts": [int(k) for k in shifts[::-1]],
+                          "table_bytes": int(sum(t.nbytes for t in tables))}
+    g = Graph("edgepe_binary_sliced")
+    u = g.cast(POSITIONS, "uint64")  # two's complement: the bits of pos mod 2^n survive
+    total = None
+    for c, (k, w) in enumerate(zip(shifts, low_first, strict=True)):
+        v = u if k == 0 else g.op("BitShift", u, g.const(k, np.uint64, f"shift{c}"),
+                                  direction="RIGHT")
+        v = g.cast(g.op("BitwiseAnd", v, g.const((1 << w) - 1, np.uint64, f"mask{c}")), "int64")
+        rows = g.op("Gather", g.const(tables[c], np.float32, f"slice{c}"), v, axis=0)
+        total = rows if total is None else g.op("Add", total, rows)
+    if total == POSITIONS:  # pragma: no cover - there is always one slice
+        raise AssertionError
+    g.finish(total, config.dtype)
+    out = output("pe", config.dtype, ["N", config.scheme.d_model])
+    return g.model([positions_input(None)], [out], config.opset, manifest)
