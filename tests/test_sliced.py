@@ -307,3 +307,88 @@ def test_int8_bound_is_the_sliced_bound_plus_the_quantiser_and_holds(tmp_path, s
                               if "bound_per_channel" in manifest["quant"]
                               else manifest["quant"]["bound"])).all()
     assert verify_artifact(tmp_path / "q.onnx", quick=True)
+
+
+# -- C (--format c --mode sliced) ------------------------------------------------------------
+
+
+def _c_export(tmp_path, scheme, max_len, d_model, params=None, **options):
+    config = ExportConfig(scheme=resolve(scheme, max_len, d_model, None, params), mode="sliced",
+                          format="c", out=tmp_path / f"{scheme}.h", **options)
+    return export(config), build(config.scheme)
+
+
+@pytest.mark.parametrize("scheme,params", [
+    ("rope", None), ("sinusoidal", None),
+    ("rope", {"layout": "half", "rotary_dim": 10, "rope_type": "yarn", "factor": 8.0,
+              "original_max_position_embeddings": 256})])
+def test_c_row_without_libm_matches_the_definition(tmp_path, scheme, params):
+    """gcc builds the header with -Werror, links WITHOUT -lm, nm shows no sin/cos symbol, and
+    every position (negatives too) is within the bound of the float64 definition."""
+    import shutil
+    import subprocess
+
+    from edgepe.verify.c_runner import COMPILE_FLAGS, c_program, run_program
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc on this machine")
+    result, module = _c_export(tmp_path, scheme, 2048, 16, params)
+    text = result.path.read_text()
+    assert "#include <math.h>" not in text and "sinf(" not in text and "cosf(" not in text
+    (tmp_path / "main.c").write_text(c_program(result.path.name, result.manifest))
+    exe = tmp_path / "main"
+    subprocess.run(["gcc", *COMPILE_FLAGS, "-O2", "-o", str(exe), str(tmp_path / "main.c")],
+                   check=True, cwd=tmp_path)  # no -lm
+    symbols = subprocess.run(["nm", str(exe)], capture_output=True, text=True,
+                             check=True).stdout
+    assert not [s for s in symbols.split() if s.rstrip("f") in ("sin", "cos", "sincos")]
+    p = np.arange(-2047, 2048, dtype=np.int64)
+    got = run_program(exe, result.manifest, p)
+    widths = sl.plan_of(ExportConfig(scheme=resolve(scheme, 2048, 16, None, params)))
+    a = float(module.scale.max()) if getattr(module, "scaled", False) else 1.0
+    err = np.abs(got.astype(np.float64) - definition64(module, p)).max()
+    assert err <= sl.bound(widths, a), err
+    assert verify_artifact(result.path, quick=True)
+
+
+def test_c_binary_int8_sliced_is_bit_for_bit_the_int8_compute_header(tmp_path):
+    from edgepe.verify.c_runner import run_c_header
+
+    sliced_h, _ = _c_export(tmp_path, "binary", 512, 64, quantize="int8",
+                            extra={"slices": "3,3,2,2"})
+    compute = ExportConfig(scheme=resolve("binary", 512, 64, None, None), format="c",
+                           quantize="int8", out=tmp_path / "compute.h")
+    compute_h = export(compute)
+    p = np.arange(-600, 1200, dtype=np.int64)  # past 2^n too: both wrap
+    a = run_c_header(sliced_h.path, sliced_h.manifest, p)
+    b = run_c_header(compute_h.path, compute_h.manifest, p)
+    np.testing.assert_array_equal(a, b)
+    assert sliced_h.manifest["sliced"]["table_bytes"] == (8 + 8 + 4 + 4) * 64 * 2
+    assert sliced_h.manifest["quant"]["bound"] == compute_h.manifest["quant"]["bound"]
+
+
+def test_c_sliced_refusals(tmp_path):
+    with pytest.raises(BadParameterError, match="must cover exactly the 10 bits"):
+        _c_export(tmp_path, "binary", 512, 64, extra={"slices": "4,4"})
+    with pytest.raises(BadParameterError, match="has no sliced mode"):
+        _c_export(tmp_path, "gray", 512, None)
+    with pytest.raises(BadParameterError, match="only for 'binary'"):
+        _c_export(tmp_path, "rope", 512, 64, quantize="int8")
+
+
+def test_c_sliced_runs_on_the_emulated_cortex_m4f(tmp_path):
+    """The rope row on QEMU's Cortex-M4F: no libm pulled in, within the bound, and far fewer
+    instructions than newlib's sinf/cosf (scripts/bench_cortexm.py has the figures)."""
+    from edgepe.verify.cortex_m import INSTALL, run_header, tools
+
+    if tools() is None:
+        pytest.skip(f"Cortex-M toolchain or QEMU missing: {INSTALL}")
+    result, module = _c_export(tmp_path, "rope", 512, 64)
+    p = np.arange(512, dtype=np.int64)
+    run = run_header(result.path.read_bytes(), result.manifest, p, "m4f")
+    err = np.abs(run.values.astype(np.float64) - definition64(module, p)).max()
+    assert err <= sl.bound(sl.default_plan(512))
+    compute = export(ExportConfig(scheme=resolve("rope", 512, 64, None, None), format="c",
+                                  out=tmp_path / "libm.h"))
+    libm = run_header(compute.path.read_bytes(), compute.manifest, p, "m4f")
+    assert run.instructions * 5 < libm.instructions  # measured 495 vs 9298

@@ -410,7 +410,7 @@ def binary_plan(config: ExportConfig) -> tuple[int, ...]:
     """The bit family's slices: ``--slices`` or two near-equal slices of the ``n`` bits."""
     nb = config.scheme.n_bits
     given = config.extra.get("slices")
-    widths = parse_plan(given, 1 << nb) if given is not None else (
+    widths = parse_plan(given, 1) if given is not None else (
         default_plan(1 << nb) if nb > 6 else (nb,))
     if sum(widths) != nb:
         raise BadParameterError(f"--slices {plan_text(widths)} must cover exactly the "
