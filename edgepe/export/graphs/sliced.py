@@ -146,15 +146,18 @@ def bound(widths: Sequence[int], attention: float = 1.0) -> float:
 
 
 def slice_tables(inv_freq: np.ndarray, widths: Sequence[int],
-                 scale: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+                 scale: np.ndarray | None = None,
+                 top_extra: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per slice, least significant first: ``(cos, sin)`` float32 ``[2^w, k]`` of the angles
-    ``s 2^shift w_i``, computed in float64 (exact products); the top slice times ``scale``."""
+    ``s 2^shift w_i``, computed in float64 (exact products); the top slice times ``scale``, with
+    one more row (``s = 2^w``) when ``top_extra`` (the bitwise graph's negative rows use it)."""
     w = np.asarray(inv_freq, dtype=np.float32).astype(np.float64)
     tables = []
     shift = 0
     low_first = list(reversed([int(v) for v in widths]))
     for c, width in enumerate(low_first):
-        s = np.arange(1 << width, dtype=np.float64) * float(1 << shift)
+        rows = (1 << width) + (1 if top_extra and c == len(low_first) - 1 else 0)
+        s = np.arange(rows, dtype=np.float64) * float(1 << shift)
         angle = s[:, None] * w[None, :]
         cos, sin = np.cos(angle), np.sin(angle)
         if c == len(low_first) - 1 and scale is not None:
@@ -172,18 +175,25 @@ def _slice_indices(g: Graph, positions: str, widths_low: list[int], lowering: st
     shifts = np.cumsum([0, *widths_low[:-1]]).tolist()
     top_rows = 1 << widths_low[-1]
     if lowering == "bitwise":
-        neg = g.cast(g.op("Less", positions, g.const(0, np.int64, f"{prefix}zero")), "int64")
-        u = g.cast(g.op("Abs", positions), "uint64")
-        idx = []
+        # q_c = floor(pos / 2^k_c) = (pos - (pos & (2^k_c - 1))) / 2^k_c: an exact int64 Div of
+        # a multiple (two's complement AND: pos mod 2^k_c, >= 0 for negative pos too); slice
+        # s_c = q_c & (2^w_c - 1); the top q is signed and Gather reads a negative one from the
+        # table's end, where the negative rows are (columns_graph). 3 nodes for two slices.
+        idx, top = [], positions
         for c, (k, w) in enumerate(zip(shifts, widths_low, strict=True)):
-            v = u if k == 0 else g.op("BitShift", u, g.const(k, np.uint64, f"{prefix}shift{c}"),
-                                      direction="RIGHT")
-            if c < len(widths_low) - 1:  # the top slice is not masked: past it Gather refuses
-                v = g.op("BitwiseAnd", v, g.const((1 << w) - 1, np.uint64, f"{prefix}mask{c}"))
-            idx.append(g.cast(v, "int64"))
-        rows = g.const(top_rows, np.int64, f"{prefix}top_rows")
-        top = g.op("Add", idx[-1], g.op("Mul", neg, rows))
-        return idx[:-1], top
+            if k == 0:
+                q = positions
+            else:
+                below = (idx[0] if c == 1 else g.op(
+                    "BitwiseAnd", positions, g.const((1 << k) - 1, np.int64, f"{prefix}below{c}")))
+                q = g.op("Div", g.op("Sub", positions, below),
+                         g.const(1 << k, np.int64, f"{prefix}step{c}"))
+            if c < len(widths_low) - 1:
+                idx.append(g.op("BitwiseAnd", q, g.const((1 << w) - 1, np.int64,
+                                                          f"{prefix}mask{c}")))
+            else:
+                top = q
+        return idx, top
     if lowering not in ("trunc", "clip32"):
         raise BadParameterError(f"--lowering {lowering} does not apply to --mode sliced; it "
                                 f"takes: {', '.join(LOWERINGS)}")
@@ -228,7 +238,8 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
     (``SIN``) of slot ``i = slots[j]``; ``inv_freq``/``scale`` float32 ``[k]``; ``widths`` most
     significant first. Returns the output's name."""
     widths_low = list(reversed([int(w) for w in widths]))
-    tables = slice_tables(inv_freq, widths, scale)
+    signed = lowering == "bitwise"  # the top index is floor(pos / 2^k), negative below 0
+    tables = slice_tables(inv_freq, widths, scale, top_extra=signed)
     names = [(g.const(cos, np.float32, f"{prefix}cos{c}"), g.const(sin, np.float32,
                                                                    f"{prefix}sin{c}"))
              for c, (cos, sin) in enumerate(tables)]
@@ -249,11 +260,28 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
     flip = g.const(1 - 2 * is_sin, np.float32, f"{prefix}negative_rows")
     h = g.op("Add", g.op("Mul", cos_t, cos_mask), g.op("Mul", sin_t, sin_mask))
     h2 = g.op("Sub", g.op("Mul", cos_t, sin_mask), g.op("Mul", sin_t, cos_mask))
-    h = g.op("Concat", h, g.op("Mul", h, flip), axis=0)
+    rows = 1 << widths_low[-1]
+    # Rows 0 .. R-1: s = 0 .. R-1. Rows R .. 2R-1 (what Gather reads for an index -R .. -1):
+    # bitwise, s = -R .. -1, the stored rows R .. 1 with the sin columns negated; trunc/clip32
+    # index |pos|'s slices and add R for pos < 0, so rows R + s are rows s negated.
+    keep = g.const(np.arange(rows), index_type, f"{prefix}top_rows_kept")
+    mirror = g.const(np.arange(rows, 0, -1) if signed else np.arange(rows), index_type,
+                     f"{prefix}top_rows_mirrored")
+
+    # bitwise: cos(-x) = cos x, sin(-x) = -sin x entry by entry, so H' (-sin | cos) flips its
+    # cos columns; trunc/clip32 flip the sin of the whole sum: the sin columns of both.
+    flip2 = g.const(2 * is_sin - 1 if signed else 1 - 2 * is_sin, np.float32,
+                    f"{prefix}negative_rows2")
+
+    def both_signs(t: str, sign: str) -> str:
+        return g.op("Concat", g.op("Gather", t, keep, axis=0),
+                    g.op("Mul", g.op("Gather", t, mirror, axis=0), sign), axis=0)
+
+    h = both_signs(h, flip)
     top_h = g.op("Gather", h, top_idx, axis=0)
     if len(widths_low) == 1:
         return top_h
-    h2 = g.op("Concat", h2, g.op("Mul", h2, flip), axis=0)
+    h2 = both_signs(h2, flip2)
     low_c = g.op("Gather", expand(names[0][0]), low_idx[0], axis=0)
     low_s = g.op("Gather", expand(names[0][1]), low_idx[0], axis=0)
     for c in range(1, len(widths_low) - 1):  # rotate (L, L') by the middle slice's angle
@@ -334,7 +362,9 @@ def _record(config, manifest: dict, widths: Sequence[int], attention: float,
         "slices": [int(w) for w in widths],
         "shifts": [int(k) for k in shifts],
         "bound": bound(widths, attention),
-        "table_bytes": int(sum(2 * (1 << int(w)) * slots * 4 for w in widths)),
+        # the bitwise graph's top tables hold one row more (s = 2^w, for negative positions)
+        "table_bytes": int(sum(2 * (1 << int(w)) * slots * 4 for w in widths)
+                           + (2 * slots * 4 if config.lowering == "bitwise" else 0)),
         "reference": "float64 definition (a cos/sin(pos w) in float64, stored float32 w and a)",
     }
     manifest["tolerance"] = {"rtol": 0.0, "atol": tolerance(widths, attention, apply)}
