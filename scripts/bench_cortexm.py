@@ -66,7 +66,7 @@ def _check(run, config, module, manifest) -> None:
     elif config.mode == "sliced" and cfg.scheme in ("rope", "sinusoidal"):
         import torch
 
-        from edgepe.verify.definition import Definition
+        from edgepe.schemes.definition import Definition
 
         with torch.no_grad():  # the float64 definition, within the sliced tolerance
             ref = Definition(module).encode64(torch.arange(cfg.max_len)).numpy()

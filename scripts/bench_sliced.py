@@ -53,7 +53,7 @@ def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[
     from edgepe.export.artifact import ExportConfig
     from edgepe.export.graphs.sliced import bound, default_plan
     from edgepe.schemes import build, resolve
-    from edgepe.verify.definition import Definition
+    from edgepe.schemes.definition import Definition
 
     scheme = resolve("rope", MAX_LEN, D_MODEL)
     module = build(scheme)

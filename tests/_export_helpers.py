@@ -111,7 +111,7 @@ def reference(config, module, feeds) -> np.ndarray:
             out = clamped_reference(config.scheme, module, pos, keys)
         elif config.mode == "sliced" and config.scheme.scheme in ("rope", "sinusoidal"):
             # checked against the float64 definition (issue 34)
-            from edgepe.verify.definition import Definition
+            from edgepe.schemes.definition import Definition
 
             out = Definition(module).encode(pos)
         elif keys is not None:

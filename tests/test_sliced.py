@@ -1,5 +1,5 @@
 """``--mode sliced`` (issue 34): rope and sinusoidal sin/cos from position bit slices and small
-tables, no trigonometric op, against the float64 definition (``edgepe.verify.definition``).
+tables, no trigonometric op, against the float64 definition (``edgepe.schemes.definition``).
 
 The error bound is ``graphs.sliced.bound`` (position-independent, derived in that module's doc);
 these tests pin its value and measure the graphs against it at every position of the plans they
@@ -24,14 +24,14 @@ from edgepe.export.graphs import builder
 from edgepe.export.graphs import sliced as sl
 from edgepe.formats.onnx import output_shape
 from edgepe.schemes import build, resolve
+from edgepe.schemes.definition import Definition
 from edgepe.verify import verify_artifact
-from edgepe.verify.definition import Definition
 
 TRIG_OPS = {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh"}
 
 
 def make(scheme: str, max_len: int, d_model: int, params=None, mode: str = "sliced", **options):
-    """``(config, module, model)`` for the scheme's graph in ``mode``, built as the exporter does."""
+    """``(config, module, model)``: the scheme's graph in ``mode``, built as the exporter does."""
     config = ExportConfig(scheme=resolve(scheme, max_len, d_model, None, params), mode=mode,
                           **options)
     module = build(config.scheme)
@@ -392,3 +392,18 @@ def test_c_sliced_runs_on_the_emulated_cortex_m4f(tmp_path):
                                   out=tmp_path / "libm.h"))
     libm = run_header(compute.path.read_bytes(), compute.manifest, p, "m4f")
     assert run.instructions * 5 < libm.instructions  # measured 495 vs 9298
+
+
+@pytest.mark.parametrize("widths", [None, "4,3,3", "10"])
+def test_binary_sliced_graph_is_the_projection(widths):
+    """binary's sliced ONNX graph: one Gather per slice of ``pos mod 2^n``, summed, within the
+    scheme's tolerance of its module at every position, negatives and wrap included."""
+    extra = {} if widths is None else {"slices": widths}
+    config, module, model = make("binary", 512, 64, extra=extra)
+    assert {n.op_type for n in model.graph.node} <= {"Cast", "BitShift", "BitwiseAnd", "Gather",
+                                                       "Add", "Div", "Sub"}
+    p = np.concatenate([np.arange(-1100, 1100), [2**40 + 5, -(2**50)]]).astype(np.int64)
+    with torch.no_grad():
+        want = module.encode(torch.from_numpy(p)).numpy()
+    rtol, atol = config.scheme.spec.tolerance
+    np.testing.assert_allclose(run(model, positions=p)[0], want, rtol=rtol, atol=atol)

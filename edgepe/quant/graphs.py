@@ -159,6 +159,11 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
         )
     if config.mode == "table":
         return _table(config, module, manifest)
+    if config.mode == "sliced" and config.scheme.scheme not in UNIT_RANGE:
+        raise BadParameterError(
+            f"--mode sliced --quantize int8 for '{config.scheme.scheme}' is a C header (--format "
+            "c: int16 sums of the int8 projection); its int8 ONNX graph is --mode compute"
+        )
     check_measurable(config)
     if config.scheme.scheme in PROJECTIONS:
         return _projection(config, module, manifest)
@@ -584,8 +589,14 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
     per_channel = config.quant_granularity == "channel"
     peak, policy = _output_range(config, module)
     peak = peak if per_channel else np.array([peak.max()])
+    # --mode sliced: measured against the float64 definition, the graph's reference
+    source = module
+    if config.mode == "sliced":
+        from edgepe.schemes.definition import Definition
+
+        source = Definition(module)
     tq: TableQuant = measure_table(config.quant_granularity,
-                                   lambda: iter_table(config.scheme, module), peak)
+                                   lambda: iter_table(config.scheme, source), peak)
     float_manifest = dict(manifest)
     float_model = _float_model(config, module, float_manifest)
     rtol, atol = spec.tolerance

@@ -41,9 +41,9 @@ from edgepe.errors import BadParameterError
 from edgepe.schemes._base import Scheme
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
+    TRIG_MODES,
     Param,
     SchemeConfig,
-    TRIG_MODES,
     SchemeSpec,
     register,
 )

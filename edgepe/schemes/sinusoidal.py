@@ -13,9 +13,9 @@ import torch
 from edgepe.schemes._base import Scheme
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
+    TRIG_MODES,
     Param,
     SchemeConfig,
-    TRIG_MODES,
     SchemeSpec,
     register,
 )

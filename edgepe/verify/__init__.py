@@ -46,7 +46,7 @@ class Report:
     quick: bool = False
     rebuild: Any = None  # edgepe.rebuild.Rebuilt
     # --mode sliced: checked against the float64 definition; the float32 recipe's own distance
-    # from it over the swept positions, reported beside (edgepe.verify.definition)
+    # from it over the swept positions, reported beside (edgepe.schemes.definition)
     reference_distance: float | None = None
 
     @property
@@ -256,7 +256,7 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
     config, module = rebuilt.config.scheme, rebuilt.module
     if manifest["mode"] == "sliced" and config.scheme in ("rope", "sinusoidal"):
         # checked against the float64 definition, not the float32 recipe
-        from edgepe.verify.definition import Definition, reference_distance
+        from edgepe.schemes.definition import Definition, reference_distance
 
         stop = min(config.max_len, QUICK_DISTANCE) if quick else config.max_len
         report.reference_distance = reference_distance(module, stop)

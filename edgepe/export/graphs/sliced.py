@@ -30,8 +30,9 @@ from the stored ones by ``Gather``/``Concat``/``Mul`` on initializers only, whic
 at session load: the file holds ``sum_c 2^(w_c) x slots x 2`` float32 and no more. An attention
 factor (yarn) is folded into the stored top tables (``fl(a cos)``, ``fl(a sin)`` from float64).
 
-Error bound (against the float64 definition: ``a_i cos(pos w_i)``, ``a_i sin(pos w_i)`` in float64
-with the stored float32 ``w_i`` and ``a_i``; ``pos w_i`` is exact in float64 while ``|pos| < 2^29``).
+Error bound (against the float64 definition: ``a_i cos(pos w_i)``, ``a_i sin(pos w_i)`` in
+float64 with the stored float32 ``w_i`` and ``a_i``; ``pos w_i`` is exact in float64 while
+``|pos| < 2^29``; ``edgepe.schemes.definition``).
 Let ``u = 2^-24`` (float32's unit roundoff) and ``U(x) = 2^-25`` for ``x <= 1``, ``2^(e - 25)``
 for ``1 < x <= 2^e``: half an ulp of a value below ``x`` in magnitude. With at most ``a =
 max a_i`` in the top tables and 1 in the others, for one position and column:
@@ -436,7 +437,7 @@ def binary_tables(weights: np.ndarray, widths_low: list[int], integer: bool) -> 
     return out
 
 
-def binary_plan(config: ExportConfig) -> tuple[int, ...]:
+def binary_plan(config) -> tuple[int, ...]:
     """The bit family's slices: ``--slices`` or two near-equal slices of the ``n`` bits."""
     nb = config.scheme.n_bits
     given = config.extra.get("slices")
