@@ -265,9 +265,12 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
     # Rows 0 .. R-1: s = 0 .. R-1. Rows R .. 2R-1 (what Gather reads for an index -R .. -1):
     # bitwise, s = -R .. -1, the stored rows R .. 1 with the sin columns negated; trunc/clip32
     # index |pos|'s slices and add R for pos < 0, so rows R + s are rows s negated.
-    keep = g.const(np.arange(rows), index_type, f"{prefix}top_rows_kept")
-    mirror = g.const(np.arange(rows, 0, -1) if signed else np.arange(rows), index_type,
-                     f"{prefix}top_rows_mirrored")
+    def rows_of(start: int, stop: int, step: int, name: str):
+        return [g.const([v], index_type, f"{prefix}{name}_{what}")
+                for what, v in (("start", start), ("stop", stop), ("axis", 0), ("step", step))]
+
+    keep = rows_of(0, rows, 1, "top_rows_kept")
+    mirror = rows_of(rows, 0, -1, "top_rows_mirrored") if signed else keep
 
     # bitwise: cos(-x) = cos x, sin(-x) = -sin x entry by entry, so H' (-sin | cos) flips its
     # cos columns; trunc/clip32 flip the sin of the whole sum: the sin columns of both.
@@ -275,8 +278,8 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
                     f"{prefix}negative_rows2")
 
     def both_signs(t: str, sign: str) -> str:
-        return g.op("Concat", g.op("Gather", t, keep, axis=0),
-                    g.op("Mul", g.op("Gather", t, mirror, axis=0), sign), axis=0)
+        return g.op("Concat", g.op("Slice", t, *keep),
+                    g.op("Mul", g.op("Slice", t, *mirror), sign), axis=0)
 
     h = both_signs(h, flip)
     top_h = g.op("Gather", h, top_idx, axis=0)
