@@ -58,6 +58,10 @@ def check_options(config: ExportConfig) -> None:
                 f"{', '.join(SLICED_LOWERINGS)} (trunc: float Mul, truncating Cast, int32)"
             )
         return
+    if config.lowering == "clip32":
+        raise BadParameterError("--lowering clip32 slices positions for --mode sliced; the bit "
+                                "family's compute graphs take bitwise, arith, arith32, float or "
+                                "trunc")
     if config.lowering != "bitwise":
         if config.mode != "compute":
             raise BadParameterError(
