@@ -407,3 +407,30 @@ def test_binary_sliced_graph_is_the_projection(widths):
         want = module.encode(torch.from_numpy(p)).numpy()
     rtol, atol = config.scheme.spec.tolerance
     np.testing.assert_allclose(run(model, positions=p)[0], want, rtol=rtol, atol=atol)
+
+
+def test_cli_slices_option_and_its_refusals(tmp_path):
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["export", "--scheme", "rope", "--max-len", "1000", "--head-dim",
+                                 "16", "--mode", "sliced", "--slices", "4, 3,3",
+                                 "--out", f"{tmp_path}/"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "rope-sliced-L1000-d16-4-3-3.onnx"
+    manifest = json.loads(out.with_name(out.name + ".json").read_text())
+    assert manifest["inputs"]["slices"] == "4,3,3" and manifest["sliced"]["slices"] == [4, 3, 3]
+    assert manifest["sliced"]["shifts"] == [6, 3, 0]
+    for args, message in (
+            (["--slices", "8,7"], "add --mode sliced"),
+            (["--mode", "sliced", "--slices", "4,4"], "fewer than max_len 1000"),
+            (["--mode", "sliced", "--lowering", "float"], "does not apply to --mode sliced"),
+            (["--mode", "sliced", "--format", "c", "--quantize", "int8"], "only for 'binary'")):
+        bad = tmp_path / "bad.onnx" if "c" not in args else tmp_path / "bad.h"
+        result = runner.invoke(app, ["export", "--scheme", "rope", "--max-len", "1000",
+                                     "--head-dim", "16", *args, "--out", str(bad)])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and len(result.output.strip().splitlines()) == 1
+        assert not bad.exists()

@@ -140,7 +140,8 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
     if config.mode in LOWERED_MODES and config.lowering != "bitwise":
         parts.append(config.lowering)
     # Scheme-specific choices (rope's apply graph and its lowering) name a different graph.
-    parts += [str(value) for _, value in sorted(config.extra.items())]
+    # (--slices 8,7 names the file ...-8-7: no comma in a default name)
+    parts += [str(value).replace(",", "-") for _, value in sorted(config.extra.items())]
     return root / ("-".join(parts) + EXTENSIONS[config.format])
 
 
