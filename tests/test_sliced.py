@@ -367,6 +367,14 @@ def test_c_binary_int8_sliced_is_bit_for_bit_the_int8_compute_header(tmp_path):
     assert sliced_h.manifest["quant"]["bound"] == compute_h.manifest["quant"]["bound"]
 
 
+def test_pte_refuses_sliced():
+    from edgepe.formats.pte import check_options
+
+    with pytest.raises(BadParameterError, match="an ExecuTorch program is"):
+        check_options(ExportConfig(scheme=resolve("rope", 64, 16, None, None), mode="sliced",
+                                   format="pte"))
+
+
 def test_c_sliced_refusals(tmp_path):
     with pytest.raises(BadParameterError, match="must cover exactly the 10 bits"):
         _c_export(tmp_path, "binary", 512, 64, extra={"slices": "4,4"})
@@ -427,10 +435,30 @@ def test_cli_slices_option_and_its_refusals(tmp_path):
             (["--slices", "8,7"], "add --mode sliced"),
             (["--mode", "sliced", "--slices", "4,4"], "fewer than max_len 1000"),
             (["--mode", "sliced", "--lowering", "float"], "does not apply to --mode sliced"),
-            (["--mode", "sliced", "--format", "c", "--quantize", "int8"], "only for 'binary'")):
-        bad = tmp_path / "bad.onnx" if "c" not in args else tmp_path / "bad.h"
+            (["--mode", "sliced", "--format", "c", "--quantize", "int8"], "only for 'binary'"),
+            (["--mode", "sliced", "--format", "npy"], "stores a table")):
+        fmt = args[args.index("--format") + 1] if "--format" in args else "onnx"
+        bad = tmp_path / f"bad.{ {'c': 'h'}.get(fmt, fmt)}"
         result = runner.invoke(app, ["export", "--scheme", "rope", "--max-len", "1000",
                                      "--head-dim", "16", *args, "--out", str(bad)])
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output and len(result.output.strip().splitlines()) == 1
         assert not bad.exists()
+
+
+@pytest.mark.slow
+def test_trunc_bit_lowering_every_position_to_2_24():
+    """gray at 23 bits (trunc's widest), every position in [-2^24, 2^24], exactly."""
+    config = ExportConfig(scheme=resolve("gray", 2**23 - 1, None, None, None), lowering="trunc")
+    module = build(config.scheme)
+    manifest = base_manifest(config, output_shape(config), config.dtype)
+    model = builder("gray", "compute")(config, module, manifest)
+    options = ort.SessionOptions()
+    sess = ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+    step = 1 << 21
+    for start in range(-(2**24), 2**24 + 1, step):
+        p = np.arange(start, min(start + step, 2**24 + 1), dtype=np.int64)
+        with torch.no_grad():
+            want = module.encode(torch.from_numpy(p)).numpy()
+        np.testing.assert_array_equal(sess.run(None, {"positions": p})[0], want)
