@@ -26,7 +26,8 @@ hidden. This script is never imported by the package.
 
 This file is the entry point: the parts live in ``scripts/bench/`` (``latency``, ``cli``, ``scale``,
 ``report``, ``common``); ``--part int8-speed`` is ``scripts/bench_int8.py``, ``--part floors``
-is ``scripts/bench_floors.py``, and the Cortex-M and ExecuTorch sections are
+is ``scripts/bench_floors.py``, ``--part sliced`` is ``scripts/bench_sliced.py``, and the
+Cortex-M and ExecuTorch sections are
 ``scripts/bench_cortexm.py`` and ``scripts/bench_pte.py``.
 """
 
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=["all", *PARTS], default="all",
                         help="int8-speed: only the demo's int8 rows (scripts/bench_int8.py); "
                         "floors: the runtime floors under two of issue 19's targets "
-                        "(scripts/bench_floors.py); JSON to --out, markdown to --md")
+                        "(scripts/bench_floors.py); sliced: --mode sliced rope against Sin/Cos "
+                        "and the full cache (scripts/bench_sliced.py); JSON to --out, markdown "
+                        "to --md")
     args = parser.parse_args(argv)
     if args.part != "all":
         return module_part(args, args.part)
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 # --part NAME -> the module in scripts/ that measures it (``run`` and ``markdown``): the demo at
 # N = 512, 4096, 65536 with every int8 variant and issue 19's ratio rows; the floors under two of
 # issue 19's targets.
-PARTS = {"int8-speed": "bench_int8", "floors": "bench_floors"}
+PARTS = {"int8-speed": "bench_int8", "floors": "bench_floors", "sliced": "bench_sliced"}
 
 
 def module_part(args, part: str) -> int:

@@ -1,7 +1,8 @@
 """Cortex-M costs of the C headers: flash, RAM and instructions per position on an emulated M4F.
 
 For each scheme (the binary demo at L=512, d=64 first) and each C variant it has (float32
-table, int8 table, bit-packed table, float compute function, int8 compute function), exports the
+table, int8 table, bit-packed table, float compute function, int8 compute function, and the
+``--mode sliced`` functions: float, int8, and the demo with four slices), exports the
 header, runs it with ``edgepe.verify.cortex_m.run_header`` on QEMU's ``mps2-an386`` (Cortex-M4F,
 ``-Os``) and records flash and RAM (linker map) and instructions per position (SysTick under
 ``-icount shift=0``; instructions, not cycles: see that module). Ratios are against the scheme's
@@ -44,6 +45,10 @@ VARIANTS = {
     "bit-packed table": ("table", "bit", "none"),
     "float compute": ("compute", "float32", "none"),
     "int8 compute": ("compute", "float32", "int8"),
+    # --mode sliced (issue 34): small tables per bit slice, no libm (rope, sinusoidal, binary)
+    "float sliced": ("sliced", "float32", "none"),
+    "int8 sliced": ("sliced", "float32", "int8"),
+    "int8 sliced 3,3,2,2": ("sliced", "float32", "int8", "3,3,2,2"),
 }
 
 
@@ -58,6 +63,14 @@ def _check(run, config, module, manifest) -> None:
         if config.quantize == "int8":
             expected = table_quant(config, module).quantize(expected)
         ok = np.array_equal(run.values, expected.astype(run.values.dtype))
+    elif config.mode == "sliced" and cfg.scheme in ("rope", "sinusoidal"):
+        import torch
+
+        from edgepe.schemes.definition import Definition
+
+        with torch.no_grad():  # the float64 definition, within the sliced tolerance
+            ref = Definition(module).encode64(torch.arange(cfg.max_len)).numpy()
+        ok = np.abs(run.values - ref).max() <= manifest["tolerance"]["atol"]
     elif config.quantize == "int8":  # within the proven bound over 0 .. L-1
         quant = manifest["quant"]
         ref = _reference(module, cfg)
@@ -94,10 +107,13 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
             cfg = resolve(scheme, max_len, d_model=d_model)
             module = build(cfg)
             base = None
-            for variant, (mode, dtype, quantize) in VARIANTS.items():
+            for variant, (mode, dtype, quantize, *slices) in VARIANTS.items():
+                if slices and scheme != "binary":
+                    continue  # the demo's 4 KB point
                 config = ExportConfig(cfg, mode=mode, format="c", dtype=dtype,
                                       quantize=quantize,
-                                      out=Path(tmp, f"{scheme}-{len(rows)}.h"))
+                                      out=Path(tmp, f"{scheme}-{len(rows)}.h"),
+                                      extra={"slices": slices[0]} if slices else {})
                 try:
                     result = export(config)
                 except BadParameterError:

@@ -3,8 +3,9 @@
     .venv/bin/python scripts/target_matrix.py [--max-len 64]
 
 Each cell: the compute graph's lowering the target gets (``bitwise``, ``arith``, ``arith32``,
-``float``; ``yes`` for schemes without lowerings) or ``-`` when it refuses, then ``T`` when the
-table graph runs on it. Never imported by the package.
+``float``, ``trunc``; ``yes`` for schemes without lowerings) or ``-`` when it refuses, then ``T``
+when the table graph runs on it, then ``S:lowering`` when the ``--mode sliced`` graph does (with
+the slicing it gets). Never imported by the package.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def matrix(max_len: int) -> str:
                     parts.append("-" if mode == "compute" else "")
                     continue
                 bits = COMPUTE.get(scheme, ("",))[0] == "bits"
+                if mode == "sliced":  # S, with the slicing lowering (bitwise, trunc, clip32)
+                    parts.append(f"S:{chosen.lowering}")
+                    continue
                 parts.append("T" if mode == "table" else chosen.lowering if bits else "yes")
             cells.append(" ".join(p for p in parts if p) or "-")
         lines.append(f"| {scheme} | " + " | ".join(cells) + " |")

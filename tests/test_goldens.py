@@ -27,7 +27,7 @@ _spec.loader.exec_module(regen)
 # (scheme, mode) pairs whose parity test_export_onnx.py checks over a grid of sizes.
 PARITY_CASES = {(s, "compute") for s in BIT_FAMILY + INTEGER_FAMILY} | {
     (s, "table") for s in scheme_ids()
-}
+} | {(s, "sliced") for s in ("rope", "sinusoidal", "binary")}  # tests/test_sliced.py
 
 
 @pytest.mark.parametrize("name", sorted(regen.GOLDENS))

@@ -42,6 +42,9 @@ def test_the_graph_has_the_opset_asked_for(scheme, mode, quantize):
         default = api.make_config(scheme, L, mode=mode, quantize=quantize)
         default_opset = _opset_of(default)
     except BadParameterError as exc:  # only int8 of an exact (bit) scheme is refused
+        if (scheme, mode, quantize) == ("binary", "sliced", "int8"):  # a C header (issue 34)
+            assert "is a C header" in str(exc)
+            return
         assert quantize == "int8" and get_spec(scheme).exact, exc
         assert "is exact" in str(exc)
         return

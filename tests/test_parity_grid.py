@@ -72,6 +72,9 @@ class Cell:
         spec = get_spec(self.scheme)
         if self.quantize == "int8":
             return "quant.bound"
+        if self.mode == "sliced" and self.scheme in ("rope", "sinusoidal"):
+            # against the float64 definition, graphs.sliced.tolerance (in the manifest)
+            return "sliced+fp16" if self.dtype == "float16" else "sliced"
         if spec.exact or self.dtype in ("uint8", "bit") or spec.tolerance == (0.0, 0.0):
             return "exact"
         return "spec+fp16" if self.dtype == "float16" else "spec"
@@ -100,6 +103,14 @@ def variants(scheme: str, mode: str) -> list[tuple[str, str, str, str, str]]:
 
 
 def _variants(scheme: str, mode: str) -> list[tuple]:
+    if mode == "sliced":  # issue 34: graphs (int8 for the trig schemes), C rows (binary: int8 too)
+        trig = scheme in ("rope", "sinusoidal")
+        out = [("onnx", "float32", "none", ""), ("onnx", "float16", "none", ""),
+               ("c", "float32", "none", "")]
+        out.append(("onnx", "float32", "int8", "") if trig else ("c", "float32", "int8", ""))
+        if scheme == "rope":
+            out += [("onnx", "float32", "none", "apply"), ("onnx", "float32", "none", "apply-ort")]
+        return out
     spec = get_spec(scheme)
     bits = zero_one(scheme)
     out = [("onnx", "float32", "none", ""), ("onnx", "float16", "none", "")]
@@ -192,6 +203,13 @@ def check_cell(cell: Cell, path) -> None:
         assert tol.exact, f"{cell.id}: expected an exact comparison, the verifier used {tol}"
     elif cell.tolerance == "quant.bound":
         assert (tol.rtol, tol.atol) == (0.0, report.manifest["quant"]["bound"])
+    elif cell.tolerance.startswith("sliced"):
+        from edgepe.graphs.sliced import tolerance
+
+        plan = report.manifest["sliced"]["slices"]
+        assert tol.rtol == 0.0 and tol.atol == tolerance(plan, 1.0, cell.graph != "")
+        assert tol.fp16_ulps == (1 if cell.tolerance == "sliced+fp16" else 0)
+        assert report.reference_distance is not None
     else:
         assert (tol.rtol, tol.atol) == spec.tolerance
         assert tol.fp16_ulps == (1 if cell.tolerance == "spec+fp16" else 0)

@@ -65,6 +65,10 @@ def _checked_bytes(scheme: str, mode: str, lowering: str) -> bytes:
     data = _bytes(config)
     feeds = feeds_for(config)
     limit = LOWERING_LIMITS.get(lowering) if mode == "compute" else None
+    if mode == "sliced":  # what its slices hold (graphs.sliced.position_limit)
+        from edgepe.graphs.sliced import plan_of, position_limit
+
+        limit = position_limit(plan_of(config), lowering)
     if limit is not None:
         pos = feeds["positions"]
         feeds["positions"] = pos[np.abs(pos).reshape(len(pos), -1).max(axis=1) <= limit]

@@ -592,7 +592,7 @@ def test_every_op_the_builders_emit_is_allowed(tmp_path):
                        for graph in ("apply", "apply-4d")
                        for lowering in ("onnx", "ort", "rotary23")]
         for mode, quantize, runtime, lowering, dtype, extra in itertools.product(
-                ("compute", "table"), ("none", "int8"), INT8_RUNTIMES, LOWERINGS,
+                ("compute", "table", "sliced"), ("none", "int8"), INT8_RUNTIMES, LOWERINGS,
                 ("float32", "float16", "uint8"), extras):
             if quantize == "none" and runtime != "fold":
                 continue

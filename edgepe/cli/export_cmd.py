@@ -68,7 +68,7 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
     extra = {key: value for key, value, default in (("rope_graph", graph, "encode"),
                                                     ("rope_lowering", lowering, "onnx"))
              if value is not None and value != default}
-    if extra and mode not in (None, "compute"):
+    if extra and mode not in (None, "compute", "sliced"):
         raise BadParameterError(f"--rope-graph/--rope-lowering choose a compute graph; "
                                 f"--mode {mode} stores a table")
     if extra and format != "onnx":
@@ -158,9 +158,10 @@ def command(
     param: Annotated[list[str] | None, typer.Option(
         "--param", metavar="KEY=VALUE", help="Scheme parameter; repeatable.")] = None,
     mode: Annotated[str | None, typer.Option(
-        "--mode", metavar="compute|table",
+        "--mode", metavar="compute|table|sliced",
         help="Default: compute where the scheme (for --format c: a C function) has it; npy/bin: "
-        "table.")]
+        "table. sliced (rope, sinusoidal): sin/cos from position bits and small tables, no "
+        "trig op.")]
     = None,
     format: Annotated[str | None, typer.Option(
         "--format", metavar="onnx|npy|bin|c|pte",
@@ -193,11 +194,13 @@ def command(
     force: Annotated[bool, typer.Option("--force", help="Replace a different file at --out.")]
     = False,
     lowering: Annotated[str | None, typer.Option("--lowering",
-                                                 metavar="bitwise|arith|arith32|float",
+                                                 metavar="bitwise|arith|arith32|float|trunc",
                                                  rich_help_panel=PANEL_MORE,
                                                  help="Bit family: arith uses no bitwise ops "
                                                  "(int64 Div/Mod), arith32 int32 Div/Mod, "
-                                                 "float Floor/Mul/Sub (|pos| <= 2^24). "
+                                                 "float Floor/Mul/Sub (|pos| <= 2^24), "
+                                                 "trunc float Mul + truncating Cast + int32 "
+                                                 "(CoreML; sliced also clip32). "
                                                  "Default: bitwise, or what --target runs.")]
     = None,
     target: Annotated[str | None, typer.Option("--target", metavar="NAME",
@@ -241,6 +244,12 @@ def command(
                                                       "(default), onnxruntime's com.microsoft."
                                                       "RotaryEmbedding, or ONNX's "
                                                       "RotaryEmbedding (--opset 23).")] = None,
+    slices: Annotated[str | None, typer.Option("--slices", metavar="W,W,...",
+                                               rich_help_panel=PANEL_MORE,
+                                               help="--mode sliced: bit widths of the "
+                                               "position slices, most significant first "
+                                               "(default: two near-equal slices covering "
+                                               "max_len).")] = None,
 ) -> None:
     """Export a positional encoding as an ONNX graph, a table, a C header or an ExecuTorch
     program."""
@@ -259,6 +268,13 @@ def command(
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)
+    if slices is not None:
+        if mode != "sliced":
+            raise BadParameterError("--slices sets the slice plan of --mode sliced; add "
+                                    "--mode sliced")
+        from edgepe.graphs.sliced import parse_plan, plan_text
+
+        extra["slices"] = plan_text(parse_plan(slices, 1))
     if from_hf_config is None:
         d_model = head_dim_alias(scheme, d_model, head_dim)
     # Sizes stay strings until resolve() checks them, so messages can name the bad value.
@@ -301,7 +317,7 @@ def command(
             raise typer.Exit(2)
         if not quiet:
             typer.echo(f"{checked}" + (f" (--lowering {config.lowering})"
-                                       if config.mode == "compute" else ""))
+                                       if config.mode in ("compute", "sliced") else ""))
     if report is not None:
         if not report:
             typer.echo(str(report), err=True)

@@ -30,10 +30,12 @@ if TYPE_CHECKING:  # the contract names the scheme layer's config, never imports
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
-LOWERINGS = ("bitwise", "arith", "arith32", "float")
+LOWERINGS = ("bitwise", "arith", "arith32", "float", "trunc", "clip32")
 # |position| up to which the int32 and float32 lowerings are exact (graphs/lowerings.py
 # proves it): the manifest's positions.limit, which edgepe.load and verify honour.
-LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24}
+LOWERING_LIMITS = {"arith32": 2**31 - 1, "float": 2**24, "trunc": 2**24, "clip32": 2**24}
+# Modes whose graph has a --lowering (how positions become bits or slices).
+LOWERED_MODES = ("compute", "sliced")
 # How an int8 ONNX graph's stored int8 lives at run time (edgepe.graphs.int8): folded to float32
 # at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
 INT8_RUNTIMES = ("fold", "live")
@@ -89,7 +91,7 @@ class ExportConfig:
             "dtype": self.dtype,
             "quantize": self.quantize,
             "quant_granularity": self.quant_granularity if self.quantize != "none" else None,
-            "lowering": self.lowering if self.mode == "compute" else None,
+            "lowering": self.lowering if self.mode in LOWERED_MODES else None,
             "seed": self.seed,
             "checkpoint_sha256": self.checkpoint_sha256,
             "opset": self.opset if self.format == "onnx" else None,
@@ -140,10 +142,11 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
         parts.append(config.int8_runtime)
     if config.dtype != "float32":
         parts.append(config.dtype)
-    if config.mode == "compute" and config.lowering != "bitwise":
+    if config.mode in LOWERED_MODES and config.lowering != "bitwise":
         parts.append(config.lowering)
     # Scheme-specific choices (rope's apply graph and its lowering) name a different graph.
-    parts += [str(value) for _, value in sorted(config.extra.items())]
+    # (--slices 8,7 names the file ...-8-7: no comma in a default name)
+    parts += [str(value).replace(",", "-") for _, value in sorted(config.extra.items())]
     return root / ("-".join(parts) + EXTENSIONS[config.format])
 
 
@@ -185,7 +188,7 @@ def base_manifest(config: ExportConfig, shape: list[int], dtype: str) -> dict[st
         "dtype": dtype,
         "shape": list(shape),
         "quant": None,
-        "lowering": config.lowering if config.mode == "compute" else None,
+        "lowering": config.lowering if config.mode in LOWERED_MODES else None,
         "seed": config.seed,
         "checkpoint": (
             None
@@ -209,7 +212,7 @@ def position_limit(config: ExportConfig) -> int | None:
     """``|position|`` up to which the artifact is defined: the scheme's own limit, lowered to
     what the compute graph's lowering computes exactly (``LOWERING_LIMITS``)."""
     limits = [config.scheme.spec.position_limit]
-    if config.mode == "compute" and config.format == "onnx":
+    if config.mode in LOWERED_MODES and config.format == "onnx":
         limits.append(LOWERING_LIMITS.get(config.lowering))
     known = [limit for limit in limits if limit is not None]
     return min(known) if known else None
@@ -325,7 +328,7 @@ def validate_choices(config: ExportConfig) -> None:
         ("--quantize", config.quantize, QUANTIZE),
         ("--lowering", config.lowering, LOWERINGS),
         ("--int8-runtime", config.int8_runtime, INT8_RUNTIMES),
-        ("--mode", config.mode, ("compute", "table")),
+        ("--mode", config.mode, ("compute", "table", "sliced")),
         ("--quant-granularity", config.quant_granularity, ("channel", "tensor")),
     ):
         if value not in allowed:

@@ -35,7 +35,7 @@ MAX_DEPTH = 16  # edgepe writes 4 levels (layout, onnx inputs); 16 leaves room, 
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 TABLE_FORMATS = ("npy", "bin")
 TABLE_FILES = ("npy", "bin", "c")  # formats whose table mode stores [rows, cols] as such
-MODES = ("compute", "table")
+MODES = ("compute", "table", "sliced")
 KINDS = ("pe", "rope", "bias")
 DTYPES = ("float32", "float16", "uint8", "int8", "bit")  # int8: quantised table files
 # Positions and sizes are int64 in every artifact; a table or a bit width past 2^40 rows is

@@ -50,6 +50,19 @@ def check_options(config: ExportConfig) -> None:
         from edgepe.graphs.table import check_table_size
 
         check_table_size(config)  # before the table (or a module holding one) is allocated
+    if config.mode == "sliced":
+        from edgepe.graphs.sliced import LOWERINGS as SLICED_LOWERINGS
+
+        if config.lowering not in SLICED_LOWERINGS:
+            raise BadParameterError(
+                f"--lowering {config.lowering} does not apply to --mode sliced; it takes: "
+                f"{', '.join(SLICED_LOWERINGS)} (trunc: float Mul, truncating Cast, int32)"
+            )
+        return
+    if config.lowering == "clip32":
+        raise BadParameterError("--lowering clip32 slices positions for --mode sliced; the bit "
+                                "family's compute graphs take bitwise, arith, arith32, float or "
+                                "trunc")
     if config.lowering != "bitwise":
         if config.mode != "compute":
             raise BadParameterError(

@@ -99,6 +99,9 @@ def check_options(config: ExportConfig) -> None:
     if config.extra:
         options = ", ".join(f"{k}={v}" for k, v in config.extra.items())
         raise BadParameterError(f"{options} applies to ONNX graphs, not to --format pte")
+    if config.mode == "sliced":
+        raise BadParameterError("--mode sliced is an ONNX graph or a C header (--format onnx or "
+                                "c); an ExecuTorch program is --mode compute or table")
     if config.quantize == "int8":
         from edgepe.graphs.quant import check_quantizable
 

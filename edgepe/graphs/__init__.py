@@ -34,11 +34,15 @@ COMPUTE = {
     "alibi": ("bias", "alibi"),
     "gaussian": ("bias", "gaussian"),
 }
+# ``--mode sliced``: sin/cos from position bits and small tables (sliced.py).
+SLICED = {"sinusoidal": "sinusoidal", "rope": "rope", "binary": "binary"}
 
 
 def builder(scheme_id: str, mode: str):
     """The builder function for ``scheme_id`` in ``mode``."""
     if mode == "table":
         return importlib.import_module("edgepe.graphs.table").build
+    if mode == "sliced":
+        return getattr(importlib.import_module("edgepe.graphs.sliced"), SLICED[scheme_id])
     module_name, function = COMPUTE[scheme_id]
     return getattr(importlib.import_module(f"edgepe.graphs.{module_name}"), function)

@@ -38,10 +38,10 @@ import numpy as np
 from edgepe.contract.config import ExportConfig
 from edgepe.contract.errors import BadParameterError
 from edgepe.graphs._common import POSITIONS, Graph, output, positions_input
-from edgepe.graphs.lowerings import arith32_columns, float_columns
+from edgepe.graphs.lowerings import arith32_columns, float_columns, trunc_columns
 
 # Lowerings whose arithmetic is int32 or float32, built in lowerings.py.
-NARROW = {"arith32": arith32_columns, "float": float_columns}
+NARROW = {"arith32": arith32_columns, "float": float_columns, "trunc": trunc_columns}
 
 # BitShift of a uint64 by 64 or more is undefined in C++ (onnxruntime shifts with ">>"): counts
 # are clamped to 63 and those columns masked to 0 instead.

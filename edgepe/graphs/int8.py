@@ -159,6 +159,11 @@ def build_int8(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.M
         )
     if config.mode == "table":
         return _table(config, module, manifest)
+    if config.mode == "sliced" and config.scheme.scheme not in UNIT_RANGE:
+        raise BadParameterError(
+            f"--mode sliced --quantize int8 for '{config.scheme.scheme}' is a C header (--format "
+            "c: int16 sums of the int8 projection); its int8 ONNX graph is --mode compute"
+        )
     check_measurable(config)
     if config.scheme.scheme in PROJECTIONS:
         return _projection(config, module, manifest)
@@ -180,9 +185,10 @@ def check_measurable(config: ExportConfig) -> None:
 
 
 def _float_model(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
-    """The scheme's float32 graph in ``config.mode``, as ``--quantize none`` would export it."""
+    """The scheme's float32 graph in ``config.mode``, as ``--quantize none`` would export it
+    (the builder writes into ``manifest``: pass a copy)."""
     plain = replace(config, quantize="none")
-    return builder(config.scheme.scheme, config.mode)(plain, module, dict(manifest))
+    return builder(config.scheme.scheme, config.mode)(plain, module, manifest)
 
 
 def _rebuild(config: ExportConfig, float_model: onnx.ModelProto, nodes, initializers,
@@ -209,7 +215,7 @@ def _zero_points(scale: np.ndarray, per_channel: bool) -> np.ndarray:
 def _table(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.ModelProto:
     """The table graph with an int8 table, folded in front or dequantised after the ``Gather``."""
     tq = measure_table(config.quant_granularity, lambda: iter_table(config.scheme, module))
-    float_model = _float_model(config, module, manifest)
+    float_model = _float_model(config, module, dict(manifest))
     nodes, initializers, names = _int8_gathers(float_model.graph, table_shape(config.scheme), tq,
                                                config.int8_runtime)
     manifest["quant"] = {**tq.manifest(tensor=names[0]), "scale_tensor": names[1],
@@ -304,7 +310,7 @@ def _residual(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx.Mo
     cfg = config.scheme
     rows = module.residual.detach().numpy().astype(np.float32)
     tq = measure_table(config.quant_granularity, lambda: iter([rows]))
-    float_model = _float_model(config, module, manifest)
+    float_model = _float_model(config, module, dict(manifest))
     nodes, initializers, names = _int8_gathers(float_model.graph, rows.shape, tq,
                                                config.int8_runtime)
     # Replay over every in-range position: fixed part (the reference with a zero residual: exact
@@ -583,9 +589,23 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
     per_channel = config.quant_granularity == "channel"
     peak, policy = _output_range(config, module)
     peak = peak if per_channel else np.array([peak.max()])
+    # --mode sliced: measured against the float64 definition, the graph's reference
+    source = module
+    if config.mode == "sliced":
+        from edgepe.schemes.definition import Definition
+
+        source = Definition(module)
     tq: TableQuant = measure_table(config.quant_granularity,
-                                   lambda: iter_table(config.scheme, module), peak)
-    float_model = _float_model(config, module, manifest)
+                                   lambda: iter_table(config.scheme, source), peak)
+    float_manifest = dict(manifest)
+    float_model = _float_model(config, module, float_manifest)
+    rtol, atol = spec.tolerance
+    if config.mode == "sliced":
+        # the sliced graph's own bound against the float64 definition (graphs.sliced: its
+        # manifest's tolerance), its plan and position limit
+        atol = float_manifest["tolerance"]["atol"]
+        manifest["sliced"] = float_manifest["sliced"]
+        manifest["positions"] = float_manifest["positions"]
     graph = float_model.graph
     if len(graph.output) != 1:
         raise RuntimeError(f"{config.scheme.scheme}: expected one graph output")  # builder change
@@ -627,7 +647,6 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
         numpy_helper.from_array(scale.astype(np.float32), "out_scale"),
         numpy_helper.from_array(_zero_points(scale, per_channel), "out_zero_point"),
     ]
-    rtol, atol = spec.tolerance
     s64 = tq.scale.astype(np.float64)
     # Q rounds x/s in float32 (a division or a reciprocal multiply: <= 2 roundings of <= 128 in
     # q units), DQ rounds s q once (<= 127 u s): s (1/2 + 256 u + 127 u) = s (1/2 + 383 u).
@@ -640,7 +659,8 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
         max_abs_err=tq.max_abs_err,
         bound=bound,
         bound_why="half a step of the output's static scale, plus the float graph's tolerance "
-        "atol + rtol |x| (spec.tolerance), plus the float32 roundings of QuantizeLinear and "
+        "atol + rtol |x| (spec.tolerance; --mode sliced: its bound against the float64 "
+        "definition, graphs.sliced.tolerance), plus the float32 roundings of QuantizeLinear and "
         f"DequantizeLinear (<= 383 u s, u = 2^-24); holds for {where}",
         measured_over=f"every row of the in-range [{tq.rows}, {tq.cols}] table, quantising "
         "the reference values as the graph's Q/DQ does",

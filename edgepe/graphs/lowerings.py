@@ -109,3 +109,53 @@ def float_columns(g, x: str, shifts: np.ndarray, wrap: np.ndarray, gray: bool) -
         top = floor_div(np.minimum(capped + 2, wrap), "scale_next2")
         b = g.op("Abs", g.op("Sub", b, g.op("Sub", hi, g.op("Mul", top, two))))
     return b
+
+
+# trunc: float32 multiplies by powers of two and a truncating Cast to int32 (no Floor, Mod or
+# bitwise op: CoreML's operator set), int32 Sub/Mul/Add. Every Cast'ed float is an integer or a
+# non-negative value below 2^24 (exact), so widths up to 23 (r + 2^w must stay below 2^24).
+MAX_TRUNC_BITS = 23
+MAX_BITS["trunc"] = MAX_TRUNC_BITS
+
+
+def trunc_columns(g, x: str, shifts: np.ndarray, wrap: np.ndarray, gray: bool) -> str:
+    """``[N, W]`` int32 0/1: bit ``shifts[j]`` of ``x mod 2^wrap`` (int64 ``x``, |x| <= 2^24),
+    with ``trunc(v) = Cast(v -> int32)`` (toward zero) as the only rounding op::
+
+        q  = trunc(x 2^-w)            # toward zero: r = x - q 2^w in (-2^w, 2^w)
+        r' = r + 2^w                  # in (0, 2^(w+1)), below 2^24 for w <= 23
+        p  = r' - trunc(r' 2^-w) 2^w  # x mod 2^w, in [0, 2^w)
+        b_k = trunc(p 2^-k) - 2 trunc(p 2^-(k+1))
+
+    Proof of exactness as for ``float_columns``: every Cast from int32 to float32 is of an integer
+    below 2^24 in magnitude (exact), a product by ``2^-m`` only moves the exponent (exact), and
+    ``trunc`` of a non-negative value is its floor (``trunc`` of ``x 2^-w`` may be a ceiling for
+    negative ``x``; the ``+ 2^w`` step repairs it). Gray bit ``k`` is ``(b_k - b_(k+1))^2`` (xor of
+    0/1 values, no Abs)."""
+    check_width("trunc", wrap)
+    w = int(np.max(wrap))
+    if np.any(wrap != w):
+        raise BadParameterError("--lowering trunc takes one bit width for every column")
+    x32 = g.op("Cast", x, to=TensorProto.INT32)
+    xf = g.op("Cast", x, to=TensorProto.FLOAT)
+
+    def trunc(v: str, k, stem: str) -> str:
+        scaled = g.op("Mul", v, g.const(np.ldexp(1.0, -np.asarray(k)), np.float32, stem))
+        return g.op("Cast", scaled, to=TensorProto.INT32)
+
+    modulus = g.const(1 << w, np.int32, "trunc_modulus")
+    r = g.op("Sub", x32, g.op("Mul", trunc(xf, w, "trunc_down"), modulus))
+    r = g.op("Add", r, modulus)
+    rf = g.op("Cast", r, to=TensorProto.FLOAT)
+    p = g.op("Sub", r, g.op("Mul", trunc(rf, w, "trunc_down2"), modulus))
+    pf = g.op("Cast", p, to=TensorProto.FLOAT)
+    capped = np.minimum(shifts, wrap)
+    two = g.const(2, np.int32, "trunc_two")
+    hi = trunc(pf, np.minimum(capped + 1, wrap), "trunc_next")
+    b = g.op("Sub", trunc(pf, capped, "trunc_scale"), g.op("Mul", hi, two))
+    if gray:
+        top = trunc(pf, np.minimum(capped + 2, wrap), "trunc_next2")
+        above = g.op("Sub", hi, g.op("Mul", top, two))
+        diff = g.op("Sub", b, above)
+        b = g.op("Mul", diff, diff)
+    return b

@@ -132,26 +132,30 @@ def rope_choice(config: ExportConfig) -> tuple[str, str]:
     return graph, lowering
 
 
-def rope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+def rope(config: ExportConfig, module, manifest: dict, sin_cos=None) -> onnx.ModelProto:
     """``positions [N] int64 -> pe [N, d] = [cos | sin]``; apply: ``x [B, N, d], positions -> y``.
+
+    ``sin_cos(g, module, width)`` makes the ``(sin, cos)`` tensors (default: the Sin/Cos of the
+    float32 angle; ``--mode sliced``: ``graphs.sliced``).
 
     The apply graphs take float32 ``x`` and give ``y`` of ``x``'s shape (in ``--dtype``); a
     ``[B, H, N, d]`` tensor goes in reshaped to ``[B * H, N, d]`` (the rotation depends only on
     the position and the pair). ``manifest["shape"]`` becomes ``["B", "N", d]`` for them.
     """
     graph, lowering = rope_choice(config)
+    sin_cos = sin_cos or _sin_cos
     d = config.scheme.d_model
     if graph == "encode":
         g = Graph("edgepe_rope")
-        sin, cos = _sin_cos(g, module)
+        sin, cos = sin_cos(g, module)
         return _pe_model(config, g, g.op("Concat", cos, sin, axis=1), manifest)
     if graph == "cache":
-        return _cache_model(config, module, manifest)
+        return _cache_model(config, module, manifest, sin_cos)
     layout, r = module.layout, module.rotary_dim
     four = graph == "apply-4d"
     g = Graph(f"edgepe_rope_{graph.replace('-', '_')}_{lowering}")
     # the fused ops and the half layout take the R/2 rotated slots; interleaved ONNX ops all d/2
-    sin, cos = _sin_cos(g, module, None if (lowering, layout) == ("onnx", "interleaved")
+    sin, cos = sin_cos(g, module, None if (lowering, layout) == ("onnx", "interleaved")
                         else r // 2)  # [N, k], or [B, S, k] from positions [B, S]
     interleaved = int(layout == "interleaved")
     if lowering == "onnx":
@@ -210,7 +214,8 @@ def _standard_rotary_4d(g: Graph, d: int, sin: str, cos: str, r: int, interleave
     return g.op("RotaryEmbedding", X, cos, sin, interleaved=interleaved, **partial)
 
 
-def _cache_model(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+def _cache_model(config: ExportConfig, module, manifest: dict,
+                 sin_cos=_sin_cos) -> onnx.ModelProto:
     """``positions [N] -> pe [N, d], cos_cache [N, R/2], sin_cache [N, R/2]``.
 
     ``pe`` is the encode graph's output (what ``edgepe verify`` and ``edgepe.load`` check and
@@ -218,7 +223,7 @@ def _cache_model(config: ExportConfig, module, manifest: dict) -> onnx.ModelProt
     the shape the ``RotaryEmbedding`` ops take for ``cos_cache``/``sin_cache``.
     """
     g = Graph("edgepe_rope_cache")
-    sin, cos = _sin_cos(g, module)
+    sin, cos = sin_cos(g, module)
     g.finish(g.op("Concat", cos, sin, axis=1), config.dtype)
     half = module.rotary_dim // 2
     axis = g.const([1], np.int64, name="column_axis")

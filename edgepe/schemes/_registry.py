@@ -29,6 +29,10 @@ MODULE_BYTES_LIMIT = 2**31
 
 KINDS = ("pe", "bias", "rope")
 MODES = ("compute", "table")
+# Every mode a scheme may list: ``sliced`` (sin/cos from position bits and small tables, no
+# trigonometric op: edgepe.graphs.sliced) exists for the trig schemes rope and sinusoidal.
+ALL_MODES = ("compute", "table", "sliced")
+TRIG_MODES = ALL_MODES
 
 
 def n_bits(max_len: int) -> int:
@@ -166,7 +170,7 @@ class SchemeSpec:
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
-        assert set(self.modes) <= set(MODES) and self.modes, self.modes
+        assert set(self.modes) <= set(ALL_MODES) and self.modes, self.modes
         assert not self.exact or self.tolerance == (0.0, 0.0), self.id
         assert self.oob in ("wrap", "extrapolate", "clamp", "mixed"), self.oob
 

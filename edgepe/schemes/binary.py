@@ -13,7 +13,14 @@ import torch
 from torch import nn
 
 from edgepe.schemes._base import Scheme, bits, require_table_bytes
-from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, n_bits, register
+from edgepe.schemes._registry import (
+    ALL_MODES,
+    Param,
+    SchemeConfig,
+    SchemeSpec,
+    n_bits,
+    register,
+)
 
 
 @register(
@@ -31,6 +38,8 @@ from edgepe.schemes._registry import Param, SchemeConfig, SchemeSpec, n_bits, re
         tolerance=(1e-6, 1e-6),
         tolerance_why="float32 dot product of n_bits terms: a few ulp, summation order may differ",
         oob="wrap",
+        # sliced: the bits' projection as one small table per bit slice (graphs.sliced)
+        modes=ALL_MODES,
         learnable=True,
         check=lambda config: require_table_bytes(
             config, config.max_len, n_bits(config.max_len), "demo bit table (pe_binary)"),

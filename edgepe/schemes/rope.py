@@ -52,6 +52,7 @@ from edgepe.contract.errors import BadParameterError
 from edgepe.schemes._base import Scheme
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
+    TRIG_MODES,
     Param,
     SchemeConfig,
     SchemeSpec,
@@ -245,6 +246,7 @@ def _check(config: SchemeConfig) -> None:
                   "> P", low=0.0, low_open=True, omit_default=True, default_text="none"),
         ),
         even_d_model=True,
+        modes=TRIG_MODES,
         # For encode ([cos | sin]). apply(x) multiplies the same cos/sin by x: its error scales
         # with |x| (measured 4.8e-7 for |x| <= 5.4: ~2 x 1.19e-7 x |x|).
         tolerance=(0.0, 1e-6),

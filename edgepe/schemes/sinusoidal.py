@@ -29,6 +29,7 @@ from edgepe.contract.errors import BadParameterError
 from edgepe.schemes._base import Scheme
 from edgepe.schemes._registry import (
     FLOAT_EXACT_POSITIONS,
+    TRIG_MODES,
     Param,
     SchemeConfig,
     SchemeSpec,
@@ -91,6 +92,7 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
         ),
         even_d_model=True,
         check=_check,
+        modes=TRIG_MODES,
         # sin/cos of the same float32 angle (graphs recompute it op for op, so it is bitwise
         # equal). torch (SLEEF), onnxruntime CPU (MLAS) and numpy (the ONNX reference evaluator)
         # all reduce large arguments correctly: measured max |ort - torch| = 1.19e-7 (2^-23,

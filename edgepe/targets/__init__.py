@@ -25,7 +25,7 @@ from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, Profile
 
 # The default first; then int64 integer arithmetic, int32, float32 (narrowest dtypes last: they
 # limit the positions an artifact accepts, graphs/lowerings.py).
-LOWERING_ORDER = ("bitwise", "arith", "arith32", "float")
+LOWERING_ORDER = ("bitwise", "arith", "arith32", "float", "trunc")
 
 __all__ = ["DEFAULT_TARGET", "LOWERING_ORDER", "PROFILES", "check_file", "check_model",
            "for_export", "profile"]
@@ -80,6 +80,10 @@ def _candidate(config, module):
 
 def _lowerings(config, lowering_given: bool) -> list[str]:
     """The lowerings to try: every one for a bit-family compute graph unless one was given."""
+    if config.mode == "sliced" and not lowering_given:
+        from edgepe.graphs.sliced import LOWERINGS as SLICED
+
+        return list(SLICED) if config.scheme.scheme != "binary" else ["bitwise"]
     bits = config.mode == "compute" and COMPUTE.get(config.scheme.scheme, ("",))[0] == "bits"
     return [config.lowering] if lowering_given or not bits else list(LOWERING_ORDER)
 
@@ -90,7 +94,8 @@ def _first_running(config, module, prof: Profile, lowerings: list[str]):
     why: list[str] = []
     for lowering in lowerings:
         candidate = replace(config, lowering=lowering)
-        label = f"--lowering {lowering}" if len(lowerings) > 1 else f"--mode {config.mode}"
+        label = (f"--lowering {lowering}" if len(lowerings) > 1 or config.mode == "sliced"
+                 else f"--mode {config.mode}")
         try:
             report = check_model(_candidate(candidate, module), prof.name)
         except BadParameterError as exc:  # e.g. a width this lowering does not compute
@@ -117,13 +122,13 @@ def for_export(config, target: str, lowering_given: bool):
     if chosen is not None:
         return chosen, report
     hint = "no other mode of this scheme runs on it either"
-    other = next((m for m in config.scheme.spec.modes if m != config.mode), None)
-    if other is not None:
+    for other in (m for m in config.scheme.spec.modes if m != config.mode):
         alt = replace(config, mode=other, lowering="bitwise")
         found, _, _ = _first_running(alt, module, prof, _lowerings(alt, False))
         if found is not None:
             hint = f"--mode {other} runs on it" + (
-                f" (with --lowering {found.lowering})" if other == "compute" else "")
+                f" (with --lowering {found.lowering})" if other != "table" else "")
+            break
     raise BadParameterError(f"target {prof.name} ({prof.runtime}) cannot run scheme "
                             f"'{config.scheme.scheme}' --mode {config.mode}: {' | '.join(why)}; "
                             f"{hint}")

@@ -51,6 +51,9 @@ class Report:
     results: list[CompareResult] = field(default_factory=list)
     quick: bool = False
     rebuild: Any = None  # edgepe.rebuild.Rebuilt
+    # --mode sliced: checked against the float64 definition; the float32 recipe's own distance
+    # from it over the swept positions, reported beside (edgepe.schemes.definition)
+    reference_distance: float | None = None
 
     @property
     def rebuild_ok(self) -> bool:
@@ -83,6 +86,9 @@ class Report:
                 first = f", first at {r.first_mismatches[0].where}" if r.first_mismatches else ""
                 parts.append(f"{r.runtime} FAILED: {r.mismatches} of {r.elements} elements "
                              f"beyond {r.tolerance}{first}")
+        if self.reference_distance is not None:
+            parts.append(f"against the float64 definition; the float32 reference is "
+                         f"{self.reference_distance:.3g} from it")
         verdict = "PASSED" if self.passed else "FAILED"
         return f"parity {verdict} for {self.artifact}: " + "; ".join(parts)
 
@@ -105,6 +111,8 @@ class Report:
             "sha256": {"expected": self.sha256_expected, "actual": self.sha256_actual,
                        "passed": self.sha256_ok},
             "results": [r.as_dict() for r in self.results],
+            **({"reference_distance": self.reference_distance}
+               if self.reference_distance is not None else {}),
         }
 
 
@@ -126,6 +134,10 @@ def tolerance_for(manifest: dict[str, Any], probe: bool = False) -> Tolerance:
     ulps = 1 if manifest.get("dtype") == "float16" and (rtol or atol) else 0
     return Tolerance(rtol, atol, ulps, source="manifest")
 
+
+# Positions over which a quick check measures the float32 reference's distance from the float64
+# definition (a sliced artifact's report); a full one measures every position below max_len.
+QUICK_DISTANCE = 4096
 
 # The int8 tensor of a graph whose OUTPUT is quantised (edgepe.graphs.int8, construction 3).
 QUANTISED_OUTPUTS = ("pe_int8", "bias_int8", "y_int8")
@@ -243,10 +255,18 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
 
     manifest = report.manifest
     config, module = rebuilt.config.scheme, rebuilt.module
+    if manifest["mode"] == "sliced" and config.scheme in ("rope", "sinusoidal"):
+        # checked against the float64 definition, not the float32 recipe
+        from edgepe.schemes.definition import Definition, reference_distance
+
+        stop = min(config.max_len, QUICK_DISTANCE) if quick else config.max_len
+        report.reference_distance = reference_distance(module, stop)
+        module = Definition(module)
     # The registry's tolerance and the quantiser's proven bound, as the rebuild states them.
     tolerance = tolerance_for(rebuilt.manifest)
     probe_tolerance = tolerance_for(rebuilt.manifest, probe=True)
-    by_position = manifest["format"] in ("onnx", "pte") or manifest["mode"] == "compute"
+    by_position = (manifest["format"] in ("onnx", "pte")
+                   or manifest["mode"] in ("compute", "sliced"))
     shape = tuple(int(s) for s in manifest["shape"]) if not by_position else None
 
     def chunks():

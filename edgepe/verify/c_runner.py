@@ -27,6 +27,9 @@ import numpy as np
 
 from edgepe.contract.errors import EdgepeError, ParityError, PositionError
 
+# Modes whose header holds a function of the position (``--mode sliced``: small tables and a
+# function that combines them); the others hold the table itself.
+FUNCTION_MODES = ("compute", "sliced")
 COMPILE_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
 # What the program prints, per stored dtype: (printf conversion, parse, numpy result dtype).
 _PRINT = {
@@ -79,7 +82,7 @@ def flag_variants() -> dict[str, tuple[str, ...]]:
 def record_arity(manifest: Mapping[str, Any]) -> int | None:
     """``k`` when the header's function takes ``const int64_t pos[k]`` (2 for a bias function
     ``f(t, u, out)``: a record is a (query, key) pair); tables take one index."""
-    if manifest["mode"] != "compute":
+    if manifest["mode"] not in FUNCTION_MODES:
         return None
     if manifest.get("kind") == "bias":
         return 2
@@ -89,7 +92,7 @@ def record_arity(manifest: Mapping[str, Any]) -> int | None:
 def out_width(manifest: Mapping[str, Any]) -> int:
     """Values the header gives a record: a table's columns, a compute function's ``out[]``
     (``d_model``; ``heads`` for a bias function)."""
-    if manifest["mode"] != "compute":
+    if manifest["mode"] not in FUNCTION_MODES:
         return manifest["shape"][1]
     return manifest["heads"] if manifest.get("kind") == "bias" else manifest["d_model"]
 
@@ -109,7 +112,7 @@ def c_program(include: str, manifest: Mapping[str, Any]) -> str:
     ``include`` is the name it ``#include``s (a plain file name: no quotes or backslashes)."""
     mode = manifest["mode"]
     macro = manifest["macro_prefix"]
-    if mode == "compute":
+    if mode in FUNCTION_MODES:
         fmt, cast, _ = _PRINT["float32"]
         k = record_arity(manifest) or 1
         width = out_width(manifest)
@@ -203,7 +206,7 @@ def run_program(exe: str | Path, manifest: Mapping[str, Any], positions) -> np.n
             f"got shape {list(positions.shape)}"
         )
     positions = np.ascontiguousarray(positions, dtype="<i8")
-    dtype = "float32" if manifest["mode"] == "compute" else manifest["dtype"]
+    dtype = "float32" if manifest["mode"] in FUNCTION_MODES else manifest["dtype"]
     cols = out_width(manifest)
     with tempfile.TemporaryDirectory(prefix="edgepe-c-") as tmp:
         data = Path(tmp, "positions.bin")

@@ -46,7 +46,14 @@ from typing import Any
 import numpy as np
 
 from edgepe.contract.errors import EdgepeError, ParityError, PositionError
-from edgepe.verify.c_runner import COMPILE_FLAGS, CompileError, call, out_width, record_arity
+from edgepe.verify.c_runner import (
+    COMPILE_FLAGS,
+    FUNCTION_MODES,
+    CompileError,
+    call,
+    out_width,
+    record_arity,
+)
 
 INSTALL = (
     "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm (Debian/Ubuntu)"
@@ -167,7 +174,7 @@ def _pe_source(manifest: Mapping[str, Any]) -> tuple[str, str]:
     (the timing loop's baseline).
     """
     macro = manifest["macro_prefix"]
-    if manifest["mode"] == "compute":
+    if manifest["mode"] in FUNCTION_MODES:
         # Every compute function takes its record as int64 p[k] here (k = 1 for one position).
         ptype = f"const int64_t p[{_record(manifest)}]"
         row = f"    {call(manifest, 'p')}\n"
@@ -211,7 +218,7 @@ def _main_source(manifest: Mapping[str, Any], positions: np.ndarray, timed: int,
                  value_bytes: int, width: int) -> str:
     """The program: calibrate, time ``pe_row`` over ``0 .. timed-1``, then print every probe's
     raw row as hex (``value_bytes`` bytes a value, ``width`` values a row)."""
-    compute = manifest["mode"] == "compute"
+    compute = manifest["mode"] in FUNCTION_MODES
     k = _record(manifest)
     if compute:
         flat = positions.reshape(len(positions), k)
@@ -379,7 +386,7 @@ def run_header(
     if found is None:
         raise ToolsNotFound(f"the Cortex-M toolchain or QEMU is missing: {INSTALL}")
     spec = BOARDS[board]
-    compute = manifest["mode"] == "compute"
+    compute = manifest["mode"] in FUNCTION_MODES
     arity = record_arity(manifest)
     positions = np.asarray(positions)
     if positions.dtype.kind not in "iu":
