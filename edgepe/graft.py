@@ -275,6 +275,28 @@ def load_pe(path: str | Path):
     return model, manifest
 
 
+def proof_manifest(path: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with the tolerance and int8 bound the proof holds the grafted model to taken
+    from this edgepe's rebuild of the artifact's recorded inputs (``edgepe.rebuild``), never
+    from the given file: an artifact whose manifest states a looser tolerance or bound does not
+    loosen the proof (issue 30). A checkpoint-based artifact (its checkpoint is not an input of
+    graft) takes the registry's tolerance; an int8 one is then refused."""
+    from edgepe.errors import CheckpointError
+    from edgepe.rebuild import rebuild
+    from edgepe.schemes import get_spec
+
+    try:
+        ours = rebuild(path, manifest).manifest or {}
+    except CheckpointError:
+        if manifest.get("quant") is not None:
+            raise ArtifactError(f"{str(path)!r} is an int8 artifact exported from a checkpoint: "
+                                "graft cannot rebuild its proven bound; graft it with "
+                                "--scheme, or export it without --checkpoint") from None
+        rtol, atol = get_spec(manifest["scheme"]).tolerance
+        ours = {"tolerance": {"rtol": rtol, "atol": atol}, "quant": None}
+    return {**manifest, "tolerance": ours.get("tolerance"), "quant": ours.get("quant")}
+
+
 # --- grafting ---------------------------------------------------------------------------------
 
 
@@ -614,6 +636,30 @@ def _session(model):
                                 providers=["CPUExecutionProvider"])
 
 
+# What the proof may ask for before it runs anything: the PE's table of max_len rows (float32)
+# and each sequence length fed to the model (issue 30: a huge max_len or --lengths was a
+# MemoryError, exit 3).
+PROOF_TABLE_BYTES = 256 * 2**20
+PROOF_MAX_LENGTH = 1 << 16
+
+
+def check_proof_size(manifest: dict[str, Any], lengths: Sequence[int] | None) -> None:
+    """Refuse (``BadParameterError``, exit 2) a proof over more than ``PROOF_TABLE_BYTES`` of
+    PE rows or a sequence length over ``PROOF_MAX_LENGTH`` (or below 1), naming the cap."""
+    max_len = int(manifest["max_len"])
+    width = int(manifest.get("d_model") or manifest.get("heads") or 1)
+    if max_len * width * 4 > PROOF_TABLE_BYTES:
+        raise BadParameterError(
+            f"max_len {max_len} x width {width}: the proof's float32 PE table would be "
+            f"{max_len * width * 4} bytes, over graft's cap of {PROOF_TABLE_BYTES}; graft a "
+            "shorter artifact, or pass --no-check")
+    for length in lengths or ():
+        if not 1 <= int(length) <= min(PROOF_MAX_LENGTH, max_len):
+            raise BadParameterError(
+                f"--lengths {length}: each length must be 1 .. {min(PROOF_MAX_LENGTH, max_len)}"
+                f" (the artifact's max_len {max_len}, graft's cap {PROOF_MAX_LENGTH})")
+
+
 def _pe_values(pe, max_len: int) -> np.ndarray:
     """The PE's rows at positions ``0 .. max_len - 1``, from onnxruntime."""
     import numpy as np
@@ -712,6 +758,7 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     import numpy as np
 
     max_len = int(manifest["max_len"])
+    check_proof_size(manifest, lengths)
     values = _pe_values(pe, max_len)
     opset = _opset(grafted.model)
 
@@ -730,7 +777,8 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     if isinstance(seq, int) and seq > 0:
         lengths = [seq]
     elif lengths is None:
-        lengths = sorted({min(2, max_len), max(1, max_len // 2), max_len})
+        top = min(max_len, PROOF_MAX_LENGTH)  # positions still reach max_len - 1 (_feeds)
+        lengths = sorted({min(2, top), max(1, top // 2), top})
     eps = pe_tolerance(manifest, values, quantised=not own_rows)
     names = [o.name for o in mine.get_outputs()]
     err = dict.fromkeys(names, 0.0)
@@ -963,8 +1011,7 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
     replaced with ``force``.
     """
-    from edgepe.errors import OutputPathError
-    from edgepe.export.artifact import atomic_write, check_writable
+    from edgepe.export.artifact import check_output, write_output
 
     if (pe is None) == (scheme is None):
         raise BadParameterError("graft needs --pe ARTIFACT --at TENSOR, or --scheme ID (not both)")
@@ -973,11 +1020,11 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     if export_options and scheme is None:
         raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
                                 "--scheme (an artifact given with --pe is already exported)")
+    # The one output rule: never the model, the artifact or its manifest, --force or not.
+    inputs = [Path(model), *([Path(pe)] if pe is not None else [])]
     if out is not None:
         out = Path(out)
-        check_writable(out)
-        if out.exists() and not force:
-            raise OutputPathError(f"{str(out)!r} exists; pass --force to replace it")
+        check_output(out, inputs, force)
     original, size = load_model(model)
     if scheme is not None:
         candidates = detect(original, scheme)
@@ -1014,10 +1061,11 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
                          f"opset {_opset(original)} -> {_opset(grafted.model)}"
                          if grafted.converted else None, model=grafted.model)
     if check:
-        report.lengths, report.checks = prove(original, grafted, pe_model, manifest,
+        held_to = manifest if pe is None else proof_manifest(pe, manifest)
+        report.lengths, report.checks = prove(original, grafted, pe_model, held_to,
                                               lengths=lengths, seed=seed)
     if report and out is not None:
-        atomic_write(out, lambda f: f.write(data))
+        write_output(out, data, inputs, force)
         report.out = out
     return report
 

@@ -50,6 +50,9 @@ class Rebuilt:
     config: Any = None  # the ExportConfig rebuilt from the inputs
     module: Any = None  # its reference module (the verifier's reference)
     note: str = ""  # why it was not reproduced although nothing was found wrong
+    # another version's manifest claims this edgepe does not derive (accepted: --accept-foreign)
+    unchecked: tuple[str, ...] = ()
+    bytes_match: bool = False  # the file's bytes are the rebuild's (only the manifest may differ)
 
     @property
     def ok(self) -> bool:
@@ -132,12 +135,20 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
 
 
 def rebuild(path: str | Path, manifest: dict[str, Any],
-            checkpoint: str | Path | None = None) -> Rebuilt:
+            checkpoint: str | Path | None = None, accept_foreign: bool = False) -> Rebuilt:
     """Rebuild the artifact at ``path`` from ``manifest`` and compare (see the module doc).
 
     ``manifest`` must be validated (``edgepe.manifest.read``). Inputs the running edgepe cannot
     build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
     (exit 2); a difference does not raise.
+
+    An artifact another edgepe version wrote (a foreign build) is not compared byte for byte;
+    every claim of its manifest (every field but ``edgepe_version``, ``sha256`` and
+    ``checkpoint.path``: quant scale, zero point and bounds, ``positions.out_of_range`` and
+    limit, dtype, layout, shape, tolerance...) must equal what this edgepe derives from the
+    recorded inputs (``foreign_claims``), else the rebuild FAILS naming the first one;
+    ``accept_foreign`` accepts them instead and lists each in ``unchecked`` (the numeric check
+    then still uses this edgepe's values, never the file's).
     """
     from edgepe.export import prepare
     from edgepe.manifest import open_regular
@@ -153,11 +164,44 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
             # Another version may build other bytes from the same inputs: nothing to compare,
             # but the tolerances and bounds still come from this one's registry and quantiser.
             ours = json.loads(_dumps(prepared.manifest))
-            return Rebuilt(False, looser(manifest, ours), ours, False, config, module,
-                           note=f"written by edgepe {manifest.get('edgepe_version')!r}, this is "
-                                f"{__version__}: verified numerically only")
+            claims = foreign_claims(manifest, ours)
+            difference = looser(manifest, ours)
+            if difference is None and claims and not accept_foreign:
+                more = f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
+                difference = (f"a foreign build's claim this edgepe cannot reproduce: "
+                              f"{claims[0]}{more}; pass --accept-foreign to verify it "
+                              "numerically with this edgepe's values")
+            note = (f"written by edgepe {manifest.get('edgepe_version')!r}, this is "
+                    f"{__version__}: verified numerically only")
+            if claims and accept_foreign:
+                note += f"; {len(claims)} claim(s) accepted unchecked: " + "; ".join(claims)
+            return Rebuilt(False, difference, ours, False, config, module, note=note,
+                           unchecked=tuple(claims) if accept_foreign else ())
         difference, rebuilt = compare(f, path, manifest, prepared, ignore_paths=True)
-    return Rebuilt(difference is None, difference, rebuilt, True, config, module)
+    same_bytes = difference is None or difference.startswith("the manifest differs")
+    return Rebuilt(difference is None, difference, rebuilt, True, config, module,
+                   bytes_match=same_bytes)
+
+
+# The fields a foreign build may state differently without it being a claim about its values.
+_NOT_CLAIMS = ("edgepe_version", "sha256")
+
+
+def foreign_claims(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> list[str]:
+    """Each manifest field of a foreign build that differs from what this edgepe derives from
+    the same recorded inputs (``rebuilt``), as ``"FIELD: the file claims X, this edgepe derives
+    Y"``: a claim the verifier cannot reproduce (bounded to the first 16)."""
+    theirs = {k: v for k, v in _comparable(manifest).items() if k not in _NOT_CLAIMS}
+    ours = {k: v for k, v in _comparable(rebuilt).items() if k not in _NOT_CLAIMS}
+    claims: list[str] = []
+    for key in sorted(set(theirs) | set(ours)):
+        if len(claims) >= 16:
+            break
+        found = first_difference({key: theirs[key]} if key in theirs else {},
+                                 {key: ours[key]} if key in ours else {})
+        if found is not None:
+            claims.append(found.replace(" != rebuilt ", " != this edgepe's "))
+    return claims
 
 
 def looser(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> str | None:
@@ -179,7 +223,7 @@ def just_built(path: str | Path, manifest: dict[str, Any],
     to compare is skipped; the reference module is built as for a rebuild."""
     size = Path(path).stat().st_size
     config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
-    return Rebuilt(True, None, manifest, True, config, module)
+    return Rebuilt(True, None, manifest, True, config, module, bytes_match=True)
 
 
 def compare(f, path: Path, manifest: dict[str, Any], prepared, ignore_paths: bool = False):

@@ -12,7 +12,8 @@
 Bias schemes also take ``--key-positions`` (same syntax, ``[M]``; default: the positions) and
 give ``[H, N, M]``. Without ``--out`` the encodings print as a table (long or wide ones are cut
 in the middle, saying so); ``--out FILE.npy`` or ``FILE.csv`` writes every value, streamed in
-chunks with a progress bar when that takes a while.
+chunks with a progress bar when that takes a while, atomically; an existing FILE (or a symlink
+there, replaced and never followed) only with ``--force``, never the artifact or its manifest.
 """
 
 from __future__ import annotations
@@ -188,11 +189,14 @@ def render(console, values, row_ids, col_ids, row_labels, label_names, column_na
                       style="dim", highlight=False, soft_wrap=True)
 
 
-def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple[int, ...]:
-    """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
+def write_out(out: Path, runtime, positions, keys, show_progress: bool,
+              inputs: list[Path] | None = None, force: bool = False) -> tuple[int, ...]:
+    """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape.
+    The one output rule (``edgepe.export.artifact.write_output``): never one of ``inputs``, an
+    existing file or symlink only with ``force``, a symlink replaced and never followed."""
     import numpy as np
 
-    from edgepe.export.artifact import atomic_write
+    from edgepe.export.artifact import write_output
     from edgepe.progress import reporting, track
 
     if runtime.kind == "bias":
@@ -225,7 +229,7 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple
                     f.write(_csv_rows(runtime, positions, start, values).encode())
                 advance(1)
 
-    atomic_write(out, write)
+    write_output(out, write, list(inputs or []), force)
     return tuple(shape)
 
 
@@ -282,19 +286,21 @@ def command(
         str | None,
         typer.Option(help="onnxruntime providers for ONNX artifacts, e.g. cpu or cuda,cpu."),
     ] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out FILE (never the artifact or its "
+                        "manifest).")] = False,
 ) -> None:
     """Encode positions with an artifact: print them as a table, or save them (npy, csv)."""
     options = ctx.obj or {}
     quiet, verbose = options.get("quiet", False), options.get("verbose", False)
     if out is not None:
-        from edgepe.export.artifact import check_not_input, check_writable
+        from edgepe.export.artifact import check_output
 
         if out.suffix.lower() not in OUT_SUFFIXES:
             raise BadParameterError(
                 f"--out {str(out)!r}: the file name must end in .npy or .csv"
             )
-        check_writable(out)
-        check_not_input(out, [path])
+        check_output(out, [path], force)
 
     import edgepe
     from edgepe.runtime import check_positions
@@ -331,7 +337,8 @@ def command(
                 f"{MAX_VALUES} values: ask for fewer positions or key positions"
             )
         shape = write_out(out, runtime, rows, keys,
-                          show_progress=not quiet and sys.stderr.isatty())  # bar: terminals
+                          show_progress=not quiet and sys.stderr.isatty(),  # bar: terminals
+                          inputs=[path], force=force)
         if not quiet:
             err.print(f"wrote {out} {list(shape)}", highlight=False, soft_wrap=True)
         return

@@ -16,14 +16,14 @@ def to_json(report) -> str:
     return json.dumps(_finite(report.as_dict()), indent=2, sort_keys=True) + "\n"
 
 
-def write_json(report, path) -> None:
-    from edgepe.errors import OutputPathError
+def write_json(report, path, force: bool = False) -> None:
+    """The JSON report to ``path`` by the one output rule (``edgepe.export.artifact.
+    write_output``): atomic, a symlink replaced (never followed), an existing file only with
+    ``force``, never the artifact or its manifest."""
+    from edgepe.export.artifact import write_output
 
-    try:
-        Path(path).write_text(to_json(report))
-    except OSError as exc:
-        raise OutputPathError(f"cannot write the JSON report to {str(path)!r}: "
-                              f"{exc.strerror or exc}") from None
+    artifact = Path(report.artifact)
+    write_output(Path(path), to_json(report).encode(), [artifact], force, "--json")
 
 
 def _finite(value):
