@@ -275,23 +275,22 @@ def load_pe(path: str | Path):
     return model, manifest
 
 
-def proof_manifest(path: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def proof_manifest(path: str | Path, manifest: dict[str, Any],
+                   checkpoint: str | Path | None = None) -> dict[str, Any]:
     """``manifest`` with the tolerance and int8 bound the proof holds the grafted model to taken
     from this edgepe's rebuild of the artifact's recorded inputs (``edgepe.rebuild``), never
     from the given file: an artifact whose manifest states a looser tolerance or bound does not
-    loosen the proof (issue 30). A checkpoint-based artifact (its checkpoint is not an input of
-    graft) takes the registry's tolerance; an int8 one is then refused."""
+    loosen the proof (issue 30). A checkpoint-based artifact without its ``checkpoint`` takes the
+    registry's tolerance; an int8 one needs it (its bound comes from the weights)."""
     from edgepe.errors import CheckpointError
     from edgepe.rebuild import rebuild
     from edgepe.schemes import get_spec
 
     try:
-        ours = rebuild(path, manifest).manifest or {}
+        ours = rebuild(path, manifest, checkpoint).manifest or {}
     except CheckpointError:
-        if manifest.get("quant") is not None:
-            raise ArtifactError(f"{str(path)!r} is an int8 artifact exported from a checkpoint: "
-                                "graft cannot rebuild its proven bound; graft it with "
-                                "--scheme, or export it without --checkpoint") from None
+        if manifest.get("quant") is not None or checkpoint is not None:
+            raise
         rtol, atol = get_spec(manifest["scheme"]).tolerance
         ours = {"tolerance": {"rtol": rtol, "atol": atol}, "quant": None}
     return {**manifest, "tolerance": ours.get("tolerance"), "quant": ours.get("quant")}
@@ -1002,14 +1001,17 @@ def build_detected(candidate: Candidate, scheme: str, **options):
 def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None,
           positions: str | Positions | None = None, out: str | Path | None = None,
           scheme: str | None = None, add: bool = False, check: bool = True, force: bool = False,
-          lengths: Sequence[int] | None = None, seed: int = 0, **export_options) -> GraftReport:
+          lengths: Sequence[int] | None = None, seed: int = 0,
+          checkpoint: str | Path | None = None, **export_options) -> GraftReport:
     """Graft a PE into the model at ``model`` and prove it; write ``out`` if the proof holds.
 
     Either ``pe`` (an edgepe ONNX artifact) with ``at``, or ``scheme`` (found by ``detect``;
     ``export_options`` go to ``api.make_config``). ``check=False`` skips ``prove``. Returns a
     ``GraftReport``, falsy when an output differs beyond its tolerance (then nothing is written).
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
-    replaced with ``force``.
+    replaced with ``force``, and never the model, ``pe`` or its manifest. The proof's tolerance
+    comes from this edgepe's rebuild of ``pe`` (``proof_manifest``; ``checkpoint``: the weights
+    an int8 ``pe`` was exported from), never from ``pe``'s manifest.
     """
     from edgepe.export.artifact import check_output, write_output
 
@@ -1061,7 +1063,7 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
                          f"opset {_opset(original)} -> {_opset(grafted.model)}"
                          if grafted.converted else None, model=grafted.model)
     if check:
-        held_to = manifest if pe is None else proof_manifest(pe, manifest)
+        held_to = manifest if pe is None else proof_manifest(pe, manifest, checkpoint)
         report.lengths, report.checks = prove(original, grafted, pe_model, held_to,
                                               lengths=lengths, seed=seed)
     if report and out is not None:

@@ -260,29 +260,34 @@ def plot(
     seed: int = 0,
     checkpoint: str | None = None,
     checkpoint_key: str | None = None,
+    force: bool = False,
 ) -> Path:
     """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``) and write ``out`` (.png/.svg).
 
     With ``artifact`` the scheme comes from its manifest and the pictures show what the artifact
     computes (``edgepe.load``); ``quant-error`` needs an int8 artifact.
 
-    The file is written atomically; bad input raises before anything is written.
+    The file is written atomically; bad input raises before anything is written. ``out`` follows
+    the one output rule (``edgepe.export.artifact.write_output``): never the artifact, its
+    manifest or the checkpoint, an existing file (or symlink, replaced, never followed) only with
+    ``force``.
     """
-    from edgepe.export.artifact import atomic_write, check_writable
+    from edgepe.export.artifact import check_output, write_output
 
     _matplotlib_config()
     out = Path(out)
     fmt = image_format(out)
     if kind not in KINDS:
         raise BadParameterError(f"--kind {kind!r} is not one of: {', '.join(KINDS)}")
-    check_writable(out)
+    inputs = [Path(p) for p in (artifact, checkpoint) if p is not None]
+    check_output(out, inputs, force)
     from edgepe.schemes import build
 
     runtime = None
     if artifact is not None:
         import edgepe
 
-        runtime = edgepe.load(artifact)
+        runtime = edgepe.load(artifact, checkpoint=checkpoint)
         config, seed, needed = config_of(runtime.manifest)
         if kind == "quant-error":  # the float32 reference needs the checkpoint, by its sha256
             from edgepe.rebuild import check_checkpoint
@@ -310,7 +315,7 @@ def plot(
                      f"{m['format']}, {m['dtype']}) in edgepe.load", fontsize=8, ha="right",
                      va="top")
     data = render(fig, fmt)
-    atomic_write(out, lambda f: f.write(data))
+    write_output(out, data, inputs, force)
     return out
 
 

@@ -119,8 +119,12 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
     recorded_sha = inputs.get("checkpoint_sha256")
     recorded = manifest.get("checkpoint") or {}
     check_checkpoint(recorded_sha, checkpoint)
-    scheme = resolve(inputs["scheme"], inputs["max_len"], d_model=inputs["d_model"],
-                     heads=inputs["heads"], params=inputs["params"] or {})
+    try:
+        scheme = resolve(inputs["scheme"], inputs["max_len"], d_model=inputs["d_model"],
+                         heads=inputs["heads"], params=inputs["params"] or {})
+    except (TypeError, ValueError, OverflowError) as exc:  # a param of the wrong JSON type
+        raise ArtifactError(f"the manifest's inputs.params cannot be resolved for scheme "
+                            f"{inputs['scheme']!r}: {_first_line(exc)}") from None
     config = ExportConfig(
         scheme=scheme, extra=extra, max_table_bytes=max_table_bytes,
         # The recorded path string goes back into the bytes it is part of; it is never opened.
@@ -204,6 +208,32 @@ def foreign_claims(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> list[st
     return claims
 
 
+def check_claims(path: str | Path, manifest: dict[str, Any],
+                 checkpoint: str | Path | None = None) -> None:
+    """``edgepe.load``'s check of what its manifest says beyond the recorded inputs (issue 30):
+    every field that changes the values it gives (int8 ``quant.scale``/``zero_point``/``axis``,
+    ``dtype``, ``bitorder``, rope ``layout``, ``positions.out_of_range``/``limit``, shape...) must
+    equal what this edgepe derives from the inputs (``foreign_claims``; the bytes are not built
+    or compared: that is ``check="rebuild"``). Raises ``ArtifactError`` naming the first field
+    that differs. A checkpoint-based artifact needs ``checkpoint`` when it is int8 (its scales
+    come from the weights: ``CheckpointError``); a float one without it is not checked."""
+    import os
+
+    from edgepe.export import prepare
+
+    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), dict) else {}
+    if inputs.get("checkpoint_sha256") is not None and checkpoint is None \
+            and manifest.get("quant") is None:
+        return
+    size = os.stat(path).st_size
+    config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
+    ours = json.loads(_dumps(prepare(config, module).manifest))
+    claims = foreign_claims(manifest, ours)
+    if claims:
+        raise ArtifactError(f"{str(path)!r}: its manifest says what its recorded inputs do not "
+                            f"give ({claims[0]}): it was edited after export; export it again")
+
+
 def looser(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> str | None:
     """Where ``manifest`` states a looser tolerance or int8 bound than the rebuilt one."""
     for section, key in (("tolerance", "rtol"), ("tolerance", "atol"), ("quant", "bound"),
@@ -243,6 +273,11 @@ def compare(f, path: Path, manifest: dict[str, Any], prepared, ignore_paths: boo
     if field is not None:
         return f"the manifest differs from the rebuilt one at {field}", rebuilt
     return None, rebuilt
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
 
 
 def _dumps(manifest: dict[str, Any]) -> bytes:

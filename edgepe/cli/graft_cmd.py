@@ -57,7 +57,13 @@ def command(
     lengths: Annotated[str | None, typer.Option(
         "--lengths", metavar="S,...", help="Sequence lengths the check runs (default 2, "
         "max_len/2, max_len).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out (never the model, --pe or its manifest).")]
+    = False,
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", metavar="FILE",
+        help="The checkpoint an int8 --pe artifact was exported from: the proof's bound is "
+             "rebuilt from it (by its recorded sha256), never read from the artifact.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
                                              rich_help_panel=PANEL_SCHEME)] = None,
     quantize: Annotated[str | None, typer.Option("--quantize", metavar="none|int8",
@@ -79,6 +85,7 @@ def command(
                "opset": None if opset is None else parse_int("--opset", opset)}
     report = graft(model, pe=pe, at=at, positions=positions, out=out, scheme=scheme, add=add,
                    check=not no_check, force=force, lengths=_lengths(lengths),
+                   checkpoint=checkpoint,
                    **{k: v for k, v in options.items() if v is not None})
     if not (ctx.obj or {}).get("quiet", False) or not report:
         for line in report.lines():
