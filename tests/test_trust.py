@@ -572,11 +572,12 @@ def test_the_checkpoint_error_does_not_depend_on_the_files_content(outcomes):
 
 def test_every_op_the_builders_emit_is_allowed(tmp_path):
     """``edgepe.audit.EMITTED_OPS`` covers every scheme x mode x quantisation x lowering x dtype
-    (and rope's apply graphs): the allow-list is derived from what the builders emit."""
+    (and rope's apply graphs): the allow-list is derived from what the builders emit; and each
+    of those graphs passes the resource bound (``check_tensor_bound``: every tensor bounded)."""
     import io
     import itertools
 
-    from edgepe.audit import EMITTED_OPS
+    from edgepe.audit import EMITTED_OPS, check_tensor_bound
     from edgepe.errors import EdgepeError
     from edgepe.export import prepare
     from edgepe.export.artifact import INT8_RUNTIMES, LOWERINGS
@@ -608,6 +609,7 @@ def test_every_op_the_builders_emit_is_allowed(tmp_path):
             prepared.write(buffer)
             model = onnx.load_from_string(buffer.getvalue())
             used |= {(n.domain, n.op_type) for n in model.graph.node}
+            check_tensor_bound(model, f"{scheme} {mode} {quantize} {lowering} {dtype} {extra}")
             built += 1
     assert built > 100
     missing = {(d, op) for d, op in used if op not in EMITTED_OPS.get(d, ())}
