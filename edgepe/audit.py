@@ -276,8 +276,9 @@ DATA_SHAPED = frozenset({"Expand", "Range", "ConstantOfShape", "Tile", "Resize",
 
 def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
     """Refuse (``ArtifactError``, one line, exit 2) a graph that can make a tensor of more than
-    ``budget`` elements at one position, before anything runs it: ONNX shape inference with data
-    propagation over a copy whose free input dimensions are 1 bounds every tensor; one over
+    ``budget`` elements at one position, before anything runs it: ONNX shape inference over a
+    copy whose free input dimensions are 1 bounds every tensor (without data propagation, which
+    would materialise a constant ``Range(0, 2^31)`` itself: 16 GiB); one over
     ``budget``, or a data-shaped op (``DATA_SHAPED``: Expand, Range, Tile, ConstantOfShape,
     Resize, Pad, loops...) whose output size it cannot bound, is refused naming the node."""
     import onnx
@@ -292,7 +293,7 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
                 dim.dim_value = 1
     del copy.graph.value_info[:]
     try:
-        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=False)
     except Exception as exc:  # noqa: BLE001 - a graph inference rejects is not edgepe's
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise ArtifactError(f"{where!r}: ONNX shape inference fails on its graph ({first}): "

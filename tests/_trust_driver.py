@@ -5,11 +5,12 @@ Usage: ``python tests/_trust_driver.py PLAN.json RESULTS.json``. PLAN is a list 
 ``edgepe.load(PATH).encode([0, 1, 2])``. Before each case the driver tries to open the
 nonexistent path ``/edgepe-trust-case/ID``: in an strace log of ``openat`` calls that failed
 open marks where the case starts. Each result holds the exit code, stdout, stderr, the seconds
-taken and the folder's listing before and after (name, size, mtime).
+taken and the folder's listing before and after (name, size, mtime, sha256 of regular files).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -24,7 +25,11 @@ def listing(folder: str) -> list:
         for name in files:
             path = os.path.join(root, name)
             info = os.lstat(path)
-            out.append([os.path.relpath(path, folder), info.st_size, info.st_mtime_ns])
+            digest = ""
+            if os.path.isfile(path) and not os.path.islink(path) and info.st_size < 1 << 26:
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out.append([os.path.relpath(path, folder), info.st_size, info.st_mtime_ns, digest])
     return sorted(out)
 
 
