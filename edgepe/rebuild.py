@@ -216,7 +216,9 @@ def check_claims(path: str | Path, manifest: dict[str, Any],
     equal what this edgepe derives from the inputs (``foreign_claims``; the bytes are not built
     or compared: that is ``check="rebuild"``). Raises ``ArtifactError`` naming the first field
     that differs. A checkpoint-based artifact needs ``checkpoint`` when it is int8 (its scales
-    come from the weights: ``CheckpointError``); a float one without it is not checked."""
+    come from the weights: ``CheckpointError``); a float one without it is not checked, nor a
+    float ONNX or ExecuTorch graph of a pe or bias scheme (its bytes alone give its values;
+    a rope graph's layout and an int8 graph's scale are manifest fields load uses)."""
     import os
 
     from edgepe.export import prepare
@@ -225,6 +227,9 @@ def check_claims(path: str | Path, manifest: dict[str, Any],
     if inputs.get("checkpoint_sha256") is not None and checkpoint is None \
             and manifest.get("quant") is None:
         return
+    if manifest["format"] in ("onnx", "pte") and manifest.get("quant") is None \
+            and manifest["kind"] != "rope":
+        return  # a float graph's values come from its bytes alone (the sha256 covers them)
     size = os.stat(path).st_size
     config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
     ours = json.loads(_dumps(prepare(config, module).manifest))
