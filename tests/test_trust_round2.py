@@ -168,6 +168,36 @@ def _float16_table(folder: Path) -> list[str]:
     return _verify(path, "--accept-foreign")
 
 
+def _load_edited(folder: Path, what: str) -> list[str]:
+    """An artifact re-signed (same version) with one value-changing manifest field edited:
+    ``edgepe.load`` and ``run`` must not give other values silently."""
+    if what == "int8-scale":
+        path = _export(folder, "s.npy", "sinusoidal", 16, d_model=8, format="npy",
+                       quantize="int8")
+
+        def edit(m: dict) -> None:
+            q = m["quant"]
+            q["scale"] = [2 * v for v in q["scale"]] if isinstance(q["scale"], list) \
+                else 2 * q["scale"]
+    elif what == "bitorder":
+        path = _export(folder, "g.bin", "gray", 16, format="bin", mode="table", dtype="bit")
+
+        def edit(m: dict) -> None:
+            m["bitorder"] = "big" if m.get("bitorder") != "big" else "little"
+    else:  # int8 graph scale
+        path = _export(folder, "q.onnx", "sinusoidal", 16, d_model=8, mode="table",
+                       quantize="int8")
+
+        def edit(m: dict) -> None:
+            q = m["quant"]
+            q["scale"] = [2 * v for v in q["scale"]] if isinstance(q["scale"], list) \
+                else 2 * q["scale"]
+    manifest = _manifest(path)
+    edit(manifest)
+    _write_manifest(path, manifest)
+    return ["load", str(path)]
+
+
 # -- graft's proof -------------------------------------------------------------------------------
 
 def _graft_loose(folder: Path) -> list[str]:
@@ -373,6 +403,10 @@ CASES = [
          r"not reproduced.*cpu FAILED: .*position 74 "),
     Case("float16-stored-float32-claimed", "forged foreign", _float16_table, 2,
          r"npy header|float16"),
+    # edgepe.load and value-changing manifest fields (class 3)
+    *[Case(f"load-edited-{what}", "forged foreign", lambda f, what=what: _load_edited(f, what),
+           2, r"its manifest says what its recorded inputs do not give")
+      for what in ("int8-scale", "bitorder", "int8-graph-scale")],
     # graft's proof (class 2)
     Case("graft-pe-tolerance-1e9", "graft proof", _graft_loose, 1,
          r"differ from the original's beyond tolerance"),
