@@ -87,9 +87,9 @@ def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[
 def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: int) -> str:
     base = report["baseline_maxrss_bytes"] / 2**20
     lines = ["## verify's peak memory against the artifact", "",
-             f"{date}; {machine.get('cpu', '')}. One `edgepe.api.verify` per subprocess (peak RSS by "
-             f"wait4); the imports alone peak at {base:.0f} MiB; *added* is the verify's peak "
-             "minus that.", "",
+             f"{date}; {machine.get('cpu', '')}. One `edgepe.api.verify` per subprocess "
+             f"(peak RSS by wait4); the imports alone peak at {base:.0f} MiB; *added* is the "
+             "verify's peak minus that.", "",
              "| artifact | file | verify | peak MiB | added MiB | added / file |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in report["rows"]:

@@ -5,8 +5,9 @@ Usage: ``python tests/_trust_driver.py PLAN.json RESULTS.json``. PLAN is a list 
 ``edgepe.load(PATH).encode([0, 1, 2])``. Before each case the driver tries to open the
 nonexistent path ``/edgepe-trust-case/ID``: in an strace log of ``openat`` calls that failed
 open marks where the case starts (after the listing before it, which reads files to hash them),
-and ``/edgepe-trust-case/ID.listing`` where it ends (the listing after it is not the case's). Each result holds the exit code, stdout, stderr, the seconds
-taken and the folder's listing before and after (name, size, mtime, sha256 of regular files).
+and ``/edgepe-trust-case/ID.listing`` where it ends (the listing after it is not the case's).
+Each result holds the exit code, stdout, stderr, the seconds taken and the folder's listing
+before and after (name, size, mtime, sha256 of regular files).
 """
 
 from __future__ import annotations
