@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.contract.commit import atomic_write
-from edgepe.contract.config import check_writable
+from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.rebuild import check_checkpoint
 
@@ -263,27 +262,32 @@ def plot(
     seed: int = 0,
     checkpoint: str | None = None,
     checkpoint_key: str | None = None,
+    force: bool = False,
 ) -> Path:
     """Draw ``kind`` for the scheme ``config`` (a ``SchemeConfig``) and write ``out`` (.png/.svg).
 
     With ``artifact`` the scheme comes from its manifest and the pictures show what the artifact
     computes (``edgepe.load``); ``quant-error`` needs an int8 artifact.
 
-    The file is written atomically; bad input raises before anything is written.
+    The file is written atomically; bad input raises before anything is written. ``out`` follows
+    the one output rule (``edgepe.contract.config.write_output``): never the artifact, its
+    manifest or the checkpoint, an existing file (or symlink, replaced, never followed) only with
+    ``force``.
     """
     _matplotlib_config()
     out = Path(out)
     fmt = image_format(out)
     if kind not in KINDS:
         raise BadParameterError(f"--kind {kind!r} is not one of: {', '.join(KINDS)}")
-    check_writable(out)
+    inputs = [Path(p) for p in (artifact, checkpoint) if p is not None]
+    check_output(out, inputs, force)
     from edgepe.schemes import build
 
     runtime = None
     if artifact is not None:
         from edgepe.runtime import load
 
-        runtime = load(artifact)
+        runtime = load(artifact, checkpoint=checkpoint)
         config, seed, needed = config_of(runtime.manifest)
         if kind == "quant-error":  # the float32 reference needs the checkpoint, by its sha256
 
@@ -310,7 +314,7 @@ def plot(
                      f"{m['format']}, {m['dtype']}) in edgepe.load", fontsize=8, ha="right",
                      va="top")
     data = render(fig, fmt)
-    atomic_write(out, lambda f: f.write(data))
+    write_output(out, data, inputs, force)
     return out
 
 

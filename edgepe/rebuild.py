@@ -26,7 +26,7 @@ from edgepe.contract.manifest import dumps as _dumps
 from edgepe.contract.manifest import open_regular
 from edgepe.contract.version import __version__
 from edgepe.export import prepare
-from edgepe.export.compare import compare
+from edgepe.export.compare import _comparable, compare, first_difference
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
@@ -55,6 +55,9 @@ class Rebuilt:
     config: Any = None  # the ExportConfig rebuilt from the inputs
     module: Any = None  # its reference module (the verifier's reference)
     note: str = ""  # why it was not reproduced although nothing was found wrong
+    # another version's manifest claims this edgepe does not derive (accepted: --accept-foreign)
+    unchecked: tuple[str, ...] = ()
+    bytes_match: bool = False  # the file's bytes are the rebuild's (only the manifest may differ)
 
     @property
     def ok(self) -> bool:
@@ -122,8 +125,12 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
     recorded_sha = inputs.get("checkpoint_sha256")
     recorded = manifest.get("checkpoint") or {}
     check_checkpoint(recorded_sha, checkpoint)
-    scheme = resolve(inputs["scheme"], inputs["max_len"], d_model=inputs["d_model"],
-                     heads=inputs["heads"], params=inputs["params"] or {})
+    try:
+        scheme = resolve(inputs["scheme"], inputs["max_len"], d_model=inputs["d_model"],
+                         heads=inputs["heads"], params=inputs["params"] or {})
+    except (TypeError, ValueError, OverflowError) as exc:  # a param of the wrong JSON type
+        raise ArtifactError(f"the manifest's inputs.params cannot be resolved for scheme "
+                            f"{inputs['scheme']!r}: {_first_line(exc)}") from None
     config = ExportConfig(
         scheme=scheme, extra=extra, max_table_bytes=max_table_bytes,
         # The recorded path string goes back into the bytes it is part of; it is never opened.
@@ -139,12 +146,20 @@ def config_from_manifest(manifest: dict[str, Any], checkpoint: str | Path | None
 
 
 def rebuild(path: str | Path, manifest: dict[str, Any],
-            checkpoint: str | Path | None = None) -> Rebuilt:
+            checkpoint: str | Path | None = None, accept_foreign: bool = False) -> Rebuilt:
     """Rebuild the artifact at ``path`` from ``manifest`` and compare (see the module doc).
 
     ``manifest`` must be validated (``edgepe.contract.manifest.read``). Inputs the running edgepe
     cannot build (an unknown scheme, a table bigger than the file allows) raise an ``EdgepeError``
     (exit 2); a difference does not raise.
+
+    An artifact another edgepe version wrote (a foreign build) is not compared byte for byte;
+    every claim of its manifest (every field but ``edgepe_version``, ``sha256`` and
+    ``checkpoint.path``: quant scale, zero point and bounds, ``positions.out_of_range`` and
+    limit, dtype, layout, shape, tolerance...) must equal what this edgepe derives from the
+    recorded inputs (``foreign_claims``), else the rebuild FAILS naming the first one;
+    ``accept_foreign`` accepts them instead and lists each in ``unchecked`` (the numeric check
+    then still uses this edgepe's values, never the file's).
     """
     from edgepe.schemes import get_spec
 
@@ -158,11 +173,78 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
             # Another version may build other bytes from the same inputs: nothing to compare,
             # but the tolerances and bounds still come from this one's registry and quantiser.
             ours = json.loads(_dumps(prepared.manifest))
-            return Rebuilt(False, looser(manifest, ours), ours, False, config, module,
-                           note=f"written by edgepe {manifest.get('edgepe_version')!r}, this is "
-                                f"{__version__}: verified numerically only")
+            claims = foreign_claims(manifest, ours)
+            difference = looser(manifest, ours)
+            if difference is None and claims and not accept_foreign:
+                more = f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
+                difference = (f"a foreign build's claim this edgepe cannot reproduce: "
+                              f"{claims[0]}{more}; pass --accept-foreign to verify it "
+                              "numerically with this edgepe's values")
+            note = (f"written by edgepe {manifest.get('edgepe_version')!r}, this is "
+                    f"{__version__}: verified numerically only")
+            if claims and accept_foreign:
+                note += f"; {len(claims)} claim(s) accepted unchecked: " + "; ".join(claims)
+            return Rebuilt(False, difference, ours, False, config, module, note=note,
+                           unchecked=tuple(claims) if accept_foreign else ())
         difference, rebuilt = compare(f, path, manifest, prepared, ignore_paths=True)
-    return Rebuilt(difference is None, difference, rebuilt, True, config, module)
+    same_bytes = difference is None or difference.startswith("the manifest differs")
+    return Rebuilt(difference is None, difference, rebuilt, True, config, module,
+                   bytes_match=same_bytes)
+
+
+# The fields a foreign build may state differently without it being a claim about its values.
+_NOT_CLAIMS = ("edgepe_version", "sha256")
+
+
+def foreign_claims(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> list[str]:
+    """Each manifest field of a foreign build that differs from what this edgepe derives from
+    the same recorded inputs (``rebuilt``), as ``"FIELD: the file claims X, this edgepe derives
+    Y"``: a claim the verifier cannot reproduce (bounded to the first 16)."""
+    theirs = {k: v for k, v in _comparable(manifest).items() if k not in _NOT_CLAIMS}
+    ours = {k: v for k, v in _comparable(rebuilt).items() if k not in _NOT_CLAIMS}
+    claims: list[str] = []
+    for key in sorted(set(theirs) | set(ours)):
+        if len(claims) >= 16:
+            break
+        found = first_difference({key: theirs[key]} if key in theirs else {},
+                                 {key: ours[key]} if key in ours else {})
+        if found is not None:
+            claims.append(found.replace(" != rebuilt ", " != this edgepe's "))
+    return claims
+
+
+def check_claims(path: str | Path, manifest: dict[str, Any],
+                 checkpoint: str | Path | None = None) -> None:
+    """``edgepe.load``'s check of what its manifest says beyond the recorded inputs (issue 30):
+    every field that changes the values it gives (int8 ``quant.scale``/``zero_point``/``axis``,
+    ``dtype``, ``bitorder``, rope ``layout``, ``positions.out_of_range``/``limit``, shape...) must
+    equal what this edgepe derives from the inputs (``foreign_claims``; the bytes are not built
+    or compared: that is ``check="rebuild"``). Raises ``ArtifactError`` naming the first field
+    that differs. A checkpoint-based artifact needs ``checkpoint`` when it is int8 (its scales
+    come from the weights: ``CheckpointError``); a float one without it is not checked, nor a
+    float ONNX or ExecuTorch graph of a pe or bias scheme (its bytes alone give its values;
+    a rope graph's layout and an int8 graph's scale are manifest fields load uses)."""
+    import os
+
+    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), dict) else {}
+    if inputs.get("checkpoint_sha256") is not None and checkpoint is None \
+            and manifest.get("quant") is None:
+        return
+    if manifest["format"] in ("onnx", "pte") and manifest.get("quant") is None \
+            and manifest["kind"] != "rope":
+        return  # a float graph's values come from its bytes alone (the sha256 covers them)
+    size = os.stat(path).st_size
+    config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
+    ours = json.loads(_dumps(prepare(config, module).manifest))
+    claims = foreign_claims(manifest, ours)
+    if claims:
+        raise ArtifactError(f"{str(path)!r}: its manifest says what its recorded inputs do not "
+                            f"give ({claims[0]}): it was edited after export; export it again")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
 
 
 def looser(manifest: dict[str, Any], rebuilt: dict[str, Any]) -> str | None:
@@ -184,7 +266,7 @@ def just_built(path: str | Path, manifest: dict[str, Any],
     to compare is skipped; the reference module is built as for a rebuild."""
     size = Path(path).stat().st_size
     config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, size))
-    return Rebuilt(True, None, manifest, True, config, module)
+    return Rebuilt(True, None, manifest, True, config, module, bytes_match=True)
 
 
 def _cap(manifest: dict[str, Any], size: int) -> int:

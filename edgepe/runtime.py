@@ -45,7 +45,7 @@ from edgepe.contract.errors import (
 )
 from edgepe.contract.manifest import open_regular, read
 from edgepe.graphs.untrusted import check_untrusted
-from edgepe.rebuild import rebuild
+from edgepe.rebuild import check_claims, rebuild
 
 INT64_MAX = 2**63 - 1
 
@@ -126,6 +126,11 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     control flow or ops edgepe's builders never emit (``edgepe.graphs.untrusted.check_untrusted``),
     an output shape other than its manifest's, or an npy header other than the one edgepe writes.
 
+    Every manifest field that changes the values it gives (an int8 ``quant.scale``, ``dtype``,
+    ``bitorder``, a rope layout, the out-of-range policy...) must be what this edgepe derives
+    from the manifest's recorded inputs (``edgepe.rebuild.check_claims``), else ``ArtifactError``;
+    an int8 artifact exported from a checkpoint needs ``checkpoint`` for that.
+
     ``check="rebuild"`` also rebuilds the artifact from its manifest's inputs with this edgepe
     (``edgepe.rebuild``; ``checkpoint``: the file a checkpoint-based artifact came from) and
     raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
@@ -149,17 +154,21 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
         if not rebuilt.reproduced:
             raise ParityError(f"{str(path)!r} is not reproduced: {rebuilt}")
     if fmt == "onnx":
-        return OnnxRuntime(path, manifest, providers, data)
-    if fmt == "pte":
+        runtime: Runtime = OnnxRuntime(path, manifest, providers, data)
+    elif fmt == "pte":
         if providers is not None:
             raise BadParameterError(
                 f"{str(path)!r} is an ExecuTorch program: it runs on ExecuTorch's runtime, "
                 "providers apply to ONNX artifacts"
             )
-        return PteRuntime(path, manifest)
-    if providers is not None:
-        resolve_providers(providers)  # a misspelt name is still an error
-    return TableRuntime(path, manifest)
+        runtime = PteRuntime(path, manifest)
+    else:
+        if providers is not None:
+            resolve_providers(providers)  # a misspelt name is still an error
+        runtime = TableRuntime(path, manifest)
+    if check != "rebuild":  # (a rebuild compared the whole manifest already)
+        check_claims(path, manifest, checkpoint)
+    return runtime
 
 
 def read_artifact_manifest(path: Path) -> dict[str, Any]:

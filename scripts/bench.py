@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 # --part NAME -> the module in scripts/ that measures it (``run`` and ``markdown``): the demo at
 # N = 512, 4096, 65536 with every int8 variant and issue 19's ratio rows; the floors under two of
 # issue 19's targets.
-PARTS = {"int8-speed": "bench_int8", "floors": "bench_floors", "sliced": "bench_sliced"}
+PARTS = {"int8-speed": "bench_int8", "floors": "bench_floors", "sliced": "bench_sliced",
+         "verify-memory": "bench_verify_memory"}  # issue 30: verify peak vs artifact
 
 
 def module_part(args, part: str) -> int:

@@ -118,7 +118,8 @@ BAD = [
     ("gaussian", 16, {"d_model": 8}, ["no d_model"]),
     ("gray", 16, {"heads": 4}, ["no heads"]),
     ("learned", 2**30, {}, ["learned table", "GiB"]),
-    ("sinusoidal-learned", 2**26, {"d_model": 64}, ["residual", "GiB"]),
+    ("sinusoidal-learned", 2**24, {"d_model": 64}, ["residual", "GiB"]),
+    ("sinusoidal", 2**24 + 1, {"d_model": 8}, ["past where", "its cap is 16777216"]),  # issue 30
     ("binary", 2**40, {}, ["pe_binary", "GiB"]),
 ]
 

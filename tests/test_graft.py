@@ -215,7 +215,7 @@ def test_graft_artifact_from_the_demo_checkpoint_python_api(models, quantize, tm
     artifact = api.export(config, verify=False)[0].path
     (found,) = detect(load_model(models["dynamo"])[0], "binary")
     report = edgepe.graft(models["dynamo"], pe=artifact, at=found.at, positions="arange:x",
-                          out=tmp_path / "out.onnx")
+                          out=tmp_path / "out.onnx", checkpoint=models["dir"] / "demo-pe.pt")
     assert report, str(report)
     assert [c.name for c in report.checks] == ["y"] and report.lengths[-1] == L
     assert report.checks[0].max_abs_err <= report.checks[0].tolerance

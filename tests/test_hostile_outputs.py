@@ -306,7 +306,7 @@ def test_ranges_near_int64_limits_are_exact(folder, tmp_path):
     ):
         out = tmp_path / "rows.csv"
         result = CliRunner().invoke(app, ["run", str(folder / "g.onnx"), "-p", spec,
-                                          "--out", str(out)])
+                                          "--out", str(out), "--force"])
         assert result.exit_code == 0, result.output
         rows = np.loadtxt(out, delimiter=",", skiprows=1, dtype=object, converters=int,
                           ndmin=2)[:, 0]

@@ -126,11 +126,21 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
 
     report = verify_artifact(path, providers=["cpu"])
     assert not report and report.sha256_ok
-    # The rebuild fails first and names the edited initializer; then the (quick) sweep says
-    # what the edit does.
+    # The rebuild fails and names the edited initializer; a graph that is not its rebuild is
+    # never run (issue 30).
     assert not report.rebuild.reproduced
     assert re.search(r"the file differs from the rebuild at byte \d+ \(initializer \d+ "
                      f"'{weights[0].name}'\\)", report.rebuild.difference)
+    assert [r.error for r in report.results] == [
+        "not run: the file is not the rebuild of its recorded inputs, so it is not compiled or "
+        "run"]
+    # The same file as another edgepe version's build: numeric only, and the sweep says what
+    # the edit does.
+    manifest = json.loads(manifest_path(path).read_text())
+    manifest["edgepe_version"] = "0.0.0-other"
+    manifest_path(path).write_text(json.dumps(manifest))
+    report = verify_artifact(path, providers=["cpu"])
+    assert not report and report.rebuild.ok and not report.rebuild.same_version
     r = report.results[0]
     # positions 0..36 with bit 3 set: 8..15, 24..31 (16 of them), column 5 each, plus the probe
     assert r.mismatches >= 16

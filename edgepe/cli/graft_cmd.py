@@ -66,7 +66,13 @@ def command(
     rope_lowering: Annotated[str | None, typer.Option(
         "--rope-lowering", metavar="ort", help="With no --pe/--scheme, RoPE found: also fuse "
         "every layer's rotate-half arithmetic into onnxruntime's RotaryEmbedding.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out (never the model, --pe or its manifest).")]
+    = False,
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", metavar="FILE",
+        help="The checkpoint an int8 --pe artifact was exported from: the proof's bound is "
+             "rebuilt from it (by its recorded sha256), never read from the artifact.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
                                              rich_help_panel=PANEL_SCHEME)] = None,
     quantize: Annotated[str | None, typer.Option("--quantize", metavar="none|int8",
@@ -86,6 +92,7 @@ def command(
                    check=not no_check, force=force, lengths=_lengths(lengths),
                    max_len=None if max_len is None else parse_int("--max-len", max_len),
                    **({"rope_lowering": rope_lowering} if rope_lowering else {}),
+                   checkpoint=checkpoint,
                    **{k: v for k, v in options.items() if v is not None})
     if not (ctx.obj or {}).get("quiet", False) or not report:
         for line in report.lines():

@@ -43,6 +43,9 @@ def command(
     checkpoint_key: Annotated[str | None, typer.Option(
         "--checkpoint-key", metavar="PREFIX",
         help="The encoding's prefix in a whole model's state_dict.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out FILE (never the artifact or the "
+                        "checkpoint).")] = False,
 ) -> None:
     """Draw a scheme's (or an artifact's) encodings, or an int8 error, to a PNG or SVG file."""
     from edgepe.plot import KINDS, image_format
@@ -88,6 +91,6 @@ def command(
 
     written = plot(kind, out, config, artifact=artifact, positions=span, seed=seed,
                    checkpoint=None if checkpoint is None else str(checkpoint),
-                   checkpoint_key=checkpoint_key)
+                   checkpoint_key=checkpoint_key, force=force)
     if not (ctx.obj or {}).get("quiet"):
         typer.echo(f"wrote {written} ({written.stat().st_size} bytes)", err=True)

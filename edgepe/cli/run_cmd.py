@@ -12,7 +12,8 @@
 Bias schemes also take ``--key-positions`` (same syntax, ``[M]``; default: the positions) and
 give ``[H, N, M]``. Without ``--out`` the encodings print as a table (long or wide ones are cut
 in the middle, saying so); ``--out FILE.npy`` or ``FILE.csv`` writes every value, streamed in
-chunks with a progress bar when that takes a while.
+chunks with a progress bar when that takes a while, atomically; an existing FILE (or a symlink
+there, replaced and never followed) only with ``--force``, never the artifact or its manifest.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from typing import Annotated
 
 import typer
 
-from edgepe.contract.commit import atomic_write
-from edgepe.contract.config import check_not_input, check_writable
+from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError, PositionError
 from edgepe.contract.progress import reporting, track
 
@@ -191,8 +191,11 @@ def render(console, values, row_ids, col_ids, row_labels, label_names, column_na
                       style="dim", highlight=False, soft_wrap=True)
 
 
-def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple[int, ...]:
-    """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape."""
+def write_out(out: Path, runtime, positions, keys, show_progress: bool,
+              inputs: list[Path] | None = None, force: bool = False) -> tuple[int, ...]:
+    """Encode and write to ``out`` (npy or csv) atomically, in chunks; returns the shape.
+    The one output rule (``edgepe.contract.config.write_output``): never one of ``inputs``, an
+    existing file or symlink only with ``force``, a symlink replaced and never followed."""
     import numpy as np
 
     if runtime.kind == "bias":
@@ -225,7 +228,7 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool) -> tuple
                     f.write(_csv_rows(runtime, positions, start, values).encode())
                 advance(1)
 
-    atomic_write(out, write)
+    write_output(out, write, list(inputs or []), force)
     return tuple(shape)
 
 
@@ -282,6 +285,9 @@ def command(
         str | None,
         typer.Option(help="onnxruntime providers for ONNX artifacts, e.g. cpu or cuda,cpu."),
     ] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --out FILE (never the artifact or its "
+                        "manifest).")] = False,
 ) -> None:
     """Encode positions with an artifact: print them as a table, or save them (npy, csv)."""
     options = ctx.obj or {}
@@ -291,8 +297,7 @@ def command(
             raise BadParameterError(
                 f"--out {str(out)!r}: the file name must end in .npy or .csv"
             )
-        check_writable(out)
-        check_not_input(out, [path])
+        check_output(out, [path], force)
 
     from edgepe.runtime import check_positions, load
 
@@ -328,7 +333,8 @@ def command(
                 f"{MAX_VALUES} values: ask for fewer positions or key positions"
             )
         shape = write_out(out, runtime, rows, keys,
-                          show_progress=not quiet and sys.stderr.isatty())  # bar: terminals
+                          show_progress=not quiet and sys.stderr.isatty(),  # bar: terminals
+                          inputs=[path], force=force)
         if not quiet:
             err.print(f"wrote {out} {list(shape)}", highlight=False, soft_wrap=True)
         return

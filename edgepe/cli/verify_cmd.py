@@ -2,7 +2,9 @@
 
 Prints one table row per runtime (max/mean absolute and max relative error, mismatching elements,
 tolerance, where the nodes ran, pass/fail), the first mismatching elements, and placement notes.
-Exit 0 when everything passed, 1 when the rebuild, a comparison, the sha256 or
+``--json FILE`` follows the one output rule (atomic, a symlink replaced and never followed, an
+existing file only with ``--force``, never the artifact or its manifest). Exit 0 when everything
+passed, 1 when the rebuild, a comparison, the sha256 or
 ``--strict-placement`` failed, 2 on bad input (no manifest, a truncated or non-ONNX file, an
 unknown runtime, a checkpoint-based artifact without its ``--checkpoint``).
 """
@@ -14,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from edgepe.contract.config import check_not_input, check_writable
+from edgepe.contract.config import check_output
 
 
 def command(
@@ -36,6 +38,15 @@ def command(
     quick: Annotated[bool, typer.Option(
         "--quick", help="Only the first 4096 positions and a small probe, on the default "
                         "runtime.")] = False,
+    accept_foreign: Annotated[bool, typer.Option(
+        "--accept-foreign",
+        help="An artifact of another edgepe version whose manifest claims what this edgepe "
+             "does not derive from its recorded inputs: verify it numerically with this "
+             "edgepe's values instead of failing; the report lists each unchecked claim.")]
+    = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --json FILE (never the artifact or its "
+                        "manifest).")] = False,
     checkpoint: Annotated[Path | None, typer.Option(
         "--checkpoint", metavar="FILE",
         help="The checkpoint a checkpoint-based artifact was exported from (its sha256 must be "
@@ -51,11 +62,11 @@ def command(
     quiet = (ctx.obj or {}).get("quiet")
     to_stdout = json_file is not None and str(json_file) == "-"
     if json_file is not None and not to_stdout:
-        check_writable(json_file, "--json")
-        check_not_input(json_file, [path], "--json")
+        check_output(json_file, [path], force, "--json")
     report = verify_artifact(path, providers=names, quick=quick,
                              json_path=None if to_stdout else json_file,
                              strict_placement=strict_placement, checkpoint=checkpoint,
+                             accept_foreign=accept_foreign, force=force,
                              progress=False if quiet else None)  # a bar only on a terminal
     if to_stdout:
         from edgepe.verify.report import to_json

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from edgepe.contract.commit import TMP_MARK as TMP_MARK  # where tests and tools look for it
-from edgepe.contract.commit import hashed, target_lock, write_pair
+from edgepe.contract.commit import atomic_write, hashed, target_lock, write_pair
 from edgepe.contract.errors import BadParameterError, OutputPathError
 from edgepe.contract.manifest import dumps as dumps_manifest
 from edgepe.contract.manifest import path_for as manifest_path
@@ -268,6 +268,29 @@ def check_not_input(out: Path, inputs: list[Path], option: str = "--out") -> Non
             if _same_file(out, source):
                 raise OutputPathError(f"{option} {str(out)!r} is the input {str(source)!r}; "
                                       "write somewhere else")
+
+
+def check_output(out: Path, inputs: list[Path], force: bool, option: str = "--out") -> None:
+    """The one output rule for a command's file that is not an artifact (a JSON report, run's
+    values, a plot, a grafted model), checked before any work: writable (``check_writable``),
+    never one of the command's ``inputs`` or their manifests, ``--force`` or not (a symlink to
+    one counts as it), and an existing file (or symlink, dangling or not) only replaced with
+    ``force``. The write itself (``write_output``) is atomic and replaces a symlink, never what
+    it points to."""
+    check_writable(out, option)
+    check_not_input(out, inputs, option)
+    if os.path.lexists(out) and not force:
+        what = "is a symlink" if os.path.islink(out) else "exists"
+        raise OutputPathError(f"{option} {str(out)!r} {what}; pass --force to replace it")
+
+
+def write_output(out: Path, data: bytes | Callable[[BinaryIO], None], inputs: list[Path],
+                 force: bool, option: str = "--out") -> str:
+    """``check_output`` again (the place may have changed since), then ``atomic_write``: a
+    temporary file beside ``out`` renamed over it. Returns the sha256 written."""
+    check_output(out, inputs, force, option)
+    write = data if callable(data) else (lambda f: f.write(data))
+    return atomic_write(out, write)
 
 
 def _same_file(a: Path, b: Path) -> bool:

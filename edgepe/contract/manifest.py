@@ -9,7 +9,9 @@ file's ``shape`` is ``[rows, cols]``, npy/bin hold tables, a bias scheme has ``h
 (a symlink to ``/dev/zero`` or a FIFO is refused before it is opened, and checked again on the
 open descriptor), reads at most ``MAX_BYTES``, refuses JSON nested deeper than ``MAX_DEPTH``
 before parsing it (no recursion on a 100000-deep document), duplicate keys (parsers disagree on
-which one wins) and ``NaN``/``Infinity``. Every refusal is one ``ArtifactError`` line (exit 2).
+which one wins), ``NaN``/``Infinity``, integers longer than ``MAX_INT_DIGITS`` digits and numbers
+that overflow float64; ``validate`` checks the recorded ``inputs`` (types and ranges) too. Every
+refusal is one ``ArtifactError`` line (exit 2).
 
 ``dumps`` is the canonical text (sorted keys, no timestamps: exports are byte-identical) and
 ``write`` puts it next to its artifact.
@@ -32,6 +34,11 @@ from edgepe.contract.errors import ArtifactError
 
 MAX_BYTES = 1 << 20  # edgepe's largest manifests (int8 scales of d_model 4096) are ~200 KiB
 MAX_DEPTH = 16  # edgepe writes 4 levels (layout, onnx inputs); 16 leaves room, bounds parsing
+# The longest integer a manifest may spell (int64's 19 digits and a sign; a 4000-digit integer
+# used to overflow float conversions deep inside a command: issue 30), and the longest number
+# with a fraction or exponent (a float64 needs 17 significant digits and an exponent).
+MAX_INT_DIGITS = 20
+MAX_FLOAT_CHARS = 40
 FORMATS = ("onnx", "npy", "bin", "c", "pte")
 TABLE_FORMATS = ("npy", "bin")
 TABLE_FILES = ("npy", "bin", "c")  # formats whose table mode stores [rows, cols] as such
@@ -115,6 +122,28 @@ def _schema() -> tuple[Field, ...]:
         Field("pte", "object", null=True),  # ExecuTorch programs (edgepe.formats.pte)
         Field("pte.max_n", "int", required=True, low=1, high=4096),
         Field("pte.operators", "list", required=True),
+        # The recorded inputs a rebuild (verify, graft's proof, load check="rebuild") derives
+        # everything from: each of the JSON type and range it must have (issue 30), so a list,
+        # string, bool or number where an object or scheme id goes is one line, exit 2, in
+        # every reader, not an internal error in the one that rebuilds.
+        Field("inputs.scheme", "str"),
+        Field("inputs.params", "object", null=True),
+        Field("inputs.max_len", "int", low=1, high=MAX_LEN_LIMIT),
+        Field("inputs.d_model", "int", null=True, low=1, high=D_MODEL_LIMIT),
+        Field("inputs.heads", "int", null=True, low=1, high=HEADS_LIMIT),
+        Field("inputs.mode", "str", choices=MODES),
+        Field("inputs.format", "str", choices=FORMATS),
+        Field("inputs.dtype", "str", choices=DTYPES),
+        Field("inputs.quantize", "str", null=True),
+        Field("inputs.quant_granularity", "str", null=True),
+        Field("inputs.lowering", "str", null=True),
+        Field("inputs.int8_runtime", "str", null=True),
+        Field("inputs.seed", "int", null=True, low=0, high=2**63 - 1),
+        Field("inputs.opset", "int", null=True, low=1, high=30),
+        Field("inputs.c_prefix", "str", null=True),
+        Field("inputs.c_align", "int", null=True, low=1, high=8192),
+        Field("inputs.checkpoint_sha256", "str", null=True),
+        Field("inputs.checkpoint_key", "str", null=True),
     )
 
 
@@ -213,8 +242,22 @@ def loads(data: bytes, where: str) -> dict[str, Any]:
     def constant(name: str):
         raise ValueError(f"{name} is not a number JSON allows")
 
+    def integer(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise ValueError(f"an integer of {len(digits.lstrip('-'))} digits (at most "
+                             f"{MAX_INT_DIGITS})")
+        return int(digits)
+
+    def number(digits: str) -> float:
+        value = float(digits)
+        if len(digits) > MAX_FLOAT_CHARS or not math.isfinite(value):
+            raise ValueError(f"the number {digits[:24]}{'...' if len(digits) > 24 else ''} "
+                             f"(at most {MAX_FLOAT_CHARS} characters, finite)")
+        return value
+
     try:
-        manifest = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        manifest = json.loads(text, object_pairs_hook=pairs, parse_constant=constant,
+                              parse_int=integer, parse_float=number)
     except (ValueError, RecursionError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ArtifactError(f"manifest {where!r} is not valid JSON ({first})") from None

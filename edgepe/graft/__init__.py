@@ -47,12 +47,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edgepe.contract.commit import atomic_write
-from edgepe.contract.config import check_writable
-from edgepe.contract.errors import BadParameterError, OutputPathError
+from edgepe.contract.config import check_output, write_output
+from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
 from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, find_pe
 from edgepe.graft.lower import lower_rope
-from edgepe.graft.prove import pe_tolerance, prove, prove_found, table_pe
+from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
 from edgepe.graft.splice import (
@@ -73,7 +73,7 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
           positions: str | Positions | None = None, out: str | Path | None = None,
           scheme: str | None = None, add: bool = False, check: bool = True, force: bool = False,
           lengths: Sequence[int] | None = None, seed: int = 0, max_len: int | None = None,
-          **export_options) -> GraftReport:
+          checkpoint: str | Path | None = None, **export_options) -> GraftReport:
     """Graft a PE into the model at ``model`` and prove it; write ``out`` if the proof holds.
 
     Either ``pe`` (an edgepe ONNX artifact) with ``at``, or ``scheme`` (found by ``detect``;
@@ -81,7 +81,9 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     transformers export itself. ``check=False`` skips ``prove``. Returns a
     ``GraftReport``, falsy when an output differs beyond its tolerance (then nothing is written).
     Bad input raises an ``EdgepeError`` before anything is written; an existing ``out`` is only
-    replaced with ``force``.
+    replaced with ``force``, and never the model, ``pe`` or its manifest. The proof's tolerance
+    comes from this edgepe's rebuild of ``pe`` (``proof_manifest``; ``checkpoint``: the weights
+    an int8 ``pe`` was exported from), never from ``pe``'s manifest.
     """
     if pe is not None and scheme is not None:
         raise BadParameterError("graft takes --pe ARTIFACT --at TENSOR, or --scheme ID, or "
@@ -89,6 +91,9 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     if pe is not None and not at:
         raise BadParameterError("--pe needs --at TENSOR: the tensor the PE replaces")
     if pe is None and scheme is None:
+        if checkpoint is not None:
+            raise BadParameterError("--checkpoint goes with --pe (the weights an int8 artifact "
+                                    "was exported from)")
         return graft_found(model, out=out, check=check, force=force, lengths=lengths, seed=seed,
                            max_len=max_len, **export_options)
     if max_len is not None:
@@ -97,11 +102,11 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     if export_options and scheme is None:
         raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
                                 "--scheme (an artifact given with --pe is already exported)")
+    # The one output rule: never the model, the artifact or its manifest, --force or not.
+    inputs = [Path(model), *([Path(pe)] if pe is not None else [])]
     if out is not None:
         out = Path(out)
-        check_writable(out)
-        if out.exists() and not force:
-            raise OutputPathError(f"{str(out)!r} exists; pass --force to replace it")
+        check_output(out, inputs, force)
     original, size = load_model(model)
     if scheme is not None:
         candidates = detect(original, scheme)
@@ -138,10 +143,11 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
                          f"opset {_opset(original)} -> {_opset(grafted.model)}"
                          if grafted.converted else None, model=grafted.model)
     if check:
-        report.lengths, report.checks = prove(original, grafted, pe_model, manifest,
+        held_to = manifest if pe is None else proof_manifest(pe, manifest, checkpoint)
+        report.lengths, report.checks = prove(original, grafted, pe_model, held_to,
                                               lengths=lengths, seed=seed)
     if report and out is not None:
-        atomic_write(out, lambda f: f.write(data))
+        write_output(out, data, inputs, force)
         report.out = out
     return report
 
@@ -167,12 +173,12 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
     if max_len is not None and max_len < 1:
         raise BadParameterError(f"--max-len must be positive, got {max_len}")
+    # The one output rule, for OUT and its external data beside it: never the model or its data.
+    inputs = [Path(model), _data_path(Path(model))]
     if out is not None:
         out = Path(out)
-        check_writable(out)
         for path in (out, _data_path(out)):
-            if path.exists() and not force:
-                raise OutputPathError(f"{str(path)!r} exists; pass --force to replace it")
+            check_output(path, inputs, force)
     original, size = load_model(model)
     found = find_pe(original)
     if not found:
@@ -213,6 +219,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             original, grafted, pick.replaces, length - record.get("offset", 0),
             bound=record.get("quant", {}).get("bound", 0.0), lengths=lengths, seed=seed)
     if report and out is not None:
+        for path in (out, _data_path(out)):  # again: the place may have changed since
+            check_output(path, inputs, force)
         write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or
                     _data_path(Path(model)).exists())
         report.out = out

@@ -7,9 +7,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from edgepe.contract.errors import ArtifactError, BadParameterError, ParityError
+from edgepe.contract.errors import ArtifactError, BadParameterError, CheckpointError, ParityError
 from edgepe.graft.report import OutputCheck
 from edgepe.graft.splice import Grafted, _opset, graft_model
+from edgepe.rebuild import rebuild
 
 if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays light
     import numpy as np
@@ -110,6 +111,54 @@ def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -
     return feeds
 
 
+def proof_manifest(path, manifest: dict[str, Any], checkpoint=None) -> dict[str, Any]:
+    """``manifest`` with the tolerance and int8 bound the proof holds the grafted model to taken
+    from this edgepe's rebuild of the artifact's recorded inputs (``edgepe.rebuild``), never
+    from the given file: an artifact whose manifest states a looser tolerance or bound does not
+    loosen the proof (issue 30). A checkpoint-based artifact without its ``checkpoint`` takes the
+    registry's tolerance; an int8 one needs it (its bound comes from the weights)."""
+    from edgepe.schemes import get_spec
+
+    try:
+        ours = rebuild(path, manifest, checkpoint).manifest or {}
+    except CheckpointError:
+        if manifest.get("quant") is not None or checkpoint is not None:
+            raise
+        rtol, atol = get_spec(manifest["scheme"]).tolerance
+        ours = {"tolerance": {"rtol": rtol, "atol": atol}, "quant": None}
+    return {**manifest, "tolerance": ours.get("tolerance"), "quant": ours.get("quant")}
+
+
+# What the proof may ask for before it runs anything: the PE's table of max_len rows (float32)
+# and each sequence length fed to the model (issue 30: a huge max_len or --lengths was a
+# MemoryError, exit 3).
+PROOF_TABLE_BYTES = 256 * 2**20
+PROOF_MAX_LENGTH = 1 << 16
+
+
+def check_lengths(lengths: Sequence[int] | None, max_len: int) -> None:
+    """Refuse (``BadParameterError``, exit 2) a sequence length below 1 or over
+    ``min(PROOF_MAX_LENGTH, max_len)``, naming the cap."""
+    for length in lengths or ():
+        if not 1 <= int(length) <= min(PROOF_MAX_LENGTH, max_len):
+            raise BadParameterError(
+                f"--lengths {length}: each length must be 1 .. {min(PROOF_MAX_LENGTH, max_len)}"
+                f" (the PE's max_len {max_len}, graft's cap {PROOF_MAX_LENGTH})")
+
+
+def check_proof_size(manifest: dict[str, Any], lengths: Sequence[int] | None) -> None:
+    """Refuse (``BadParameterError``, exit 2) a proof over more than ``PROOF_TABLE_BYTES`` of
+    PE rows or a sequence length over ``PROOF_MAX_LENGTH`` (or below 1), naming the cap."""
+    max_len = int(manifest["max_len"])
+    width = int(manifest.get("d_model") or manifest.get("heads") or 1)
+    if max_len * width * 4 > PROOF_TABLE_BYTES:
+        raise BadParameterError(
+            f"max_len {max_len} x width {width}: the proof's float32 PE table would be "
+            f"{max_len * width * 4} bytes, over graft's cap of {PROOF_TABLE_BYTES}; graft a "
+            "shorter artifact, or pass --no-check")
+    check_lengths(lengths, max_len)
+
+
 def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
           lengths: Sequence[int] | None = None, seed: int = 0, trials: int = 2):
     """``(lengths, [OutputCheck])``: the grafted model against the reference on onnxruntime CPU.
@@ -130,6 +179,7 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     import numpy as np
 
     max_len = int(manifest["max_len"])
+    check_proof_size(manifest, lengths)
     values = _pe_values(pe, max_len)
     opset = _opset(grafted.model)
 
@@ -148,7 +198,8 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     if isinstance(seq, int) and seq > 0:
         lengths = [seq]
     elif lengths is None:
-        lengths = sorted({min(2, max_len), max(1, max_len // 2), max_len})
+        top = min(max_len, PROOF_MAX_LENGTH)  # positions still reach max_len - 1 (_feeds)
+        lengths = sorted({min(2, top), max(1, top // 2), top})
     eps = pe_tolerance(manifest, values, quantised=not own_rows)
     names = [o.name for o in mine.get_outputs()]
     err = dict.fromkeys(names, 0.0)
@@ -314,6 +365,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
         return _session(model)
 
     reference, mine = with_outputs(original), with_outputs(grafted.model)
+    check_lengths(lengths, max_len)
     names = [o.name for o in mine.get_outputs()]
     rng = np.random.default_rng(seed)
     cases = proof_cases(mine, max_len, lengths)

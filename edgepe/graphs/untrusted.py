@@ -30,8 +30,8 @@ EMITTED_OPS = {
 def check_untrusted(model, where: str) -> None:
     """Refuse (``ArtifactError``, one line) a graph that edgepe's builders could not have
     written, before anything parses its tensors or runs it: external data (a path the graph
-    names; edgepe never writes it), sparse initializers, model functions, subgraphs, and ops
-    outside ``EMITTED_OPS``."""
+    names; edgepe never writes it), sparse initializers, model functions, subgraphs, ops
+    outside ``EMITTED_OPS``, and a tensor over ``TENSOR_BUDGET`` (``check_tensor_bound``)."""
     from onnx import TensorProto
 
     graph = model.graph
@@ -55,3 +55,154 @@ def check_untrusted(model, where: str) -> None:
             domain = f"{node.domain}." if node.domain else ""
             raise ArtifactError(f"{where!r} uses op {domain}{node.op_type}, which edgepe's "
                                 "builders never emit (no control flow or subgraphs): refused")
+    check_tensor_bound(model, where)
+
+
+# -- resource bound (issue 30) -------------------------------------------------------------------
+
+# The most elements one tensor of an untrusted graph may hold when every free input dimension is
+# 1 (a single position): 2^28 (1 GiB of float32). Constants drive what is bigger (an Expand to
+# 32768 x 32768, a Range(0, 2^31)); edgepe's graphs make at most max_len x d_model from a
+# single position (rope's cache), far below it for every model that fits a device.
+TENSOR_BUDGET = 1 << 28
+# Ops whose output size comes from a tensor's VALUES rather than its inputs' sizes: unknown
+# after shape inference means unbounded, so refused.
+DATA_SHAPED = frozenset({"Expand", "Range", "ConstantOfShape", "Tile", "Resize", "Pad",
+                         "Upsample", "OneHot", "NonZero", "Compress", "Loop", "Scan", "If",
+                         "TopK", "Unique", "CenterCropPad", "Col2Im"})
+
+
+def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
+    """Refuse (``ArtifactError``, one line, exit 2) a graph that can make a tensor of more than
+    ``budget`` elements at one position, before anything runs it: ONNX shape inference over a
+    copy whose free input dimensions are 1 bounds every tensor (without data propagation, which
+    would materialise a constant ``Range(0, 2^31)`` itself: 16 GiB); one over
+    ``budget``, or a data-shaped op (``DATA_SHAPED``: Expand, Range, Tile, ConstantOfShape,
+    Resize, Pad, loops...) whose output size it cannot bound, is refused naming the node."""
+    import onnx
+    from onnx import shape_inference
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in copy.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                dim.Clear()
+                dim.dim_value = 1
+    del copy.graph.value_info[:]
+    try:
+        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=False)
+    except Exception as exc:  # noqa: BLE001 - a graph inference rejects is not edgepe's
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ArtifactError(f"{where!r}: ONNX shape inference fails on its graph ({first}): "
+                            "its tensors cannot be bounded: refused") from None
+    shapes = {}
+    for value in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
+        t = value.type.tensor_type
+        if t.HasField("shape"):
+            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None
+                                  for d in t.shape.dim]
+    # Tensors whose VALUES depend on the graph's input values (Shape and Size cut that: they
+    # depend on sizes only); initializers and constants do not.
+    by_values = {value.name for value in model.graph.input}
+    for node in model.graph.node:
+        if node.op_type not in ("Shape", "Size") and by_values.intersection(node.input):
+            by_values.update(node.output)
+    unknown = []
+    for node in inferred.graph.node:
+        for name in node.output:
+            if not name:
+                continue
+            dims = shapes.get(name)
+            if dims is None or any(d is None for d in dims):
+                if node.op_type in DATA_SHAPED:
+                    if node.op_type in ("Range", "Expand") and not by_values.intersection(
+                            node.input[1:] if node.op_type == "Expand" else node.input):
+                        unknown.append(node)  # sized by constants and input sizes: evaluated
+                        continue
+                    raise ArtifactError(
+                        f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) makes a "
+                        f"tensor whose size depends on values shape inference cannot bound: "
+                        f"refused (edgepe's graphs bound every tensor)")
+                continue
+            elements = 1
+            for d in dims:
+                elements *= max(int(d), 0)
+            if elements > budget:
+                raise ArtifactError(
+                    f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) makes a "
+                    f"tensor of {elements} elements {dims} at one position, over the budget of "
+                    f"{budget}: refused before running it")
+    if unknown:
+        _check_sized_by_shapes(model, unknown, where, budget)
+
+
+# The free input dimension at which a Range or Expand sized by input sizes is evaluated besides 1
+# (every free dimension at once: apply-4d's x [B, H, S, d] is then 16^3 x d).
+SIZE_PROBE = 16
+
+
+def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> None:
+    """Evaluate the size inputs of each Range/Expand in ``nodes`` (they depend on constants and
+    input SIZES only, never input values) with ONNX's reference evaluator, on inputs of free
+    dimension 1 and ``SIZE_PROBE``, restricted to the nodes those inputs need; refuse a size
+    over ``budget``."""
+    import numpy as np
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    wanted = {n for node in nodes for n in (node.input[1:] if node.op_type == "Expand"
+                                            else node.input)}
+    producers = {out: node for node in graph.node for out in node.output}
+    needed, stack = [], list(wanted)
+    seen = set()
+    while stack:
+        name = stack.pop()
+        node = producers.get(name)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        needed.append(node)
+        if node.op_type not in ("Shape", "Size"):
+            stack.extend(node.input)
+    order = [node for node in graph.node if id(node) in seen]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in wanted]
+    sub = helper.make_model(
+        helper.make_graph(order, "sizes", list(graph.input), outputs, list(graph.initializer)),
+        opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    for free in (1, SIZE_PROBE):
+        feeds = {}
+        for value in graph.input:
+            t = value.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else free for d in t.shape.dim]
+            if np.prod(dims, dtype=np.float64) * 8 > budget:
+                raise ArtifactError(f"{where!r}: input {value.name!r} of {dims} is over the "
+                                    f"budget of {budget} elements: refused")
+            dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+            feeds[value.name] = np.zeros(dims, dtype=dtype)
+        try:
+            values = dict(zip(wanted, ReferenceEvaluator(sub).run(list(wanted), feeds),
+                              strict=True))
+        except Exception as exc:  # noqa: BLE001 - a size the evaluator cannot compute
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            raise ArtifactError(f"{where!r}: the sizes of its Range/Expand nodes cannot be "
+                                f"evaluated ({first}): refused") from None
+        for node in nodes:
+            if node.op_type == "Range":
+                start, limit, delta = (float(np.asarray(values[n]).reshape(-1)[0])
+                                       for n in node.input)
+                count = 0 if delta == 0 else max(0.0, np.ceil((limit - start) / delta))
+                if delta == 0 or count > budget:
+                    raise ArtifactError(
+                        f"{where!r}: node {node.name or 'Range'!r} (Range) makes "
+                        f"{'an endless range' if delta == 0 else f'{int(count)} elements'}, "
+                        f"over the budget of {budget}: refused before running it")
+            else:
+                shape = np.asarray(values[node.input[1]]).reshape(-1)
+                count = float(np.prod(np.maximum(shape.astype(np.float64), 1)))
+                if count > budget:
+                    raise ArtifactError(
+                        f"{where!r}: node {node.name or 'Expand'!r} (Expand) makes a tensor of "
+                        f"up to {int(count)} elements, over the budget of {budget}: refused "
+                        "before running it")

@@ -281,6 +281,12 @@ def resolve(
     """
     spec = get_spec(scheme)
     max_len = _size("max_len", max_len, MAX_LEN_LIMIT)
+    if spec.position_limit is not None and max_len > spec.position_limit:
+        # Past its position limit a float scheme is not defined (positions lose their float32
+        # exactness), so neither export nor verify can check it (issue 30): the cap is named.
+        raise BadParameterError(
+            f"max_len {max_len} is past where scheme '{scheme}' is defined: its cap is "
+            f"{spec.position_limit} (the |position| up to which it is exact in float32)")
     given = dict(params or {})
     known = {p.name: p for p in spec.params}
     for key in given:

@@ -3,11 +3,17 @@
 ``verify_artifact(path)`` reads the manifest (``edgepe.contract.manifest.read``: untrusted,
 bounded), checks that the file is the format it claims (else ``ArtifactError``, exit 2), then
 REBUILDS the artifact from the manifest's recorded inputs with the running edgepe
-(``edgepe.rebuild``): exports are deterministic, so the file must be byte-identical to the rebuild
-and its manifest equal to the rebuilt one. A difference fails the report and says where; the
-parity still runs, bounded to the quick sweep, to show what the difference does, but a C header is
-then never compiled. An artifact written by another edgepe version is not compared byte for byte:
-it is verified numerically only and the report says "not reproduced".
+(``edgepe.rebuild``): exports are deterministic, so the file must be byte-identical to the
+rebuild and its manifest equal to the rebuilt one. A difference fails the report and says where;
+the parity still runs, bounded to the quick sweep, to show what the difference does, but a C
+header is then never compiled. An
+artifact written by another edgepe version (a foreign build) is not compared byte for byte:
+every claim of its manifest (quant scale, zero point and bounds, out-of-range policy and limit,
+dtype, layout, shape, tolerance) must equal what this edgepe derives from the recorded inputs, else
+it FAILS naming the claim (``accept_foreign``, ``--accept-foreign``: accepted, and the report lists
+each claim it could not check); it is then verified numerically only ("not reproduced"), with
+this edgepe's reference, tolerance, int8 scale and out-of-range policy, never the file's. A graph
+or C header whose bytes are not the rebuild is never run nor compiled: the report says why.
 
 The numeric check runs the artifact over every position ``0 .. max_len - 1``, single-position
 calls and an extrapolation probe on each runtime, against the scheme module's ``encode`` (never
@@ -29,7 +35,7 @@ import numpy as np
 from edgepe import rebuild as rb
 from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.commit import recover
-from edgepe.contract.config import check_writable
+from edgepe.contract.config import check_output
 from edgepe.contract.errors import EdgepeError
 from edgepe.contract.manifest import read
 from edgepe.contract.progress import reporting, track
@@ -107,7 +113,8 @@ class Report:
             "rebuild": None if self.rebuild is None else {
                 "reproduced": self.rebuild.reproduced, "passed": self.rebuild.ok,
                 "same_version": self.rebuild.same_version,
-                "difference": self.rebuild.difference, "note": self.rebuild.note or None},
+                "difference": self.rebuild.difference, "note": self.rebuild.note or None,
+                "unchecked_claims": list(self.rebuild.unchecked)},
             "sha256": {"expected": self.sha256_expected, "actual": self.sha256_actual,
                        "passed": self.sha256_ok},
             "results": [r.as_dict() for r in self.results],
@@ -164,6 +171,19 @@ def _as_stored(expected: np.ndarray, manifest: dict[str, Any]) -> np.ndarray:
     return expected
 
 
+def _wrong_dtype(actual, expected: np.ndarray, ours: dict[str, Any]) -> str | None:
+    """Why a runtime's output is not stored as the rebuilt manifest says (a float16 graph or
+    table where this edgepe builds float32), or ``None``. Float outputs must have the reference's
+    float width; integer and bit outputs compare by value."""
+    actual = np.asarray(actual)
+    floats = (np.float16, np.float32, np.float64)
+    if expected.dtype in (np.float16, np.float32) and actual.dtype in floats \
+            and actual.dtype != expected.dtype and ours.get("dtype") in ("float32", "float16"):
+        return (f"outputs {actual.dtype}, but this edgepe builds {ours['dtype']} from the "
+                "recorded inputs")
+    return None
+
+
 def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
     """Refuse a file that is not what its manifest says (truncated, not ONNX, wrong table).
 
@@ -197,6 +217,8 @@ def verify_artifact(
     strict_placement: bool = False,
     checkpoint=None,
     rebuild: bool = True,
+    accept_foreign: bool = False,
+    force: bool = False,
 ) -> Report:
     """Verify the artifact at ``path``: rebuild, then parity; see the module docstring.
 
@@ -213,6 +235,10 @@ def verify_artifact(
     must be the recorded one; without it such an artifact is a ``CheckpointError`` naming it).
     ``rebuild=False`` only for an artifact this process has just written from its manifest's
     inputs (``edgepe.api.export``'s quick check): the second build is skipped.
+    ``accept_foreign``: an artifact of another edgepe version whose manifest claims what this
+    edgepe does not derive is verified numerically (with this edgepe's values) instead of
+    failing; the report lists each such claim (``rebuild.unchecked_claims``).
+    ``force``: replace an existing ``json_path`` (never the artifact or its manifest).
 
     Runtimes run one after the other, each over the same chunks, so at most one of them holds
     the artifact in memory at a time.
@@ -221,7 +247,7 @@ def verify_artifact(
 
     path = Path(path)
     if json_path is not None:
-        check_writable(Path(json_path))  # refuse before the sweep, not after it
+        check_output(Path(json_path), [path], force, "--json")  # before the sweep, not after
 
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
@@ -235,17 +261,29 @@ def verify_artifact(
         # onnxruntime's contrib ops (com.microsoft.RotaryEmbedding) is checked on onnxruntime.
         names.remove(rt.REF)
     report = Report(str(path), manifest, str(manifest["sha256"]), sha256_file(path), quick=quick)
-    report.rebuild = rebuilt = (rb.rebuild if rebuild else rb.just_built)(path, manifest,
-                                                                         checkpoint)
-    # Parity runs after a failed rebuild too, to say what the difference does, but bounded to
-    # the quick sweep (an edited max_len must not make it run for ever); a C header that is not
-    # the rebuild is never compiled (runtimes.CRuntime).
-    _parity(report, path, rebuilt, names, inputs, quick or not rebuilt.ok, progress,
-            strict_placement)
+    if rebuild:
+        rebuilt = rb.rebuild(path, manifest, checkpoint, accept_foreign=accept_foreign)
+    else:
+        rebuilt = rb.just_built(path, manifest, checkpoint)
+    report.rebuild = rebuilt
+    if rebuilt.ok or rebuilt.bytes_match or fmt in ("npy", "bin"):
+        # After a failed rebuild only bytes that ARE the rebuild (the manifest differs) or a
+        # table file (read by numpy, never run) are swept, bounded to the quick sweep (an
+        # edited max_len must not make it run for ever), to say what the difference does.
+        _parity(report, path, rebuilt, names, inputs, quick or not rebuilt.ok, progress,
+                strict_placement)
+    else:
+        # A graph or C header that is not what its recorded inputs build is never run nor
+        # compiled: the rebuild's difference says what is wrong, and running it would trust it.
+        for name in names:
+            result = Comparison(name, tolerance_for(rebuilt.manifest or manifest)).finish()
+            result.error = ("not run: the file is not the rebuild of its recorded inputs, so it "
+                            "is not compiled or run")
+            report.results.append(result)
     if json_path is not None:
         from edgepe.verify.report import write_json
 
-        write_json(report, json_path)
+        write_json(report, json_path, force)
     return report
 
 
@@ -253,7 +291,10 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
     """Every runtime over the sweep, against the rebuilt reference module and tolerances."""
     from edgepe.verify.sweep import in_range_total, onnx_chunks, table_chunks
 
-    manifest = report.manifest
+    # What the file claims beyond its inputs (out-of-range policy, limit, dtype, int8 scale,
+    # shape) is never believed here: the rebuilt manifest (this edgepe's) decides the reference;
+    # the file's own claims were compared with it by the rebuild.
+    manifest = rebuilt.manifest or report.manifest
     config, module = rebuilt.config.scheme, rebuilt.module
     if manifest["mode"] == "sliced" and config.scheme in ("rope", "sinusoidal"):
         # checked against the float64 definition, not the float32 recipe
@@ -277,17 +318,20 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
     total = in_range_total(config, manifest, quick)
     with reporting(sys.stderr.isatty() if progress is None else progress, force=bool(progress)):
         for name in names:
-            result = _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance,
-                                by_position, track(f"verify on {name}", total), rebuilt)
+            result = _verify_on(name, path, report.manifest, manifest, chunks, tolerance,
+                                probe_tolerance, by_position,
+                                track(f"verify on {name}", total), rebuilt)
             if result.placement is not None:
                 _audit_placement(result, result.placement, strict_placement)
             report.results.append(result)
 
 
-def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_position,
+def _verify_on(name, path, manifest, ours, chunks, tolerance, probe_tolerance, by_position,
                advance, rebuilt) -> CompareResult:
     """One runtime over every chunk: graphs and C compute headers evaluate positions
-    (``run(feeds)``), table files and C tables give rows (``rows(start, stop)``)."""
+    (``run(feeds)``), table files and C tables give rows (``rows(start, stop)``). The runtime
+    reads the file as its own ``manifest`` says (what a user of it gets); the reference is
+    stored as ``ours`` (the rebuilt manifest) says, and the output's dtype must be that one's."""
     from edgepe.verify import runtimes as rt
 
     comparison = Comparison(name, tolerance)
@@ -314,7 +358,12 @@ def _verify_on(name, path, manifest, chunks, tolerance, probe_tolerance, by_posi
                 except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
                     comparison.fail(f"run failed: {_first_line(exc)}")
                     break
-                comparison.update(actual, _as_stored(chunk.expected, manifest), chunk.where,
+                expected = _as_stored(chunk.expected, ours)
+                wrong = _wrong_dtype(actual, expected, ours)
+                if wrong:
+                    comparison.fail(wrong)
+                    break
+                comparison.update(actual, expected, chunk.where,
                                   chunk.positions, probe_tolerance if chunk.probe else None)
                 advance(chunk.progress)
             placement = getattr(runtime, "placement", None)

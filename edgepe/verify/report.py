@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from edgepe.contract.errors import OutputPathError
+from edgepe.contract.config import write_output
 
 
 def to_json(report) -> str:
@@ -18,12 +18,12 @@ def to_json(report) -> str:
     return json.dumps(_finite(report.as_dict()), indent=2, sort_keys=True) + "\n"
 
 
-def write_json(report, path) -> None:
-    try:
-        Path(path).write_text(to_json(report))
-    except OSError as exc:
-        raise OutputPathError(f"cannot write the JSON report to {str(path)!r}: "
-                              f"{exc.strerror or exc}") from None
+def write_json(report, path, force: bool = False) -> None:
+    """The JSON report to ``path`` by the one output rule (``edgepe.contract.config.
+    write_output``): atomic, a symlink replaced (never followed), an existing file only with
+    ``force``, never the artifact or its manifest."""
+    artifact = Path(report.artifact)
+    write_output(Path(path), to_json(report).encode(), [artifact], force, "--json")
 
 
 def _finite(value):

@@ -13,7 +13,8 @@
   (``edgepe.graphs.table_values.table_rows``), so a wrong mapping there is caught (issue 23).
 
 Every chunk holds at most ``CHUNK_ELEMENTS`` output elements and ``CHUNK_POSITIONS`` positions,
-so memory stays bounded whatever ``max_len`` is.
+so memory stays bounded whatever ``max_len`` is. Past ``SWEEP_FULL`` (2^24) in-range positions a
+sweep covers a documented sample plus every edge (``position_spans``), so time stays bounded too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,42 @@ QUICK_POSITIONS = 4096
 GRID_LIMIT = 1 << 16  # multi-index and bias grids up to this many cells are checked in full
 SINGLES = 16  # single-position calls: first, second, last, middle, and seeded ones in range
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Up to this many in-range positions (rows) a sweep covers every one; past it (max_len up to 2^40
+# for integer schemes: a full sweep would never end) it covers a documented sample plus every
+# edge (``position_spans``): the first and last SAMPLE_WIDTH positions, SAMPLE_WIDTH around every
+# power of two below max_len (where a bit carries), and SAMPLE_CHUNKS seeded random spans.
+SWEEP_FULL = 1 << 24
+SAMPLE_WIDTH = 4096
+SAMPLE_CHUNKS = 64
+
+
+def position_spans(stop: int, step: int) -> list[tuple[int, int]]:
+    """``[(start, end), ...]``: the in-range spans a sweep of ``0 .. stop - 1`` covers, each at
+    most ``step`` long: all of them up to ``SWEEP_FULL``, else the sample (see above)."""
+    if stop <= SWEEP_FULL:
+        return [(a, min(a + step, stop)) for a in range(0, stop, step)]
+    width = min(step, SAMPLE_WIDTH)
+    starts = {0, stop - width}
+    for k in range(1, stop.bit_length()):
+        starts.add(min(max(0, 2**k - width // 2), stop - width))
+    rng = np.random.default_rng(2)
+    starts.update(int(v) for v in rng.integers(0, stop - width, SAMPLE_CHUNKS))
+    spans: list[tuple[int, int]] = []
+    for start in sorted(starts):
+        end = start + width
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    return [(a, min(a + step, b)) for a0, b in spans for a in range(a0, b, step)]
+
+
+def sampled_positions(stop: int) -> np.ndarray:
+    """Every position ``0 .. stop - 1`` up to ``SWEEP_FULL``, else ``position_spans``' sample."""
+    if stop <= SWEEP_FULL:
+        return np.arange(stop, dtype=np.int64)
+    return np.concatenate([np.arange(a, b, dtype=np.int64)
+                           for a, b in position_spans(stop, SAMPLE_WIDTH)])
 
 
 @dataclass
@@ -125,8 +162,8 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
     else:
         width = max(1, config.d_model)
         step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // width))
-        for start in range(0, stop, step):
-            positions = np.arange(start, min(start + step, stop), dtype=np.int64)
+        for start, end in position_spans(stop, step):
+            positions = np.arange(start, end, dtype=np.int64)
             yield _pe_chunk(ref, positions, col)
         yield _pe_chunk(ref, probe, col, probe=True)
         for position in single_positions(stop):
@@ -150,7 +187,7 @@ def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
     stop = min(length, QUICK_POSITIONS) if quick else length
     rng = np.random.default_rng(0)
     step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // (2 * d)))
-    ranges = [np.arange(a, min(a + step, stop), dtype=np.int64) for a in range(0, stop, step)]
+    ranges = [np.arange(a, b, dtype=np.int64) for a, b in position_spans(stop, step)]
     probe = probe_values(config, position_limit(manifest, config), 16 if quick else 128)
     four = len(manifest["shape"]) == 4  # apply-4d: x [B, H, S, d], per-row positions [B, S]
     for positions, is_probe in [(r, False) for r in ranges] + [(probe, True)]:
@@ -187,7 +224,7 @@ def _multi_chunks(config, ref, stop, probe, col, module) -> Iterator[Chunk]:
         grids = np.meshgrid(*[np.arange(stop, dtype=np.int64)] * k, indexing="ij")
         rows = np.stack([g.ravel() for g in grids], axis=1)
     else:  # every value in every column, each column a different shift of 0..stop-1
-        base = np.arange(stop, dtype=np.int64)
+        base = sampled_positions(stop)
         rows = np.stack([(base + j * (stop // k + 1)) % stop for j in range(k)], axis=1)
     # Probe: each column takes the probe values while the others hold in-range ones.
     inside = np.arange(len(probe), dtype=np.int64) % max(stop, 1)
@@ -226,8 +263,8 @@ def _bias_chunks(config, ref, stop, probe, quick) -> Iterator[Chunk]:
     else:  # too big for the grid: every distance -(L-1)..L-1 is still covered
         step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // (2 * heads)))
         edges = np.asarray([0, stop - 1], dtype=np.int64)
-        for start in range(0, stop, step):
-            queries = np.arange(start, min(start + step, stop), dtype=np.int64)
+        for start, end in position_spans(stop, step):
+            queries = np.arange(start, end, dtype=np.int64)
             yield _bias_chunk(ref, queries, edges)
     # Probe: out-of-range queries against in-range keys, and both out of range.
     inside = np.linspace(0, stop - 1, num=min(stop, 16)).astype(np.int64)
@@ -254,8 +291,11 @@ def in_range_total(config, manifest: dict[str, Any], quick: bool) -> int:
         from edgepe.graphs.table_values import table_shape
 
         rows = table_shape(config)[0]
-        return min(rows, QUICK_POSITIONS) if quick else rows
+        rows = min(rows, QUICK_POSITIONS) if quick else rows
+        return rows if rows <= SWEEP_FULL else len(sampled_positions(rows))
     stop = min(config.max_len, QUICK_POSITIONS) if quick else config.max_len
+    if stop > SWEEP_FULL:
+        return len(sampled_positions(stop))
     if config.arity is not None and config.spec.kind != "bias":
         return stop**config.arity if stop**config.arity <= GRID_LIMIT else stop
     return stop
@@ -275,8 +315,7 @@ def table_chunks(config, module, shape: tuple[int, int], quick: bool) -> Iterato
     stop = min(rows, QUICK_POSITIONS) if quick else rows
     step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // max(1, cols)))
     bias = config.spec.kind == "bias"
-    for start in range(0, stop, step):
-        end = min(start + step, stop)
+    for start, end in position_spans(stop, step):
 
         def where(index: tuple[int, ...], start: int = start) -> str:
             row, column = index
