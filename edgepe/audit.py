@@ -232,9 +232,10 @@ def load_onnx(path: Path):
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
     from edgepe.checkpoint import sha256_file
-    from edgepe.manifest import read
+    from edgepe.manifest import artifact_for
+    from edgepe.rebuild import read_manifest as read
 
-    path = Path(path)
+    path = artifact_for(path)  # X.onnx.json names X.onnx
     manifest = read(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,
                             "manifest": manifest, "sha256": sha256_file(path)}

@@ -15,6 +15,7 @@ needed. No path from the manifest is opened; no error depends on a file's conten
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,7 @@ def _dumps(manifest: dict[str, Any]) -> bytes:
 
 def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest without its path-dependent field (``checkpoint.path``)."""
-    out = dict(manifest)
+    out = {k: v for k, v in manifest.items() if k != "manifest_source"}
     if isinstance(out.get("checkpoint"), dict):
         out["checkpoint"] = {k: v for k, v in out["checkpoint"].items() if k != "path"}
     return out
@@ -317,3 +318,75 @@ def _onnx_difference(path: Path, prepared) -> str | None:
     if theirs.metadata_props != ours.metadata_props:
         return "metadata_props (the embedded manifest)"
     return None
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of the artifact at ``path``: its sidecar (``edgepe.manifest.read``), or for
+    an ONNX artifact moved alone, the copy its graph embeds, trusted only because it rebuilds
+    the file byte for byte: the embedded copy records no rebuild ``inputs``, so they are taken
+    from its own fields, the artifact is built again from them, and the manifest returned is the
+    rebuilt one (``manifest_source: "embedded"``). Anything else is refused in one line."""
+    from edgepe.export import prepare
+    from edgepe.manifest import open_regular, path_for, read, read_embedded, validate
+
+    path = Path(path)
+    os.close(open_regular(path, "artifact"))
+    if os.path.lexists(path_for(path)):
+        return read(path)
+    found = read_embedded(path)
+    if found is None:
+        return read(path)  # raises: no sidecar, nothing embedded
+    embedded, opset = found
+    lone = f"{str(path)!r} has no manifest beside it ({str(path_for(path))!r})"
+    if not isinstance(embedded, dict) or not isinstance(embedded.get("scheme"), str):
+        raise ArtifactError(f"{lone} and its embedded manifest names no scheme")
+    if embedded.get("checkpoint") is not None:
+        raise ArtifactError(f"{lone}; it was exported from a checkpoint, which its embedded "
+                            "manifest cannot rebuild it from: keep its .json with it")
+    get_spec_checked(embedded["scheme"])
+    inputs = _embedded_inputs(embedded, opset)
+    fd = open_regular(path, "artifact")
+    with open(fd, "rb", closefd=True) as f:
+        size = _size(f)
+        try:
+            config, module = config_from_manifest({**embedded, "inputs": inputs}, None,
+                                                  _cap(embedded, size))
+        except (ArtifactError, TypeError, KeyError, ValueError) as exc:
+            raise ArtifactError(f"{lone}, and its embedded manifest does not say how to rebuild "
+                                f"it ({exc}): keep its .json with it") from None
+        prepared = prepare(config, module)
+        sink = _CompareWriter(f)
+        prepared.write(sink)
+        offset = sink.finish()
+    if offset is not None:
+        raise ArtifactError(f"{lone}, and the artifact its embedded manifest describes differs "
+                            f"from it at byte {offset}: not trusted; keep its .json with it")
+    manifest = json.loads(_dumps({**prepared.manifest, "sha256": sink.hexdigest()}))
+    manifest["manifest_source"] = "embedded"
+    validate(manifest, f"{path}'s rebuilt manifest")
+    return manifest
+
+
+def get_spec_checked(scheme: str) -> None:
+    from edgepe.schemes import get_spec
+
+    get_spec(scheme)  # an unknown scheme is bad input (exit 2), named as such
+
+
+def _embedded_inputs(m: dict[str, Any], opset: int | None) -> dict[str, Any]:
+    """The rebuild ``inputs`` an export records, taken back from the fields of the manifest a
+    graph embeds (``ExportConfig.inputs``); what they miss shows when the rebuild differs."""
+    quant = m.get("quant") if isinstance(m.get("quant"), dict) else None
+    inputs = {
+        "scheme": m.get("scheme"), "max_len": m.get("max_len"), "d_model": m.get("d_model"),
+        "heads": m.get("heads"), "params": m.get("params"),
+        "mode": m.get("mode"), "format": m.get("format"), "dtype": m.get("dtype"),
+        "quantize": "int8" if quant else "none",
+        "quant_granularity": quant.get("granularity") if quant else None,
+        "lowering": m.get("lowering") if m.get("mode") == "compute" else None,
+        "seed": m.get("seed"), "checkpoint_sha256": None, "opset": opset,
+        "c_prefix": None, "c_align": None,
+    }
+    if quant:
+        inputs["int8_runtime"] = quant.get("runtime")
+    return inputs

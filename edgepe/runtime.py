@@ -121,11 +121,13 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
     from edgepe.export.commit import recover
-    from edgepe.manifest import read
+    from edgepe.rebuild import read_manifest as read
 
     if check not in ("sha256", "rebuild"):
         raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
-    path = Path(path)
+    from edgepe.manifest import artifact_for
+
+    path = artifact_for(path)  # X.onnx.json names X.onnx
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
     fmt = manifest["format"]
@@ -161,7 +163,7 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the artifact at ``path`` (``edgepe.manifest.read``: a regular file,
     bounded, validated), checked to describe that very file (its sha256)."""
-    from edgepe.manifest import read
+    from edgepe.rebuild import read_manifest as read
 
     manifest = read(path)
     _check_sha256(path, manifest)

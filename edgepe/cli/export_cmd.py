@@ -178,6 +178,12 @@ def command(
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
     out_path = None if out is None or folder else Path(out)
+    if out_path is not None:  # what is wrong with the place itself first, then its name
+        from edgepe.export.artifact import check_not_input, check_writable
+
+        check_writable(out_path)
+        if checkpoint is not None:
+            check_not_input(out_path, [Path(checkpoint)])
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)

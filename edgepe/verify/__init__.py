@@ -200,10 +200,12 @@ def verify_artifact(
     """
     from edgepe import rebuild as rb
     from edgepe.checkpoint import sha256_file
-    from edgepe.manifest import read
+    from edgepe.rebuild import read_manifest as read
     from edgepe.verify import runtimes as rt
 
-    path = Path(path)
+    from edgepe.manifest import artifact_for
+
+    path = artifact_for(path)  # X.onnx.json names X.onnx
     if json_path is not None:
         from edgepe.export.artifact import check_writable
 
