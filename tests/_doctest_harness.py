@@ -145,7 +145,7 @@ class ConsoleParser:
             info_pattern=re.compile(r"(?P<language>[^\n]*)\n"),
             mapping={"language": "language", "source": "source"},
         )
-        self.directives = DirectiveInHTMLCommentLexer(directive="doctest", arguments=".+")
+        self.directives = DirectiveInHTMLCommentLexer(directive="doctest", arguments=".+?")
 
     def __call__(self, document):
         for region in self.directives(document):
@@ -245,8 +245,11 @@ def _evaluate_console(example: Example) -> None:
             lineterm="", n=2))
         ctx.failures.append(f"{where(example, command.line)}: $ {command.text}\n"
                             f"  (exit status {code})\n{diff}")
-        if ctx.update:
-            text = "".join(line + "\n" for line in _trim(got))
+        if ctx.update:  # the new output, keeping the blank lines that separated the old one
+            trailing = 0
+            while trailing < len(command.expected) and not command.expected[-1 - trailing].strip():
+                trailing += 1
+            text = "".join(line + "\n" for line in _trim(got)) + "\n" * trailing
             ctx.replacements.append((command.start, command.end, text))
 
 
@@ -337,6 +340,19 @@ def make_shims(folder: Path) -> Path:
     return folder
 
 
+_FILE_HEAD = re.compile(r"# ([\w.-]+\.py)\s*\n")
+
+
+def _file_block(example: Example) -> str | None:
+    """``NAME.py`` when the example is a Python block whose first line is ``# NAME.py``: it is
+    written into the scratch folder (for a later ``$ python NAME.py``), not run."""
+    if not isinstance(example.parsed, str) or isinstance(example.parsed, (ConsoleBlock,
+                                                                             Directive)):
+        return None
+    m = _FILE_HEAD.match(str(example.parsed))
+    return m.group(1) if m else None
+
+
 def run_document(path: Path, scratch: Path, shims: Path, slow: bool = False,
                  update: bool = False) -> DocContext:
     """Run every example of the doc at ``path`` in order, in ``scratch`` (the caller's cwd);
@@ -351,6 +367,10 @@ def run_document(path: Path, scratch: Path, shims: Path, slow: bool = False,
         reason = take_directive(example)
         if reason is not None:
             ctx.skipped.append(f"{where(example)}: {reason}")
+            continue
+        named = _file_block(example)
+        if named is not None:  # a Python block headed "# NAME.py": the file a later command runs
+            (scratch / named).write_text(str(example.parsed))
             continue
         try:
             example.evaluate()

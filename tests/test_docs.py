@@ -10,7 +10,9 @@ What runs (parsed with Sybil, https://sybil.readthedocs.io; the console parser i
   stdout and stderr interleaved as on a terminal of 80 columns. ``echo $?`` shows the exit
   status of the command before it.
 - a ```` ```python ```` block runs in the doc's namespace (one per doc, in order); one that starts
-  with ``>>>`` is a doctest (ELLIPSIS, NORMALIZE_WHITESPACE).
+  with ``>>>`` is a doctest (ELLIPSIS, NORMALIZE_WHITESPACE); one whose first line is
+  ``# NAME.py`` is not run but written to the scratch folder as NAME.py, for a ``$ python
+  NAME.py`` after it.
 - Each doc runs in its own empty scratch folder (``tmp_path``), the commands' cwd: an example's
   inputs come from earlier blocks of the same doc or from a script in ``scripts/`` (reachable
   as ``scripts/`` in the scratch folder, a link to the repository's). Nothing is written into
