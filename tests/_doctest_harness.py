@@ -385,7 +385,9 @@ def run_document(path: Path, scratch: Path, shims: Path, slow: bool = False,
             ctx.failures.append(f"{where(example, line)}: the Python example raised "
                                 f"{type(exc).__name__}: {exc}")
     if update and ctx.replacements:
-        text = path.read_text()
+        text = document.text  # the offsets are into the text that was parsed
+        if path.read_text() != text:
+            raise RuntimeError(f"{path} changed while its examples ran: not updated")
         for start, end, new in sorted(ctx.replacements, reverse=True):
             text = text[:start] + new + text[end:]
         path.write_text(text)
