@@ -98,7 +98,7 @@ def test_a_manifest_path_whose_artifact_is_missing_says_so(tmp_path, graph):
     result = _invoke("verify", str(tmp_path / "gone.onnx.json"))
     assert result.exit_code == 2
     line = _one_error_line(result)
-    assert "is a manifest" in line and "gone.onnx' does not exist" in line
+    assert "is a manifest" in line and "gone.onnx', does not exist" in line
 
 
 def test_a_lone_graph_is_read_through_its_embedded_manifest(tmp_path, graph):

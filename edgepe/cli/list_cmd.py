@@ -13,7 +13,7 @@ import typer
 
 NARROW = 80
 WIDE = 160
-FOOTNOTE = ("* default mode. 'derived' widths follow from max_len: see docs/readme/catalogue.md\n"
+FOOTNOTE = ("* default mode; 'derived' widths follow from max_len: docs/readme/catalogue.md\n"
             "--wide: one line a scheme, every column in full; --json: the same as JSON")
 
 
