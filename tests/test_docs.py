@@ -44,6 +44,7 @@ notation on a changed output is replaced by the literal output).
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,9 +66,25 @@ def _run(doc: Path, tmp_path: Path, monkeypatch, slow: bool) -> None:
     (scratch / "scripts").symlink_to(REPO / "scripts")
     monkeypatch.chdir(scratch)
     ctx = run_document(doc, scratch, make_shims(tmp_path / "bin"), slow=slow, update=UPDATE)
+    ctx.failures += _not_ignored(doc, scratch)
     if ctx.failures:
         pytest.fail(f"{len(ctx.failures)} example(s) of {doc.relative_to(REPO)} do not do what "
                     "the doc shows:\n\n" + "\n\n".join(ctx.failures), pytrace=False)
+
+
+def _not_ignored(doc: Path, scratch: Path) -> list[str]:
+    """What the doc's commands wrote, as paths of a clone, that git would not ignore: run in the
+    repository, they would dirty the work tree (or write into a tracked file)."""
+    written = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*")
+                     if p.is_file() and not p.relative_to(scratch).parts[0] == "scripts")
+    if not written:
+        return []
+    done = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"],
+                          input="\n".join(written), capture_output=True, text=True, timeout=60)
+    ignored = set(done.stdout.split())
+    return [f"{doc.relative_to(REPO)}: its commands write {path}, which .gitignore does not "
+            "ignore (a doc's outputs must not dirty a clone)"
+            for path in written if path not in ignored]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))

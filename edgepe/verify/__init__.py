@@ -200,10 +200,9 @@ def verify_artifact(
     """
     from edgepe import rebuild as rb
     from edgepe.checkpoint import sha256_file
+    from edgepe.manifest import artifact_for
     from edgepe.rebuild import read_manifest as read
     from edgepe.verify import runtimes as rt
-
-    from edgepe.manifest import artifact_for
 
     path = artifact_for(path)  # X.onnx.json names X.onnx
     if json_path is not None:
