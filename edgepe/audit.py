@@ -232,8 +232,15 @@ def load_onnx(path: Path):
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
     from edgepe.checkpoint import sha256_file
-    from edgepe.manifest import artifact_for
-    from edgepe.rebuild import read_manifest as read
+    from edgepe.manifest import artifact_for, has_sidecar
+    from edgepe.manifest import read as read_sidecar
+
+    def read(artifact):  # a lone graph (no .json) needs the rebuild: imported only then
+        if has_sidecar(artifact):
+            return read_sidecar(artifact)
+        from edgepe.rebuild import read_manifest
+
+        return read_manifest(artifact)
 
     path = artifact_for(path)  # X.onnx.json names X.onnx
     manifest = read(path)

@@ -209,6 +209,13 @@ def read(artifact: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def has_sidecar(artifact: str | Path) -> bool:
+    """Whether ``artifact`` has a manifest beside it (``path_for``), readable or not: the readers
+    then take that one (``read``), and only a graph without one is read through its embedded
+    copy (``edgepe.rebuild.read_manifest``, which imports the exporter)."""
+    return os.path.lexists(path_for(artifact))
+
+
 def read_embedded(artifact: Path) -> tuple[dict[str, Any], int] | None:
     """``(the manifest an edgepe ONNX graph embeds in its metadata_props, the ONNX opset)``, or
     ``None`` when ``artifact`` is no ONNX file holding one. As untrusted as the file: the same

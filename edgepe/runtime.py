@@ -121,7 +121,15 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     raises ``ParityError`` unless it is byte-identical: the check ``edgepe verify`` starts with.
     """
     from edgepe.export.commit import recover
-    from edgepe.rebuild import read_manifest as read
+    from edgepe.manifest import has_sidecar
+    from edgepe.manifest import read as read_sidecar
+
+    def read(artifact):  # a lone graph (no .json) needs the rebuild: imported only then
+        if has_sidecar(artifact):
+            return read_sidecar(artifact)
+        from edgepe.rebuild import read_manifest
+
+        return read_manifest(artifact)
 
     if check not in ("sha256", "rebuild"):
         raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
@@ -163,7 +171,15 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the artifact at ``path`` (``edgepe.manifest.read``: a regular file,
     bounded, validated), checked to describe that very file (its sha256)."""
-    from edgepe.rebuild import read_manifest as read
+    from edgepe.manifest import has_sidecar
+    from edgepe.manifest import read as read_sidecar
+
+    def read(artifact):  # a lone graph (no .json) needs the rebuild: imported only then
+        if has_sidecar(artifact):
+            return read_sidecar(artifact)
+        from edgepe.rebuild import read_manifest
+
+        return read_manifest(artifact)
 
     manifest = read(path)
     _check_sha256(path, manifest)

@@ -285,14 +285,7 @@ def run_command(text: str, ctx: DocContext) -> tuple[int, str]:
 
 
 def _strip_comment(text: str) -> str:
-    """The command without a trailing ``# comment`` (outside quotes)."""
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=False)
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        list(lexer)
-    except ValueError:
-        return text.strip()
+    """The command without a trailing ``# comment`` (a ``#`` after a space, outside quotes)."""
     quote = None
     for i, ch in enumerate(text):
         if quote:
