@@ -416,7 +416,12 @@ def readme_section(report: dict[str, Any], md_name: str) -> str:
         f"writes `docs/{md_name}` (all figures, targets, the plot), `docs/bench.json` and "
         "`docs/bench.png`:",
         "",
-        f"    {FRESH_CLONE}",
+        "<!-- doctest: skip the full benchmark takes several minutes and rewrites the tracked "
+        "docs/bench.json, docs/bench.png and docs/BENCHMARKS.md on purpose; "
+        "tests/test_bench_docs.py checks that the docs quote its latest output -->",
+        "```",
+        f"$ {FRESH_CLONE}",
+        "```",
         "",
         f"Latest run: {m['date_utc']}, {m['cpu']}, {m['cores']} cores (shared: load average "
         f"{(m.get('loadavg_at_start') or [0])[0]:.1f} at start), onnxruntime {m['onnxruntime']} "
