@@ -240,9 +240,13 @@ def _evaluate_console(example: Example) -> None:
         got = output.splitlines()
         if output_matches(command.expected, got):
             continue
+        shown, printed = _trim(command.expected), _trim(got)
+        # lines that match under the notation (..., ~N) are shown as printed: the diff then
+        # marks only what really differs
+        shown = [printed[i] if i < len(printed) and line_matches(line, printed[i]) else line
+                 for i, line in enumerate(shown)]
         diff = "\n".join(difflib.unified_diff(
-            _trim(command.expected), _trim(got), "the doc shows", "the command printed",
-            lineterm="", n=2))
+            shown, printed, "the doc shows", "the command printed", lineterm="", n=2))
         ctx.failures.append(f"{where(example, command.line)}: $ {command.text}\n"
                             f"  (exit status {code})\n{diff}")
         if ctx.update:  # the new output, keeping the blank lines that separated the old one
