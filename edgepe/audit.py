@@ -23,8 +23,9 @@ from typing import Any
 
 from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.errors import ArtifactError
-from edgepe.contract.manifest import read
+from edgepe.contract.manifest import artifact_for
 from edgepe.graphs.untrusted import check_untrusted
+from edgepe.rebuild import read_manifest as read
 
 # Ops that keep integers integers (shape plumbing, bit ops, integer arithmetic, comparisons).
 INTEGER_OPS = frozenset({
@@ -187,7 +188,7 @@ def load_onnx(path: Path):
 
 def describe(path: str | Path) -> dict[str, Any]:
     """Everything ``edgepe inspect`` shows about ``path``, as plain data."""
-    path = Path(path)
+    path = artifact_for(path)  # X.onnx.json names X.onnx
     manifest = read(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size,
                             "manifest": manifest, "sha256": sha256_file(path)}

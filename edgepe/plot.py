@@ -102,6 +102,11 @@ def heatmap(config, source, positions: np.ndarray):
     left.set_xlabel("Position")
     left.set_ylabel("Bit index (LSB = 0)")
     left.set_title(f"Binary patterns (raw bits, n = {config.n_bits})")
+    from matplotlib.patches import Patch
+
+    left.legend(handles=[Patch(facecolor="black", edgecolor="gray", label="bit 1"),
+                         Patch(facecolor="white", edgecolor="gray", label="bit 0")],
+                loc="upper left", fontsize="small", framealpha=0.9)
     values = _encode(source, config, positions)
     if config.spec.kind == "bias":
         image = right.imshow(values, aspect="auto", cmap="RdYlBu", origin="lower",
@@ -117,7 +122,8 @@ def heatmap(config, source, positions: np.ndarray):
         right.set_ylabel("Dimension")
         what = "[cos | sin]" if config.spec.kind == "rope" else "encoding"
         right.set_title(f"{config.scheme} {what} (d_model = {config.d_model})")
-    fig.colorbar(image, ax=right)
+    label = "bias value" if config.spec.kind == "bias" else "encoding value"
+    fig.colorbar(image, ax=right, label=label)
     fig.suptitle(f"{config.scheme}, max_len {config.max_len}: {_where(config, positions)}")
     return fig
 
@@ -139,7 +145,7 @@ def similarity(config, source, positions: np.ndarray):
     extent = (positions[0] - 0.5, positions[-1] + 0.5) * 2
     image = ax.imshow(gram, cmap="viridis", origin="lower", interpolation="nearest",
                       extent=extent)
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label="PE(t) . PE(u) (dot product)")
     ax.set_xlabel("Position u")
     ax.set_ylabel("Position t")
     ax.set_title(f"{config.scheme}: PE(t) . PE(u)\n{_where(config, positions)}")
@@ -166,9 +172,15 @@ def hamming(config, source, positions: np.ndarray):
             curves.append((config.scheme, own, own_after))
     fig = Figure(figsize=(10, 4), dpi=DPI)
     ax = fig.subplots()
-    for (label, here, there), style in zip(curves, ("-", "--", ":"), strict=False):
+    # Gray's line (1 everywhere) lies on binary's wherever binary changes one bit: it is drawn
+    # on top, thick and dashed with markers, binary under it thin and solid, so both show.
+    styles = ({"linestyle": "-", "linewidth": 1.0, "color": "tab:blue", "zorder": 2},
+              {"linestyle": "--", "linewidth": 2.5, "color": "tab:orange", "zorder": 3,
+               "marker": "o", "markersize": 3},
+              {"linestyle": ":", "linewidth": 1.5, "color": "tab:green", "zorder": 4})
+    for (label, here, there), style in zip(curves, styles, strict=False):
         distance = np.abs(there - here).sum(axis=1)
-        ax.step(positions, distance, where="mid", linestyle=style,
+        ax.step(positions, distance, where="mid", **style,
                 label=f"{label}: mean {distance.mean():.2f}, max {distance.max():.0f}")
     ax.set_xlabel("Position p")
     ax.set_ylabel("Hamming distance to p + 1")

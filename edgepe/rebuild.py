@@ -15,18 +15,25 @@ needed. No path from the manifest is opened; no error depends on a file's conten
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgepe.contract.checkpoint import sha256_file
-from edgepe.contract.config import DEFAULT_OPSET, DEFAULT_TABLE_CAP, ExportConfig, validate_choices
+from edgepe.contract.config import (
+    DEFAULT_OPSET,
+    DEFAULT_TABLE_CAP,
+    LOWERED_MODES,
+    ExportConfig,
+    validate_choices,
+)
 from edgepe.contract.errors import ArtifactError, CheckpointError
 from edgepe.contract.manifest import dumps as _dumps
-from edgepe.contract.manifest import open_regular
+from edgepe.contract.manifest import open_regular, path_for, read, read_embedded, validate
 from edgepe.contract.version import __version__
 from edgepe.export import prepare
-from edgepe.export.compare import _comparable, compare, first_difference
+from edgepe.export.compare import _comparable, _CompareWriter, compare, first_difference
 
 # Recorded inputs -> ExportConfig fields (the scheme's own are resolved separately); a null is
 # the default the exporter records as null (lowering of a table, c_prefix of an ONNX graph...).
@@ -224,8 +231,6 @@ def check_claims(path: str | Path, manifest: dict[str, Any],
     come from the weights: ``CheckpointError``); a float one without it is not checked, nor a
     float ONNX or ExecuTorch graph of a pe or bias scheme (its bytes alone give its values;
     a rope graph's layout and an int8 graph's scale are manifest fields load uses)."""
-    import os
-
     inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), dict) else {}
     if inputs.get("checkpoint_sha256") is not None and checkpoint is None \
             and manifest.get("quant") is None:
@@ -280,6 +285,74 @@ def _cap(manifest: dict[str, Any], size: int) -> int:
 
 
 def _size(f) -> int:
-    import os
 
     return os.fstat(f.fileno()).st_size
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of the artifact at ``path``: its sidecar (``edgepe.contract.manifest.read``),
+    or for an ONNX artifact moved alone, the copy its graph embeds, trusted only because it rebuilds
+    the file byte for byte: the embedded copy records no rebuild ``inputs``, so they are taken
+    from its own fields, the artifact is built again from them, and the manifest returned is the
+    rebuilt one (``manifest_source: "embedded"``). Anything else is refused in one line."""
+    path = Path(path)
+    os.close(open_regular(path, "artifact"))
+    if os.path.lexists(path_for(path)):
+        return read(path)
+    found = read_embedded(path)
+    if found is None:
+        return read(path)  # raises: no sidecar, nothing embedded
+    embedded, opset = found
+    lone = f"{str(path)!r} has no manifest beside it ({str(path_for(path))!r})"
+    if not isinstance(embedded, dict) or not isinstance(embedded.get("scheme"), str):
+        raise ArtifactError(f"{lone} and its embedded manifest names no scheme")
+    if embedded.get("checkpoint") is not None:
+        raise ArtifactError(f"{lone}; it was exported from a checkpoint, which its embedded "
+                            "manifest cannot rebuild it from: keep its .json with it")
+    get_spec_checked(embedded["scheme"])
+    inputs = _embedded_inputs(embedded, opset)
+    fd = open_regular(path, "artifact")
+    with open(fd, "rb", closefd=True) as f:
+        size = _size(f)
+        try:
+            config, module = config_from_manifest({**embedded, "inputs": inputs}, None,
+                                                  _cap(embedded, size))
+        except (ArtifactError, TypeError, KeyError, ValueError) as exc:
+            raise ArtifactError(f"{lone}, and its embedded manifest does not say how to rebuild "
+                                f"it ({exc}): keep its .json with it") from None
+        prepared = prepare(config, module)
+        sink = _CompareWriter(f)
+        prepared.write(sink)
+        offset = sink.finish()
+    if offset is not None:
+        raise ArtifactError(f"{lone}, and the artifact its embedded manifest describes differs "
+                            f"from it at byte {offset}: not trusted; keep its .json with it")
+    manifest = json.loads(_dumps({**prepared.manifest, "sha256": sink.hexdigest()}))
+    manifest["manifest_source"] = "embedded"
+    validate(manifest, f"{path}'s rebuilt manifest")
+    return manifest
+
+
+def get_spec_checked(scheme: str) -> None:
+    from edgepe.schemes import get_spec
+
+    get_spec(scheme)  # an unknown scheme is bad input (exit 2), named as such
+
+
+def _embedded_inputs(m: dict[str, Any], opset: int | None) -> dict[str, Any]:
+    """The rebuild ``inputs`` an export records, taken back from the fields of the manifest a
+    graph embeds (``ExportConfig.inputs``); what they miss shows when the rebuild differs."""
+    quant = m.get("quant") if isinstance(m.get("quant"), dict) else None
+    inputs = {
+        "scheme": m.get("scheme"), "max_len": m.get("max_len"), "d_model": m.get("d_model"),
+        "heads": m.get("heads"), "params": m.get("params"),
+        "mode": m.get("mode"), "format": m.get("format"), "dtype": m.get("dtype"),
+        "quantize": "int8" if quant else "none",
+        "quant_granularity": quant.get("granularity") if quant else None,
+        "lowering": m.get("lowering") if m.get("mode") in LOWERED_MODES else None,
+        "seed": m.get("seed"), "checkpoint_sha256": None, "opset": opset,
+        "c_prefix": None, "c_align": None,
+    }
+    if quant:
+        inputs["int8_runtime"] = quant.get("runtime")
+    return inputs

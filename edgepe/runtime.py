@@ -43,9 +43,10 @@ from edgepe.contract.errors import (
     PositionError,
     did_you_mean,
 )
-from edgepe.contract.manifest import open_regular, read
+from edgepe.contract.manifest import artifact_for, open_regular
 from edgepe.graphs.untrusted import check_untrusted
 from edgepe.rebuild import check_claims, rebuild
+from edgepe.rebuild import read_manifest as read
 
 INT64_MAX = 2**63 - 1
 
@@ -137,7 +138,7 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
     """
     if check not in ("sha256", "rebuild"):
         raise BadParameterError(f"check must be 'sha256' or 'rebuild', got {check!r}")
-    path = Path(path)
+    path = artifact_for(path)  # X.onnx.json names X.onnx
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
     fmt = manifest["format"]
@@ -172,8 +173,9 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
 
 
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the artifact at ``path`` (``edgepe.contract.manifest.read``: a regular file,
-    bounded, validated), checked to describe that very file (its sha256)."""
+    """The manifest of the artifact at ``path`` (``edgepe.rebuild.read_manifest``: its sidecar, a
+    regular file, bounded, validated; or a lone graph's embedded copy, trusted only if it rebuilds
+    the file), checked to describe that very file (its sha256)."""
     manifest = read(path)
     _check_sha256(path, manifest)
     return manifest

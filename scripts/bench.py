@@ -48,7 +48,7 @@ from typing import Any
 
 from bench import latency
 from bench.cli import bench_export, bench_help
-from bench.common import DEMO, ROOT
+from bench.common import DEMO, ROOT, VERBOSE_ENV, progress
 from bench.latency import bench_case, grid, one_line
 from bench.report import evaluate, fmt_measured, machine, markdown, plot, readme_section
 from bench.scale import bench_scale
@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
                         "(scripts/bench_floors.py); sliced: --mode sliced rope against Sin/Cos "
                         "and the full cache (scripts/bench_sliced.py); JSON to --out, markdown "
                         "to --md")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="progress lines and the exporters' own output (torch.onnx's graph "
+                        "dumps); without it only the summary is printed")
     args = parser.parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # the parts and their child processes read it
     if args.part != "all":
         return module_part(args, args.part)
 
@@ -103,22 +108,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cases = []
         for case in grid(args.quick):
-            print(f"latency: {case.name}", file=sys.stderr, flush=True)
+            progress(f"latency: {case.name}")
             cases.append(bench_case(case, work, reps, min_sample))
         report["cases"] = cases
-        print("export wall time", file=sys.stderr, flush=True)
+        progress("export wall time")
         report["export"] = bench_export(work, 1 if args.quick else 7)
         report["cli_help"] = bench_help(1 if args.quick else 7)
         sizes = ([(256, 64)] if args.quick else
                  [(8192, 512), (16384, 512), (32768, 512), (65536, 512)])
-        print("scale", file=sys.stderr, flush=True)
+        progress("scale")
         report["scale"] = bench_scale(work, sizes, {"npy": 1} if args.quick
                                       else {"npy": 3, "onnx": 2})
         report["cortex_m"] = bench_cortexm.run(("binary",) if args.quick else None)
         if importlib.util.find_spec("executorch") is not None:  # the [executorch] extra
             import bench_pte
 
-            print("executorch", file=sys.stderr, flush=True)
+            progress("executorch")
             report["executorch"] = bench_pte.measure(work, reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the bench package
+from bench.common import progress  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 # scheme -> (max_len, d_model or None); the demo first.
 SCHEMES = {
@@ -118,7 +121,7 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
                     result = export(config)
                 except BadParameterError:
                     continue  # the scheme has no such variant
-                print(f"cortex-m {board}: {scheme} {variant}", file=sys.stderr, flush=True)
+                progress(f"cortex-m {board}: {scheme} {variant}")
                 got = run_header(result.path.read_bytes(), result.manifest,
                                  probes(result.manifest), board)
                 _check(got, config, module, result.manifest)

@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the bench package
+from bench.common import muted  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 POSITIONS = 512
 
@@ -40,7 +43,8 @@ def measure(work: Path, reps: int = 61) -> dict[str, Any]:
         for fmt in ("onnx", "pte"):
             config = api.make_config("binary", 512, format=fmt, quantize=quantize,
                                      out=work / f"demo-{quantize}.{fmt}")
-            result, report = api.export(config, force=True)
+            with muted():  # ExecuTorch's export logs, unless -v
+                result, report = api.export(config, force=True)
             assert report, str(report)
             name = f"{fmt} {'int8' if quantize == 'int8' else 'float32'}"
             if fmt == "onnx":

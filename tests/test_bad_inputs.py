@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -210,8 +211,10 @@ def test_reading_commands_refuse_non_artifacts(command, kind, files, tmp_path, e
     elif kind == "not-onnx":
         shutil.copy(files["not_onnx"], path)
         shutil.copy(str(existing) + ".json", str(path) + ".json")
-    elif kind == "no-manifest":
-        shutil.copy(existing, path)
+    elif kind == "no-manifest":  # no sidecar and no embedded copy (a lone graph with one loads)
+        model = onnx.load(str(existing))
+        del model.metadata_props[:]
+        onnx.save(model, str(path))
     extra = ["--positions", "0:4"] if command == "run" else []
     result = CliRunner().invoke(app, [command, str(path), *extra])
     # A file that does not load is bad input (2) for every reading command, verify included

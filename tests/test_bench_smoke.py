@@ -26,6 +26,8 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    # quiet unless -v: no progress lines, no torch.onnx graph dumps (issue 32)
+    assert done.stderr == "", done.stderr[-2000:]
     report = json.loads(out.read_text())
 
     assert {"machine", "cases", "export", "cli_help", "scale", "targets", "reps"} <= set(report)

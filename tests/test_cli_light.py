@@ -78,8 +78,10 @@ def test_console_script_help_imports_no_torch(edgepe_exe):
 
 
 def listed_ids(text: str) -> list[str]:
-    """The first column of `edgepe list`'s table rows (rich box or ASCII borders)."""
-    return re.findall(r"^\s*[│|]\s*([a-z0-9-]+)\s*[│|]", text, flags=re.MULTILINE)
+    """The first column of `edgepe list`'s rows: the 80-column listing (an id at the start of a
+    line, then its width) or the --wide table (rich box or ASCII borders)."""
+    narrow = re.findall(r"^([a-z0-9-]+)  +(?:derived|heads \d+|\d+)  ", text, flags=re.MULTILINE)
+    return narrow or re.findall(r"^\s*[│|]\s*([a-z0-9-]+)\s*[│|]", text, flags=re.MULTILINE)
 
 
 def test_list_in_process_names_every_scheme_in_catalogue_order():
@@ -90,7 +92,8 @@ def test_list_in_process_names_every_scheme_in_catalogue_order():
 
 
 def test_list_as_a_subprocess(edgepe_exe):
-    done = subprocess.run([edgepe_exe, "list"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([edgepe_exe, "list", "--wide"], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert listed_ids(done.stdout) == scheme_ids()
     for row in ("binary-multilevel", "guide 3.7", "groups (3)"):

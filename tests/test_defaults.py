@@ -251,7 +251,7 @@ def test_catalogue_doc_parameter_column_matches_the_registry(scheme):
 
 def test_edgepe_list_shows_the_documented_defaults():
     """``edgepe list``'s parameter and width columns, as DESIGN.md's catalogue prints them."""
-    result = CliRunner().invoke(app, ["list"], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(app, ["list", "--wide"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     rows: dict[str, list[str]] = {}
     for line in result.output.splitlines():

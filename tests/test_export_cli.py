@@ -217,11 +217,11 @@ def test_int8_export_says_when_the_graph_only_quantises_its_output(tmp_path, sch
      "int8 output only: a row is 8 B int8 instead of 32 B at the device boundary"),
 ])
 def test_inspect_shows_the_quantisation_and_the_bytes_saved(tmp_path, args, bytes_line):
-    out = tmp_path / "q.art"
     scheme, *rest = args
+    out = tmp_path / ("q.npy" if "npy" in rest else "q.onnx")  # --out's extension names it
     assert _invoke("export", "--scheme", scheme, *rest, "--quantize", "int8", "--out", str(out),
                    "--no-verify").exit_code == 0
-    manifest = json.loads((tmp_path / "q.art.json").read_text())
+    manifest = json.loads((tmp_path / f"{out.name}.json").read_text())
     quant = [line for line in _lines(_invoke("inspect", str(out)).stdout)
              if line.startswith("quant:")]
     assert len(quant) == 1

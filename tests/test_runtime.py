@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from _table_oracle import clamped_reference
@@ -316,8 +317,13 @@ def test_files_that_are_not_artifacts_are_artifact_errors(artifacts, tmp_path):
     with pytest.raises(ArtifactError, match="does not exist") as exc:
         edgepe.load(tmp_path / "missing.onnx")
     _one_line(exc)
-    bare = tmp_path / "bare.onnx"
-    shutil.copy(path, bare)
+    lone = tmp_path / "lone.onnx"  # moved without its .json: read through the embedded copy
+    shutil.copy(path, lone)
+    assert edgepe.load(lone).manifest["manifest_source"] == "embedded"
+    bare = tmp_path / "bare.onnx"  # no .json, and no copy in the graph either
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    onnx.save(model, str(bare))
     with pytest.raises(ArtifactError, match="no readable manifest") as exc:
         edgepe.load(bare)
     _one_line(exc)

@@ -21,7 +21,13 @@ import typer
 
 from edgepe import api
 from edgepe.contract.checkpoint import tensor_shapes
-from edgepe.contract.config import DEFAULT_TABLE_CAP, default_out, infer_format
+from edgepe.contract.config import (
+    DEFAULT_TABLE_CAP,
+    check_not_input,
+    check_writable,
+    default_out,
+    infer_format,
+)
 from edgepe.contract.errors import BadParameterError
 from edgepe.contract.progress import reporting
 from edgepe.targets import check_file, for_export
@@ -265,6 +271,10 @@ def command(
     # `--out DIR/` (the trailing separator says "a folder") takes the default name inside it.
     folder = out is not None and out.endswith(("/", os.sep))
     out_path = None if out is None or folder else Path(out)
+    if out_path is not None:  # what is wrong with the place itself first, then its name
+        check_writable(out_path)
+        if checkpoint is not None:
+            check_not_input(out_path, [Path(checkpoint)])
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)

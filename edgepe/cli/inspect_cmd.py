@@ -31,7 +31,10 @@ def command(
     info = describe(path)
     console = Console(width=120, highlight=False, soft_wrap=True)  # long paths stay on a line
     m = info["manifest"]
-    sha = "matches the manifest" if info["sha256_ok"] else "[red]DIFFERS from the manifest[/]"
+    lone = m.get("manifest_source") == "embedded"
+    sha = ("(no .json beside it: the manifest its graph embeds rebuilds it byte for byte)"
+           if lone else "matches the manifest" if info["sha256_ok"]
+           else "[red]DIFFERS from the manifest[/]")
     console.print(f"[bold]{info['path']}[/]  {info['bytes']} bytes  sha256 "
                   f"{info['sha256'][:12]} {sha}")
     params = ", ".join(f"{k}={v}" for k, v in sorted((m.get("params") or {}).items()))
@@ -55,7 +58,7 @@ def command(
         from edgepe.graphs.quant import describe as describe_quant
 
         console.print(describe_quant(quant))
-    if "embedded_ok" in info:
+    if "embedded_ok" in info and not lone:
         console.print("manifest in the graph's metadata_props: "
                       + ("matches" if info["embedded_ok"] else "[red]DIFFERS[/]"))
     if "program" in info:

@@ -152,14 +152,24 @@ def default_out(config: ExportConfig, root: Path = Path("models")) -> Path:
 
 def infer_format(out: Path | None, given: str | None) -> str:
     """``--format``: as given, else the one ``out``'s extension names (``EXTENSIONS``), else
-    onnx. A given format that contradicts a known extension (``--format c --out g.onnx``) is
-    refused; an unknown extension (``.txt``, none) takes the format as it is."""
-    implied = None
-    if out is not None:
-        implied = next((f for f, ext in EXTENSIONS.items() if ext == out.suffix.lower()), None)
+    onnx. ``out``'s extension must name a format and agree with a given one: a contradiction
+    (``--format c --out g.onnx``), an unknown extension (``pe.c``, ``pe.npz``) or none (``pe``)
+    is refused, so a file's name never hides what it holds."""
+    if out is None:
+        return given or "onnx"
+    suffix = out.suffix.lower()
+    implied = next((f for f, ext in EXTENSIONS.items() if ext == suffix), None)
+    if implied is None:
+        known = ", ".join(f"{ext} ({f})" for f, ext in EXTENSIONS.items())
+        what = f"ends in {out.suffix!r}" if out.suffix else "has no extension"
+        hint = " (--format c writes a header: name it .h)" if suffix == ".c" else ""
+        raise BadParameterError(
+            f"--out {str(out)!r} {what}, which names no format edgepe writes{hint}; use one of "
+            f"{known}, or --out FOLDER/ for the default name"
+        )
     if given is None:
-        return implied or "onnx"
-    if implied is not None and given in EXTENSIONS and implied != given:
+        return implied
+    if given in EXTENSIONS and implied != given:
         raise BadParameterError(
             f"--format {given} writes {EXTENSIONS[given]} files, but --out {str(out)!r} ends in "
             f"{out.suffix} (--format {implied}); drop --format or rename the output"

@@ -202,10 +202,33 @@ def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
     return data
 
 
+def artifact_for(path: str | Path) -> Path:
+    """The artifact a command was given: ``path`` itself, or for a manifest's path
+    (``X.onnx.json``, as a shell's completion offers it) the artifact beside it (``X.onnx``).
+    No artifact format ends in ``.json``, so the name alone decides."""
+    path = Path(path)
+    if path.name.endswith(".json") and len(path.name) > len(".json"):
+        artifact = path.with_name(path.name[: -len(".json")])
+        if not os.path.lexists(artifact):
+            raise ArtifactError(f"{str(path)!r} is a manifest; the artifact it describes, "
+                                f"{str(artifact)!r}, does not exist")
+        return artifact
+    return path
+
+
+# The manifest key a graph stores its manifest under (edgepe.graphs._common.MANIFEST_KEY).
+EMBEDDED_KEY = "edgepe.manifest"
+# Bound on an ONNX file read for its embedded manifest alone: a lone artifact (no sidecar) larger
+# than this is refused rather than parsed (tables stream after the graph and can be GBs).
+MAX_LONE_ONNX_BYTES = 256 * 1024 * 1024
+
+
 def read(artifact: str | Path) -> dict[str, Any]:
     """The validated manifest of ``artifact`` (the file itself must be a regular file too).
 
     Raises ``ArtifactError`` (one line) for anything that is not a readable, valid manifest.
+    An ONNX artifact moved without its sidecar still holds a copy (``read_embedded``); the
+    readers that accept such a lone file go through ``edgepe.rebuild.read_manifest``.
     """
     artifact = Path(artifact)
     os.close(open_regular(artifact, "artifact"))
@@ -218,6 +241,39 @@ def read(artifact: str | Path) -> dict[str, Any]:
     manifest = loads(read_bytes(mpath, "manifest", MAX_BYTES), str(mpath))
     validate(manifest, str(mpath))
     return manifest
+
+
+def has_sidecar(artifact: str | Path) -> bool:
+    """Whether ``artifact`` has a manifest beside it (``path_for``), readable or not: the readers
+    then take that one (``read``), and only a graph without one is read through its embedded
+    copy (``edgepe.rebuild.read_manifest``, which imports the exporter)."""
+    return os.path.lexists(path_for(artifact))
+
+
+def read_embedded(artifact: Path) -> tuple[dict[str, Any], int] | None:
+    """``(the manifest an edgepe ONNX graph embeds in its metadata_props, the ONNX opset)``, or
+    ``None`` when ``artifact`` is no ONNX file holding one. As untrusted as the file: the same
+    size bounds and JSON parser as a sidecar, no external data read, and NOT validated here: the
+    copy lacks the file's own sha256, the rebuild ``inputs`` and (int8) the quant lists, so
+    ``edgepe.rebuild.read_manifest`` trusts it only once it rebuilds the file byte for byte."""
+    if artifact.suffix.lower() != ".onnx":
+        return None
+    data = read_bytes(artifact, "artifact", MAX_LONE_ONNX_BYTES)
+    import onnx  # heavy third-party: only for a lone ONNX file
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - not ONNX: no embedded manifest either
+        return None
+    text = next((p.value for p in model.metadata_props if p.key == EMBEDDED_KEY), None)
+    if text is None:
+        return None
+    where = f"{artifact}'s embedded manifest"
+    if len(text) > MAX_BYTES:
+        raise ArtifactError(f"{where} is {len(text)} bytes; edgepe reads at most {MAX_BYTES}: "
+                            "refused")
+    opsets = {o.domain: o.version for o in model.opset_import}
+    return loads(text.encode("utf-8"), where), opsets.get("", opsets.get("ai.onnx"))
 
 
 def loads(data: bytes, where: str) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def _dumps(manifest: dict[str, Any]) -> bytes:
 
 def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest without its path-dependent field (``checkpoint.path``)."""
-    out = dict(manifest)
+    out = {k: v for k, v in manifest.items() if k != "manifest_source"}
     if isinstance(out.get("checkpoint"), dict):
         out["checkpoint"] = {k: v for k, v in out["checkpoint"].items() if k != "path"}
     return out

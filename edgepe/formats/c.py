@@ -151,12 +151,13 @@ def check_c_choices(config: ExportConfig) -> None:
             "holds a table or computes with C's own shifts and masks: drop --lowering for "
             "--format c"
         )
+    if config.dtype == "float16":  # in either mode: a compute function or a table
+        raise BadParameterError(
+            "--format c has no float16 (C99 has no half type): use --dtype float32 (or "
+            "--quantize int8 for a quarter of its bytes); --dtype uint8/bit hold 0/1 tables only"
+            + ("" if config.mode == "table" else ", with --mode table")
+        )
     if config.mode == "table":
-        if config.dtype == "float16":
-            raise BadParameterError(
-                "--format c has no float16 (C99 has no half type); use --dtype float32, "
-                "--quantize int8, or --dtype uint8/bit for a 0/1 table"
-            )
         return
     scheme = config.scheme.scheme
     if scheme not in COMPUTE_SCHEMES:
@@ -167,7 +168,7 @@ def check_c_choices(config: ExportConfig) -> None:
     if config.dtype != "float32":
         raise BadParameterError(
             f"C compute functions write float32 (--dtype float32), got --dtype {config.dtype}; "
-            "for a uint8 or bit table use --mode table"
+            f"a {config.dtype} table is --mode table"
         )
     if config.quantize != "none" and scheme != "binary":
         raise BadParameterError(

@@ -37,8 +37,9 @@ from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.commit import recover
 from edgepe.contract.config import check_output
 from edgepe.contract.errors import EdgepeError
-from edgepe.contract.manifest import read
+from edgepe.contract.manifest import artifact_for
 from edgepe.contract.progress import reporting, track
+from edgepe.rebuild import read_manifest as read
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
 __all__ = ["CompareResult", "Report", "Tolerance", "verify_artifact"]
@@ -245,7 +246,7 @@ def verify_artifact(
     """
     from edgepe.verify import runtimes as rt
 
-    path = Path(path)
+    path = artifact_for(path)  # X.onnx.json names X.onnx
     if json_path is not None:
         check_output(Path(json_path), [path], force, "--json")  # before the sweep, not after
 

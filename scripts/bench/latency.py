@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.common import muted
+
 # ---------------------------------------------------------------------------------------------
 # The grid
 
@@ -163,7 +165,7 @@ def export_peer(reference, case: Case, exporter: str, feeds, path: Path) -> Cand
     out_name = "bias" if len(names) == 2 else "pe"
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), muted():
             warnings.simplefilter("ignore")
             if exporter == "torchscript":
                 axes = {n: {0: f"N{i}"} for i, n in enumerate(names)}
