@@ -149,3 +149,177 @@ def test_external_data_sparse_initializers_and_functions_are_refused():
                                                 [helper.make_opsetid("", 18)]))
     with pytest.raises(ArtifactError, match=r"sparse initializers or model functions"):
         check_untrusted(funcs, "m.onnx")
+
+
+# ---- graft: models at other opsets / IR versions, the proof's tolerance, removed bytes --------
+
+GL, GD = 16, 8  # the PE artifacts' max_len and d_model
+
+
+@pytest.fixture(scope="module")
+def pes(tmp_path_factory):
+    """A binary compute PE (BitShift/BitwiseAnd: opset 18 ops) and a table PE (Gather only)."""
+    from edgepe import api
+
+    folder = tmp_path_factory.mktemp("pe")
+    compute = api.export(api.make_config("binary", GL, d_model=GD, out=folder / "c.onnx"),
+                         verify=False)[0].path
+    table = api.export(api.make_config("binary", GL, d_model=GD, mode="table",
+                                       out=folder / "t.onnx"), verify=False)[0].path
+    return {"compute": compute, "table": table}
+
+
+def _user_model(path: Path, opset: int, ir_version: int, tail: str = "Identity") -> Path:
+    """``y = tail(Relu(x))`` with ``position_ids [B, S]``, at ``opset`` / ``ir_version``."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"]), helper.make_node(tail, ["h"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", GD]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", GD])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                ir_version=ir_version), path)
+    return path
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _check_output(out: Path, pe: Path):
+    import onnxruntime as ort
+
+    import edgepe
+
+    ids = np.random.default_rng(3).integers(0, GL, (2, 5)).astype(np.int64)
+    x = np.random.default_rng(4).standard_normal((2, 5, GD)).astype(np.float32)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    got = session.run(["y"], {"x": x, "position_ids": ids})[0]
+    want = np.maximum(x, 0) + edgepe.load(pe).encode(ids.reshape(-1)).reshape(2, 5, GD)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_graft_into_an_opset_17_model_converts_the_model_up_when_the_pe_needs_18(pes, tmp_path):
+    """The compute PE's BitwiseAnd does not exist at 17: the model is converted up (reported)."""
+    import edgepe
+
+    model = _user_model(tmp_path / "m17.onnx", 17, 8)
+    out = tmp_path / "out.onnx"
+    report = edgepe.graft(model, pe=pes["compute"], at="h", add=True, out=out)
+    assert report, str(report)
+    assert report.converted == "opset 17 -> 18"
+    grafted = onnx.load(str(out))
+    assert _default_opset(grafted) == 18 and grafted.ir_version >= 8
+    _check_output(out, pes["compute"])
+
+
+def test_graft_into_an_opset_17_model_converts_the_pe_down_when_it_can(pes, tmp_path):
+    """The table PE (Gather, Cast...) exists at 17: the PE is converted, the model left alone."""
+    import edgepe
+
+    model = _user_model(tmp_path / "m17.onnx", 17, 8)
+    out = tmp_path / "out.onnx"
+    report = edgepe.graft(model, pe=pes["table"], at="h", add=True, out=out)
+    assert report, str(report)
+    assert report.converted is None
+    grafted = onnx.load(str(out))
+    assert _default_opset(grafted) == 17 and grafted.ir_version == 8
+    _check_output(out, pes["table"])
+
+
+@pytest.mark.parametrize(("mine", "pe_op", "expect_model", "expect_pe", "converted"), [
+    (18, "Abs", 18, 18, False),  # the same opset: nothing converted
+    (17, "Abs", 17, 17, False),  # the PE goes down
+    (21, "Abs", 21, 21, False),  # the PE goes up
+    (17, "BitwiseAnd", 18, 18, True),  # the PE cannot go down: the model goes up
+])
+def test_reconcile_branches(mine, pe_op, expect_model, expect_pe, converted):
+    from edgepe.graft import reconcile
+
+    def tiny(opset, op):
+        inputs = ["a", "a"] if op == "BitwiseAnd" else ["a"]
+        elem = TensorProto.INT64 if op == "BitwiseAnd" else TensorProto.FLOAT
+        graph = helper.make_graph([helper.make_node(op, inputs, ["b"])], "g",
+                                  [helper.make_tensor_value_info("a", elem, [2])],
+                                  [helper.make_tensor_value_info("b", elem, [2])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                 ir_version=8)
+
+    model, pe = tiny(mine, "Abs"), tiny(18, pe_op)
+    got_model, got_pe, was_converted = reconcile(model, pe)
+    assert (_default_opset(got_model), _default_opset(got_pe), was_converted) == \
+        (expect_model, expect_pe, converted)
+    if not converted:
+        assert got_model is model  # the user's graph is left alone whenever it can be
+
+
+def test_reconcile_refuses_what_it_cannot_convert():
+    """A model above the PE whose op the converter cannot take up to it: one clear error."""
+    from edgepe.errors import BadParameterError
+    from edgepe.graft import reconcile
+
+    graph = helper.make_graph([helper.make_node("Abs", ["a"], ["b"])], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)], ir_version=8)
+    pe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    with pytest.raises(BadParameterError, match="cannot take the PE \\(opset 18\\) to the model's "
+                       "opset 99"):
+        reconcile(model, pe)
+
+
+def test_the_proof_tolerance_is_twice_gain_times_eps_plus_64_ulp(pes, tmp_path):
+    """y = Relu(x) + PE: the output moves one for one with the PE (gain 1), so each output's
+    tolerance is 2 (atol + rtol max|PE|) + 64 ulp of its largest value."""
+    import edgepe
+    from edgepe import manifest as manifest_io
+
+    model = _user_model(tmp_path / "m.onnx", 18, 8)
+    report = edgepe.graft(model, pe=pes["compute"], at="h", add=True)
+    assert report
+    (check,) = report.checks
+    tol = manifest_io.read(pes["compute"])["tolerance"]
+    peak_pe = float(np.abs(edgepe.load(pes["compute"]).encode(np.arange(GL))).max())
+    eps = tol["atol"] + tol["rtol"] * peak_pe
+    # the rest is 64 ulp of a float32 (a power of two times 64) of an output's size (a few units)
+    ulps = check.tolerance - 2 * eps
+    k = round(float(np.log2(ulps / 64)))
+    assert ulps == pytest.approx(64 * 2.0**k, abs=1e-9), (ulps, eps)  # gain is 1 to ~1e-4
+    assert -23 <= k <= -17  # spacing of float32 values from 1 to 64
+    assert 2 * eps > 1e-9 * 1000  # eps is visible next to the 1e-9 slack
+
+
+def test_pe_tolerance_adds_the_int8_bound_only_when_quantised():
+    from edgepe.graft import pe_tolerance
+
+    values = np.array([[-2.0, 1.0]])
+    manifest = {"tolerance": {"atol": 1e-6, "rtol": 1e-3}, "quant": {"bound": 0.25}}
+    assert pe_tolerance(manifest, values, quantised=False) == pytest.approx(1e-6 + 2e-3,
+                                                                            rel=1e-15)
+    assert pe_tolerance(manifest, values, quantised=True) == pytest.approx(1e-6 + 2e-3 + 0.25,
+                                                                           rel=1e-15)
+    assert pe_tolerance({"tolerance": None}, values, quantised=True) == 0.0
+
+
+def test_removed_bytes_count_nodes_and_initializers(pes, tmp_path):
+    """Replacing a learned table read (Gather of an initializer by position_ids): the report's
+    removed bytes are the Gather node's AND the table initializer's serialized sizes."""
+    import edgepe
+
+    table = numpy_helper.from_array(np.ones((GL, GD), np.float32), "old_table")
+    gather = helper.make_node("Gather", ["old_table", "position_ids"], ["pe_old"], name="g0")
+    graph = helper.make_graph(
+        [gather, helper.make_node("Relu", ["x"], ["h"]),
+         helper.make_node("Add", ["h", "pe_old"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", GD]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", GD])], [table])
+    path = tmp_path / "learned.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                ir_version=8), path)
+    report = edgepe.graft(path, pe=pes["table"], at="pe_old", check=False)
+    assert report.removed_nodes == 1
+    # the Gather as it stands in the graft's copy of the graph (names it rewrote there: a few
+    # bytes more than ours) plus the whole table initializer
+    node_bytes = report.removed_bytes - table.ByteSize()
+    assert gather.ByteSize() <= node_bytes <= gather.ByteSize() + 64
+    assert table.ByteSize() > 4 * GL * GD  # the initializer dominates: omitting it is visible
