@@ -49,7 +49,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/errors.py": ("tests/test_cli_errors.py", "tests/test_mutation_kills.py"),
     "edgepe/manifest.py": ("tests/test_edges.py", "tests/test_mutation_kills.py",
                            "tests/test_artifact_io.py"),
-    "edgepe/rebuild.py": ("tests/test_compare_fields.py", "tests/test_mutation_kills.py"),
+    "edgepe/rebuild.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py"),
     "edgepe/quant/int8.py": ("tests/test_bound_pins.py", "tests/test_mutation_kills.py"),
     "edgepe/quant/graphs.py": ("tests/test_bound_pins.py", "tests/test_edges.py"),
     "edgepe/targets/check.py": ("tests/test_edges.py", "tests/test_targets.py",
