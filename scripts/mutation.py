@@ -123,6 +123,8 @@ def configure(copy: Path, module: str, tests: tuple[str, ...]) -> None:
     text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", pyproject.read_text())
     text += ("\n[tool.mutmut]\n"
              'source_paths = ["edgepe"]\n'
+             # what tests read besides tests/ (docs pages, the README, scripts, CI)
+             'also_copy = ["docs", "README.md", "scripts", "constraints.txt", ".ci", "models"]\n'
              f"only_mutate = {json.dumps([module])}\n"
              f"pytest_add_cli_args_test_selection = {json.dumps(list(tests))}\n"
              'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n')
