@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 
+import numpy as np
 import pytest
 
 from edgepe import errors
@@ -252,3 +253,158 @@ def test_write_puts_the_canonical_text_next_to_the_artifact(tmp_path):
     manifest.write(art, {"z": 1, "a": 2})
     assert (tmp_path / "pe.onnx.json").read_bytes() == b'{\n  "a": 2,\n  "z": 1\n}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pe.onnx.json"]
+
+
+# ---- edgepe.targets.check: each node verdict, its reason and the report's text --------------
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from edgepe.targets import PROFILES  # noqa: E402
+from edgepe.targets.check import check  # noqa: E402
+
+
+def _graph(nodes, inputs, outputs, inits=(), opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                   helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def test_node_not_in_the_operator_table():
+    model = _graph([helper.make_node("Sin", ["x"], ["y"], name="s0")],
+                   [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])])
+    report = check(model, PROFILES["xnnpack"])
+    (node,) = report.nodes
+    assert (node.name, node.op, node.supported) == ("s0", "Sin", False)
+    assert node.reason == "Sin: not in xnnpack's operator table"
+    assert str(report) == ("target xnnpack: NOT supported, 1 of 1 nodes unsupported by "
+                           "onnxruntime XnnpackExecutionProvider: Sin: not in xnnpack's "
+                           "operator table")
+
+
+def test_node_name_falls_back_to_its_first_output():
+    model = _graph([helper.make_node("Abs", ["x"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])])
+    (node,) = check(model, PROFILES["ort-cpu"]).nodes
+    assert (node.name, node.op, node.supported, node.reason) == \
+        ("y", "Abs", True, "onnxruntime CPUExecutionProvider")
+
+
+def test_node_on_a_type_the_target_does_not_run():
+    model = _graph([helper.make_node("Abs", ["x"], ["y"], name="a")],
+                   [_vi("x", TensorProto.DOUBLE, [2])], [_vi("y", TensorProto.DOUBLE, [2])])
+    (node,) = check(model, PROFILES["nnapi"]).nodes
+    assert not node.supported
+    assert node.reason == "Abs on float64: nnapi runs Abs on float32"
+    (node,) = check(model, PROFILES["ort-cpu"]).nodes
+    assert node.supported
+
+
+def test_an_output_type_is_judged_too():
+    model = _graph([helper.make_node("Cast", ["x"], ["y"], name="c", to=TensorProto.DOUBLE)],
+                   [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.DOUBLE, [2])])
+    (node,) = check(model, PROFILES["nnapi"]).nodes
+    assert not node.supported and node.reason.startswith("Cast on float64")
+
+
+def test_shape_operands_are_not_judged_but_data_is():
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    model = _graph([helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="u")],
+                   [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [1, 2])],
+                   [axes])
+    (node,) = check(model, PROFILES["nnapi"]).nodes
+    assert node.supported, node.reason
+
+
+def _gather(indices_elem, profile, const=None, producer=None):
+    nodes, inits, inputs = [], [numpy_helper.from_array(np.ones((4, 2), np.float32), "t")], []
+    if const is not None:
+        inits.append(numpy_helper.from_array(np.array(const, dtype=np.int32), "i"))
+    elif producer is not None:
+        inputs.append(_vi("p", indices_elem, [3]))
+        lo = numpy_helper.from_array(np.array(0, np.int32), "lo")
+        hi = numpy_helper.from_array(np.array(3, np.int32), "hi")
+        inits += [lo, hi]
+        nodes.append(helper.make_node(producer, ["p", "lo", "hi"] if producer == "Clip"
+                                      else ["p", "lo"], ["i"], name="clamp"))
+    else:
+        inputs.append(_vi("i", indices_elem, [3]))
+    nodes.append(helper.make_node("Gather", ["t", "i"], ["y"], name="g"))
+    model = _graph(nodes, inputs, [_vi("y", TensorProto.FLOAT, [3, 2])], inits)
+    return check(model, PROFILES[profile])
+
+
+def test_gather_index_type():
+    report = _gather(TensorProto.INT64, "qnn")
+    gather = report.nodes[-1]
+    assert not gather.supported
+    assert gather.reason == "Gather indices int64: qnn takes int32 indices only"
+    assert _gather(TensorProto.INT64, "ort-cpu").nodes[-1].supported
+
+
+def test_gather_nonnegative_rule():
+    assert _gather(None, "qnn", const=[0, 1, 3]).nodes[-1].supported
+    neg = _gather(None, "qnn", const=[0, -1, 3]).nodes[-1]
+    assert not neg.supported and neg.reason == (
+        "Gather with negative constant indices: Gather indices must be >= 0 (constant, or "
+        "clamped)")
+    free = _gather(TensorProto.INT32, "qnn").nodes[-1]
+    assert not free.supported and free.reason == (
+        "Gather indices not clamped (cannot show >= 0): Gather indices must be >= 0 (constant, "
+        "or clamped)")
+    assert _gather(TensorProto.INT32, "qnn", producer="Max").nodes[-1].supported
+    assert _gather(TensorProto.INT32, "qnn", producer="Clip").nodes[-1].supported
+    assert not _gather(TensorProto.INT32, "qnn", producer="Add").nodes[-1].supported
+    assert _gather(TensorProto.INT32, "coreml").nodes[-1].supported  # no such rule there
+
+
+def test_domain_keys():
+    node = helper.make_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], name="r",
+                            domain="com.microsoft")
+    model = _graph([node], [_vi("x", TensorProto.FLOAT, [1, 2, 4]),
+                            _vi("p", TensorProto.INT64, [1, 2]),
+                            _vi("c", TensorProto.FLOAT, [2, 2]),
+                            _vi("s", TensorProto.FLOAT, [2, 2])],
+                   [_vi("y", TensorProto.FLOAT, [1, 2, 4])])
+    (checked,) = check(model, PROFILES["ort-cpu"]).nodes
+    assert checked.op == "com.microsoft.RotaryEmbedding"
+    ai = helper.make_node("Abs", ["x"], ["y"], name="a", domain="ai.onnx")
+    model = _graph([ai], [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])])
+    assert check(model, PROFILES["ort-cpu"]).nodes[0].op == "Abs"
+
+
+def test_report_text_with_notes_and_counts():
+    model = _graph([helper.make_node("Abs", ["x"], ["y"], name="a")],
+                   [_vi("x", TensorProto.FLOAT, ["N"])], [_vi("y", TensorProto.FLOAT, ["N"])])
+    report = check(model, PROFILES["nnapi"])
+    assert report.notes[0] == (
+        "inputs x have dynamic dims: graph inputs need fixed shapes (a note: fix N before "
+        "deploying, e.g. python -m onnxruntime.tools.make_dynamic_shape_fixed)")
+    assert str(report) == ("target nnapi: all 1 nodes supported by onnxruntime "
+                           "NnapiExecutionProvider (Android NNAPI) (note: "
+                           f"{'; '.join(report.notes)})")
+    plain = check(model, PROFILES["ort-cpu"])
+    assert str(plain) == "target ort-cpu: all 1 nodes supported by onnxruntime " \
+        "CPUExecutionProvider"
+    two = _graph([helper.make_node("Sin", ["x"], ["h"], name="s"),
+                  helper.make_node("Cos", ["h"], ["y"], name="c")],
+                 [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])],
+                 opset=26)
+    report = check(two, PROFILES["xnnpack"])
+    assert report.blocking == ["opset 26: xnnpack loads opsets 7 to 21",
+                               "Sin: not in xnnpack's operator table",
+                               "Cos: not in xnnpack's operator table"]
+    assert str(report) == ("target xnnpack: NOT supported, 2 of 2 nodes unsupported by "
+                           "onnxruntime XnnpackExecutionProvider: " + "; ".join(report.blocking))
+
+
+def test_uint64_message_lists_each_initializer():
+    wide = [numpy_helper.from_array(np.array([1], np.uint64), n) for n in ("a", "b")]
+    model = _graph([helper.make_node("Abs", ["x"], ["y"], name="n")],
+                   [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])], wide)
+    report = check(model, PROFILES["tensorrt"])
+    assert report.problems == ["uint64 initializers (a, b): uint64 initializers are rejected"]
