@@ -408,3 +408,80 @@ def test_uint64_message_lists_each_initializer():
                    [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])], wide)
     report = check(model, PROFILES["tensorrt"])
     assert report.problems == ["uint64 initializers (a, b): uint64 initializers are rejected"]
+
+
+# ---- edgepe.audit: each verdict of audit() on hand-built graphs, graph_summary's fields --------
+
+from edgepe.audit import audit, graph_summary  # noqa: E402
+
+
+def _pos_graph(nodes, outputs, inits=()):
+    inputs = [_vi("positions", TensorProto.INT64, ["N"])]
+    return _graph(nodes, inputs, outputs, inits)
+
+
+def test_audit_of_an_integer_graph_with_a_cast_boundary():
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    table = numpy_helper.from_array(np.ones((4, 2), np.float32), "table")
+    nodes = [helper.make_node("BitShift", ["positions", "one"], ["s"], direction="RIGHT"),
+             helper.make_node("BitwiseAnd", ["s", "one"], ["b"]),
+             helper.make_node("Cast", ["b"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "f"], ["y"])]
+    a = audit(_pos_graph(nodes, [_vi("y", TensorProto.FLOAT, ["N"])], [one, table]))
+    assert a.integer_only and a.violations == []
+    assert a.integer_ops == ["BitShift", "BitwiseAnd"]
+    assert a.float_boundaries == ["Cast"]
+    assert a.tables == []
+    assert a.bitwise and a.trig_free and a.transcendental == []
+
+
+def test_audit_violations_each_named():
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    nodes = [helper.make_node("Cast", ["positions"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "half"], ["g"]),
+             helper.make_node("Sin", ["g"], ["h"]),
+             helper.make_node("Cos", ["g"], ["c"]),
+             helper.make_node("Cast", ["h"], ["back"], to=TensorProto.INT64),
+             helper.make_node("Cast", ["back"], ["y0"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["y0", "c"], ["y"])]
+    a = audit(_pos_graph(nodes, [_vi("y", TensorProto.FLOAT, ["N"])], [half]))
+    assert not a.integer_only
+    assert a.violations == ["Cast turns floats back into integers"]
+    assert a.transcendental == ["Cos", "Sin"] and not a.trig_free and not a.bitwise
+    nodes = [helper.make_node("Sqrt", ["positions"], ["y"])]  # an int64 op outside the list
+    a = audit(_pos_graph(nodes, [_vi("y", TensorProto.INT64, ["N"])]))
+    assert a.violations == ["Sqrt is not an integer op"] and a.integer_ops == ["Sqrt"]
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "scale")
+    nodes = [helper.make_node("Gather", ["scale_t", "positions"], ["f"])]
+    a = audit(_pos_graph(nodes, [_vi("f", TensorProto.FLOAT, ["N"])],
+                         [numpy_helper.from_array(np.ones(4, np.float32), "scale_t"), scale]))
+    assert a.violations == ["Gather makes floats from position-derived integers"]
+    assert a.tables == [("scale_t", [4])]
+
+
+def test_audit_ignores_nodes_not_reached_from_the_positions():
+    c = numpy_helper.from_array(np.array([1.0], np.float32), "c")
+    nodes = [helper.make_node("Sin", ["c"], ["s"]),
+             helper.make_node("Cast", ["positions"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["f", "s"], ["y"])]
+    a = audit(_pos_graph(nodes, [_vi("y", TensorProto.FLOAT, ["N"])], [c]))
+    assert a.integer_only and a.integer_ops == [] and a.float_boundaries == ["Cast"]
+    assert a.transcendental == ["Sin"]  # trig anywhere counts
+
+
+def test_graph_summary_fields():
+    table = numpy_helper.from_array(np.ones((4, 2), np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "positions"], ["y"])]
+    model = _pos_graph(nodes, [_vi("y", TensorProto.FLOAT, ["N", 2])], [table])
+    model.producer_name, model.producer_version = "edgepe", "0.1.0"
+    summary = graph_summary(model)
+    assert summary == {
+        "ops": {"Gather": 1}, "nodes": 1,
+        "initializers": [("table", [4, 2], "float32")], "initializer_bytes": 32,
+        "inputs": [("positions", "int64", ["N"])], "outputs": [("y", "float32", ["N", 2])],
+        "opsets": {"ai.onnx": 18, "com.microsoft": 1}, "ir_version": 8,
+        "producer": "edgepe 0.1.0",
+    }
+    int_table = helper.make_tensor("t2", TensorProto.INT32, [3], [1, 2, 3])  # no raw_data
+    model.graph.initializer.append(int_table)
+    assert graph_summary(model)["initializer_bytes"] == 32 + 12
