@@ -485,3 +485,111 @@ def test_graph_summary_fields():
     int_table = helper.make_tensor("t2", TensorProto.INT32, [3], [1, 2, 3])  # no raw_data
     model.graph.initializer.append(int_table)
     assert graph_summary(model)["initializer_bytes"] == 32 + 12
+
+
+# ---- edgepe.quant.int8: refusals, passes, the manifest section and its one-line description ---
+
+from edgepe import api  # noqa: E402
+from edgepe.errors import BadParameterError  # noqa: E402
+from edgepe.quant import int8  # noqa: E402
+
+
+def test_check_quantizable_messages():
+    cases = [
+        (api.make_config("gray", 16, mode="table", format="npy"),
+         "scheme 'gray' is exact (every value is a bit): --quantize int8 would only add error; "
+         "export it lossless with --dtype uint8 (1 byte a value) or --dtype bit"),
+        (api.make_config("sinusoidal", 16, mode="table", format="npy", dtype="float16"),
+         "--quantize int8 dequantises to float32: --dtype must be float32, got 'float16'"),
+    ]
+    for config, message in cases:
+        with pytest.raises(BadParameterError) as info:
+            int8.check_quantizable(config)
+        assert str(info.value) == message
+    config = api.make_config("sinusoidal", 16, mode="table", format="npy")
+    int8.check_quantizable(config)
+    from dataclasses import replace
+
+    with pytest.raises(BadParameterError) as info:
+        int8.check_quantizable(replace(config, quant_granularity="row"))
+    assert str(info.value) == "--quant-granularity 'row' is not one of: channel, tensor"
+    with pytest.raises(BadParameterError) as info:
+        int8.measure_table("row", lambda: iter([np.ones((1, 1), np.float32)]))
+    assert str(info.value) == "--quant-granularity 'row' is not one of: channel, tensor"
+
+
+def test_absmax_over_chunks_and_granularity():
+    chunks = [np.array([[1.0, -5.0], [2.0, 0.5]]), np.array([[-3.0, 4.0]])]
+    assert int8.absmax(iter(chunks)).tolist() == [3.0, 5.0]
+    assert int8.absmax(iter(chunks), "tensor").tolist() == [5.0]
+    assert int8.absmax(iter([np.zeros((0, 3))])).tolist() == [0.0, 0.0, 0.0]
+    for bad, message in (([np.array([[np.inf]])], "the values include inf or nan"),
+                         ([np.array([[np.nan]])], "the values include inf or nan"),
+                         ([], "there are no values")):
+        with pytest.raises(BadParameterError) as info:
+            int8.absmax(iter(bad))
+        assert str(info.value) == f"cannot quantise to int8: {message}"
+
+
+def test_quantize_rounds_half_to_even_and_clips():
+    q = int8.quantize(np.array([0.5, 1.5, -0.5, 2.5, 200.0, -200.0]), np.array(1.0))
+    assert q.dtype == np.int8 and q.tolist() == [0, 2, 0, 2, 127, -127]
+    d = int8.dequantize(np.array([3, -127], np.int8), np.array([0.1], np.float32))
+    assert d.dtype == np.float32 and d.tolist() == [float(np.float32(3) * np.float32(0.1)),
+                                                    float(np.float32(-127) * np.float32(0.1))]
+
+
+def test_table_quant_and_its_manifest_section():
+    chunk = np.array([[127.0, 0.0], [0.5, 0.0], [-63.5, 0.0]], np.float32)
+    tq = int8.measure_table("channel", lambda: iter([chunk]))
+    assert (tq.rows, tq.cols, tq.granularity) == (3, 2, "channel")
+    assert tq.scale.tolist() == [1.0, 1.0] and tq.peak.tolist() == [127.0, 0.0]
+    assert tq.bound_per_channel.tolist() == [0.5 + 127 * 2.0**-24, 0.0]
+    assert [c.tolist() for c in tq.chunks(iter([chunk]))] == [[[127, 0], [0, 0], [-64, 0]]]
+    section = tq.manifest(tensor="t_int8")
+    assert section == {
+        "method": "int8 symmetric", "granularity": "channel", "dtype": "int8",
+        "qmin": -127, "qmax": 127, "scale": [1.0, 1.0], "zero_point": 0, "axis": 1,
+        "max_abs_err": 0.5, "bound": 0.5 + 127 * 2.0**-24,
+        "bound_per_channel": [0.5 + 127 * 2.0**-24, 0.0],
+        "bound_why": "half a step per channel: |x - s round(x/s)| <= s/2, no clipping since "
+                     "s = max|x|/127, plus one float32 rounding of s*q (<= 127 s 2^-24)",
+        "measured_over": "every row of the [3, 2] table",
+        "bytes": {"float32": 24, "int8": 6 + 8}, "bytes_of": "table (entries + scales)",
+        "tensor": "t_int8",
+    }
+    assert "tensor" not in tq.manifest()
+    per_tensor = int8.measure_table("tensor", lambda: iter([chunk])).manifest()
+    assert per_tensor["scale"] == 1.0 and per_tensor["axis"] is None
+    assert per_tensor["bound_per_channel"] is None
+    with pytest.raises(AssertionError, match="exceeds the proven bound"):
+        int8.quant_section("channel", np.ones(1), axis=1, max_abs_err=1.0, bound=np.array([0.5]),
+                           bound_why="", measured_over="", float32_bytes=4, int8_bytes=1)
+
+
+def test_describe_lines():
+    base = {"scale": [0.5, 0.25], "axis": 1, "qmin": -127, "qmax": 127, "zero_point": 0,
+            "max_abs_err": 0.001234, "bound": 0.002, "bytes": {"float32": 400, "int8": 108}}
+    head = ("quant: int8 symmetric [-127, 127] per channel (axis 1, 2 scales), zero point 0; "
+            "max abs err 0.00123 <= bound 0.002")
+    assert int8.describe(base) == head + "; table: 400 B float32 -> 108 B int8 (saves 292 B, 73%)"
+    assert int8.describe({**base, "bytes_of": "weights", "runtime": "fold", "ram_bytes": 400}) == (
+        head + "; weights: 400 B float32 -> 108 B int8 (saves 292 B, 73%); runtime fold: "
+        "onnxruntime folds it to float32 at session load, 400 B in RAM (float32 speed)")
+    assert int8.describe({**base, "runtime": "live", "ram_bytes": 108}).endswith(
+        "; runtime live: kept int8 in RAM, 108 B, dequantised per call")
+    row = {**base, "scale": 0.5, "bytes_of": int8.OUTPUT_ROW, "bytes": {"float32": 8, "int8": 2}}
+    assert int8.describe(row) == (
+        "quant: int8 symmetric [-127, 127] per tensor, zero point 0; max abs err 0.00123 <= "
+        "bound 0.002; int8 output only: a row is 2 B int8 instead of 8 B at the device "
+        "boundary, the graph stores no weights")
+    assert int8.describe({**base, "bytes": {}}) == head
+
+
+def test_export_note_only_for_output_quantisation():
+    assert int8.export_note({"scheme": "rope", "quant": {"bytes_of": int8.OUTPUT_ROW}}) == (
+        "note: rope's compute graph stores no weights, so int8 quantises its output (error "
+        "bounded, Q/DQ nodes added: the file grows); for a small int8 artifact use --mode "
+        "table --quantize int8")
+    assert int8.export_note({"scheme": "rope", "quant": {"bytes_of": "table"}}) is None
+    assert int8.export_note({"scheme": "rope", "quant": None}) is None
