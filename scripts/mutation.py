@@ -265,6 +265,11 @@ def render(recorded: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_docs(recorded: dict) -> None:
+    DOCS_JSON.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    DOCS_MD.write_text(render(recorded))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", nargs="+", metavar="PATH", help="modules to run")
@@ -319,11 +324,12 @@ def main(argv: list[str] | None = None) -> int:
                 and result["score"] < old["score"])):
             failed.append(module)
         recorded[module] = result
+        if args.write:  # after each module: a long run stopped midway keeps what it did
+            write_docs(recorded)
     if skipped:
         print(f"mutation: budget spent; not run: {', '.join(skipped)}")
     if args.write:
-        DOCS_JSON.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
-        DOCS_MD.write_text(render(recorded))
+        write_docs(recorded)
         print(f"wrote {DOCS_JSON.relative_to(ROOT)} and {DOCS_MD.relative_to(ROOT)}")
     if failed and not args.write:
         print(f"mutation: new survivors or a lower score in {', '.join(failed)}", file=sys.stderr)
