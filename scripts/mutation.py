@@ -84,6 +84,8 @@ EQUIVALENT: dict[str, str] = {
     "unreachable: json's errors and ours always carry a message (and nesting is bounded "
     "before parsing, so no RecursionError)",
     "edgepe.manifest.x_loads__mutmut_33": "same unreachable fallback (type(None).__name__)",
+    "edgepe.manifest.x_loads__mutmut_32": "same unreachable fallback (its condition always "
+    "true: every message is non-empty)",
     "edgepe.manifest.x_nesting_depth__mutmut_9": "strings replaced by 'XXXX' instead of '': "
     "neither holds a bracket",
     "edgepe.manifest.x_nesting_depth__mutmut_17": "encode() as UTF-8 instead of ASCII with "
@@ -216,7 +218,22 @@ def changed_modules(base: str) -> list[str]:
 
 
 def load_recorded() -> dict:
-    return json.loads(DOCS_JSON.read_text()) if DOCS_JSON.is_file() else {}
+    recorded = json.loads(DOCS_JSON.read_text()) if DOCS_JSON.is_file() else {}
+    return {module: rescore(r) for module, r in recorded.items()}
+
+
+def rescore(result: dict) -> dict:
+    """``result`` with the survivors since listed in EQUIVALENT (or UNOBSERVABLE) moved to the
+    equivalent count, its score recomputed: a reason added after a run counts without a rerun.
+    Survivors killed by tests written after the run stay until the module is run again."""
+    now = [n for n in result["survivors"] if equivalent_reason(n) is not None]
+    if not now:
+        return result
+    out = dict(result, survivors={n: s for n, s in result["survivors"].items() if n not in now},
+              equivalent=result["equivalent"] + len(now))
+    denominator = out["mutants"] - out["equivalent"]
+    out["score"] = round(100.0 * out["killed"] / denominator, 1) if denominator else None
+    return out
 
 
 def render(recorded: dict) -> str:
@@ -329,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"mutation: budget spent; not run: {', '.join(skipped)}")
     if args.write:
-        write_docs(recorded)
+        write_docs({module: rescore(r) for module, r in recorded.items()})
         print(f"wrote {DOCS_JSON.relative_to(ROOT)} and {DOCS_MD.relative_to(ROOT)}")
     if failed and not args.write:
         print(f"mutation: new survivors or a lower score in {', '.join(failed)}", file=sys.stderr)

@@ -593,3 +593,31 @@ def test_export_note_only_for_output_quantisation():
         "table --quantize int8")
     assert int8.export_note({"scheme": "rope", "quant": {"bytes_of": "table"}}) is None
     assert int8.export_note({"scheme": "rope", "quant": None}) is None
+
+
+def test_open_regular_refuses_an_oversized_file_before_opening_it(tmp_path, monkeypatch):
+    big = tmp_path / "big"
+    big.write_bytes(b"12345")
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    with pytest.raises(ArtifactError, match="is 5 bytes; edgepe reads at most 4"):
+        manifest.open_regular(big, "table", 4)
+    assert opened == []
+
+
+def test_open_regular_names_other_os_errors(tmp_path, monkeypatch):
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    inside = plain / "child"  # a path through a file: NotADirectoryError, not FileNotFoundError
+    with pytest.raises(ArtifactError) as info:
+        manifest.open_regular(inside, "manifest")
+    assert str(info.value) == f"cannot read manifest {str(inside)!r}: Not a directory"
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "open", denied)
+    with pytest.raises(ArtifactError) as info:
+        manifest.open_regular(plain, "artifact")
+    assert str(info.value) == f"cannot read artifact {str(plain)!r}: Permission denied"
