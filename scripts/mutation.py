@@ -3,6 +3,7 @@
     .venv/bin/python scripts/mutation.py --modules edgepe/manifest.py --write
     .venv/bin/python scripts/mutation.py --changed origin/main --budget-s 240   # what CI runs
     .venv/bin/python scripts/mutation.py --list
+    .venv/bin/python scripts/mutation.py --render    # docs/mutation.md from docs/mutation.json
 
 Beside scripts/mutants.py (hand-written semantic mutants), this runs mutmut 3 (the dev extra):
 every operator, constant, comparison, argument and string inside each function of a module
@@ -297,7 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true",
                         help="record the results in docs/mutation.json and docs/mutation.md")
     parser.add_argument("--list", action="store_true", help="print MODULES and exit")
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite docs/mutation.md from docs/mutation.json and exit")
     args = parser.parse_args(argv)
+    if args.render:
+        write_docs(load_recorded())
+        return 0
     if args.list:
         for module, tests in MODULES.items():
             print(f"{module}: {' '.join(tests)}")
