@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget_s is not None and spent >= args.budget_s:
             skipped.append(module)
             continue
-        left = TIMEOUT_S if args.budget_s is None else max(60.0, args.budget_s - spent)
+        left = TIMEOUT_S if args.budget_s is None else args.budget_s - spent
         result = run_module(module, MODULES[module], args.jobs, left)
         score = "-" if result["score"] is None else f"{result['score']:.1f}%"
         print(f"{module}: {result['killed']} of {result['mutants']} killed, "
