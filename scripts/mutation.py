@@ -93,6 +93,17 @@ EQUIVALENT: dict[str, str] = {
     "replacement: UTF-8 multibyte sequences never contain the bytes of [ { ] }",
     "edgepe.manifest.x_nesting_depth__mutmut_20": "'ASCII' vs 'ascii': codec names are "
     "case-insensitive",
+    **{f"edgepe.rebuild.x_first_difference__mutmut_{i}": "zip's strict flag: the lists' "
+       "lengths were compared just before, so strict never fires" for i in (34, 37, 38)},
+    **{f"edgepe.rebuild.xǁ_CompareWriterǁwrite__mutmut_{i}": "zip(strict=False) is the default: "
+       "None or no argument is the same" for i in (19, 22)},
+    "edgepe.rebuild.xǁ_CompareWriterǁfinish__mutmut_3": "read(None) instead of read(1): any "
+    "byte past the rebuild is as truthy; reads the rest of a longer file (memory only)",
+    "edgepe.rebuild.xǁ_CompareWriterǁfinish__mutmut_4": "read(2) instead of read(1): one byte "
+    "past the rebuild is as truthy",
+    **{f"edgepe.rebuild.x__onnx_difference__mutmut_{i}": "getattr's default for .name/.op_type: "
+       "every ValueInfo, TensorProto and NodeProto has a name field and a node an op_type, so "
+       "the default is never used" for i in (33, 36, 39, 42, 45, 48)},
     "edgepe.manifest.x_nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

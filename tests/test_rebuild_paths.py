@@ -235,3 +235,122 @@ def test_compare_writer_longer_by_two(made):
     sink = rebuild._CompareWriter(io.BytesIO(b"abcde"))
     sink.write(b"abc")
     assert sink.finish() == 3
+
+
+# ---- a checkpoint-based artifact (whole-model state dict with a key), a bias scheme ----------
+
+
+@pytest.fixture(scope="module")
+def from_checkpoint(tmp_path_factory):
+    """binary at L=16, d=8 from a whole model's state dict (prefix ``enc.pos.``), seed 3
+    weights: the artifact records the checkpoint's sha256, key and the path it lay at."""
+    import torch
+
+    from edgepe.schemes import build, resolve
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    state = build(resolve("binary", 16, d_model=8), seed=3).state_dict()
+    ckpt = folder / "whole.pt"
+    torch.save({f"enc.pos.{k}": v for k, v in state.items()}, ckpt)
+    config = api.make_config("binary", 16, d_model=8, checkpoint=ckpt, checkpoint_key="enc.pos.",
+                             out=folder / "p.onnx")
+    path = api.export(config, verify=False)[0].path
+    return path, ckpt
+
+
+def test_a_checkpoint_artifact_is_rebuilt_from_the_users_copy(from_checkpoint, tmp_path):
+    """The checkpoint moved (the recorded path is gone): rebuilt from the user's copy, the
+    recorded path kept in the bytes, checkpoint.path the only field ignored."""
+    path, ckpt = from_checkpoint
+    moved = tmp_path / "moved.pt"
+    moved.write_bytes(ckpt.read_bytes())
+    art, m = _copy(path, tmp_path)
+    recorded_path = m["checkpoint"]["path"]
+    ckpt.rename(ckpt.with_name("gone.pt"))
+    try:
+        got = rebuild.rebuild(art, m, checkpoint=moved)
+        assert got.reproduced, str(got)
+        assert got.config.checkpoint == recorded_path
+        assert got.config.checkpoint_sha256 == m["checkpoint"]["sha256"]
+        assert got.config.checkpoint_key == "enc.pos."
+        built = rebuild.just_built(art, m, checkpoint=moved)
+        assert built.config.checkpoint_key == "enc.pos." and built.module is not None
+        with pytest.raises(CheckpointError, match="pass it with --checkpoint FILE"):
+            rebuild.just_built(art, m)
+        with pytest.raises(CheckpointError, match="pass it with --checkpoint FILE"):
+            rebuild.rebuild(art, m)
+    finally:
+        ckpt.with_name("gone.pt").rename(ckpt)
+
+
+def test_compare_ignores_checkpoint_path_only_when_asked(from_checkpoint):
+    from edgepe.export import prepare
+
+    path, ckpt = from_checkpoint
+    m = manifest_io.read(path)
+    config, module = rebuild.config_from_manifest(m, ckpt, 1 << 30)
+    prepared = prepare(config, module)
+    data = path.read_bytes()
+    moved = copy.deepcopy(m)
+    moved["checkpoint"]["path"] = "/elsewhere/whole.pt"
+    with open(path, "rb") as f:
+        assert rebuild.compare(f, path, moved, prepared, ignore_paths=True)[0] is None
+    assert rebuild.compare(io.BytesIO(data), path, moved, prepared)[0] == (
+        f"the manifest differs from the rebuilt one at checkpoint.path: \"/elsewhere/whole.pt\" "
+        f"!= rebuilt {json.dumps(m['checkpoint']['path'])}")
+
+
+def test_the_weights_come_from_the_checkpoint_not_the_seed(from_checkpoint):
+    import numpy as np
+
+    from edgepe.schemes import build, resolve
+
+    path, ckpt = from_checkpoint
+    m = manifest_io.read(path)
+    _, module = rebuild.config_from_manifest(m, ckpt, 1 << 30)
+    loaded = module.projection.weight.detach().numpy()
+    assert np.array_equal(loaded, build(resolve("binary", 16, d_model=8), seed=3)
+                          .projection.weight.detach().numpy())
+    assert not np.array_equal(loaded, build(resolve("binary", 16, d_model=8), seed=0)
+                              .projection.weight.detach().numpy())
+
+
+def test_a_bias_scheme_with_params_is_rebuilt(tmp_path):
+    config = api.make_config("gaussian", 16, heads=3, params={"sigma": 2.0}, mode="table",
+                             format="npy", out=tmp_path / "g.npy")
+    path = api.export(config, verify=False)[0].path
+    m = manifest_io.read(path)
+    got = rebuild.rebuild(path, m)
+    assert got.reproduced, str(got)
+    assert got.config.scheme.heads == 3 and got.config.scheme.params["sigma"] == 2.0
+    other = copy.deepcopy(m)
+    other["inputs"]["params"] = None
+    cfg, _ = rebuild.config_from_manifest(other, None, 1 << 20)
+    assert cfg.scheme.params["sigma"] == 8.0  # the default, from a null params
+
+
+def test_rebuild_names_the_artifact_and_closes_it(made, tmp_path):
+    import os
+
+    folder = tmp_path / "d.onnx"
+    folder.mkdir()
+    with pytest.raises(ArtifactError, match=r"^artifact '.*d\.onnx' is not a file"):
+        rebuild.rebuild(folder, manifest_io.read(made["onnx"]))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        rebuild.rebuild(made["onnx"], manifest_io.read(made["onnx"]))
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_onnx_difference_of_a_longer_graph(made, tmp_path):
+    from edgepe.export import prepare
+
+    m = manifest_io.read(made["onnx"])
+    prepared = prepare(*rebuild.config_from_manifest(m, None, 1 << 30))
+    model = onnx.load(str(made["onnx"]))
+    extra = onnx.helper.make_node("Identity", ["pe"], ["pe_copy"], name="")
+    model.graph.node.append(extra)
+    path = tmp_path / "x.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert rebuild._onnx_difference(path, prepared) == \
+        f"node {len(model.graph.node) - 1} 'Identity'"
