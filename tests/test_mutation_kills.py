@@ -10,6 +10,7 @@ import fcntl
 import os
 
 import numpy as np
+import onnx
 import pytest
 
 from edgepe import errors
@@ -621,3 +622,53 @@ def test_open_regular_names_other_os_errors(tmp_path, monkeypatch):
     with pytest.raises(ArtifactError) as info:
         manifest.open_regular(plain, "artifact")
     assert str(info.value) == f"cannot read artifact {str(plain)!r}: Permission denied"
+
+
+def test_refused_nodes_keep_their_name_op_and_a_false_verdict():
+    cases = [
+        (_gather(TensorProto.INT64, "qnn"), "Gather indices int64"),
+        (_gather(None, "qnn", const=[0, -1]), "Gather with negative constant indices"),
+        (_gather(TensorProto.INT32, "qnn"), "Gather indices not clamped"),
+    ]
+    model = _graph([helper.make_node("Abs", ["x"], ["y"], name="a")],
+                   [_vi("x", TensorProto.DOUBLE, [2])], [_vi("y", TensorProto.DOUBLE, [2])])
+    cases.append((check(model, PROFILES["tensorrt"]), "Abs on float64"))
+    for report, reason in cases:
+        node = report.nodes[-1]
+        assert node.name in ("g", "a") and node.op in ("Gather", "Abs")
+        assert node.supported is False and node.reason.startswith(reason)
+    assert cases[-1][0].nodes[0].reason == ("Abs on float64: tensorrt runs Abs on float16, "
+                                            "float32, int32, int64")
+
+
+def test_index_type_message_lists_every_allowed_type():
+    gather = _gather(TensorProto.INT16, "ort-cpu").nodes[-1]
+    assert gather.reason == "Gather indices int16: ort-cpu takes int32, int64 indices only"
+
+
+def test_opset_of_the_default_domain_by_either_name():
+    graph = helper.make_graph([helper.make_node("Abs", ["x"], ["y"], name="a")], "g",
+                              [_vi("x", TensorProto.FLOAT, [2])],
+                              [_vi("y", TensorProto.FLOAT, [2])])
+    named = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx", 26)],
+                              ir_version=8)
+    assert check(named, PROFILES["ort-cpu"]).problems == [
+        "opset 26: ort-cpu loads opsets 7 to 25"]
+    none = helper.make_model(graph, opset_imports=[helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+    assert check(none, PROFILES["ort-cpu"]).problems == []  # no default-domain opset: no range
+
+
+def test_dynamic_dims_note_names_each_input():
+    x = _vi("x", TensorProto.FLOAT, ["N"])
+    z = onnx.helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])
+    z.type.tensor_type.shape.dim[0].Clear()  # neither a value nor a name: unknown
+    w = _vi("w", TensorProto.FLOAT, [2])  # static
+    model = _graph([helper.make_node("Add", ["x", "z"], ["s"], name="a"),
+                    helper.make_node("Add", ["s", "w"], ["y"], name="b")],
+                   [x, z, w], [_vi("y", TensorProto.FLOAT, [2])])
+    report = check(model, PROFILES["nnapi"])
+    assert report.notes[0].startswith("inputs x, z have dynamic dims: ")
+    static = _graph([helper.make_node("Abs", ["w"], ["y"], name="a")], [w],
+                    [_vi("y", TensorProto.FLOAT, [2])])
+    assert not any("dynamic" in n for n in check(static, PROFILES["nnapi"]).notes)
