@@ -577,8 +577,9 @@ def test_describe_lines():
     assert int8.describe({**base, "bytes_of": "weights", "runtime": "fold", "ram_bytes": 400}) == (
         head + "; weights: 400 B float32 -> 108 B int8 (saves 292 B, 73%); runtime fold: "
         "onnxruntime folds it to float32 at session load, 400 B in RAM (float32 speed)")
-    assert int8.describe({**base, "runtime": "live", "ram_bytes": 108}).endswith(
-        "; runtime live: kept int8 in RAM, 108 B, dequantised per call")
+    assert int8.describe({**base, "runtime": "live", "ram_bytes": 108}) == (
+        head + "; table: 400 B float32 -> 108 B int8 (saves 292 B, 73%); runtime live: kept "
+        "int8 in RAM, 108 B, dequantised per call")
     row = {**base, "scale": 0.5, "bytes_of": int8.OUTPUT_ROW, "bytes": {"float32": 8, "int8": 2}}
     assert int8.describe(row) == (
         "quant: int8 symmetric [-127, 127] per tensor, zero point 0; max abs err 0.00123 <= "
