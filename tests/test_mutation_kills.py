@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 
 import numpy as np
 import onnx
@@ -673,3 +674,122 @@ def test_dynamic_dims_note_names_each_input():
     static = _graph([helper.make_node("Abs", ["w"], ["y"], name="a")], [w],
                     [_vi("y", TensorProto.FLOAT, [2])])
     assert not any("dynamic" in n for n in check(static, PROFILES["nnapi"]).notes)
+
+
+# ---- edgepe.audit: load_onnx's refusals, describe, external data in each form ----------------
+
+from edgepe.audit import check_untrusted, describe, load_onnx  # noqa: E402
+
+
+def _abs_model(opset=18):
+    return _graph([helper.make_node("Abs", ["x"], ["y"], name="a")],
+                  [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])],
+                  opset=opset)
+
+
+def test_load_onnx_refusals(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"\xff\xfe not a protobuf")
+    with pytest.raises(ArtifactError, match=rf"^{re.escape(repr(str(path)))} is not an ONNX "
+                       r"model edgepe can read \(.+\)$"):
+        load_onnx(path)
+    empty = onnx.ModelProto()
+    empty.opset_import.append(helper.make_opsetid("", 18))
+    path.write_bytes(empty.SerializeToString())
+    with pytest.raises(ArtifactError) as info:
+        load_onnx(path)
+    assert str(info.value) == f"{str(path)!r} is not an ONNX model edgepe can read (no graph)"
+    no_opset = _abs_model()
+    del no_opset.opset_import[:]
+    path.write_bytes(no_opset.SerializeToString())
+    with pytest.raises(ArtifactError, match=r"\(no graph\)$"):
+        load_onnx(path)
+    bad = _abs_model()
+    bad.graph.node[0].input[0] = "nowhere"  # the checker refuses an input nothing produces
+    path.write_bytes(bad.SerializeToString())
+    with pytest.raises(ArtifactError) as info:
+        load_onnx(path)
+    message = str(info.value)
+    assert message.startswith(f"{str(path)!r} is not an ONNX model edgepe can read (")
+    assert "nowhere" in message and "\n" not in message
+    loop = _abs_model()
+    loop.graph.node[0].op_type = "Loop"
+    path.write_bytes(loop.SerializeToString())
+    with pytest.raises(ArtifactError) as info:
+        load_onnx(path)
+    assert str(info.value) == (f"{str(path)!r} uses op Loop, which edgepe's builders never "
+                               "emit (no control flow or subgraphs): refused")
+    path.write_bytes(_abs_model().SerializeToString())
+    assert load_onnx(path).graph.node[0].op_type == "Abs"
+
+
+def test_external_data_in_each_form_and_messages():
+    def with_init(mark):
+        model = _abs_model()
+        t = numpy_helper.from_array(np.zeros(2, np.float32), "w")
+        mark(t)
+        model.graph.initializer.append(t)
+        return model
+
+    def location_only(t):
+        t.data_location = TensorProto.EXTERNAL
+
+    def entries_only(t):
+        onnx.external_data_helper.set_external_data(t, location="x.bin")
+        t.data_location = TensorProto.DEFAULT
+
+    for mark in (location_only, entries_only):
+        with pytest.raises(ArtifactError) as info:
+            check_untrusted(with_init(mark), "m.onnx")
+        assert str(info.value) == ("'m.onnx' keeps tensor 'w' in external data: edgepe never "
+                                   "writes external data, and opens no path a graph names: "
+                                   "refused")
+    check_untrusted(with_init(lambda t: None), "m.onnx")  # inline data is fine
+    # a Constant whose tensor is inline: refused for its op, not for external data
+    model = _abs_model()
+    model.graph.node.append(helper.make_node("Constant", [], ["c"], name="k",
+                                             value=numpy_helper.from_array(np.ones(1, np.float32))))
+    with pytest.raises(ArtifactError) as info:
+        check_untrusted(model, "m.onnx")
+    assert str(info.value).startswith("'m.onnx' uses op Constant,")
+    sparse = _abs_model()
+    values = numpy_helper.from_array(np.ones(1, np.float32), "s")
+    indices = numpy_helper.from_array(np.zeros(1, np.int64), "s_i")
+    sparse.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [2]))
+    with pytest.raises(ArtifactError) as info:
+        check_untrusted(sparse, "m.onnx")
+    assert str(info.value) == ("'m.onnx' has sparse initializers or model functions: edgepe "
+                               "never writes them: refused")
+
+
+def test_describe_an_onnx_artifact(tmp_path):
+    import hashlib
+
+    path = api.export(api.make_config("binary", 16, d_model=8, out=tmp_path / "p.onnx"),
+                      verify=False)[0].path
+    info = describe(path)
+    assert info["path"] == str(path) and info["bytes"] == path.stat().st_size
+    assert info["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert info["sha256_ok"] is True and info["embedded_ok"] is True
+    assert info["manifest"] == manifest.read(path)
+    assert info["graph"]["nodes"] == len(onnx.load(str(path)).graph.node)
+    assert info["audit"].integer_only and info["audit"].bitwise
+    changed = tmp_path / "q.onnx"
+    data = bytearray(path.read_bytes())
+    raw = onnx.load(str(path)).graph.initializer[0].raw_data
+    data[bytes(data).find(raw)] ^= 1  # a weight's byte: still a valid graph
+    changed.write_bytes(bytes(data))
+    manifest.path_for(changed).write_bytes(manifest.path_for(path).read_bytes())
+    assert describe(changed)["sha256_ok"] is False
+
+
+def test_describe_an_int8_graph_and_a_table(tmp_path):
+    q = api.export(api.make_config("sinusoidal", 16, d_model=8, quantize="int8",
+                                   out=tmp_path / "q.onnx"), verify=False)[0].path
+    info = describe(q)
+    assert info["embedded_ok"] is True and info["manifest"]["quant"]
+    t = api.export(api.make_config("sinusoidal", 16, d_model=8, mode="table", format="npy",
+                                   out=tmp_path / "t.npy"), verify=False)[0].path
+    info = describe(t)
+    assert "graph" not in info and "audit" not in info and "program" not in info
+    assert info["sha256_ok"] is True
