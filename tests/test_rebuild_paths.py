@@ -354,3 +354,10 @@ def test_onnx_difference_of_a_longer_graph(made, tmp_path):
     path.write_bytes(model.SerializeToString())
     assert rebuild._onnx_difference(path, prepared) == \
         f"node {len(model.graph.node) - 1} 'Identity'"
+
+
+def test_a_seeded_artifact_is_rebuilt_with_its_seed(tmp_path):
+    path = api.export(api.make_config("binary", 16, d_model=8, seed=5, out=tmp_path / "s.onnx"),
+                      verify=False)[0].path
+    got = rebuild.rebuild(path, manifest_io.read(path))
+    assert got.reproduced and got.config.seed == 5, str(got)
