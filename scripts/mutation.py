@@ -120,6 +120,9 @@ EQUIVALENT: dict[str, str] = {
     **{f"edgepe.rebuild.x_rebuild__mutmut_{i}": "ignore_paths in rebuild(): the rebuilt "
        "manifest's checkpoint.path is the recorded one (config.checkpoint comes from it), so "
        "the two never differ there" for i in (74, 79, 80)},
+    **{f"edgepe.audit.x_load_onnx__mutmut_{i}": "the type-name fallback for an empty "
+       "message: protobuf's DecodeError and onnx.checker's errors always carry one"
+       for i in (12, 25)},
     "edgepe.manifest.x_nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }
