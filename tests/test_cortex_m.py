@@ -172,3 +172,14 @@ def test_flash_counts_the_library_code_a_header_pulls_in(exported):
     assert 2048 < run.flash < 8192, run.flash
     alibi = check_on_board(exported, "alibi-compute", "m4f")  # one multiply: no library
     assert alibi.flash < 256, alibi.flash
+
+
+def test_instructions_follow_from_the_board_clock(exported):
+    """The calibration constant (2 x 200000 instructions) against an independent derivation:
+    QEMU's ``-icount shift=0`` runs one instruction per ns and the mps2-an386's SysTick counts
+    its 25 MHz core clock, so one tick is 40 instructions. The calibration loop must read
+    400000 / 40 ticks, and the reported instructions must equal (row - empty) x 40 / calls."""
+    run = check_on_board(exported, "binary-table-float32", "m4f")
+    calib, row, none, count = run.ticks
+    assert calib == pytest.approx(400000 / 40, rel=0.01)
+    assert run.instructions == pytest.approx((row - none) * 40 / count, rel=0.01)

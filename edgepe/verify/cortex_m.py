@@ -99,6 +99,9 @@ class CortexMRun:
     flash: int
     ram: int
     instructions: float
+    # The raw SysTick readings the instructions come from (calibration loop, timed loop, empty
+    # loop) and the timed call count: a test derives the instructions from them independently.
+    ticks: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 def tools() -> dict[str, str] | None:
@@ -456,4 +459,5 @@ def run_header(
     calib, row, none, count = (int(v) for v in head)
     per_tick = 400000 / calib  # the calibration loop ran 2 x 200000 instructions
     instructions = (row - none) * per_tick / count
-    return CortexMRun(board, values.reshape(len(positions), width), flash, ram, instructions)
+    return CortexMRun(board, values.reshape(len(positions), width), flash, ram, instructions,
+                      (calib, row, none, count))

@@ -1,0 +1,400 @@
+"""Library mutation testing (mutmut) per module, each with the tests that cover it (issue 33).
+
+    .venv/bin/python scripts/mutation.py --modules edgepe/contract/manifest.py --write
+    .venv/bin/python scripts/mutation.py --changed origin/main --budget-s 240   # what CI runs
+    .venv/bin/python scripts/mutation.py --list
+    .venv/bin/python scripts/mutation.py --render    # docs/mutation.md from docs/mutation.json
+
+Beside scripts/mutants.py (hand-written semantic mutants), this runs mutmut 3 (the dev extra):
+every operator, constant, comparison, argument and string inside each function of a module
+is changed, one mutant at a time, in a scratch copy of the repository (never the real tree), and
+the tests that MODULES lists for that module run against it. A mutant no test fails survives.
+
+MODULES (below: module path -> its tests) is the one place that names modules, so a module that
+moves (issue 31's layers) changes one line here. EQUIVALENT lists the survivors that no test can
+kill because they do not change behaviour, each with its reason; every other survivor is to be
+killed by a new test.
+
+Score = (killed + timeout) / (mutants - equivalent), mutmut's convention; "no tests" (no
+selected test reaches the mutated function) and mutants of a run that did not finish count as
+not killed. ``--write`` records the
+per-module result in docs/mutation.json and regenerates docs/mutation.md from it (modules run
+and not yet run). ``--changed BASE`` runs the modules whose file differs from ``BASE`` (git);
+``--budget-s`` stops starting modules once spent (a module started gets the rest of the budget).
+Exit 1 when a module recorded in docs/mutation.json scores below its recorded score or has a
+survivor that is neither recorded nor equivalent (a change let a new bug through); a module not
+recorded yet is reported only. Exit 2 on bad arguments.
+
+mutmut mutates inside functions only: module-level constants (``MAX_BYTES = 1 << 20``) are not
+mutated by it; tests/test_edges.py pins those as literals and scripts/mutants.py plants some.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS_JSON = ROOT / "docs" / "mutation.json"
+DOCS_MD = ROOT / "docs" / "mutation.md"
+
+# Module -> the tests that cover it (fast ones: each mutant reruns those reaching its function).
+# The contract-level modules first (issue 33's order); paths are data, fixed here when they move.
+MODULES: dict[str, tuple[str, ...]] = {
+    "edgepe/contract/errors.py": ("tests/test_cli_errors.py", "tests/test_mutation_kills.py"),
+    "edgepe/contract/manifest.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
+    "edgepe/rebuild.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py"),
+    "edgepe/targets/check.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
+    "edgepe/graphs/quant.py": ("tests/test_bound_pins.py", "tests/test_mutation_kills.py"),
+    "edgepe/audit.py": ("tests/test_graph_audit.py", "tests/test_mutation_kills.py",
+                        *(f"tests/test_paths.py::test_{name}" for name in (
+                            "an_emitted_op_is_accepted",
+                            "a_subgraph_in_an_attribute_of_an_emitted_op_is_refused",
+                            "a_list_of_subgraphs_in_an_attribute_is_refused",
+                            "a_plain_attribute_is_not_a_subgraph",
+                            "the_op_allow_list_is_per_domain",
+                            "external_data_sparse_initializers_and_functions_are_refused"))),
+    "edgepe/graphs/int8.py": ("tests/test_bound_pins.py", "tests/test_edges.py"),
+    "edgepe/contract/commit.py": ("tests/test_hostile_outputs.py",),
+    "edgepe/formats/bin.py": ("tests/test_edges.py", "tests/test_tables.py"),
+    "edgepe/formats/npy.py": ("tests/test_tables.py",),
+    "edgepe/formats/c.py": ("tests/test_c_header.py",),
+    "edgepe/verify/compare.py": ("tests/test_verify.py",),
+    "edgepe/verify/cortex_m.py": ("tests/test_cortex_m.py",),
+    "edgepe/graft/splice.py": ("tests/test_graft.py", "tests/test_paths.py"),
+    "edgepe/graft/prove.py": ("tests/test_graft.py", "tests/test_paths.py"),
+    "edgepe/formats/pte.py": ("tests/test_pte.py",),
+}
+
+# Survivors that change no behaviour, by mutmut's name, with the reason (each reviewed by hand).
+ERR, MAN = "edgepe.contract.errors.x_", "edgepe.contract.manifest.x_"  # mutmut's name prefixes
+EQUIVALENT: dict[str, str] = {
+    ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
+    "best first and only close[0] is used",
+    ERR + "did_you_mean__mutmut_11": "n=1 -> n=2: only close[0], the best, is used",
+    ERR + "did_you_mean__mutmut_9": "cutoff=0.6 dropped: 0.6 is difflib's default",
+    **{f"{MAN}open_regular__mutmut_{i}": "O_CLOEXEC dropped or misspelt: Python's "
+       "os.open makes every descriptor non-inheritable anyway (PEP 446), and os.O_CLOEXEC "
+       "exists on Linux" for i in (22, 24, 27, 28, 29, 30)},
+    MAN + "read_bytes__mutmut_15": "read(None) instead of read(max_bytes + 1): the "
+    "same refusal; differs only in memory when the file grows between fstat and read (a race "
+    "a test cannot stage without a writer thread)",
+    MAN + "read_bytes__mutmut_17": "read(max_bytes + 2): any read past max_bytes "
+    "gives the same refusal",
+    MAN + "loads__mutmut_4": "decode('UTF-8'): codec names are case-insensitive",
+    MAN + "loads__mutmut_29": "the type-name fallback for an empty message is "
+    "unreachable: json's errors and ours always carry a message (and nesting is bounded "
+    "before parsing, so no RecursionError)",
+    MAN + "loads__mutmut_33": "same unreachable fallback (type(None).__name__)",
+    MAN + "loads__mutmut_32": "same unreachable fallback (its condition always "
+    "true: every message is non-empty)",
+    MAN + "nesting_depth__mutmut_9": "strings replaced by 'XXXX' instead of '': "
+    "neither holds a bracket",
+    MAN + "nesting_depth__mutmut_17": "encode() as UTF-8 instead of ASCII with "
+    "replacement: UTF-8 multibyte sequences never contain the bytes of [ { ] }",
+    MAN + "nesting_depth__mutmut_20": "'ASCII' vs 'ascii': codec names are "
+    "case-insensitive",
+    **{f"edgepe.rebuild.x_first_difference__mutmut_{i}": "zip's strict flag: the lists' "
+       "lengths were compared just before, so strict never fires" for i in (34, 37, 38)},
+    **{f"edgepe.rebuild.xǁ_CompareWriterǁwrite__mutmut_{i}": "zip(strict=False) is the default: "
+       "None or no argument is the same" for i in (19, 22)},
+    "edgepe.rebuild.xǁ_CompareWriterǁfinish__mutmut_3": "read(None) instead of read(1): any "
+    "byte past the rebuild is as truthy; reads the rest of a longer file (memory only)",
+    "edgepe.rebuild.xǁ_CompareWriterǁfinish__mutmut_4": "read(2) instead of read(1): one byte "
+    "past the rebuild is as truthy",
+    **{f"edgepe.rebuild.x__onnx_difference__mutmut_{i}": "getattr's default for .name/.op_type: "
+       "every ValueInfo, TensorProto and NodeProto has a name field and a node an op_type, so "
+       "the default is never used" for i in (33, 36, 39, 42, 45, 48)},
+    "edgepe.targets.check.x__check_node__mutmut_52": "len(node.input) >= 1 for a Gather: "
+    "every Gather has two inputs (onnx.checker refuses one with fewer before a check)",
+    "edgepe.rebuild.x_config_from_manifest__mutmut_93": "the checkpoint path taken whatever "
+    "the recorded sha: without a sha the manifest has no checkpoint section (export writes "
+    "both or neither), so recorded.get('path') is None either way",
+    "edgepe.rebuild.x_rebuild__mutmut_18": "open(fd, 'rb') closes fd by default (closefd=True)",
+    **{f"edgepe.rebuild.x_rebuild__mutmut_{i}": "ignore_paths in rebuild(): the rebuilt "
+       "manifest's checkpoint.path is the recorded one (config.checkpoint comes from it), so "
+       "the two never differ there" for i in (74, 79, 80)},
+    **{f"edgepe.audit.x_load_onnx__mutmut_{i}": "the type-name fallback for an empty "
+       "message: protobuf's DecodeError and onnx.checker's errors always carry one"
+       for i in (12, 25)},
+    MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
+    "sum of +-1 and 0 is exact, int() of its max the same",
+}
+
+# Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
+# (``SCHEMA = _schema()``), before mutmut switches a mutant on in its forked worker, so every
+# mutant of them runs the original. Counted as equivalent, with what pins them instead.
+UNOBSERVABLE: dict[str, str] = {
+    r"edgepe\.manifest\.x__schema__mutmut_\d+": "manifest.SCHEMA is built by _schema() at "
+    "import, before mutmut activates a mutant (the mutant never runs); tests/test_edges.py pins "
+    "every range, type and required field of SCHEMA instead",
+}
+
+TIMEOUT_S = 1800
+
+
+def snapshot_into(into: Path) -> None:
+    """Tracked and untracked-but-not-ignored files (a fresh clone plus your edits)."""
+    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard"], capture_output=True, check=True).stdout
+    for name in filter(None, out.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file() and not source.is_symlink():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, into / name)
+
+
+def configure(copy: Path, module: str, tests: tuple[str, ...]) -> None:
+    """Point mutmut at ``module`` and its tests in the copy's pyproject.toml."""
+    pyproject = copy / "pyproject.toml"
+    text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", pyproject.read_text())
+    text += ("\n[tool.mutmut]\n"
+             'source_paths = ["edgepe"]\n'
+             # what tests read besides tests/ (docs pages, the README, scripts, CI)
+             'also_copy = ["docs", "README.md", "scripts", "constraints.txt", ".ci", "models"]\n'
+             f"only_mutate = {json.dumps([module])}\n"
+             f"pytest_add_cli_args_test_selection = {json.dumps(list(tests))}\n"
+             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n')
+    pyproject.write_text(text)
+
+
+def mutmut(copy: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must win
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=copy, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# mutmut's own diff of each mutant, in one process (``mutmut show`` is one process a mutant).
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+print(json.dumps({n: get_diff_for_mutant(n) for n in json.loads(sys.stdin.read())}))
+"""
+
+
+def mutmut_python(copy: Path, code: str, stdin: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=copy, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=600)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def equivalent_reason(name: str) -> str | None:
+    if name in EQUIVALENT:
+        return EQUIVALENT[name]
+    return next((why for pattern, why in UNOBSERVABLE.items() if re.fullmatch(pattern, name)),
+                None)
+
+
+def run_module(module: str, tests: tuple[str, ...], jobs: int, timeout: float) -> dict:
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="edgepe-mutmut-") as tmp:
+        copy = Path(tmp)
+        snapshot_into(copy)
+        configure(copy, module, tests)
+        try:
+            done = mutmut(copy, "run", "--max-children", str(jobs), timeout=timeout)
+            finished = done.returncode == 0
+            tail = (done.stdout + done.stderr)[-2000:]
+        except subprocess.TimeoutExpired:
+            finished, tail = False, f"timed out after {timeout:.0f} s"
+        listing = mutmut(copy, "results", "--all", "true", timeout=120).stdout
+        status = dict(re.findall(r"^\s+(\S+): (.+)$", listing, re.M))
+        left = [name for name, state in status.items() if state not in ("killed", "timeout")]
+        diffs = json.loads(mutmut_python(copy, _DIFFS, json.dumps(left)) or "{}") if left else {}
+        survivors = {}
+        for name in left:
+            diff = [ln for ln in diffs.get(name, "").splitlines()
+                    if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))]
+            survivors[name] = {"status": status[name], "diff": diff[:6]}
+    counts: dict[str, int] = {}
+    for state in status.values():
+        counts[state] = counts.get(state, 0) + 1
+    equivalent = sorted(n for n in survivors if equivalent_reason(n) is not None)
+    total = len(status)
+    # mutmut's convention: a mutant that makes the tests run past 15x their time is caught
+    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    denominator = total - len(equivalent)
+    return {
+        "module": module, "tests": list(tests), "mutants": total, "killed": killed,
+        "equivalent": len(equivalent), "counts": counts,
+        "score": round(100.0 * killed / denominator, 1) if denominator else None,
+        "survivors": {n: s for n, s in survivors.items() if n not in equivalent},
+        "finished": finished, "seconds": round(time.monotonic() - start),
+        **({} if finished and total else {"note": tail.strip().splitlines()[-1:]}),
+    }
+
+
+def changed_modules(base: str) -> list[str]:
+    merge_base = subprocess.run(["git", "-C", str(ROOT), "merge-base", base, "HEAD"],
+                                capture_output=True, text=True)
+    if merge_base.returncode != 0:
+        raise SystemExit(f"error: --changed {base!r} is not a git revision here "
+                         "(fetch it, or set EDGEPE_CI_BASE)")
+    names = subprocess.run(["git", "-C", str(ROOT), "diff", "--name-only",
+                            merge_base.stdout.strip()], capture_output=True, text=True,
+                           check=True).stdout.split()
+    untracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--others",
+                                "--exclude-standard"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    touched = set(names) | set(untracked)
+    return [m for m in MODULES if m in touched]
+
+
+def load_recorded() -> dict:
+    recorded = json.loads(DOCS_JSON.read_text()) if DOCS_JSON.is_file() else {}
+    return {module: rescore(r) for module, r in recorded.items()}
+
+
+def rescore(result: dict) -> dict:
+    """``result`` with the survivors since listed in EQUIVALENT (or UNOBSERVABLE) moved to the
+    equivalent count, its score recomputed: a reason added after a run counts without a rerun.
+    Survivors killed by tests written after the run stay until the module is run again."""
+    now = [n for n in result["survivors"] if equivalent_reason(n) is not None]
+    if not now:
+        return result
+    out = dict(result, survivors={n: s for n, s in result["survivors"].items() if n not in now},
+              equivalent=result["equivalent"] + len(now))
+    denominator = out["mutants"] - out["equivalent"]
+    out["score"] = round(100.0 * out["killed"] / denominator, 1) if denominator else None
+    return out
+
+
+def render(recorded: dict) -> str:
+    lines = [
+        "# Library mutation scores (mutmut)",
+        "",
+        "Written by `scripts/mutation.py --write` (issue 33); do not edit by hand. Each module's",
+        "functions are mutated by mutmut 3.8 one mutant at a time in a scratch copy and the tests",
+        "listed for it in the script's `MODULES` run against each mutant. Score = (killed +",
+        "timeout) / (mutants - equivalent), mutmut's convention (a timeout is a mutant that made",
+        "the tests run past 15x their time; on this loaded machine some are slowness). mutmut",
+        "does not mutate module-level constants: those are pinned as literals by",
+        "`tests/test_edges.py` and planted by `scripts/mutants.py`. CI (`.ci/run`) runs the",
+        "modules a change touches (`--changed`) within a time budget. A survivor listed below",
+        "may already be killed by a test written after its module's last run: rerun the module",
+        "(`--modules PATH --write`) to update its row.",
+        "",
+        "| module | mutants | killed | equivalent | not killed | score | seconds | tests |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for module in MODULES:
+        r = recorded.get(module)
+        if r is None:
+            lines.append(f"| `{module}` | not run yet | | | | | | "
+                         f"{', '.join(t.removeprefix('tests/') for t in MODULES[module])} |")
+            continue
+        score = "-" if r["score"] is None else f"{r['score']:.1f}%"
+        unfinished = "" if r["finished"] else " (unfinished)"
+        lines.append(f"| `{module}` | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
+                     f"{len(r['survivors'])} | {score}{unfinished} | {r['seconds']} | "
+                     f"{', '.join(t.removeprefix('tests/') for t in r['tests'])} |")
+    lines += ["", "Machine: 2-core AMD EPYC shared by seven engineers (timings are wall seconds).",
+              "", "## Survivors not yet killed", ""]
+    any_left = False
+    for module, r in recorded.items():
+        if not r["survivors"]:
+            continue
+        any_left = True
+        lines.append(f"### `{module}`")
+        lines.append("")
+        for name, s in sorted(r["survivors"].items()):
+            diff = " / ".join(d.strip()[:110] for d in s["diff"]) or "(no diff)"
+            lines.append(f"- `{name}` ({s['status']}): `{diff}`")
+        lines.append("")
+    if not any_left:
+        lines += ["None.", ""]
+    lines += ["## Equivalent mutants", ""]
+    lines += [f"- `{n}`: {why}" for n, why in sorted(EQUIVALENT.items())]
+    lines += [f"- every mutant matching `{p}`: {why}" for p, why in sorted(UNOBSERVABLE.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(recorded: dict) -> None:
+    DOCS_JSON.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    DOCS_MD.write_text(render(recorded))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modules", nargs="+", metavar="PATH", help="modules to run")
+    parser.add_argument("--changed", metavar="BASE", help="run the modules changed since BASE")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no module after this many seconds")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run at a time (default 2)")
+    parser.add_argument("--write", action="store_true",
+                        help="record the results in docs/mutation.json and docs/mutation.md")
+    parser.add_argument("--list", action="store_true", help="print MODULES and exit")
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite docs/mutation.md from docs/mutation.json and exit")
+    args = parser.parse_args(argv)
+    if args.render:
+        write_docs(load_recorded())
+        return 0
+    if args.list:
+        for module, tests in MODULES.items():
+            print(f"{module}: {' '.join(tests)}")
+        return 0
+    unknown = [m for m in args.modules or () if m not in MODULES]
+    if unknown:
+        print(f"error: not in MODULES: {', '.join(unknown)} (see --list)", file=sys.stderr)
+        return 2
+    if args.modules:
+        modules = list(args.modules)
+    elif args.changed:
+        modules = changed_modules(args.changed)
+    else:
+        modules = list(MODULES)
+    if not modules:
+        print("mutation: no module of MODULES changed; nothing to run")
+        return 0
+    recorded = load_recorded()
+    start = time.monotonic()
+    failed, skipped = [], []
+    for module in modules:
+        spent = time.monotonic() - start
+        if args.budget_s is not None and spent >= args.budget_s:
+            skipped.append(module)
+            continue
+        left = TIMEOUT_S if args.budget_s is None else args.budget_s - spent
+        result = run_module(module, MODULES[module], args.jobs, left)
+        score = "-" if result["score"] is None else f"{result['score']:.1f}%"
+        print(f"{module}: {result['killed']} of {result['mutants']} killed, "
+              f"{result['equivalent']} equivalent, score {score}, {result['seconds']} s"
+              + ("" if result["finished"] else f" (unfinished: {result.get('note')})"),
+              flush=True)
+        old = recorded.get(module)
+        new_survivors = set(result["survivors"]) - set((old or {}).get("survivors", {}))
+        for name in sorted(result["survivors"]):
+            flag = " (new)" if name in new_survivors else ""
+            print(f"  survived{flag}: {name}: {' / '.join(result['survivors'][name]['diff'])}")
+        # A recorded module must not lose ground; one not recorded yet is reported only.
+        if old and result["finished"] and (new_survivors or (
+                old["score"] is not None and result["score"] is not None
+                and result["score"] < old["score"])):
+            failed.append(module)
+        recorded[module] = result
+        if args.write:  # after each module: a long run stopped midway keeps what it did
+            write_docs(recorded)
+    if skipped:
+        print(f"mutation: budget spent; not run: {', '.join(skipped)}")
+    if args.write:
+        write_docs({module: rescore(r) for module, r in recorded.items()})
+        print(f"wrote {DOCS_JSON.relative_to(ROOT)} and {DOCS_MD.relative_to(ROOT)}")
+    if failed and not args.write:
+        print(f"mutation: new survivors or a lower score in {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The README's test command runs what CI runs (issue 33), and the mutation script's data holds.
+
+The pte tests all skipped under the README's command because it did not install the
+``[executorch]`` extra: a planted bug in formats/pte.py survived there. Now the command installs
+every extra the project's tests import, and ``.ci/run`` calls that command verbatim.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
+
+
+def _test_command() -> str:
+    text = (ROOT / "README.md").read_text()
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip().endswith(".venv/bin/python -m pytest") and "pip install" in ln]
+    assert len(lines) == 1, lines  # one test command, in the quick start
+    return lines[0]
+
+
+def test_the_readme_command_installs_every_extra_but_the_gpu_wheel():
+    command = _test_command()
+    extras = set(re.search(r'-e "\.\[([a-z0-9,]+)\]"', command).group(1).split(","))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = set(project["optional-dependencies"])
+    # gpu replaces the onnxruntime wheel (README: uninstall the CPU wheel first); plot's
+    # matplotlib is in dev
+    assert extras == declared - {"gpu", "plot"}
+    dev = " ".join(project["optional-dependencies"]["dev"])
+    for requirement in project["optional-dependencies"]["plot"]:
+        assert requirement in dev
+    assert "-c constraints.txt" in command  # the torch pin
+
+
+def test_every_package_a_test_skips_without_is_in_an_installed_extra():
+    """No test skips for a missing Python package the command's extras provide."""
+    command = _test_command()
+    extras = re.search(r'-e "\.\[([a-z0-9,]+)\]"', command).group(1).split(",")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    installed = " ".join(r for e in extras for r in project["optional-dependencies"][e])
+    skipped = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        skipped |= set(re.findall(r'importorskip\(\s*"([a-z_]+)[."]', path.read_text()))
+    skipped -= {"tomllib"}  # the standard library's
+    assert {"openvino", "executorch"} <= skipped
+    for module in skipped:
+        assert module in installed, module
+
+
+def test_ci_runs_the_readme_command_verbatim_then_the_mutants():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert _test_command() in ci.splitlines()
+    assert ".venv/bin/python -m pytest -m slow" in ci
+    assert ".venv/bin/python scripts/mutants.py" in ci
+    assert re.search(r"\.venv/bin/python scripts/mutation\.py --changed \S+ --budget-s \d+", ci)
+
+
+def _mutation():
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "scripts" / "mutation.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mutation"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mutation_modules_and_tests_exist():
+    mutation = _mutation()
+    for module, tests in mutation.MODULES.items():
+        assert (ROOT / module).is_file(), module
+        assert tests, module
+        for test in tests:
+            assert (ROOT / test.split("::")[0]).is_file(), test
+    dotted = {m.removesuffix(".py").replace("/", ".") for m in mutation.MODULES}
+    for name in mutation.EQUIVALENT:
+        assert name.split(".x")[0] in dotted, name
+
+
+def test_mutation_docs_are_rendered_from_the_recorded_scores():
+    mutation = _mutation()
+    recorded = mutation.load_recorded()
+    assert recorded, "docs/mutation.json holds the scores of the modules run"
+    assert (ROOT / "docs" / "mutation.md").read_text() == mutation.render(recorded)
+    for module in recorded:
+        assert module in mutation.MODULES
+
+
+def test_mutation_unknown_module_is_a_one_line_error(capsys):
+    assert _mutation().main(["--modules", "edgepe/nope.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: not in MODULES: edgepe/nope.py") and err.count("\n") == 1
