@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import warnings
 
@@ -138,14 +139,51 @@ def test_llama_rope_int8_tables(exported, tmp_path):
 
 
 def test_a_table_over_the_limit_is_refused(exported, tmp_path):
-    out = tmp_path / "out.onnx"
     """Llama's R = 8: 2^21 positions are 2^21 x 4 x 2 float32 = 64 MiB, over the 32 MiB limit
-    (checked before any table is built)."""
-    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 2**21)
+    (checked before any table is built) when tables are asked for (``--mode table``)."""
+    out = tmp_path / "out.onnx"
+    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 2**21,
+                           "--mode", "table")
     assert code == 2 and not out.exists()
     assert stderr.strip().splitlines() == [
         "error: the tables for 2097152 positions would be 67,108,864 B, over graft's "
-        "33,554,432 B limit; give fewer positions (--max-len) or --quantize int8"]
+        "33,554,432 B limit; give fewer positions (--max-len), --quantize int8 or --mode sliced"]
+
+
+def test_llama_rope_sliced_no_trig_no_position_table(exported, tmp_path):
+    """``--mode sliced`` (issue 34's graph in issue 29's graft): cos/sin from the position's bit
+    slices, no Sin/Cos and no [max_len, R/2] table; proven within the sliced bound plus the
+    model's own float32 recipe's distance from the float64 definition (both in the record)."""
+    stdout, original, grafted = _graft_and_check(exported, "llama", tmp_path, "--max-len", 256,
+                                                 "--mode", "sliced")
+    assert "(sliced 4,4, float32, 256 positions" in stdout.splitlines()[1], stdout
+    assert not {n.op_type for n in grafted.graph.node} & {"Sin", "Cos"}
+    assert {"BitShift", "BitwiseAnd"} & {n.op_type for n in grafted.graph.node}
+    record = next(json.loads(p.value) for p in grafted.metadata_props
+                  if p.key == "edgepe.graft.0")
+    assert record["mode"] == "sliced" and record["slices"] == [4, 4]
+    assert record["proof_bound"] == record["bound"] + record["recipe_distance"]
+    assert record["bound"] < 3e-7 and 0 < record["recipe_distance"] < 1e-4
+    # the PE's initializers (2 slices x cos/sin x 16 rows x R/2, the slot and sign constants)
+    # against the cos and sin tables of 256 rows x R/2 float32 the table mode stores (8 KiB)
+    pe_bytes = sum(t.ByteSize() for t in grafted.graph.initializer
+                   if t.name.startswith("edgepe_pe0/"))
+    assert pe_bytes < 256 * 4 * 2 * 4 / 3, pe_bytes
+
+
+def test_rope_goes_sliced_past_the_table_limit(exported):
+    """With no --mode, RoPE is a table while it fits the limit and sliced past it."""
+    from edgepe.graft.find_hf import build_found, find_pe
+    from edgepe.graft.read import load_model
+
+    model, _ = load_model(exported("llama"))
+    (found,) = find_pe(model)
+    _, table = build_found(model, found, 4096)
+    _, sliced = build_found(model, found, 4096, table_bytes_limit=4096 * 8 * 4 - 1)
+    assert table["mode"] == "table" and sliced["mode"] == "sliced"
+    with pytest.raises(edgepe.EdgepeError, match="--mode sliced computes RoPE"):
+        gpt2, _ = load_model(exported("gpt2"))
+        build_found(gpt2, find_pe(gpt2)[0], None, mode="sliced")
 
 
 def _tiny(tmp_path, nodes, inits, name="model.onnx"):
@@ -251,3 +289,35 @@ def test_rope_lowering_refuses_a_pe_that_is_not_half_rope(exported, tmp_path):
     code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
                            "--rope-lowering", "ort")
     assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
+
+
+def test_from_hf_config_checks_the_pe_against_edgepe_and_sets_max_len(exported, tmp_path):
+    """``--from-hf-config`` (issue 29): the model's own config.json; RoPE's inv_freq must equal
+    edgepe's ``rope`` (``freq_dtype=float32``) for it bit for bit, and the config's
+    ``max_position_embeddings`` is the rows' default; a config of another model is refused."""
+    config = _hf_models.config("llama").to_dict()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", exported("llama"), "--out", out, "--from-hf-config",
+                                path)
+    assert code == 0, (stdout, stderr)
+    length = config["max_position_embeddings"]
+    assert f"{length} positions" in stdout.splitlines()[1], stdout
+    record = next(json.loads(p.value) for p in onnx.load(out, load_external_data=False)
+                  .metadata_props if p.key == "edgepe.graft.0")
+    assert record["hf_config"]["scheme"] == "rope"
+    assert record["hf_config"]["inv_freq"].startswith("equal to edgepe's rope")
+    other = dict(config, rope_theta=20000.0, rope_parameters={"rope_type": "default",
+                                                              "rope_theta": 20000.0})
+    path.write_text(json.dumps(other))
+    code, _, stderr = _cli("graft", exported("llama"), "--out", tmp_path / "o2.onnx",
+                           "--from-hf-config", path)
+    assert code == 2 and not (tmp_path / "o2.onnx").exists()
+    assert "differs from edgepe's rope for this config" in stderr and len(
+        stderr.strip().splitlines()) == 1
+    gpt2 = _hf_models.config("gpt2").to_dict()
+    path.write_text(json.dumps(gpt2))
+    code, _, stderr = _cli("graft", exported("llama"), "--out", tmp_path / "o3.onnx",
+                           "--from-hf-config", path)
+    assert code == 2 and "describes a 'learned' model; the PE graft found is rope" in stderr

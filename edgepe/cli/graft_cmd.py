@@ -63,6 +63,10 @@ def command(
     max_len: Annotated[str | None, typer.Option(
         "--max-len", metavar="L", help="With no --pe/--scheme: the positions the PE graft finds "
         "must cover (its table rows; default 4096).")] = None,
+    from_hf_config: Annotated[Path | None, typer.Option(
+        "--from-hf-config", metavar="FILE", help="With no --pe/--scheme: the model's "
+        "config.json; the PE found must be what it says (RoPE's frequencies edgepe's own for "
+        "it), and its max_position_embeddings is the default --max-len.")] = None,
     rope_lowering: Annotated[str | None, typer.Option(
         "--rope-lowering", metavar="ort", help="With no --pe/--scheme, RoPE found: also fuse "
         "every layer's rotate-half arithmetic into onnxruntime's RotaryEmbedding.")] = None,
@@ -73,8 +77,10 @@ def command(
         "--checkpoint", metavar="FILE",
         help="The checkpoint an int8 --pe artifact was exported from: the proof's bound is "
              "rebuilt from it (by its recorded sha256), never read from the artifact.")] = None,
-    mode: Annotated[str | None, typer.Option("--mode", metavar="compute|table",
-                                             rich_help_panel=PANEL_SCHEME)] = None,
+    mode: Annotated[str | None, typer.Option(
+        "--mode", metavar="compute|table|sliced", rich_help_panel=PANEL_SCHEME,
+        help="With --scheme: the export's mode. With no --pe/--scheme, RoPE found: table or "
+        "sliced (default: the table up to 32 MiB, sliced past it).")] = None,
     quantize: Annotated[str | None, typer.Option("--quantize", metavar="none|int8",
                                                  rich_help_panel=PANEL_SCHEME)] = None,
     quant_granularity: Annotated[str | None, typer.Option(
@@ -88,11 +94,16 @@ def command(
     options = {"mode": mode, "quantize": quantize, "quant_granularity": quant_granularity,
                "lowering": lowering,
                "opset": None if opset is None else parse_int("--opset", opset)}
+    hf_config = None
+    if from_hf_config is not None:
+        from edgepe.schemes.hf_config import read_hf_config  # (edgepe.schemes loads torch)
+
+        hf_config = read_hf_config(from_hf_config)
     report = graft(model, pe=pe, at=at, positions=positions, out=out, scheme=scheme, add=add,
                    check=not no_check, force=force, lengths=_lengths(lengths),
                    max_len=None if max_len is None else parse_int("--max-len", max_len),
                    **({"rope_lowering": rope_lowering} if rope_lowering else {}),
-                   checkpoint=checkpoint,
+                   checkpoint=checkpoint, hf_config=hf_config,
                    **{k: v for k, v in options.items() if v is not None})
     if not (ctx.obj or {}).get("quiet", False) or not report:
         for line in report.lines():

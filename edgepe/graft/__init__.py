@@ -50,7 +50,7 @@ from edgepe.contract.commit import atomic_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
-from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, find_pe
+from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, check_hf_config, find_pe
 from edgepe.graft.lower import lower_rope
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
@@ -73,7 +73,8 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
           positions: str | Positions | None = None, out: str | Path | None = None,
           scheme: str | None = None, add: bool = False, check: bool = True, force: bool = False,
           lengths: Sequence[int] | None = None, seed: int = 0, max_len: int | None = None,
-          checkpoint: str | Path | None = None, **export_options) -> GraftReport:
+          checkpoint: str | Path | None = None, hf_config: dict | None = None,
+          **export_options) -> GraftReport:
     """Graft a PE into the model at ``model`` and prove it; write ``out`` if the proof holds.
 
     Either ``pe`` (an edgepe ONNX artifact) with ``at``, or ``scheme`` (found by ``detect``;
@@ -90,12 +91,15 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
                                 "neither (it finds the PE), not both")
     if pe is not None and not at:
         raise BadParameterError("--pe needs --at TENSOR: the tensor the PE replaces")
+    if hf_config is not None and (pe is not None or scheme is not None):
+        raise BadParameterError("--from-hf-config goes with a PE graft finds itself (no --pe, "
+                                "no --scheme)")
     if pe is None and scheme is None:
         if checkpoint is not None:
             raise BadParameterError("--checkpoint goes with --pe (the weights an int8 artifact "
                                     "was exported from)")
         return graft_found(model, out=out, check=check, force=force, lengths=lengths, seed=seed,
-                           max_len=max_len, **export_options)
+                           max_len=max_len, hf_config=hf_config, **export_options)
     if max_len is not None:
         raise BadParameterError("--max-len goes with a PE graft finds itself (no --pe, no "
                                 "--scheme)")
@@ -155,16 +159,23 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
 def graft_found(model: str | Path, out: str | Path | None = None, check: bool = True,
                 force: bool = False, lengths: Sequence[int] | None = None, seed: int = 0,
                 max_len: int | None = None, quantize: str | None = None,
-                rope_lowering: str | None = None, **unused) -> GraftReport:
+                rope_lowering: str | None = None, mode: str | None = None,
+                hf_config: dict | None = None, **unused) -> GraftReport:
     """``graft`` with no PE given: ``find_pe`` finds it, ``build_found`` builds its artifact,
     ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; ``out`` is written
     (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
-    ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``rope_lowering``
-    ``'ort'``: also fuse the rotations into onnxruntime's RotaryEmbedding (``lower.lower_rope``).
+    ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
+    ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
+    ``find_hf.TABLE_BYTES_LIMIT``, else sliced); ``rope_lowering`` ``'ort'``: also fuse the
+    rotations into onnxruntime's RotaryEmbedding (``lower.lower_rope``); ``hf_config``: the
+    model's parsed ``config.json`` (``find_hf.check_hf_config``: the PE found must be what it
+    says, RoPE's frequencies edgepe's own for it; its ``max_position_embeddings`` is the default
+    ``max_len``).
     """
     if unused:
         raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
-                                "itself (it takes --max-len, --quantize, --rope-lowering)")
+                                "itself (it takes --max-len, --mode, --quantize, "
+                                "--rope-lowering)")
     if rope_lowering not in (None, "ort"):
         raise BadParameterError(
             f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding); "
@@ -191,8 +202,14 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             f"{len(found)} PE candidates in {str(model)!r}: "
             + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR")
     pick = found[0]
-    pe_model, record = build_found(original, pick, max_len, quantize=quantize or "none")
+    hf_record = None
+    if hf_config is not None:
+        max_len, hf_record = check_hf_config(pick, hf_config, max_len)
+    pe_model, record = build_found(original, pick, max_len, quantize=quantize or "none",
+                                   mode=mode)
     length = record["max_len"]
+    if hf_record is not None:
+        record["hf_config"] = hf_record
     grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
                                                         pick.replaces, strict=True)),
                            pick.positions, record, condition=record.get("condition"))
@@ -207,7 +224,9 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         entry.value = json.dumps(record, sort_keys=True)
     kind = "int8" if record["quantize"] == "int8" else "float32"
     lowered = f", rotations fused into RotaryEmbedding x{fused}" if rope_lowering else ""
-    report = GraftReport(f"{record['scheme']} ({record['mode']}, {kind}, {length} positions"
+    how = record["mode"] + (f" {','.join(map(str, record['slices']))}"
+                            if record["mode"] == "sliced" else "")
+    report = GraftReport(f"{record['scheme']} ({how}, {kind}, {length} positions"
                          f"{lowered})",
                          grafted.at, pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
@@ -217,7 +236,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     if check:
         report.lengths, report.checks = prove_found(
             original, grafted, pick.replaces, length - record.get("offset", 0),
-            bound=record.get("quant", {}).get("bound", 0.0), lengths=lengths, seed=seed)
+            bound=record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)),
+            lengths=lengths, seed=seed)
     if report and out is not None:
         for path in (out, _data_path(out)):  # again: the place may have changed since
             check_output(path, inputs, force)

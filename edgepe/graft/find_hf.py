@@ -376,18 +376,105 @@ def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
     return dict(zip(found.replaces, (cos, sin), strict=True))
 
 
+def sliced_found(model, found: Found, max_len: int, elem, dims):
+    """``(pe ModelProto, record)`` for half-layout RoPE with ``--mode sliced``: the model's own
+    float32 ``inv_freq`` and attention factor, the default slice plan for ``max_len``
+    (``graphs.sliced.default_plan``), no trigonometric op. Its distance from the tensors the
+    model computed is at most the sliced bound (against the float64 definition) plus the model's
+    own float32 recipe's distance from that definition (``recipe_distance``, measured over every
+    position): the proof holds the grafted model to their sum (``record["proof_bound"]``)."""
+    from onnx import TensorProto
+
+    from edgepe.graphs import sliced as sl
+    from edgepe.graphs.model_tensors import recipe_distance, sliced_rope
+
+    if found.params.get("choice") is not None:
+        raise BadParameterError("--mode sliced: longrope picks one of two inv_freq at run time; "
+                                "graft it as tables (--mode table)")
+    if dims is None or not dims or dims[-1] != 1:
+        raise BadParameterError(
+            f"the positions tensor {found.positions!r} of the PE graft found has shape "
+            f"{dims}; graft takes [..., 1] (positions[..., None])")
+    opset = _opset(model)
+    # BitShift/BitwiseAnd need opset 18; below it, the truncating-Cast slicing (exact < 2^24)
+    lowering = "bitwise" if opset >= 18 else "trunc"
+    if lowering == "trunc" and max_len > sl.TRUNC_LIMIT:
+        raise BadParameterError(f"--mode sliced in an opset-{opset} model slices by float "
+                                f"arithmetic, exact below {sl.TRUNC_LIMIT} positions; got "
+                                f"--max-len {max_len}")
+    widths = sl.default_plan(max_len)
+    inv_freq = found.params["inv_freq"]
+    attention = float(found.params["attention_factor"])
+    pe = sliced_rope(inv_freq, widths, found.replaces, opset, dims,
+                     elem or TensorProto.INT64, attention, lowering)
+    bound = sl.bound(widths, attention)
+    distance = recipe_distance(inv_freq, max_len, attention)
+    record = {"scheme": "rope", "layout": found.params["layout"],
+              "rotary_dim": found.params["rotary_dim"],
+              "inv_freq": {"initializer": found.params["inv_freq_name"], "dtype": "float32",
+                           "values": found.params["inv_freq"].tolist()},
+              "attention_factor": attention, "max_len": max_len, "mode": "sliced",
+              "slices": list(widths), "lowering": lowering, "quantize": "none",
+              "bound": bound, "recipe_distance": distance, "proof_bound": bound + distance,
+              "replaces": found.replaces, "positions": found.positions}
+    return pe, record
+
+
+def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[int | None, dict]:
+    """``(max_len, record)``: the PE ``found`` checked against the model's own ``config.json``
+    (``--from-hf-config``, issue 29), translated by ``edgepe.schemes.hf_config``: the family must
+    be the config's scheme, and RoPE's ``inv_freq`` must equal, bit for bit, the frequencies of
+    edgepe's ``rope`` scheme for the config's parameters (``freq_dtype=float32``: computed as
+    transformers computes them), so the artifact is that scheme's, read from the model or not.
+    ``max_len``: the given one, else the config's ``max_position_embeddings``."""
+    import numpy as np
+
+    from edgepe.schemes import build, resolve
+    from edgepe.schemes.hf_config import from_hf_config
+
+    t = from_hf_config(config)
+    family = "rope" if found.family == "rope" else found.family
+    if t.scheme != family:
+        raise BadParameterError(f"--from-hf-config describes a {t.scheme!r} model; the PE graft "
+                                f"found is {found.family} ({found.where})")
+    length = max_len if max_len is not None else t.max_len
+    record = {"scheme": t.scheme, "model_type": config.get("model_type"),
+              "params": {k: list(v) if isinstance(v, tuple) else v for k, v in t.params.items()}}
+    if family == "rope" and not found.params.get("sincos") and found.params.get("choice") is None:
+        rope = build(resolve("rope", length or DEFAULT_MAX_LEN, d_model=t.d_model,
+                             params=t.params))
+        mine = rope.inv_freq.detach().numpy().astype(np.float32)
+        mine = mine[: found.params["rotary_dim"] // 2]
+        theirs = np.asarray(found.params["inv_freq"], np.float32)
+        if mine.shape != theirs.shape or not np.array_equal(mine, theirs):
+            gap = (float(np.abs(mine.astype(np.float64) - theirs).max())
+                   if mine.shape == theirs.shape else None)
+            raise BadParameterError(
+                f"the model's inv_freq {found.params['inv_freq_name']!r} {list(theirs.shape)} "
+                f"differs from edgepe's rope for this config ({list(mine.shape)}"
+                + (f", by up to {gap:.3g}" if gap is not None else "")
+                + "): the config is not this model's, or its scaling is not static (dynamic "
+                "NTK); graft without --from-hf-config keeps the model's own")
+        record["inv_freq"] = "equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
+    return length, record
+
+
 def _check_size(values: int, max_len: int, quantize: str, limit: int) -> None:
     stored = values * (1 if quantize == "int8" else 4)
     if stored > limit:
         raise BadParameterError(
             f"the tables for {max_len} positions would be {stored:,} B, over graft's "
-            f"{limit:,} B limit; give fewer positions (--max-len) or --quantize int8")
+            f"{limit:,} B limit; give fewer positions (--max-len), --quantize int8 or --mode "
+            "sliced")
 
 
 def build_found(model, found: Found, max_len: int | None, quantize: str = "none",
-                table_bytes_limit: int = TABLE_BYTES_LIMIT):
+                table_bytes_limit: int = TABLE_BYTES_LIMIT, mode: str | None = None):
     """``(pe ModelProto, record)``: the artifact for ``found``, at the model's opset.
-    ``max_len``: RoPE's table rows (default ``DEFAULT_MAX_LEN``); a learned table keeps its own."""
+    ``max_len``: RoPE's table rows (default ``DEFAULT_MAX_LEN``); a learned table keeps its own.
+    ``mode`` (RoPE): ``table`` (gathered rows), ``sliced`` (``sliced_found``: cos/sin from the
+    position's bit slices, no table of positions), or ``None``: the table while it fits
+    ``table_bytes_limit``, else sliced (issues 29 and 34)."""
     import hashlib
 
     import numpy as np
@@ -396,9 +483,21 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     from edgepe.graphs.model_tensors import gathered_tables, int8_tables
 
     elem, dims = _value_type(model, found.positions)
-    if found.family == "rope" and not found.params.get("sincos"):
+    if mode not in (None, "table", "sliced"):
+        raise BadParameterError(f"--mode {mode!r}: a PE graft finds goes in as a table or "
+                                "sliced (RoPE)")
+    rope = found.family == "rope" and not found.params.get("sincos")
+    if mode == "sliced" and not rope:
+        raise BadParameterError(f"--mode sliced computes RoPE's half-layout cos/sin; the PE "
+                                f"found is {found.family} ({found.where})")
+    if rope:
         max_len = max_len or DEFAULT_MAX_LEN
         choice = found.params.get("choice")
+        stored = max_len * found.params["rotary_dim"] * (2 if choice else 1) * (
+            1 if quantize == "int8" else 4)
+        if mode == "sliced" or (mode is None and stored > table_bytes_limit
+                                and quantize == "none" and choice is None):
+            return sliced_found(model, found, max_len, elem, dims)
         _check_size(max_len * found.params["rotary_dim"] * (2 if choice else 1), max_len,
                     quantize, table_bytes_limit)
         tables = rope_tables(found, max_len)

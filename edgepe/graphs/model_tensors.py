@@ -144,3 +144,55 @@ def alibi_distance_bias(slopes: np.ndarray, length: int, opset: int, ir_version:
     model.ir_version = ir_version
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def sliced_rope(inv_freq: np.ndarray, widths: Sequence[int], names: Sequence[str], opset: int,
+                positions_shape: Sequence, positions_type: int = TensorProto.INT64,
+                attention: float = 1.0, lowering: str = "bitwise",
+                ir_version: int = 8) -> onnx.ModelProto:
+    """``positions [..., 1] -> cos, sin [..., 2k]``: RoPE's ``[cos(p w) | cos(p w)] a`` (and
+    sin) as Hugging Face's ``rotate_half`` models consume them, with no trigonometric op and no
+    table of positions: ``graphs.sliced.cos_sin`` from the position's bit slices and small
+    per-slice tables (issue 34), within ``graphs.sliced.bound(widths, a)`` of the float64
+    definition at every position the slices hold. ``names``: the two outputs (cos, sin)."""
+    from edgepe.graphs._common import Graph
+    from edgepe.graphs.sliced import cos_sin
+
+    k = len(inv_freq)
+    dims = [d if d is not None else f"positions_{i}" for i, d in enumerate(positions_shape)]
+    g = Graph("model_tensors_sliced")
+    pos = POSITIONS
+    if positions_type != TensorProto.INT64:
+        pos = g.op("Cast", pos, to=TensorProto.INT64)
+    pos = g.op("Squeeze", pos, g.const([-1], np.int64, "last_axis"))
+    scale = None if attention == 1.0 else np.full(k, attention, np.float32)
+    cos, sin = cos_sin(g, pos, np.asarray(inv_freq, np.float32), widths, scale, lowering)
+    outputs = []
+    for half, name in zip((cos, sin), names, strict=True):
+        g.op("Concat", half, half, out=name, axis=-1)
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                     [*dims[:-1], 2 * k]))
+    inputs = [helper.make_tensor_value_info(POSITIONS, positions_type, dims)]
+    graph = helper.make_graph(g.nodes, "model_tensors_sliced", inputs, outputs, g.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def recipe_distance(inv_freq: np.ndarray, max_len: int, attention: float = 1.0,
+                    chunk: int = 1 << 15) -> float:
+    """Max ``|recipe - definition|`` over positions ``0 .. max_len - 1``: how far the model's own
+    float32 cos/sin (the float32 angle ``p * w``, then cos/sin rounded to float32, times ``a`` in
+    float32) are from the float64 definition ``a cos(p w)`` that the sliced graph approximates."""
+    w = np.asarray(inv_freq, np.float32)
+    worst = 0.0
+    for start in range(0, max_len, chunk):
+        p = np.arange(start, min(start + chunk, max_len), dtype=np.float32)[:, None]
+        angle32 = p * w[None, :]
+        exact = p.astype(np.float64) * w.astype(np.float64)[None, :]
+        for f in (np.cos, np.sin):
+            recipe = f(angle32.astype(np.float64)).astype(np.float32) * np.float32(attention)
+            gap = np.abs(recipe.astype(np.float64) - attention * f(exact)).max(initial=0.0)
+            worst = max(worst, float(gap))
+    return worst
