@@ -21,7 +21,7 @@ tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard libr
 def _test_command() -> str:
     text = (ROOT / "README.md").read_text()
     lines = [ln.strip() for ln in text.splitlines()
-             if ln.strip().endswith(".venv/bin/python -m pytest") and "pip install" in ln]
+             if ln.strip().endswith(".venv/bin/python -m pytest -n auto") and "pip install" in ln]
     assert len(lines) == 1, lines  # one test command, in the quick start
     return lines[0]
 
