@@ -28,11 +28,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _hostile import binary as _binary
+from _hostile import export_to as _export
+from _hostile import manifest_of as _manifest
+from _hostile import rerouted as _rerouted
+from _hostile import write_manifest as _write_manifest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.api import make_config
 from edgepe.contract.manifest import path_for
-from edgepe.export import export
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "/edgepe-trust-case/"
@@ -52,19 +56,6 @@ class Case:
 
 # -- helpers that make artifacts and damage them ------------------------------------------------
 
-def _export(folder: Path, name: str, scheme: str, max_len: int, **kw) -> Path:
-    out = folder / name
-    export(make_config(scheme, max_len, out=out, **kw))
-    return out
-
-
-def _manifest(path: Path) -> dict:
-    return json.loads(path_for(path).read_text())
-
-
-def _write_manifest(path: Path, manifest: dict) -> None:
-    path_for(path).write_text(json.dumps(manifest))
-
 
 def _resign(path: Path, **changes) -> None:
     """The manifest's sha256 set to the file's, plus ``changes``: what a forger does."""
@@ -72,10 +63,6 @@ def _resign(path: Path, **changes) -> None:
     manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     manifest.update(changes)
     _write_manifest(path, manifest)
-
-
-def _binary(folder: Path, max_len: int = 37) -> Path:
-    return _export(folder, "b.onnx", "binary", max_len, d_model=8)
 
 
 def _weight_plus_half(folder: Path) -> list[str]:
@@ -236,18 +223,6 @@ def _external(folder: Path, command: str) -> list[str]:
     return {"run": ["run", str(path), "--positions", "0:4"], "inspect": ["inspect", str(path)],
             "verify": ["verify", str(path), "--providers", "cpu"], "load": ["load", str(path)],
             "plot": ["plot", "--artifact", str(path), "--out", str(folder / "p.png")]}[command]
-
-
-def _rerouted(folder: Path):
-    """``(path, model, graph, out)`` of an exported binary graph whose output is renamed
-    ``{out}_raw``: the caller adds the nodes that produce ``out`` from it."""
-    path = _binary(folder)
-    model = onnx.load(path)
-    graph = model.graph
-    out = graph.output[0].name
-    for node in graph.node:
-        node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
-    return path, model, graph, out
 
 
 def _control_flow(folder: Path, op: str) -> Path:

@@ -31,11 +31,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _hostile import binary as _binary
+from _hostile import export_to as _export
+from _hostile import manifest_of as _manifest
+from _hostile import rerouted as _rerouted
+from _hostile import write_manifest as _write_manifest
 from onnx import helper, numpy_helper
 
-from edgepe.api import make_config
 from edgepe.contract.manifest import path_for
-from edgepe.export import export
 
 REPO = Path(__file__).resolve().parents[1]
 BIG = int("7" * 4000)  # a 4000-digit integer (Python parses it; edgepe must refuse it)
@@ -52,19 +55,6 @@ class Case:
 
 # -- helpers -------------------------------------------------------------------------------------
 
-def _export(folder: Path, name: str, scheme: str, max_len: int, **kw) -> Path:
-    out = folder / name
-    export(make_config(scheme, max_len, out=out, **kw))
-    return out
-
-
-def _manifest(path: Path) -> dict:
-    return json.loads(path_for(path).read_text())
-
-
-def _write_manifest(path: Path, manifest: dict) -> None:
-    path_for(path).write_text(json.dumps(manifest))
-
 
 def _foreign(path: Path, edit: Callable[[dict], None] | None = None) -> None:
     """What a forger does: re-sign, mark as another edgepe's build, edit the manifest."""
@@ -74,10 +64,6 @@ def _foreign(path: Path, edit: Callable[[dict], None] | None = None) -> None:
     if edit is not None:
         edit(manifest)
     _write_manifest(path, manifest)
-
-
-def _binary(folder: Path, max_len: int = 37, name: str = "b.onnx") -> Path:
-    return _export(folder, name, "binary", max_len, d_model=8)
 
 
 def _verify(path: Path, *more: str) -> list[str]:
@@ -277,15 +263,6 @@ def _plot_over(folder: Path, which: str) -> list[str]:
 
 
 # -- resources -----------------------------------------------------------------------------------
-
-def _rerouted(folder: Path):
-    path = _binary(folder)
-    model = onnx.load(path)
-    graph = model.graph
-    out = graph.output[0].name
-    for node in graph.node:
-        node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
-    return path, model, graph, out
 
 
 def _huge(folder: Path, how: str, command: str) -> list[str]:

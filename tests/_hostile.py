@@ -1,0 +1,43 @@
+"""Helpers the hostile-input suites share (tests/test_trust.py, tests/test_trust_round2.py): make a
+small artifact, read and rewrite its manifest as a forger would, re-route a graph's output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+
+from edgepe.api import make_config
+from edgepe.contract.manifest import path_for
+from edgepe.export import export
+
+
+def export_to(folder: Path, name: str, scheme: str, max_len: int, **kw) -> Path:
+    out = folder / name
+    export(make_config(scheme, max_len, out=out, **kw))
+    return out
+
+
+def manifest_of(path: Path) -> dict:
+    return json.loads(path_for(path).read_text())
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    path_for(path).write_text(json.dumps(manifest))
+
+
+def binary(folder: Path, max_len: int = 37, name: str = "b.onnx") -> Path:
+    return export_to(folder, name, "binary", max_len, d_model=8)
+
+
+def rerouted(folder: Path):
+    """``(path, model, graph, out)`` of an exported binary graph whose output is renamed
+    ``{out}_raw``: the caller adds the nodes that produce ``out`` from it."""
+    path = binary(folder)
+    model = onnx.load(path)
+    graph = model.graph
+    out = graph.output[0].name
+    for node in graph.node:
+        node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
+    return path, model, graph, out
