@@ -298,7 +298,8 @@ def render(recorded: dict) -> str:
         lines.append(f"| `{module}` | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
                      f"{len(r['survivors'])} | {score}{unfinished} | {r['seconds']} | "
                      f"{', '.join(t.removeprefix('tests/') for t in r['tests'])} |")
-    lines += ["", "Machine: 2-core AMD EPYC shared by seven engineers (timings are wall seconds).",
+    lines += ["", "Machine: 2-core Intel Xeon (AVX-512) shared by seven engineers (timings are "
+              "wall seconds).",
               "", "## Survivors not yet killed", ""]
     any_left = False
     for module, r in recorded.items():
