@@ -329,13 +329,7 @@ def graft_model(model, pe, manifest: dict[str, Any], at: str, positions: str | P
                            helper.find_min_ir_version_for(list(model.opset_import), True))
     record = {"at": at, "positions": str(positions), "add": add, "sha256": manifest.get("sha256"),
               "manifest": _slim(manifest)}
-    entry = model.metadata_props.add()
-    entry.key, entry.value = METADATA_KEY.format(number), json.dumps(record, sort_keys=True)
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise BadParameterError(f"the grafted model does not pass onnx.checker: {first}") from None
+    _record_and_check(model, number, record)
     pe_bytes = sum(n.ByteSize() for n in nodes) + sum(t.ByteSize() for t in inits)
     return Grafted(model, at, positions, prefix, add, producer is None, new_input, converted,
                    model.metadata_props[-1].ByteSize(), seq_dim, removed["count"],
@@ -450,6 +444,18 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     graph.value_info.extend(keep)
     model.ir_version = max(model.ir_version,
                            helper.find_min_ir_version_for(list(model.opset_import), True))
+    entry = _record_and_check(model, number, record)
+    pe_bytes = sum(n.ByteSize() for n in nodes) + sum(t.ByteSize() for t in pe.graph.initializer)
+    return Grafted(model, ", ".join(replaces.values()), Positions("input", positions), prefix,
+                   False, False, False, False, entry.ByteSize(), None, removed["count"],
+                   removed["bytes"], pe_bytes)
+
+
+def _record_and_check(model, number: int, record: dict[str, Any]):
+    """Store ``record`` as the model's ``edgepe.graft.<number>`` metadata entry (returned), then
+    require the grafted model to pass ``onnx.checker`` in full (one line if it does not)."""
+    import onnx
+
     entry = model.metadata_props.add()
     entry.key, entry.value = METADATA_KEY.format(number), json.dumps(record, sort_keys=True)
     try:
@@ -457,7 +463,4 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0]
         raise BadParameterError(f"the grafted model does not pass onnx.checker: {first}") from None
-    pe_bytes = sum(n.ByteSize() for n in nodes) + sum(t.ByteSize() for t in pe.graph.initializer)
-    return Grafted(model, ", ".join(replaces.values()), Positions("input", positions), prefix,
-                   False, False, False, False, entry.ByteSize(), None, removed["count"],
-                   removed["bytes"], pe_bytes)
+    return entry
