@@ -2,7 +2,8 @@
 
 For each scheme (the binary demo at L=512, d=64 first) and each C variant it has (float32
 table, int8 table, bit-packed table, float compute function, int8 compute function, and the
-``--mode sliced`` functions: float, int8, and the demo with four slices), exports the
+``--mode sliced`` functions: float, int8, and the demo with four slices, as floats and as the
+int16 codes of its ``encode_q``), exports the
 header, runs it with ``edgepe.verify.cortex_m.run_header`` on QEMU's ``mps2-an386`` (Cortex-M4F,
 ``-Os``) and records flash and RAM (linker map) and instructions per position (SysTick under
 ``-icount shift=0``; instructions, not cycles: see that module). Ratios are against the scheme's
@@ -18,6 +19,7 @@ compute functions).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import subprocess
 import sys
@@ -52,6 +54,8 @@ VARIANTS = {
     "float sliced": ("sliced", "float32", "none"),
     "int8 sliced": ("sliced", "float32", "int8"),
     "int8 sliced 3,3,2,2": ("sliced", "float32", "int8", "3,3,2,2"),
+    # the same header's encode_q: the exact int16 sums an int8 pipeline adds (no float out)
+    "int8 sliced 3,3,2,2 codes": ("sliced", "float32", "int8", "3,3,2,2", "codes"),
 }
 
 
@@ -111,6 +115,7 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
             module = build(cfg)
             base = None
             for variant, (mode, dtype, quantize, *slices) in VARIANTS.items():
+                codes = slices[1:] == ["codes"]
                 if slices and scheme != "binary":
                     continue  # the demo's 4 KB point
                 config = ExportConfig(cfg, mode=mode, format="c", dtype=dtype,
@@ -123,7 +128,10 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
                     continue  # the scheme has no such variant
                 progress(f"cortex-m {board}: {scheme} {variant}")
                 got = run_header(result.path.read_bytes(), result.manifest,
-                                 probes(result.manifest), board)
+                                 probes(result.manifest), board, codes=codes)
+                if codes:  # checked as the floats they scale to (bit for bit encode's)
+                    scale = np.asarray(result.manifest["quant"]["scale"], np.float32)
+                    got = dataclasses.replace(got, values=scale * got.values.astype(np.float32))
                 _check(got, config, module, result.manifest)
                 row = {"scheme": scheme, "max_len": max_len, "d_model": cfg.d_model,
                        "variant": variant, "flash": got.flash, "ram": got.ram,

@@ -367,6 +367,121 @@ def test_c_binary_int8_sliced_is_bit_for_bit_the_int8_compute_header(tmp_path):
     assert sliced_h.manifest["quant"]["bound"] == compute_h.manifest["quant"]["bound"]
 
 
+def _codes_program(header, manifest, p: np.ndarray, portable: bool) -> str:
+    """A C99 program printing, per position, ``encode_q``'s int16 codes and ``encode``'s float
+    bits (hex), for the lane-packed int8 header; ``portable``: the header's strict C99 paths
+    (``__GNUC__`` and ``__BYTE_ORDER__`` undefined after the system headers)."""
+    d = manifest["shape"][-1]
+    literals = ", ".join("INT64_MIN" if v == -(2**63) else f"INT64_C({int(v)})" for v in p)
+    return f"""#include <stdint.h>
+#include <stdio.h>
+{"#undef __GNUC__" + chr(10) + "#undef __BYTE_ORDER__" if portable else ""}
+#include "{header}"
+static const int64_t probes[{len(p)}] = {{{literals}}};
+int main(void)
+{{
+    unsigned i, j;
+    for (i = 0; i < {len(p)}u; ++i) {{
+        int16_t q[{d}];
+        float f[{d}];
+        {manifest["codes_function"]}(probes[i], q);
+        {manifest["function"]}(probes[i], f);
+        for (j = 0; j < {d}u; ++j) {{
+            union {{ float v; uint32_t u; }} bits;
+            bits.v = f[j];
+            printf("%d %lx ", (int)q[j], (unsigned long)bits.u);
+        }}
+        printf("\\n");
+    }}
+    return 0;
+}}
+"""
+
+
+@pytest.mark.parametrize("d_model,slices", [(64, "3,3,2,2"), (64, "5,5"), (7, "4,3,3")])
+@pytest.mark.parametrize("portable", [False, True])
+def test_c_binary_int8_codes_are_the_exact_int8_sums(tmp_path, d_model, slices, portable):
+    """``encode_q`` writes the exact sums of the int8 projection rows of the bits of
+    ``pos mod 2^n`` (derived here from the module's weights and the manifest's scales), and
+    ``scale[c] * codes[c]`` is ``encode``'s float, bit for bit: on GNU C's paths (XOR, a word
+    stored as two int16) and on the strict C99 ones, an odd last column included."""
+    import shutil
+    import subprocess
+
+    from edgepe.verify.c_runner import COMPILE_FLAGS
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc on this machine")
+    result, module = _c_export(tmp_path, "binary", 512, d_model, quantize="int8",
+                               extra={"slices": slices})
+    manifest = result.manifest
+    p = np.concatenate([np.arange(-3, 1030), [2**40 + 5, -(2**63), 2**63 - 1]]).astype(np.int64)
+    (tmp_path / "main.c").write_text(_codes_program(result.path.name, manifest, p, portable))
+    exe = tmp_path / "main"
+    subprocess.run(["gcc", *COMPILE_FLAGS, "-O2", "-o", str(exe), "main.c"],
+                   check=True, cwd=tmp_path)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    pairs = np.array(out).reshape(len(p), d_model, 2)
+    codes = pairs[..., 0].astype(np.int64)
+    floats = np.array([[int(v, 16) for v in row] for row in pairs[..., 1]],
+                      dtype=np.uint32).view(np.float32)
+    scale = np.broadcast_to(np.asarray(manifest["quant"]["scale"], np.float32), (d_model,))
+    w = module.projection.weight.detach().numpy().astype(np.float64).T  # [n_bits, d]
+    q = np.rint(w / scale.astype(np.float64))
+    assert np.abs(q).max() <= 127
+    n = manifest["n_bits"]
+    bits = ((p.astype(np.uint64)[:, None] >> np.arange(n, dtype=np.uint64)) & 1).astype(np.int64)
+    np.testing.assert_array_equal(codes, bits @ q.astype(np.int64))
+    np.testing.assert_array_equal(floats, scale * codes.astype(np.float32))
+
+
+def test_c_binary_int8_codes_on_the_emulated_cortex_m4f(tmp_path):
+    """The demo's lane-packed int8 header on QEMU's Cortex-M4F: ``encode_q``'s int16 codes are
+    the host's exact sums and ``encode``'s floats their scaled values, bit for bit (its flash and
+    instructions are scripts/bench_cortexm.py's "int8 sliced 3,3,2,2 codes" row)."""
+    from edgepe.verify.c_runner import run_c_header
+    from edgepe.verify.cortex_m import INSTALL, run_header, tools
+
+    if tools() is None:
+        pytest.skip(f"Cortex-M toolchain or QEMU missing: {INSTALL}")
+    result, _ = _c_export(tmp_path, "binary", 512, 64, quantize="int8",
+                          extra={"slices": "3,3,2,2"})
+    p = np.concatenate([np.arange(-2, 512), [1023, 1024, -(2**63)]]).astype(np.int64)
+    codes = run_header(result.path.read_bytes(), result.manifest, p, "m4f", codes=True)
+    floats = run_header(result.path.read_bytes(), result.manifest, p, "m4f")
+    scale = np.asarray(result.manifest["quant"]["scale"], np.float32)
+    assert codes.values.dtype == np.int16
+    np.testing.assert_array_equal(floats.values, scale * codes.values.astype(np.float32))
+    np.testing.assert_array_equal(floats.values, run_c_header(result.path, result.manifest, p))
+    (tmp_path / "float").mkdir()
+    float_header, _ = _c_export(tmp_path / "float", "binary", 512, 64, extra={"slices": "3,3,2,2"})
+    with pytest.raises(BadParameterError, match="no codes_function"):
+        run_header(float_header.path.read_bytes(), float_header.manifest, p, "m4f", codes=True)
+
+
+def test_pack_lanes_bias_keeps_lanes_apart():
+    """Each stored lane in [0, 65535], biases summing to 0x8000, and a sum of one row of each
+    table per lane is the int16 sum + 0x8000; tables whose sums cannot fit are refused."""
+    from edgepe.formats.c_sliced import LANE_BIAS, pack_lanes
+
+    rng = np.random.default_rng(0)
+    tables = [rng.integers(-127 * w, 127 * w + 1, size=(1 << w, 5)).astype(np.int16)
+              for w in (3, 3, 4)]
+    packed, biases = pack_lanes(tables)
+    assert sum(biases) == LANE_BIAS == 0x8000
+    assert biases[1:] == [int(np.abs(t).max()) for t in tables[1:]]
+    assert [t.shape for t in packed] == [(8, 3), (8, 3), (16, 3)]
+    rows = [t[-1].astype(np.int64) for t in tables]
+    word = sum(int(t[-1, 1]) for t in packed)  # columns 2 and 3
+    assert word >> 32 == 0
+    assert (word & 0xFFFF) - LANE_BIAS == sum(r[2] for r in rows)
+    assert (word >> 16) - LANE_BIAS == sum(r[3] for r in rows)
+    last = sum(int(t[-1, 2]) for t in packed)  # the odd column 4 alone, its high lane empty
+    assert (last & 0xFFFF) - LANE_BIAS == sum(r[4] for r in rows) and last >> 16 == LANE_BIAS
+    with pytest.raises(BadParameterError, match="two 16-bit lanes"):
+        pack_lanes([np.full((2, 2), 20000, np.int16), np.full((2, 2), 20000, np.int16)])
+
+
 def test_pte_refuses_sliced():
     from edgepe.formats.pte import check_options
 

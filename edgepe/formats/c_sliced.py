@@ -15,7 +15,14 @@ complement, as the reference wraps) and ``T_c[s]`` the sum of the projection row
 set in ``s``: float32 tables summed from float64 (within the scheme's tolerance), or with
 ``--quantize int8`` exact int16 sums of the int8 projection (``edgepe.graphs.quant``'s, the one the
 compute header holds) and one float32 multiply by the column's scale: bit for bit the int8
-compute header's result (the same int32 sum), so its proven bound holds unchanged.
+compute header's result (the same int32 sum), so its proven bound holds unchanged. The int8
+tables are stored two columns to a ``uint32_t`` word (``pack_lanes``), each table biased so that
+no lane ever carries into the next: a pair of columns sums in one 32-bit add per slice. Beside
+``encode``, ``{base}_encode_q(pos, int16_t out[D])`` writes those exact sums, the codes whose
+scale is ``{base}_t0_scale`` (``scale[c] * out[c]`` is ``encode``'s value, bit for bit): what an
+int8 pipeline (CMSIS-NN) adds to its activations, without the int-to-float conversion and
+multiply that cost the float row about as many instructions again (docs/readme/sliced.md has
+the Cortex-M4F figures).
 """
 
 from __future__ import annotations
@@ -182,6 +189,31 @@ def _trig(config: ExportConfig, module) -> Prepared:
     return Prepared(manifest, write)
 
 
+LANE_BIAS = 0x8000  # every pair of lanes sums to (int16 sum + 0x8000): XOR 0x80008000 signs it
+
+
+def pack_lanes(tables: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]]:
+    """The int16 slice tables as ``uint32`` words of two columns (column ``2i`` in the low half,
+    ``2i + 1`` in the high; an odd last column alone), each table biased by ``b_c`` so that
+    every stored lane is in ``[0, 65535]`` and the lanes of a sum over the slices add to
+    ``sum_c T_c + 0x8000`` with no carry between them: ``b_c = max|T_c|`` for ``c >= 1`` and
+    ``b_0 = 0x8000 - sum(b_c)``. The sum of int8 projections of n <= 64 bits is within
+    ``64 * 127 = 8128`` of 0, so the lanes stay inside 16 bits whatever the plan."""
+    biases = [int(np.abs(t).max()) for t in tables[1:]]
+    biases = [LANE_BIAS - sum(biases), *biases]
+    total = sum(np.abs(t).max(axis=0) for t in tables)
+    if biases[0] < int(np.abs(tables[0]).max()) or int(total.max()) + LANE_BIAS > 0xFFFF:
+        raise BadParameterError("the slice sums do not fit two 16-bit lanes: use more, "
+                                "narrower --slices")
+    packed = []
+    for t, b in zip(tables, biases, strict=True):
+        u = t.astype(np.int64) + b
+        if u.shape[1] % 2:
+            u = np.concatenate([u, np.full((len(u), 1), b, np.int64)], axis=1)
+        packed.append((u[:, 0::2] | (u[:, 1::2] << 16)).astype(np.uint32))
+    return packed, biases
+
+
 def _binary(config: ExportConfig, module) -> Prepared:
     s = config.scheme
     n = _names(config)
@@ -192,9 +224,10 @@ def _binary(config: ExportConfig, module) -> Prepared:
     weights, quant = _weights(config, module, f"{base}_t0")
     integer = quant is not None
     tables = sliced.binary_tables(weights, low_first, integer)
-    if integer and max(int(np.abs(t).max()) for t in tables) > 32767:  # cannot: 16 x 127 max
-        raise BadParameterError("slice sums do not fit int16: use narrower --slices")
-    ctype = "int16_t" if integer else "float"
+    biases: list[int] = []
+    if integer:
+        tables, biases = pack_lanes(tables)
+    ctype = "uint32_t" if integer else "float"
     manifest = {
         **base_manifest(config, output_shape(config), "float32"),
         "quant": quant,
@@ -203,35 +236,46 @@ def _binary(config: ExportConfig, module) -> Prepared:
         "symbol_dtype": str(tables[0].dtype),
         "accessor": None,
         "function": function,
+        **({"codes_function": f"{function}_q"} if integer else {}),
         "macro_prefix": macro,
         "n_bits": s.n_bits,
         "byte_order": "little",
         "sliced": {"slices": [int(w) for w in widths],
                    "shifts": np.cumsum([0, *low_first[:-1]])[::-1].tolist(),
-                   "table_bytes": int(sum(t.nbytes for t in tables))},
+                   "table_bytes": int(sum(t.nbytes for t in tables)),
+                   **({"lane_biases": biases} if integer else {})},
     }
     shifts = np.cumsum([0, *low_first[:-1]]).tolist()
-    reads = " + ".join(f"{base}_t{c}[s{c}][j]" for c in range(len(low_first)))
     index_lines = [f"    const uint32_t s{c} = (uint32_t)((u >> {k}) & {(1 << w) - 1}u);"
                    for c, (k, w) in enumerate(zip(shifts, low_first, strict=True))]
-    if integer:
-        scale = "j" if quant["axis"] is not None else "0"
-        row = (f"        out[j] = {base}_t0_scale[{scale}] * (float)((int32_t){reads});")
-    else:
-        row = f"        out[j] = {reads};"
-    body = ["    const uint64_t u = (uint64_t)pos;  /* two's complement: pos mod 2^64 */",
-            *index_lines, "    uint32_t j;",
-            f"    for (j = 0; j < {macro}_D; ++j) {{", row, "    }"]
     lines = [
         f"{function}: one position's row from {len(widths)} bit slices of p = pos mod 2^n "
         f"(widths {list(widths)},",
         f"most significant first): out[{s.d_model}] float32 = sum_c T_c[(p >> k_c) & m_c], "
         "T_c[s] the sum of the",
         "projection rows of the bits set in s"
-        + (" (int16: exact int8 sums; one float32 multiply by the column's scale, bit for bit "
-           "the int8 compute header)." if integer else " (float64 sums, stored float32)."),
+        + (" (exact int8 sums; one float32 multiply by the column's scale, bit for bit the "
+           "int8 compute header)." if integer else " (float64 sums, stored float32)."),
         "Every int64 position is defined, as in the reference (two's complement wrap).",
     ]
+    if integer:
+        lines += [
+            f"{function}_q: the same row's exact int16 sums (out[c] * {base}_t0_scale[c] is "
+            f"{function}'s out[c]),",
+            "for an int8 pipeline. The tables hold two columns a uint32_t word (2c low, 2c + 1 "
+            f"high), biased by {biases}",
+            "so the lanes of a sum carry nothing into each other and add to the int16 sum + "
+            "0x8000.",
+        ]
+        body = _binary_lanes(s.d_model, base, macro, index_lines, len(low_first),
+                             quant["axis"] is not None)
+    else:
+        reads = " + ".join(f"{base}_t{c}[s{c}][j]" for c in range(len(low_first)))
+        body = ["static inline void " + f"{function}(int64_t pos, float out[{macro}_D])", "{",
+                "    const uint64_t u = (uint64_t)pos;  /* two's complement: pos mod 2^64 */",
+                *index_lines, "    uint32_t j;",
+                f"    for (j = 0; j < {macro}_D; ++j) {{", f"        out[j] = {reads};", "    }",
+                "}"]
     data = b"".join(np.ascontiguousarray(t, t.dtype.newbyteorder("<")).tobytes()
                     for t in tables)
 
@@ -244,10 +288,59 @@ def _binary(config: ExportConfig, module) -> Prepared:
             f.write(_quant_constants(macro, f"{base}_t0", quant, value).encode())
         for c, t in enumerate(tables):
             f.write(_table_c(macro, f"{base}_t{c}", t, ctype).encode())
-        f.write(f"\nstatic inline void {function}(int64_t pos, float out[{macro}_D])\n{{\n"
-                .encode())
-        f.write(("\n".join(body) + "\n}\n").encode())
+        f.write(("\n" + "\n".join(body) + "\n").encode())
         f.write(_closing_sliced(config, "the slice tables (t0, t1, ...)",
                                 hashlib.sha256(data).hexdigest(), len(data)).encode())
 
     return Prepared(manifest, write)
+
+
+def _binary_lanes(d: int, base: str, macro: str, index_lines: list[str], count: int,
+                  per_column: bool) -> list[str]:
+    """``encode`` and ``encode_q`` over the lane-packed tables: one 32-bit add per slice per
+    pair of columns; the lanes' ``+ 0x8000`` taken off exactly in C99 (``(int32_t)lane -
+    32768``), or by XOR 0x80008000 under GNU C: then ``encode`` signs the lanes by GCC's
+    documented modulo conversion and arithmetic shift (one instruction fewer a pair of
+    columns on a Cortex-M4), and on a little-endian target ``encode_q`` stores the word as its
+    two ``int16_t`` (two's complement, C99 7.18.1.1)."""
+    even = d // 2
+    rows = ", ".join(f"*r{c} = {base}_t{c}[s{c}]" for c in range(count))
+    word = " + ".join(f"r{c}[i]" for c in range(count))
+    head = ["    const uint64_t u = (uint64_t)pos;  /* two's complement: pos mod 2^64 */",
+            *index_lines, f"    const uint32_t {rows};", "    uint32_t i;"]
+
+    def scale(column: str) -> str:
+        return f"{base}_t0_scale[{column if per_column else '0'}]"
+
+    lo, hi = "(int32_t)(w & 0xFFFFu) - 32768", "(int32_t)(w >> 16) - 32768"
+    gnu = "#if defined(__GNUC__)  /* GCC and clang: conversion modulo 2^16, >> arithmetic */"
+    encode = [f"static inline void {base}_encode(int64_t pos, float out[{macro}_D])", "{", *head,
+              f"    for (i = 0; i < {even}u; ++i) {{",
+              f"        const uint32_t w = {word};",
+              gnu,
+              "        const uint32_t v = w ^ 0x80008000u;",
+              f"        out[2 * i] = {scale('2 * i')} * (float)(int16_t)v;",
+              f"        out[2 * i + 1] = {scale('2 * i + 1')} * (float)((int32_t)v >> 16);",
+              "#else",
+              f"        out[2 * i] = {scale('2 * i')} * (float)({lo});",
+              f"        out[2 * i + 1] = {scale('2 * i + 1')} * (float)({hi});",
+              "#endif",
+              "    }"]
+    codes = [f"static inline void {base}_encode_q(int64_t pos, int16_t out[{macro}_D])", "{",
+             *head,
+             f"    for (i = 0; i < {even}u; ++i) {{",
+             f"        const uint32_t w = {word};",
+             "#if defined(__GNUC__) && defined(__BYTE_ORDER__) && "
+             "__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__",
+             "        const uint32_t v = w ^ 0x80008000u;",
+             "        __builtin_memcpy(&out[2 * i], &v, 4);",
+             "#else",
+             f"        out[2 * i] = (int16_t)({lo});",
+             f"        out[2 * i + 1] = (int16_t)({hi});",
+             "#endif",
+             "    }"]
+    if d % 2:  # the last column alone in its word's low lane
+        last = f"    {{ const uint32_t w = {word.replace('[i]', f'[{even}]')};"
+        encode += [last, f"      out[{d - 1}] = {scale(str(d - 1))} * (float)({lo}); }}"]
+        codes += [last, f"      out[{d - 1}] = (int16_t)({lo}); }}"]
+    return [*encode, "}", "", *codes, "}"]

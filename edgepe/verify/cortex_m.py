@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from edgepe.contract.errors import EdgepeError, ParityError, PositionError
+from edgepe.contract.errors import BadParameterError, EdgepeError, ParityError, PositionError
 from edgepe.verify.c_runner import (
     COMPILE_FLAGS,
     FUNCTION_MODES,
@@ -168,19 +168,21 @@ def _record(manifest: Mapping[str, Any]) -> int:
     return record_arity(manifest) or 1
 
 
-def _pe_source(manifest: Mapping[str, Any]) -> tuple[str, str]:
+def _pe_source(manifest: Mapping[str, Any], codes: bool = False) -> tuple[str, str]:
     """``(pe.c, pe.h)``: the object that holds the encoding, and its declarations.
 
     ``pe_row(p, out)`` is what firmware calls per position (timed, counted in flash);
     ``pe_raw(p, out)`` copies the stored values for the exact read-back (tables only: for compute
-    headers the row is the read-back). ``pe_none`` has ``pe_row``'s signature and does nothing
-    (the timing loop's baseline).
+    headers the row is the read-back). ``codes``: the row is the manifest's ``codes_function``
+    (the int8 sliced header's exact int16 sums), written as ``int16_t``. ``pe_none`` has
+    ``pe_row``'s signature and does nothing (the timing loop's baseline).
     """
     macro = manifest["macro_prefix"]
     if manifest["mode"] in FUNCTION_MODES:
         # Every compute function takes its record as int64 p[k] here (k = 1 for one position).
         ptype = f"const int64_t p[{_record(manifest)}]"
-        row = f"    {call(manifest, 'p')}\n"
+        row = (f"    {manifest['codes_function']}(p[0], (int16_t *)(void *)out);\n" if codes
+               else f"    {call(manifest, 'p')}\n")
         raw = "    pe_row(p, (float *)out);\n"
     else:
         ptype = "uint32_t p"
@@ -375,6 +377,7 @@ def run_header(
     positions,
     board: str = "m4f",
     timeout_s: float = TIMEOUT_S,
+    codes: bool = False,
 ) -> CortexMRun:
     """Build ``header`` (its bytes) into a bare-metal program for ``board``, run it under QEMU
     and return the values it computed at ``positions`` with the measured costs.
@@ -383,7 +386,8 @@ def run_header(
     (query, key) pairs for a bias function), every int64 allowed; tables, row indices ``[N]``
     (the program clamps them to the table). Raises ``ToolsNotFound`` (with the install line),
     ``CompileError``, ``ParityError`` (the program did not finish or printed the wrong amount),
-    ``PositionError``.
+    ``PositionError``. ``codes``: run the int8 sliced header's ``codes_function`` instead (its
+    int16 sums are the values).
     """
     found = tools()
     if found is None:
@@ -398,15 +402,18 @@ def run_header(
         shape = f"[N, {arity}]" if arity else "[N]"
         raise PositionError(f"this C header takes positions {shape}, got {list(positions.shape)}")
     width = out_width(manifest)
+    if codes and "codes_function" not in manifest:
+        raise BadParameterError("codes: this header has no codes_function (int8 --mode sliced "
+                            "binary has)")
     if compute:
         positions = positions.astype(np.int64)
-        dtype, timed = "float32", manifest["max_len"]
+        dtype, timed = ("int16" if codes else "float32"), manifest["max_len"]
     else:
         # Rows as uint32 (firmware's index type): negatives become row 0, as the clamp gives.
         positions = np.clip(positions, 0, manifest["shape"][0] - 1).astype(np.int64)
         dtype, timed = manifest["dtype"], manifest["shape"][0]
-    value_bytes = 4 if dtype == "float32" else 1
-    pe_c, pe_h = _pe_source(manifest)
+    value_bytes = {"float32": 4, "int16": 2}.get(dtype, 1)
+    pe_c, pe_h = _pe_source(manifest, codes)
     cc = found["arm-none-eabi-gcc"]
     flags = [*COMPILE_FLAGS, *spec.cpu_flags, OPT, "-ffunction-sections", "-fdata-sections",
              "-fno-tree-loop-distribute-patterns", "-ffreestanding"]
@@ -454,7 +461,7 @@ def run_header(
         raise ParityError(f"the {board} program printed {len(rows)} rows, expected "
                           f"{len(positions)} of {width} values")
     raw = bytes.fromhex("".join(rows))
-    stored = {"float32": "<f4", "int8": "i1", "uint8": "u1", "bit": "u1"}[dtype]
+    stored = {"float32": "<f4", "int16": "<i2", "int8": "i1", "uint8": "u1", "bit": "u1"}[dtype]
     values = np.frombuffer(raw, dtype=stored).astype(stored.lstrip("<"))
     calib, row, none, count = (int(v) for v in head)
     per_tick = 400000 / calib  # the calibration loop ran 2 x 200000 instructions
