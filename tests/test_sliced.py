@@ -105,6 +105,76 @@ def test_no_trig_op_and_every_position_within_the_bound(scheme, lowering):
     assert manifest["positions"]["limit"] == 32767
 
 
+ROTARY = [("ort", None), ("rotary23", 23)]
+
+
+@pytest.mark.parametrize("rotary,opset", ROTARY)
+@pytest.mark.parametrize("max_len,d_model,params,slices", [
+    (32768, 128, None, None),
+    (2048, 16, {"rotary_dim": 10, "layout": "half", "rope_type": "yarn", "factor": 8.0,
+                "original_max_position_embeddings": 256}, None),
+    (2048, 16, {"layout": "interleaved"}, "4,4,3"),
+])
+def test_rope_lowering_fuses_the_angle_additions_within_the_bound(rotary, opset, max_len,
+                                                                    d_model, params, slices):
+    """``--mode sliced --rope-lowering ort|rotary23``: one RotaryEmbedding per slice above the
+    lowest and no Mul/Add/Sub on the rows, no trig, and every position (negatives too) within
+    the same bound of the float64 definition as the plain graph."""
+    extra = {"rope_lowering": rotary, **({"slices": slices} if slices else {})}
+    config, module, model = make("rope", max_len, d_model, params, opset=opset, extra=extra)
+    widths = sl.plan_of(config)
+    ops = [n.op_type for n in model.graph.node]
+    domain = {n.domain for n in model.graph.node if n.op_type == "RotaryEmbedding"}
+    assert ops.count("RotaryEmbedding") == len(widths) - 1 and not set(ops) & TRIG_OPS
+    assert domain == ({"com.microsoft"} if rotary == "ort" else {""})
+    assert not {"Add", "Sub"} & set(ops)  # the only Mul negates the top sin cache's rows
+    limit = json.loads(model.metadata_props[0].value)["positions"]["limit"]
+    p = np.arange(-limit, limit + 1, dtype=np.int64)
+    a = float(module.scale.max()) if getattr(module, "scaled", False) else 1.0
+    assert max_error(model, module, p) <= sl.bound(widths, a)
+
+
+@pytest.mark.parametrize("rotary,opset", ROTARY)
+def test_rope_lowering_reads_inside_its_caches_past_the_plan(rotary, opset):
+    """The kernels read cache row ``position_id`` unchecked: every id is masked into its cache,
+    so positions past the plan (and int64's ends) run (wrapped, not defined) instead of reading
+    other memory; inside it, the values are the plain graph's within twice the bound."""
+    config, module, fused = make("rope", 4096, 32, opset=opset, extra={"rope_lowering": rotary})
+    _, _, plain = make("rope", 4096, 32)
+    far = np.array([4096, -4097, 2**40 + 3, -(2**63), 2**63 - 1], dtype=np.int64)
+    out = run(fused, positions=far)[0]
+    assert out.shape == (5, 32) and np.isfinite(out).all() and np.abs(out).max() <= 1 + 1e-6
+    p = np.arange(-4095, 4096, dtype=np.int64)
+    np.testing.assert_allclose(run(fused, positions=p)[0], run(plain, positions=p)[0], rtol=0,
+                               atol=2 * sl.bound(sl.plan_of(config)))
+
+
+def test_rope_lowering_refusals(tmp_path):
+    with pytest.raises(BadParameterError, match="needs --opset 23"):
+        make("rope", 4096, 32, extra={"rope_lowering": "rotary23"})
+    with pytest.raises(BadParameterError, match="after bitwise slicing"):
+        make("rope", 4096, 32, lowering="trunc", extra={"rope_lowering": "ort"})
+    with pytest.raises(BadParameterError, match="add --rope-graph apply"):
+        make("rope", 4096, 32, mode="compute", extra={"rope_lowering": "ort"})
+    with pytest.raises(BadParameterError, match="add --rope-graph apply"):
+        make("rope", 4096, 32, extra={"rope_lowering": "ort", "rope_graph": "cache"})
+
+
+def test_rope_lowering_exports_and_verifies_from_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    out = tmp_path / "r.onnx"
+    result = CliRunner().invoke(app, ["export", "--scheme", "rope", "--max-len", "32768",
+                                      "--head-dim", "128", "--mode", "sliced",
+                                      "--rope-lowering", "ort", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "parity PASSED" in result.output and "against the float64 definition" in result.output
+    assert out.stat().st_size <= (32768 * 128 * 4) / 50
+    assert verify_artifact(out)
+
+
 def test_float32_recipe_is_far_from_the_definition_where_sliced_is_not():
     """What the mode buys: compute's float32 angle is ~1e-3 off at 32k; sliced stays at 1e-7."""
     _, module, compute = make("rope", 32768, 128, mode="compute")
@@ -173,9 +243,10 @@ def test_yarn_scale_within_its_bound():
     assert max_error(model, module, p) <= sl.bound((6, 6), a)
 
 
-@pytest.mark.parametrize("lowering", sl.LOWERINGS)
-def test_float16_output_within_bound_plus_half_a_step(lowering):
-    _, module, model = make("rope", 4096, 32, dtype="float16", lowering=lowering)
+@pytest.mark.parametrize("lowering,fused", [*((v, {}) for v in sl.LOWERINGS),
+                                            ("bitwise", {"extra": {"rope_lowering": "ort"}})])
+def test_float16_output_within_bound_plus_half_a_step(lowering, fused):
+    _, module, model = make("rope", 4096, 32, dtype="float16", lowering=lowering, **fused)
     p = np.arange(4096, dtype=np.int64)
     out = run(model, positions=p)[0]
     assert out.dtype == np.float16
@@ -284,14 +355,18 @@ def test_trunc_bit_lowering_is_exact(scheme):
     assert MAX_TRUNC_BITS == 23
 
 
-@pytest.mark.parametrize("scheme", ["rope", "sinusoidal"])
-def test_int8_bound_is_the_sliced_bound_plus_the_quantiser_and_holds(tmp_path, scheme):
+@pytest.mark.parametrize("scheme,rotary", [("rope", None), ("sinusoidal", None), ("rope", "ort"),
+                                           ("rope", "rotary23")])
+def test_int8_bound_is_the_sliced_bound_plus_the_quantiser_and_holds(tmp_path, scheme, rotary):
     """int8: the float graph's term of the proven bound is the sliced tolerance (against the
-    float64 definition), and the graph stays within the bound at every position it accepts."""
+    float64 definition), and the graph stays within the bound at every position it accepts;
+    with the angle additions fused (``--rope-lowering``) too, its domain kept."""
     from edgepe.graphs.quant import U32
 
+    fused = {"opset": 23 if rotary == "rotary23" else None,
+             "extra": {"rope_lowering": rotary}} if rotary else {}
     config = ExportConfig(scheme=resolve(scheme, 4096, 64, None, None), mode="sliced",
-                          quantize="int8", out=tmp_path / "q.onnx")
+                          quantize="int8", out=tmp_path / "q.onnx", **fused)
     export(config)
     manifest = json.loads((tmp_path / "q.onnx.json").read_text())
     scale = np.asarray(manifest["quant"]["scale"], dtype=np.float64)
@@ -300,6 +375,7 @@ def test_int8_bound_is_the_sliced_bound_plus_the_quantiser_and_holds(tmp_path, s
     assert manifest["sliced"]["slices"] == [6, 6] and manifest["positions"]["limit"] == 4095
     model = onnx.load(tmp_path / "q.onnx")
     assert not {n.op_type for n in model.graph.node} & TRIG_OPS
+    assert ("RotaryEmbedding" in {n.op_type for n in model.graph.node}) == bool(rotary)
     module = build(config.scheme)
     p = np.arange(-4095, 4096, dtype=np.int64)
     err = np.abs(run(model, positions=p)[0] - definition64(module, p))

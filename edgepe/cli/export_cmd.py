@@ -246,10 +246,12 @@ def command(
     rope_lowering: Annotated[str | None, typer.Option("--rope-lowering",
                                                       metavar="onnx|ort|rotary23",
                                                       rich_help_panel=PANEL_MORE,
-                                                      help="rope apply graph: plain ONNX ops "
-                                                      "(default), onnxruntime's com.microsoft."
-                                                      "RotaryEmbedding, or ONNX's "
-                                                      "RotaryEmbedding (--opset 23).")] = None,
+                                                      help="rope apply graph (and --mode "
+                                                      "sliced's angle additions): plain ONNX "
+                                                      "ops (default), onnxruntime's "
+                                                      "com.microsoft.RotaryEmbedding, or "
+                                                      "ONNX's RotaryEmbedding (--opset 23).")]
+    = None,
     slices: Annotated[str | None, typer.Option("--slices", metavar="W,W,...",
                                                rich_help_panel=PANEL_MORE,
                                                help="--mode sliced: bit widths of the "

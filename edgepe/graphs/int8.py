@@ -194,8 +194,10 @@ def _float_model(config: ExportConfig, module, manifest: dict[str, Any]) -> onnx
 def _rebuild(config: ExportConfig, float_model: onnx.ModelProto, nodes, initializers,
              manifest: dict[str, Any]) -> onnx.ModelProto:
     graph = float_model.graph
+    extra = {o.domain: o.version for o in float_model.opset_import if o.domain not in ("",
+                                                                                      "ai.onnx")}
     return make_model(nodes, graph.input, graph.output, initializers, config.opset,
-                      embedded(manifest), f"{graph.name}_int8")
+                      embedded(manifest), f"{graph.name}_int8", extra_opsets=extra or None)
 
 
 def embedded(manifest: dict[str, Any]) -> dict[str, Any]:

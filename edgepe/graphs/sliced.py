@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.contract.errors import BadParameterError
-from edgepe.graphs._common import POSITIONS, Graph
+from edgepe.graphs._common import POSITIONS, Graph, make_model, output, positions_input
 
 LOWERINGS = ("bitwise", "trunc", "clip32")
 # float32 holds every integer up to 2^24, so the trunc lowering's Cast is exact up to there; the
@@ -297,6 +297,69 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
     return g.op("Add", g.op("Mul", top_h, low_c), g.op("Mul", top_h2, low_s))
 
 
+def rotary_columns(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequence[int],
+                   scale: np.ndarray | None, rotary: str, prefix: str = "sliced_") -> str:
+    """``[N, 2k]`` float32 ``[cos | sin]`` of positions ``[N]`` (bitwise slicing), the angle
+    additions done by a ``RotaryEmbedding`` kernel per slice above the lowest (``rotary``:
+    ``"ort"`` for ``com.microsoft``'s, ``"rotary23"`` for ONNX opset 23's).
+
+    The op rotates a row ``[x1 | x2]`` by the cache row ``p``: ``[x1 cos - x2 sin | x2 cos + x1
+    sin]``, which for ``x = [cos b | sin b]`` and the caches ``cos a``, ``sin a`` is ``[cos(a + b)
+    | sin(a + b)]``: the two products and the sum per column that ``columns_graph`` writes as
+    six nodes, in one fused pass. So: ``x = `` the lowest slice's ``[cos | sin]`` row, then one
+    ``RotaryEmbedding`` per higher slice, its caches that slice's tables and its ``position_ids``
+    the slice index; the top slice's caches hold the negative rows too (``columns_graph``'s:
+    ``cos(-x) = cos x``, ``sin(-x) = -sin x``, rows ``2^w ..``), read at ``floor(pos / 2^k) mod
+    2^(w+1)``. Every id is masked into its cache: the CPU kernels read row
+    ``position_id`` unchecked, so a position past the plan wraps (wrong, never out of bounds),
+    where ``columns_graph``'s Gather fails. The products and sums are the same as
+    ``columns_graph``'s, so ``bound`` holds unchanged. Rows are ``[N, 1, 2k]``: one head of width
+    ``2k``, a sequence of one (the ``com.microsoft`` kernel refuses a sequence longer than its
+    cache), reshaped to ``[N, 2k]`` at the end."""
+    if rotary not in ("ort", "rotary23"):
+        raise BadParameterError(f"--rope-lowering {rotary} does not fuse sliced angle additions; "
+                                "choose ort or rotary23")
+    widths_low = list(reversed([int(w) for w in widths]))
+    tables = slice_tables(inv_freq, widths, scale, top_extra=True)
+    rows = 1 << widths_low[-1]
+    shifts = np.cumsum([0, *widths_low]).tolist()
+    # [N, 1] positions: the Gather then yields [N, 1, 2k] rows and the ids their [N, 1] shape.
+    row_axis = g.const([1], np.int64, f"{prefix}row_axis")
+    column = g.op("Unsqueeze", positions, row_axis)
+    # Slice c is (pos & (2^w_c - 1) 2^k_c) / 2^k_c: two's complement bits k_c .. k_c + w_c - 1
+    # of pos, so for the top slice (w + 1 bits: its sign row block) floor(pos / 2^k) mod 2^(w+1)
+    # (exact int64 Div of a multiple), in [0, 2R): the rows of its both-sign caches.
+    ids = []
+    for c, (k, w) in enumerate(zip(shifts, widths_low, strict=False)):
+        bits = w + 1 if c == len(widths_low) - 1 else w
+        masked = g.op("BitwiseAnd", column, g.const(((1 << bits) - 1) << k, np.int64,
+                                                      f"{prefix}bits{c}"))
+        ids.append(masked if k == 0 else g.op("Div", masked, g.const(1 << k, np.int64,
+                                                                    f"{prefix}step{c}")))
+    cos0, sin0 = tables[0]
+    low = g.const(np.hstack([cos0, sin0]), np.float32, f"{prefix}low")
+    x = g.op("Gather", low, ids[0], axis=0)  # [N, 1, 2k]
+    for c, (cos, sin) in enumerate(tables[1:], start=1):
+        cos_t = g.const(cos, np.float32, f"{prefix}cos{c}")
+        sin_t = g.const(sin, np.float32, f"{prefix}sin{c}")
+        if c == len(tables) - 1:  # rows R .. 2R-1: s = -R .. -1, the stored rows R .. 1
+            keep = [g.const([v], np.int64, f"{prefix}kept_{n}")
+                    for n, v in (("start", 0), ("stop", rows), ("axis", 0), ("step", 1))]
+            mirror = [g.const([v], np.int64, f"{prefix}mirrored_{n}")
+                      for n, v in (("start", rows), ("stop", 0), ("axis", 0), ("step", -1))]
+            minus = g.const(-1.0, np.float32, f"{prefix}minus_one")
+            cos_t = g.op("Concat", g.op("Slice", cos_t, *keep), g.op("Slice", cos_t, *mirror),
+                         axis=0)
+            sin_t = g.op("Concat", g.op("Slice", sin_t, *keep),
+                         g.op("Mul", g.op("Slice", sin_t, *mirror), minus), axis=0)
+        if rotary == "ort":
+            x = g.op("RotaryEmbedding", x, ids[c], cos_t, sin_t, domain="com.microsoft",
+                     interleaved=0, num_heads=1)
+        else:
+            x = g.op("RotaryEmbedding", x, cos_t, sin_t, ids[c], interleaved=0, num_heads=1)
+    return g.op("Reshape", x, g.const([-1, 2 * len(inv_freq)], np.int64, f"{prefix}rows"))
+
+
 def cos_sin(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequence[int],
             scale: np.ndarray | None = None, lowering: str = "bitwise",
             prefix: str = "sliced_") -> tuple[str, str]:
@@ -419,6 +482,22 @@ def rope(config, module, manifest: dict):
     if graph == "encode":
         k = len(inv_freq)
         g = Graph("edgepe_rope_sliced")
+        rotary = config.extra.get("rope_lowering", "onnx")
+        if rotary != "onnx" and len(widths) > 1:
+            if config.lowering != "bitwise":
+                raise BadParameterError(
+                    f"--rope-lowering {rotary} fuses the sliced graph's angle additions after "
+                    f"bitwise slicing; --lowering {config.lowering} is for targets without "
+                    "RotaryEmbedding: drop one of them")
+            if rotary == "rotary23" and config.opset < 23:
+                raise BadParameterError(f"--rope-lowering rotary23 needs --opset 23 or later "
+                                        f"(RotaryEmbedding), got {config.opset}")
+            pe = rotary_columns(g, POSITIONS, inv_freq, widths, scale, rotary)
+            g.finish(pe, config.dtype)
+            out = output("pe", config.dtype, ["N", config.scheme.d_model])
+            extra = {trig.MS_DOMAIN: 1} if rotary == "ort" else None
+            return make_model(g.nodes, [positions_input(None)], [out], g.initializers,
+                              config.opset, manifest, g.name, extra_opsets=extra)
         pe = columns_graph(g, POSITIONS, inv_freq, widths, [*range(k), *range(k)],
                            [COS] * k + [SIN] * k, scale, config.lowering)
         return trig._pe_model(config, g, pe, manifest)

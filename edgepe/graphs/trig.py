@@ -23,6 +23,9 @@ frequency scaling (``edgepe.schemes.rope``):
   ``com.microsoft.RotaryEmbedding`` kernel (CPU and CUDA providers);
 - ``rope_graph="apply", rope_lowering="rotary23"``: by the standard ``RotaryEmbedding`` of ONNX
   opset 23 (``--opset 23`` or later), which the ONNX reference evaluator runs too.
+
+With ``--mode sliced`` the encode graph takes ``ort``/``rotary23`` as well: there the op does the
+sliced graph's angle additions (``graphs.sliced.rotary_columns``).
 """
 
 from __future__ import annotations
@@ -125,9 +128,11 @@ def rope_choice(config: ExportConfig) -> tuple[str, str]:
         raise BadParameterError(
             f"--rope-lowering {lowering!r} is not one of: {', '.join(ROPE_LOWERINGS)}"
         )
-    if lowering != "onnx" and not graph.startswith("apply"):
+    if lowering != "onnx" and not graph.startswith("apply") and not (
+            graph == "encode" and config.mode == "sliced"):
         raise BadParameterError(
-            f"--rope-lowering {lowering} lowers the rotation: add --rope-graph apply"
+            f"--rope-lowering {lowering} lowers the rotation: add --rope-graph apply (or "
+            "--mode sliced, whose angle additions it fuses)"
         )
     return graph, lowering
 
