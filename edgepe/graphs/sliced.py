@@ -323,21 +323,26 @@ def rotary_columns(g: Graph, positions: str, inv_freq: np.ndarray, widths: Seque
     tables = slice_tables(inv_freq, widths, scale, top_extra=True)
     rows = 1 << widths_low[-1]
     shifts = np.cumsum([0, *widths_low]).tolist()
-    # [N, 1] positions: the Gather then yields [N, 1, 2k] rows and the ids their [N, 1] shape.
-    row_axis = g.const([1], np.int64, f"{prefix}row_axis")
-    column = g.op("Unsqueeze", positions, row_axis)
     # Slice c is (pos & (2^w_c - 1) 2^k_c) / 2^k_c: two's complement bits k_c .. k_c + w_c - 1
     # of pos, so for the top slice (w + 1 bits: its sign row block) floor(pos / 2^k) mod 2^(w+1)
-    # (exact int64 Div of a multiple), in [0, 2R): the rows of its both-sign caches.
+    # (exact int64 Div of a multiple), in [0, 2R): the rows of its both-sign caches. Sliced on
+    # [N] (onnxruntime's broadcast walks an [N, 1] operand a row at a time: 2.5x slower at
+    # N = 512), the ids then made [N, 1] and the lowest table stored [rows, 1, 2k], so its
+    # Gather yields the [N, 1, 2k] rows the op takes.
+    row_axis = g.const([1], np.int64, f"{prefix}row_axis")
     ids = []
     for c, (k, w) in enumerate(zip(shifts, widths_low, strict=False)):
         bits = w + 1 if c == len(widths_low) - 1 else w
-        masked = g.op("BitwiseAnd", column, g.const(((1 << bits) - 1) << k, np.int64,
-                                                      f"{prefix}bits{c}"))
-        ids.append(masked if k == 0 else g.op("Div", masked, g.const(1 << k, np.int64,
-                                                                    f"{prefix}step{c}")))
+        masked = g.op("BitwiseAnd", positions, g.const(((1 << bits) - 1) << k, np.int64,
+                                                         f"{prefix}bits{c}"))
+        if k:
+            ids.append(g.op("Unsqueeze", g.op("Div", masked, g.const(1 << k, np.int64,
+                                                                      f"{prefix}step{c}")),
+                            row_axis))
+        else:
+            ids.append(masked)
     cos0, sin0 = tables[0]
-    low = g.const(np.hstack([cos0, sin0]), np.float32, f"{prefix}low")
+    low = g.const(np.hstack([cos0, sin0])[:, None, :], np.float32, f"{prefix}low")
     x = g.op("Gather", low, ids[0], axis=0)  # [N, 1, 2k]
     for c, (cos, sin) in enumerate(tables[1:], start=1):
         cos_t = g.const(cos, np.float32, f"{prefix}cos{c}")
