@@ -6,7 +6,8 @@ Each family's model is built from a config object in code (no download; seeded w
 vocabulary 64), saved with ``save_pretrained`` into a temporary folder, and exported from there
 with ``optimum.exporters.onnx.main_export(folder, out, task="text-generation-with-past")`` (what
 ``optimum-cli export onnx --model FOLDER --task text-generation-with-past OUT`` runs). Only the
-``model.onnx`` it writes is kept (a few hundred KB at most; one self-contained file). The
+``model.onnx`` it writes (a few hundred KB at most; one self-contained file) and the
+``config.json`` it writes beside it (what ``edgepe graft --from-hf-config`` reads) are kept. The
 versions used and the command go into ``tests/data/optimum/VERSIONS.txt``.
 
 Optimum cannot live in the project's venv (optimum-onnx 0.1.0 needs transformers < 4.58; the
@@ -33,8 +34,18 @@ SEED = 0
 VOCAB = 64
 TASK = "text-generation-with-past"
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "optimum"
-FAMILIES = ("llama", "mistral", "qwen2", "phi", "gpt_neox", "gptj", "bloom", "mpt", "gpt2",
-            "opt")
+FAMILIES = ("llama", "llama-linear", "llama-llama3", "llama-yarn", "mistral", "qwen2", "phi",
+            "gpt_neox", "gptj", "bloom", "mpt", "gpt2", "opt")
+# Llama's rope_scaling variants (transformers 4.x's argument; 5.x calls it rope_parameters)
+SCALED = {
+    "llama-linear": {"rope_type": "linear", "factor": 2.0},
+    "llama-llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "llama-yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    # not among FAMILIES: dynamic NTK's inv_freq depends on the running length, which the
+    # TorchScript trace freezes (see tests/test_graft_optimum.py)
+    "llama-dynamic": {"rope_type": "dynamic", "factor": 2.0},
+}
 
 
 def config(family: str):
@@ -47,6 +58,8 @@ def config(family: str):
              "max_position_embeddings": 256}
     if family == "llama":
         return tf.LlamaConfig(**llama)
+    if family in SCALED:
+        return tf.LlamaConfig(**llama, rope_scaling=SCALED[family])
     if family == "mistral":
         return tf.MistralConfig(**llama)
     if family == "qwen2":
@@ -91,6 +104,7 @@ def export(family: str, out: Path) -> Path:
         if (exported / "model.onnx_data").exists() or (exported / "model.onnx.data").exists():
             raise RuntimeError(f"{family}: Optimum wrote external data; keep fixtures one file")
         shutil.copyfile(exported / "model.onnx", out / "model.onnx")
+        shutil.copyfile(exported / "config.json", out / "config.json")  # for --from-hf-config
     return out / "model.onnx"
 
 

@@ -18,6 +18,7 @@ not draw (several sequence lengths, left padding, a past cache), and no Sin/Cos 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,9 @@ DATA = Path(__file__).resolve().parent / "data" / "optimum"
 # what graft's one-line "found" message must start with, per family
 FOUND = {
     "llama": "found rope (half layout, R=8, ",
+    "llama-linear": "found rope (half layout, R=8, ",   # rope_scaling: inv_freq scaled
+    "llama-llama3": "found rope (half layout, R=8, ",
+    "llama-yarn": "found rope (half layout, R=8, ",     # and its attention factor (below)
     "mistral": "found rope (half layout, R=8, ",
     "qwen2": "found rope (half layout, R=8, ",
     "phi": "found rope (half layout, R=4, ",        # partial rotary: 0.5 of head size 8
@@ -45,7 +49,8 @@ FOUND = {
     "opt": "found learned (table 'model.decoder.embed_positions.weight' [258, 32], "
            "positions + offset 2",
 }
-HALF_ROPE = ("llama", "mistral", "qwen2", "phi", "gpt_neox")
+HALF_ROPE = ("llama", "llama-linear", "llama-llama3", "llama-yarn", "mistral", "qwen2", "phi",
+             "gpt_neox")
 # RoPE tables hold the correctly rounded cos/sin of the model's own float32 angle; onnxruntime's
 # Cos/Sin are within a few ulp of that (measured: 1 ulp, 5.96e-8, on these tables), and the
 # difference reaches the outputs through the model: 64 ulp of an output's largest value (the
@@ -97,6 +102,11 @@ def _check_equal(family, original, grafted):
                 np.testing.assert_array_equal(g, w, err_msg=f"{name} at {seq}+{past} pad {pad}")
 
 
+def _rows(family):
+    """RoPE's tables and Bloom's positions: 256 rows; the others' tables keep their own."""
+    return {"max_len": 256} if family in (*HALF_ROPE, "bloom") else {}
+
+
 @pytest.mark.parametrize("family", sorted(FOUND))
 def test_graft_finds_the_pe_of_an_optimum_export(family, tmp_path):
     """No PE given (the API): graft names the family it found, proves every output unchanged
@@ -104,11 +114,12 @@ def test_graft_finds_the_pe_of_an_optimum_export(family, tmp_path):
     original on other inputs; RoPE keeps no Sin/Cos."""
     path = DATA / family / "model.onnx"
     out = tmp_path / "out.onnx"
-    # RoPE's tables and Bloom's positions: 256 rows; the others' tables keep their own length
-    table_rows = {"max_len": 256} if family in (*HALF_ROPE, "bloom") else {}
+    table_rows = _rows(family)
     report = edgepe.graft(path, out=out, **table_rows)
     assert report, str(report)
     assert report.found.startswith(FOUND[family]), report.found
+    # yarn's attention factor 0.1 ln(4) + 1, read from the model's Mul after Cos and Sin
+    assert ("attention factor 1.13863" in report.found) == (family == "llama-yarn")
     if family not in ("bloom", "mpt"):  # Bloom: from the mask's CumSum; MPT: a Range inside
         assert "from input 'position_ids'" in report.found or "(from 'position_ids')" in \
             report.found, report.found
@@ -151,3 +162,24 @@ def test_optimum_llama_sliced_and_int8(options, tmp_path):
     assert options[1] in result.stdout.splitlines()[1]
     assert "MISMATCH" not in result.stdout and out.exists()
     assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
+
+
+@pytest.mark.parametrize("family", sorted(FOUND))
+def test_optimum_config_json_checks_the_pe_found(family, tmp_path):
+    """``--from-hf-config`` with the ``config.json`` Optimum writes beside ``model.onnx``
+    (transformers 4.x's ``rope_scaling``): the PE found is the config's scheme, RoPE's
+    ``inv_freq`` equals edgepe's ``rope`` for it bit for bit (linear/llama3/yarn scaling
+    included), and the table rows follow ``max_position_embeddings`` (OPT: the model's own 258
+    rows, 256 plus its offset 2)."""
+    path = DATA / family / "model.onnx"
+    config = json.loads((DATA / family / "config.json").read_text())
+    out = tmp_path / "out.onnx"
+    report = edgepe.graft(path, out=out, hf_config=config,
+                          **({"max_len": 256} if family == "bloom" else {}))
+    assert report and all(c.passed for c in report.checks), str(report)
+    record = next(json.loads(p.value) for p in onnx.load(out).metadata_props
+                  if p.key == "edgepe.graft.0")
+    assert record["hf_config"]["model_type"] == config["model_type"]
+    assert record["max_len"] == {"opt": 258}.get(family, 256)
+    if family in HALF_ROPE:
+        assert record["hf_config"]["inv_freq"].startswith("equal to edgepe's rope scheme")

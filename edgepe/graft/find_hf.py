@@ -558,7 +558,8 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
     be the config's scheme, and RoPE's ``inv_freq`` must equal, bit for bit, the frequencies of
     edgepe's ``rope`` scheme for the config's parameters (``freq_dtype=float32``: computed as
     transformers computes them), so the artifact is that scheme's, read from the model or not.
-    ``max_len``: the given one, else the config's ``max_position_embeddings``."""
+    ``max_len``: the given one, else the config's ``max_position_embeddings`` (None for a
+    position table the model reads: its rows are its length)."""
     import numpy as np
 
     from edgepe.schemes import build, resolve
@@ -570,6 +571,8 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
         raise BadParameterError(f"--from-hf-config describes a {t.scheme!r} model; the PE graft "
                                 f"found is {found.family} ({found.where})")
     length = max_len if max_len is not None else t.max_len
+    if max_len is None and "table" in found.params:  # a table the model reads keeps its rows
+        length = None  # (OPT's: max_position_embeddings + its offset 2)
     record = {"scheme": t.scheme, "model_type": config.get("model_type"),
               "params": {k: list(v) if isinstance(v, tuple) else v for k, v in t.params.items()}}
     if family == "rope" and not found.params.get("sincos") and found.params.get("choice") is None:
