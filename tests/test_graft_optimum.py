@@ -11,9 +11,11 @@ TorchScript exporter at opset 18, inputs ``position_ids`` ``[B, S]`` and
 ``inv_freq [1, R/2, 1]`` by ``position_ids[:, None]``, GPT-J's table read by
 ``GatherElements``, MPT's bias a ``Constant`` node. Only onnx and onnxruntime run here.
 
-Each graft is checked three ways: graft's own proof (every output ok, a decode step at the
+Each graft is checked four ways: graft's own proof (every output ok, a decode step at the
 table's last row), the written file run again here against the original on inputs the proof did
-not draw (several sequence lengths, left padding, a past cache), and no Sin/Cos left for RoPE.
+not draw (several sequence lengths, left padding, a past cache), the replaced tensors at every
+one of the 256 positions (graft's proof reaches only the positions its runs use), and no Sin/Cos
+left for RoPE.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx.utils import Extractor
 from typer.testing import CliRunner
 
 import edgepe
@@ -107,6 +110,31 @@ def _rows(family):
     return {"max_len": 256} if family in (*HALF_ROPE, "bloom") else {}
 
 
+def _check_every_row(family, original, grafted, replaces):
+    """The replaced tensors at every one of the 256 positions, not only those the model runs
+    reach: the cone that makes them, cut out of each model (``onnx.utils.Extractor``) from the
+    input the positions come from (``position_ids 0 .. 255``; Bloom: a mask of 256 ones, whose
+    cumulative sum they are; MPT: none, a constant bias), run on onnxruntime CPU. RoPE: within
+    4 ulp of 1 (the tables' correctly rounded cos/sin against onnxruntime's Cos/Sin; measured
+    1 ulp); the other families: equal."""
+    source = {"bloom": "attention_mask", "mpt": None}.get(family, "position_ids")
+    feeds = {} if source is None else {source: np.arange(256, dtype=np.int64)[None]
+                                       if source == "position_ids" else np.ones((1, 256),
+                                                                                np.int64)}
+    rows = []
+    for path in (original, grafted):
+        model = onnx.shape_inference.infer_shapes(onnx.load(path))
+        cone = Extractor(model).extract_model([source] if source else [], replaces)
+        rows.append(ort.InferenceSession(cone.SerializeToString(),
+                                         providers=["CPUExecutionProvider"]).run(None, feeds))
+    for name, want, got in zip(replaces, *rows, strict=True):
+        assert 256 in want.shape and want.shape == got.shape, (name, want.shape)
+        if family in HALF_ROPE:
+            assert np.abs(got - want).max() <= 4 * np.spacing(np.float32(1.0)), name
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+
+
 @pytest.mark.parametrize("family", sorted(FOUND))
 def test_graft_finds_the_pe_of_an_optimum_export(family, tmp_path):
     """No PE given (the API): graft names the family it found, proves every output unchanged
@@ -132,8 +160,10 @@ def test_graft_finds_the_pe_of_an_optimum_export(family, tmp_path):
     if family in HALF_ROPE:
         assert {"Sin", "Cos"} <= {n.op_type for n in onnx.load(path).graph.node}
     assert not ops & {"Sin", "Cos"}, "a trig op of the PE stayed"
-    assert any(p.key == "edgepe.graft.0" for p in grafted.metadata_props)
+    record = next(json.loads(p.value) for p in grafted.metadata_props
+                  if p.key == "edgepe.graft.0")
     _check_equal(family, path, out)
+    _check_every_row(family, path, out, record["replaces"])
 
 
 def test_graft_cli_on_an_optimum_llama(tmp_path):
