@@ -30,6 +30,11 @@ parameters read from the model's own constants.
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
   positions (``compute``; no table, so no ``--quantize``).
+- Optimum's exports (the TorchScript exporter on transformers 4.x; ``tests/data/optimum/``):
+  RoPE's angle is ``Transpose(MatMul(inv_freq [1, R/2, 1], position_ids[:, None]))``
+  (``_rope_matmul``; the artifact takes ``position_ids [B, S]`` through an ``Unsqueeze``,
+  ``_flat_positions``), GPT-J's table is read by ``GatherElements`` (``_gptj_gather_elements``),
+  MPT's bias is a ``Constant`` node; the rest is found as above.
 """
 
 from __future__ import annotations
