@@ -30,6 +30,11 @@ parameters read from the model's own constants.
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
   positions (``compute``; no table, so no ``--quantize``).
+- Optimum's exports (the TorchScript exporter on transformers 4.x; ``tests/data/optimum/``):
+  RoPE's angle is ``Transpose(MatMul(inv_freq [1, R/2, 1], position_ids[:, None]))``
+  (``_rope_matmul``; the artifact takes ``position_ids [B, S]`` through an ``Unsqueeze``,
+  ``_flat_positions``), GPT-J's table is read by ``GatherElements`` (``_gptj_gather_elements``),
+  MPT's bias is a ``Constant`` node; the rest is found as above.
 """
 
 from __future__ import annotations
@@ -313,21 +318,24 @@ def _mpt_alibi(graph, consts, makers, readers) -> list[Found]:
     from edgepe.schemes.alibi import slopes as alibi_slopes
 
     found = []
-    for init in graph.initializer:
-        value = consts.get(init.name)
+    # an initializer, or a Constant node (the TorchScript exporter's, in Optimum's exports)
+    names = [t.name for t in graph.initializer] + [n.output[0] for n in graph.node
+                                                   if n.op_type == "Constant"]
+    for name in names:
+        value = consts.get(name)
         if value is None or value.ndim != 3 or value.shape[1] != 1 or value.dtype != np.float32 \
                 or value.shape[2] < 2 or not any(n.op_type == "Slice"
-                                                 for n in readers.get(init.name, [])):
+                                                 for n in readers.get(name, [])):
             continue
         heads, _, length = value.shape
         slopes = alibi_slopes(heads).numpy()
         distance = np.arange(1 - length, 1, dtype=np.float32)
         if not np.array_equal(slopes[:, None, None] * distance[None, None, :], value):
             continue
-        where = (f"(MPT bias constant {init.name!r} [{heads}, 1, {length}], slopes of the "
+        where = (f"(MPT bias constant {name!r} [{heads}, 1, {length}], slopes of the "
                  f"ALiBi paper's rule) sliced by the model")
-        found.append(Found("alibi", [init.name], "", where,
-                           {"slopes": slopes, "length": length, "table_name": init.name}))
+        found.append(Found("alibi", [name], "", where,
+                           {"slopes": slopes, "length": length, "table_name": name}))
     return found
 
 
@@ -350,13 +358,142 @@ def _origin(name: str, makers, inputs: set[str]) -> str:
     return repr(seen)
 
 
+# --- Optimum's exports (the TorchScript exporter; transformers 4.x) ------------------------------
+
+
+def _through(name: str, makers, ops: tuple[str, ...]):
+    """``(name, node)``: from ``name`` up through the first input of nodes of type ``ops``, to
+    the first tensor that is not made by one of them (and its maker, None for an input or an
+    initializer)."""
+    for _ in range(8):
+        node = makers.get(name)
+        if node is None or node.op_type not in ops:
+            return name, node
+        name = node.input[0]
+    return name, makers.get(name)
+
+
+def _rope_matmul(graph, consts, makers, readers) -> list[Found]:
+    """Half-layout RoPE as the TorchScript exporter writes transformers 4.x's rotary embedding
+    (Optimum's exports of Llama, Mistral, Qwen2, Phi, GPT-NeoX): ``Cos`` and ``Sin`` of
+    ``Concat(f, f)``, ``f = Transpose(MatMul(Expand(inv_freq [1, R/2, 1]), Cast(Unsqueeze(
+    position_ids, 1))), [0, 2, 1])`` (casts between), each optionally times a constant scalar.
+    A MatMul over an axis of 1 is one float32 product per element, ``p * inv_freq`` as ``_rope``'s
+    ``Mul``. The positions are ``position_ids [B, S]`` itself (``flat_positions``: the artifact
+    takes them without the trailing axis of 1)."""
+    import numpy as np
+
+    found = []
+    inputs = {v.name for v in graph.input}
+    for cos in (n for n in graph.node if n.op_type == "Cos"):
+        sin = next((n for n in readers.get(cos.input[0], []) if n.op_type == "Sin"), None)
+        concat = makers.get(cos.input[0])
+        if sin is None or concat is None or concat.op_type != "Concat" or \
+                len(concat.input) != 2 or concat.input[0] != concat.input[1]:
+            continue
+        transpose = makers.get(concat.input[0])
+        if transpose is None or transpose.op_type != "Transpose" or \
+                list(_attr(transpose, "perm", [])) != [0, 2, 1]:
+            continue
+        matmul = makers.get(transpose.input[0])
+        if matmul is None or matmul.op_type != "MatMul":
+            continue
+        inv_name, _ = _through(matmul.input[0], makers, ("Cast", "Expand", "Identity"))
+        inv = consts.get(inv_name)
+        if inv is None or inv.dtype != np.float32 or inv.ndim != 3 or \
+                inv.shape[0] != 1 or inv.shape[2] != 1:
+            continue
+        _, unsqueeze = _through(matmul.input[1], makers, ("Cast",))
+        if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or len(unsqueeze.input) < 2 \
+                or np.asarray(consts.get(unsqueeze.input[1], [])).ravel().tolist() != [1]:
+            continue
+        inv_freq = inv.reshape(-1)
+        outs, factors = [], []
+        for node in (cos, sin):
+            users = readers.get(node.output[0], [])
+            scaled = _scalar_factor(users[0], consts) if len(users) == 1 else None
+            factors.append(1.0 if scaled is None else scaled[0])
+            outs.append(node.output[0] if scaled is None else users[0].output[0])
+        if factors[0] != factors[1]:
+            continue
+        positions = unsqueeze.input[0]
+        where = (f"(half layout, R={2 * inv_freq.size}, inv_freq {inv_name!r} "
+                 f"[{inv_freq.size}] by MatMul"
+                 + (f", attention factor {factors[0]:.6g}" if factors[0] != 1.0 else "")
+                 + f") at Cos {cos.output[0]!r} / Sin {sin.output[0]!r}, positions "
+                 f"{_origin(positions, makers, inputs)}")
+        found.append(Found("rope", outs, positions, where,
+                           {"inv_freq": inv_freq, "inv_freq_name": inv_name,
+                            "attention_factor": np.float32(factors[0]), "layout": "half",
+                            "rotary_dim": 2 * inv_freq.size, "choice": None,
+                            "flat_positions": True}))
+    return found
+
+
+def _gptj_gather_elements(graph, consts, makers, readers) -> list[Found]:
+    """GPT-J's ``[sin | cos]`` table as the TorchScript exporter writes transformers 4.x's
+    ``torch.gather(embed_positions.repeat(B, 1, 1), 1, position_ids[..., None].repeat(1, 1,
+    R))``: ``GatherElements(axis=1)`` of the tiled constant ``[L, R]`` (``_is_sincos``) by the
+    tiled positions. The artifact: the table's rows gathered by ``position_ids [B, S]``."""
+    import numpy as np
+
+    found = []
+    inputs = {v.name for v in graph.input}
+    for node in graph.node:
+        if node.op_type != "GatherElements" or _attr(node, "axis", 0) != 1:
+            continue
+        table_name, _ = _through(node.input[0], makers, ("Tile", "Expand", "Identity"))
+        table = consts.get(table_name)
+        if table is not None and table.ndim == 3 and table.shape[0] == 1:
+            table = table[0]
+        if table is None or table.ndim != 2 or table.dtype != np.float32 or \
+                not _is_sincos(table):
+            continue
+        _, unsqueeze = _through(node.input[1], makers, ("Tile", "Expand", "Identity"))
+        if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or len(unsqueeze.input) < 2 \
+                or np.asarray(consts.get(unsqueeze.input[1], [])).ravel().tolist() not in (
+                    [-1], [2]):
+            continue
+        positions = unsqueeze.input[0]
+        length, width = table.shape
+        where = (f"(GPT-J [sin | cos] table {table_name!r} [{length}, {width}]) at "
+                 f"GatherElements {node.output[0]!r}, positions "
+                 f"{_origin(positions, makers, inputs)}")
+        found.append(Found("rope", [node.output[0]], positions, where,
+                           {"table": table, "table_name": table_name, "offset": 0,
+                            "squeeze": False, "sincos": True}))
+    return found
+
+
+def _flat_positions(pe):
+    """``pe`` taking its positions ``[...]`` where it took ``[..., 1]``: an ``Unsqueeze`` on the
+    last axis in front (for a model whose positions tensor has no trailing axis of 1)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    pe = onnx.ModelProto.FromString(pe.SerializeToString())
+    graph = pe.graph
+    value = graph.input[0]
+    column, axis = f"{value.name}_column", f"{value.name}_column_axis"
+    for node in graph.node:
+        node.input[:] = [column if i == value.name else i for i in node.input]
+    graph.node.insert(0, helper.make_node("Unsqueeze", [value.name, axis], [column]))
+    graph.initializer.append(numpy_helper.from_array(np.asarray([-1], np.int64), axis))
+    value.type.tensor_type.shape.dim.pop()
+    onnx.checker.check_model(pe, full_check=True)
+    return pe
+
+
 def find_pe(model) -> list[Found]:
     """Every PE subgraph of a family ``find_pe`` knows (module doc) in ``model``."""
     graph = model.graph
     consts = _constants(graph)
     makers, readers = _graph_index(graph)
     return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers),
-            *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers)]
+            *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers),
+            *_rope_matmul(graph, consts, makers, readers),
+            *_gptj_gather_elements(graph, consts, makers, readers)]
 
 
 def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
@@ -426,7 +563,8 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
     be the config's scheme, and RoPE's ``inv_freq`` must equal, bit for bit, the frequencies of
     edgepe's ``rope`` scheme for the config's parameters (``freq_dtype=float32``: computed as
     transformers computes them), so the artifact is that scheme's, read from the model or not.
-    ``max_len``: the given one, else the config's ``max_position_embeddings``."""
+    ``max_len``: the given one, else the config's ``max_position_embeddings`` (None for a
+    position table the model reads: its rows are its length)."""
     import numpy as np
 
     from edgepe.schemes import build, resolve
@@ -438,6 +576,8 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
         raise BadParameterError(f"--from-hf-config describes a {t.scheme!r} model; the PE graft "
                                 f"found is {found.family} ({found.where})")
     length = max_len if max_len is not None else t.max_len
+    if max_len is None and "table" in found.params:  # a table the model reads keeps its rows
+        length = None  # (OPT's: max_position_embeddings + its offset 2)
     record = {"scheme": t.scheme, "model_type": config.get("model_type"),
               "params": {k: list(v) if isinstance(v, tuple) else v for k, v in t.params.items()}}
     if family == "rope" and not found.params.get("sincos") and found.params.get("choice") is None:
@@ -483,6 +623,9 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     from edgepe.graphs.model_tensors import gathered_tables, int8_tables
 
     elem, dims = _value_type(model, found.positions)
+    flat = found.params.get("flat_positions", False)
+    if flat and dims is not None:  # Optimum's position_ids [B, S]: the artifact unsqueezes them
+        dims = [*dims, 1]
     if mode not in (None, "table", "sliced"):
         raise BadParameterError(f"--mode {mode!r}: a PE graft finds goes in as a table or "
                                 "sliced (RoPE)")
@@ -497,7 +640,8 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
             1 if quantize == "int8" else 4)
         if mode == "sliced" or (mode is None and stored > table_bytes_limit
                                 and quantize == "none" and choice is None):
-            return sliced_found(model, found, max_len, elem, dims)
+            pe, record = sliced_found(model, found, max_len, elem, dims)
+            return (_flat_positions(pe) if flat else pe), record
         _check_size(max_len * found.params["rotary_dim"] * (2 if choice else 1), max_len,
                     quantize, table_bytes_limit)
         tables = rope_tables(found, max_len)
@@ -568,6 +712,8 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                          squeeze=squeeze, duplicate=duplicate, quantize=quantize,
                          if_true=alternative, condition_shape=None if alternative is None else
                          _value_type(model, found.params["choice"]["condition"])[1])
+    if flat:
+        pe = _flat_positions(pe)
     digest = hashlib.sha256()
     for t in [*tables.values(), *(alternative or {}).values()]:
         digest.update(t.tobytes())
