@@ -21,11 +21,17 @@ parameters read from the model's own constants.
 - GPT-J's interleaved RoPE: a constant ``[L, R]`` ``[sin | cos]`` table (``create_sinusoidal_
   positions``, recognised by its values) read by ``GatherND(table, positions[..., None])``; the
   artifact: its rows, as for a learned table.
-- MPT's ALiBi: a constant ``[H, 1, L]`` bias ``m_h (u - (L - 1))`` the model slices; the
+- MPT's ALiBi: a constant ``[H, 1, L]`` bias ``m_h (u - (L - 1))`` the model slices (an
+  initializer from dynamo, a ``Constant`` node from TorchScript); the
   artifact computes it from a ``Range`` with edgepe's slopes (required equal): ``H`` floats in
   place of ``H L``.
 - fairseq/XGLM sinusoidal: a constant ``[sin | cos]`` table (row 1, the padding index, zero;
   positions offset by 2), recognised by its values and grafted as its rows.
+- Marian's sinusoidal (``layout=half``, ``w_i = 10000^(-2i/D)``, no padding row): a constant
+  ``[sin | cos]`` table gathered (``Gather``, not GPT-J's ``GatherND``) by positions, recognised
+  by its values (its distance from the float64 definition goes in the record) and grafted as its
+  rows. An encoder-decoder has one per stack: ``streams`` tells whether several candidates are
+  one PE per input stream (graft replaces each) or two on one stream (refused).
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
@@ -213,19 +219,24 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         added = _scalar_add(maker, consts) if maker is not None else None
         if added is not None:
             offset = added
-        sincos = _is_sincos(table)
+        sincos = nd and _is_sincos(table)  # GPT-J's table is read by GatherND
         fairseq = not sincos and _is_fairseq_sinusoidal(table)
+        half = None if sincos or fairseq or nd else _half_sinusoidal_distance(table)
         where = ("(GPT-J [sin | cos] table " if sincos else
-                 "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else "(table ") + (
+                 "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else
+                 "(Marian sinusoidal [sin | cos] table " if half is not None else "(table ") + (
             f"{node.input[0]!r} [{length}, {width}]")
         where = (f"{where}"
                  + (f", positions + offset {offset}" if offset else "")
                  + f") at {node.op_type} {node.output[0]!r}, positions "
                  f"{_origin(node.input[1], makers, inputs)}")
-        family = "rope" if sincos else "sinusoidal" if fairseq else "learned"
+        family = "rope" if sincos else "sinusoidal" if fairseq or half is not None else \
+            "learned"
         found.append(Found(family, [node.output[0]], node.input[1],
                            where, {"table": table, "table_name": node.input[0],
-                                   "offset": offset, "squeeze": nd, "sincos": sincos}))
+                                   "offset": offset, "squeeze": nd, "sincos": sincos,
+                                   **({"layout": "half", "definition_distance": half}
+                                      if half is not None else {})}))
     return found
 
 
@@ -262,6 +273,25 @@ def _is_fairseq_sinusoidal(table) -> bool:
                          axis=1)
     ref[1] = 0
     return bool(np.abs(ref - table).max() <= 1e-5)
+
+
+def _half_sinusoidal_distance(table) -> float | None:
+    """``max |table - [sin(p w) | cos(p w)]|`` when ``table [L, D]`` is Marian's sinusoidal table
+    (edgepe's ``sinusoidal`` with ``layout=half``: ``w_i = 10000^(-2i/D)``, no padding row), else
+    None. The definition in float64; the table may come from float64 angles (Marian's numpy:
+    within half an ulp of 1) or float32 ones (``p w`` rounded: ``p 2^-24`` off at most), so it is
+    recognised within ``4 ulp(1) + L 2^-24``."""
+    import numpy as np
+
+    length, width = table.shape
+    half = width // 2
+    if width % 2 or half < 2 or length < 3:
+        return None
+    w = 10000.0 ** (-2.0 * np.arange(half, dtype=np.float64) / width)
+    angle = np.arange(length, dtype=np.float64)[:, None] * w[None, :]
+    distance = float(np.abs(np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+                            - table).max())
+    return distance if distance <= 4 * 2.0**-23 + length * 2.0**-24 else None
 
 
 def _scalar_add(node, consts) -> int | None:
@@ -313,21 +343,20 @@ def _mpt_alibi(graph, consts, makers, readers) -> list[Found]:
     from edgepe.schemes.alibi import slopes as alibi_slopes
 
     found = []
-    for init in graph.initializer:
-        value = consts.get(init.name)
-        if value is None or value.ndim != 3 or value.shape[1] != 1 or value.dtype != np.float32 \
+    for name, value in consts.items():  # an initializer (dynamo) or a Constant (TorchScript)
+        if value.ndim != 3 or value.shape[1] != 1 or value.dtype != np.float32 \
                 or value.shape[2] < 2 or not any(n.op_type == "Slice"
-                                                 for n in readers.get(init.name, [])):
+                                                 for n in readers.get(name, [])):
             continue
         heads, _, length = value.shape
         slopes = alibi_slopes(heads).numpy()
         distance = np.arange(1 - length, 1, dtype=np.float32)
         if not np.array_equal(slopes[:, None, None] * distance[None, None, :], value):
             continue
-        where = (f"(MPT bias constant {init.name!r} [{heads}, 1, {length}], slopes of the "
+        where = (f"(MPT bias constant {name!r} [{heads}, 1, {length}], slopes of the "
                  f"ALiBi paper's rule) sliced by the model")
-        found.append(Found("alibi", [init.name], "", where,
-                           {"slopes": slopes, "length": length, "table_name": init.name}))
+        found.append(Found("alibi", [name], "", where,
+                           {"slopes": slopes, "length": length, "table_name": name}))
     return found
 
 
@@ -357,6 +386,25 @@ def find_pe(model) -> list[Found]:
     makers, readers = _graph_index(graph)
     return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers),
             *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers)]
+
+
+def streams(model, found: list[Found]) -> list[str] | None:
+    """The model inputs each candidate's positions come from, when ``found`` holds one PE per
+    input stream: two or more candidates of one family whose positions are made from pairwise
+    disjoint sets of model inputs (an encoder-decoder: the encoder's from ``input_ids`` or its
+    mask, the decoder's from ``decoder_input_ids`` and its cache), so each stack reads exactly one
+    PE. None otherwise (two PEs on one stream: graft cannot tell which is the model's)."""
+    graph = model.graph
+    makers, _ = _graph_index(graph)
+    inputs = {v.name for v in graph.input}
+    if len(found) < 2 or len({f.family for f in found}) != 1:
+        return None
+    cones = [_ancestors(f.positions, makers)[1] & inputs if f.positions else set()
+             for f in found]
+    if any(not c for c in cones) or any(a & b for i, a in enumerate(cones)
+                                        for b in cones[i + 1:]):
+        return None
+    return [", ".join(map(repr, sorted(c))) for c in cones]
 
 
 def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
@@ -560,6 +608,9 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                   "offset": found.params["offset"]}
         if found.params["sincos"]:
             record.update(layout="interleaved", rotary_dim=table.shape[1], table_layout="sin|cos")
+        if found.params.get("layout") == "half":  # Marian: edgepe's sinusoidal, layout=half
+            record.update(layout="half", frequencies="base", base=10000.0,
+                          definition_distance=found.params["definition_distance"])
         squeeze, duplicate = found.params["squeeze"], False
         dims = dims if dims is not None else ["batch", "seq"] + ([1] if squeeze else [])
     _check_size(sum(t.size for t in tables.values()), max_len, quantize, table_bytes_limit)
