@@ -163,6 +163,12 @@ def test_marian_encoder_and_decoder_tables_both_replaced(exported, tmp_path):
     mine = build(resolve("sinusoidal", 256, d_model=32, params={"layout": "half"})).encode(
         torch.arange(256)).numpy()
     assert np.abs(mine - rows).max() <= 4 * 2.0**-23 + 256 * 2.0**-24
+    # --quantize int8: both tables int8, the proof holds every output within twice its gain
+    # times the larger of the two tables' bounds
+    report = edgepe.graft(exported("marian"), quantize="int8")
+    assert report and report.artifact.startswith("sinusoidal x2 (table, int8, 256 positions")
+    assert len([t for t in report.model.graph.initializer
+                if t.data_type == onnx.TensorProto.INT8]) == 2
 
 
 def test_llama_rope_int8_tables(exported, tmp_path):

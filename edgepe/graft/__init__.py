@@ -220,7 +220,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         max_len, hf_record = check_hf_config(pick, hf_config, max_len)
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
-    grafted, replaces, length = original, [], None
+    grafted, replaces, length, bound = original, [], None, 0.0
     for one in found:
         pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
                                        mode=mode)
@@ -236,6 +236,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             step.at, step.prefix = f"{grafted.at}; {step.at}", f"{grafted.prefix}, {step.prefix}"
         grafted, replaces = step, [*replaces, *one.replaces]
         reach = record["max_len"] - record.get("offset", 0)
+        bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
         length = reach if length is None else min(length, reach)
     if rope_lowering:
         if pick.family != "rope" or pick.params.get("sincos"):
@@ -264,7 +265,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     if check:
         report.lengths, report.checks = prove_found(
             original, grafted, replaces, length,
-            bound=record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)),
+            bound=bound,
             lengths=lengths, seed=seed)
     if report and out is not None:
         for path in (out, _data_path(out)):  # again: the place may have changed since
