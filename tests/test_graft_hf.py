@@ -169,6 +169,23 @@ def test_marian_encoder_and_decoder_tables_both_replaced(exported, tmp_path):
     assert report and report.artifact.startswith("sinusoidal x2 (table, int8, 256 positions")
     assert len([t for t in report.model.graph.initializer
                 if t.data_type == onnx.TensorProto.INT8]) == 2
+    # --from-hf-config: each table checked against edgepe's sinusoidal for the model's config
+    config = _hf_models.config("marian").to_dict()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    report = edgepe.graft(exported("marian"), hf_config=config)
+    records = [json.loads(p.value) for p in report.model.metadata_props
+               if p.key.startswith("edgepe.graft.")]
+    assert report and len(records) == 2 and all(
+        r["hf_config"]["table"].startswith("within ") for r in records)
+    path.write_text(json.dumps(dict(config, model_type="xglm")))
+    code, _, stderr = _cli("graft", exported("marian"), "--out", tmp_path / "o.onnx",
+                           "--from-hf-config", path)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1
+    assert "the PE found is Marian's" in stderr
+    code, _, stderr = _cli("graft", exported("marian"), "--out", tmp_path / "o.onnx",
+                           "--rope-lowering", "ort")
+    assert code == 2 and "2 PE candidates" in stderr and "without --rope-lowering" in stderr
 
 
 def test_llama_rope_int8_tables(exported, tmp_path):

@@ -172,7 +172,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; two or more
     candidates are refused unless they are one PE per input stream (``find_hf.streams``: an
     encoder-decoder's encoder and decoder tables), then each is replaced, all proven together
-    (not with ``hf_config`` or ``rope_lowering``, which speak of one PE); ``out`` is written
+    (not with ``rope_lowering``: one RoPE); ``out`` is written
     (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
     ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
@@ -208,16 +208,18 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             "inv_freq, p * inv_freq)) and a position table (a constant [L, D] gathered by "
             "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
     per_stream = streams(original, found) if len(found) > 1 else None
-    if len(found) > 1 and (per_stream is None or hf_config is not None or rope_lowering):
+    if len(found) > 1 and (per_stream is None or rope_lowering):
         raise BadParameterError(
             f"{len(found)} PE candidates in {str(model)!r}: "
             + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR"
             + ("" if per_stream is None else " (one per input stream: graft replaces them all, "
-               "without --from-hf-config or --rope-lowering)"))
+               "without --rope-lowering)"))
     pick = found[0]
     hf_record = None
-    if hf_config is not None:
-        max_len, hf_record = check_hf_config(pick, hf_config, max_len)
+    if hf_config is not None:  # every PE found must be what the config says
+        given = max_len
+        for one in found:
+            max_len, hf_record = check_hf_config(one, hf_config, given)
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0

@@ -504,6 +504,25 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
                 + "): the config is not this model's, or its scaling is not static (dynamic "
                 "NTK); graft without --from-hf-config keeps the model's own")
         record["inv_freq"] = "equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
+    if found.params.get("layout") == "half":  # Marian's table against the config's scheme
+        import torch
+
+        table = found.params["table"]
+        rows, width = table.shape
+        if t.d_model != width or t.params.get("frequencies", "base") != "base" or \
+                t.params.get("offset", 0):
+            raise BadParameterError(
+                f"--from-hf-config describes sinusoidal d_model {t.d_model} with "
+                f"{t.params}; the PE found is Marian's ({found.where})")
+        mine = build(resolve("sinusoidal", rows, d_model=width, params=t.params)).encode(
+            torch.arange(rows)).numpy()
+        gap = float(np.abs(mine.astype(np.float64) - table).max())
+        if gap > 4 * 2.0**-23 + rows * 2.0**-24:  # the float32 angle p w against float64
+            raise BadParameterError(
+                f"the model's table {found.params['table_name']!r} differs from edgepe's "
+                f"sinusoidal for this config by {gap:.3g}: the config is not this model's")
+        record["table"] = (f"within {gap:.3g} of edgepe's sinusoidal (layout=half) for this "
+                           "config (its float32 angle p * w against the model's float64)")
     return length, record
 
 
