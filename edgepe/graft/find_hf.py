@@ -504,7 +504,7 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
                 + "): the config is not this model's, or its scaling is not static (dynamic "
                 "NTK); graft without --from-hf-config keeps the model's own")
         record["inv_freq"] = "equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
-    if found.params.get("layout") == "half":  # Marian's table against the config's scheme
+    if found.family == "sinusoidal" and found.params.get("layout") == "half":  # Marian
         import torch
 
         table = found.params["table"]
@@ -627,7 +627,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                   "offset": found.params["offset"]}
         if found.params["sincos"]:
             record.update(layout="interleaved", rotary_dim=table.shape[1], table_layout="sin|cos")
-        if found.params.get("layout") == "half":  # Marian: edgepe's sinusoidal, layout=half
+        if found.family == "sinusoidal" and found.params.get("layout") == "half":  # Marian
             record.update(layout="half", frequencies="base", base=10000.0,
                           definition_distance=found.params["definition_distance"])
         squeeze, duplicate = found.params["squeeze"], False
