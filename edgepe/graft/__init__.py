@@ -215,15 +215,15 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             + ("" if per_stream is None else " (one per input stream: graft replaces them all, "
                "without --rope-lowering)"))
     pick = found[0]
-    hf_record = None
+    hf_records: list[dict | None] = [None] * len(found)
     if hf_config is not None:  # every PE found must be what the config says
         given = max_len
-        for one in found:
-            max_len, hf_record = check_hf_config(one, hf_config, given)
+        for i, one in enumerate(found):
+            max_len, hf_records[i] = check_hf_config(one, hf_config, given)
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0
-    for one in found:
+    for one, hf_record in zip(found, hf_records, strict=True):
         pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
                                        mode=mode)
         if hf_record is not None:
