@@ -337,6 +337,16 @@ def test_external_data_outside_the_models_folder_is_refused(tmp_path, location):
     assert len(lines) == 1 and "external data" in lines[0] and repr(location) in lines[0]
 
 
+def test_external_data_output_into_a_new_folder(exported, tmp_path):
+    """``--out`` in a folder that does not exist yet: made, as for every other output (it was an
+    internal error, FileNotFoundError, when the model is written with external data)."""
+    out = tmp_path / "new" / "deeper" / "out.onnx"
+    code, stdout, stderr = _cli("graft", exported("gpt2"), "--out", out)
+    assert code == 0, (stdout, stderr)
+    # both files, nothing staged left beside them
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.onnx", "out.onnx.data"]
+
+
 def test_graft_api_returns_the_found_report(exported, tmp_path):
     report = edgepe.graft(exported("gpt2"), out=tmp_path / "o.onnx")
     assert report and report.found.startswith("found learned (table ")

@@ -46,7 +46,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgepe.contract.commit import atomic_write
+from edgepe.contract.commit import atomic_write, cannot_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
@@ -293,6 +293,10 @@ def write_model(model, out: Path, external: bool) -> None:
     import tempfile
 
     data = _data_path(out)
+    try:  # as atomic_write does for one file: the folder is made
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from None
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
         onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), staged,
