@@ -66,6 +66,12 @@ def config(family: str):
                              attention_heads=4, max_position_embeddings=256)
     if family == "bloom":
         return tf.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)
+    if family == "marian":  # encoder-decoder: two sinusoidal tables, [sin | cos] halves
+        return tf.MarianConfig(vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=32,
+                               encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                               decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                               max_position_embeddings=256, pad_token_id=VOCAB - 1,
+                               decoder_start_token_id=VOCAB - 1, eos_token_id=0)
     if family == "mpt":
         return tf.MptConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=256,
                             expansion_ratio=2)
@@ -78,6 +84,8 @@ def model(family: str):
     import transformers as tf
 
     torch.manual_seed(SEED)
+    if family in ENC_DEC:
+        return tf.AutoModelForSeq2SeqLM.from_config(config(family)).eval()
     return tf.AutoModelForCausalLM.from_config(config(family)).eval()
 
 
@@ -108,6 +116,57 @@ def wrap(lm, with_positions: bool):
     return Wrapped().eval()
 
 
+# Encoder-decoder families: ``input_ids``, ``attention_mask`` (the encoder's), ``decoder_input_ids``
+# and the decoder's self-attention cache ``past_key.i``/``past_value.i`` -> ``logits`` and
+# ``present_key.i``/``present_value.i`` (cross-attention keys/values are recomputed from the
+# encoder's output each call: no cross cache in or out).
+ENC_DEC = {"marian"}
+
+
+def wrap_seq2seq(lm):
+    import torch
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    layers = lm.config.decoder_layers
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask, decoder_input_ids, *past):
+            own = DynamicCache(config=self.lm.config)
+            for i in range(layers):
+                own.update(past[2 * i], past[2 * i + 1], i)
+            cache = EncoderDecoderCache(own, DynamicCache(config=self.lm.config))
+            out = self.lm(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids, cache=cache, use_cache=True)
+            flat = []
+            for layer in out.past_key_values.self_attention_cache.layers:
+                flat += [layer.keys, layer.values]
+            return (out.logits, *flat)
+
+    return Wrapped().eval()
+
+
+def seq2seq_inputs(lm, batch: int = 2, seq: int = 6, target: int = 4, past: int = 3,
+                   seed: int = SEED):
+    """``(args, names)`` of ``wrap_seq2seq``: encoder ids and a mask of ones ``[B, seq]``,
+    decoder ids ``[B, target]``, the decoder's past keys/values ``[B, H, past, d]``."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    cfg = lm.config
+    layers, heads = cfg.decoder_layers, cfg.decoder_attention_heads
+    ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
+    target_ids = torch.randint(0, VOCAB, (batch, target), generator=g)
+    pasts = [torch.randn(batch, heads, past, cfg.d_model // heads, generator=g)
+             for _ in range(2 * layers)]
+    names = ["input_ids", "attention_mask", "decoder_input_ids",
+             *[f"past_{k}.{i}" for i in range(layers) for k in ("key", "value")]]
+    return (ids, torch.ones(batch, seq, dtype=torch.long), target_ids, *pasts), names
+
+
 def example_inputs(lm, batch: int = 2, seq: int = 5, past: int = 3, with_positions: bool = True,
                    seed: int = SEED):
     """``(args, names)``: token ids, a mask of ones, positions ``past ..``, past keys/values."""
@@ -132,9 +191,17 @@ TAKES_POSITIONS = {"gpt2", "gptj", "gpt_neox", "opt", "phi", "qwen2", "mistral",
                    "phi3-longrope"}
 
 
-# torch.export fails on MPT's cache path with a dynamic past length (an inconsistent guard on
-# its bias slice): it is exported without a cache, input_ids and attention_mask -> logits.
-NO_CACHE = {"mpt"}
+# Families exported without a cache (input_ids, attention_mask -> logits): none now. MPT was,
+# because torch.export (torch 2.13, strict and non-strict) failed on its cache path with an
+# unbounded `seq` Dim: "Eq(s70 + Max(0, -s15 - 2*s70 + 1), 1) is inconsistent!" -- MPT slices
+# its [H, 1, L] bias from `max(0, 1 - query_length)` with query_length = seq + (past + seq)
+# (transformers 5.24 counts the new tokens twice), which a 0-token step could make 1. The same
+# error with Dim.AUTO everywhere and with `max=256` bounds; `Dim("seq", min=1)` (a step adds at
+# least one token) resolves the Max to 0 and the export holds at every past length (measured
+# against torch at past 0..255). Dims cannot add (past + seq for the mask: NotImplementedError),
+# and TorchScript (dynamo=False, dynamic_axes) also exports it correctly; dynamo is used.
+NO_CACHE: set[str] = set()
+SEQ_MIN_1 = {"mpt"}
 
 
 def _logits(lm):
@@ -158,6 +225,20 @@ def export(family: str, folder: Path) -> Path:
     import torch
 
     lm = model(family)
+    if family in ENC_DEC:
+        args, names = seq2seq_inputs(lm)
+        layers = lm.config.decoder_layers
+        batch, seq, target = (torch.export.Dim(n) for n in ("batch", "seq", "target"))
+        past = torch.export.Dim("past")
+        shapes = ({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: target},
+                  tuple([{0: batch, 2: past}] * (2 * layers)))
+        outputs = ["logits",
+                   *[f"present_{k}.{i}" for i in range(layers) for k in ("key", "value")]]
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "model.onnx"
+        torch.onnx.export(wrap_seq2seq(lm), args, path, dynamo=True, dynamic_shapes=shapes,
+                          input_names=names, output_names=outputs, verbose=False)
+        return path
     if family in NO_CACHE:
         g = torch.Generator().manual_seed(SEED)
         args = (torch.randint(0, VOCAB, (2, 8), generator=g), torch.ones(2, 8, dtype=torch.long))
@@ -172,7 +253,8 @@ def export(family: str, folder: Path) -> Path:
     with_positions = family in TAKES_POSITIONS or family.startswith("llama")
     args, names = example_inputs(lm, with_positions=with_positions)
     layers = lm.config.num_hidden_layers
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    batch = torch.export.Dim("batch")
+    seq = torch.export.Dim("seq", **({"min": 1} if family in SEQ_MIN_1 else {}))
     past, total = torch.export.Dim("past"), torch.export.Dim("total")
     shapes = ({0: batch, 1: seq}, {0: batch, 1: total},
               (*([{0: batch, 1: seq}] if with_positions else []),
@@ -220,6 +302,11 @@ def torch_outputs(family: str, feeds: dict) -> list:
     import torch
 
     lm = model(family)
+    if family in ENC_DEC:
+        _, names = seq2seq_inputs(lm)
+        with torch.no_grad():
+            return [t.numpy() for t in wrap_seq2seq(lm)(*[torch.from_numpy(feeds[n])
+                                                           for n in names])]
     if family in NO_CACHE:
         with torch.no_grad():
             return [_logits(lm)(torch.from_numpy(feeds["input_ids"]),

@@ -36,11 +36,11 @@ DEFAULT = ("llama", "gpt2")
 # is no dynamo export to graft; TorchScript freezes inv_freq at the traced length, and graft
 # keeps exactly what that graph computes.
 SLOW = ("bloom", "mpt", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "xglm",
-        "llama-linear", "llama-llama3", "llama-yarn", "phi3-longrope")
+        "llama-linear", "llama-llama3", "llama-yarn", "phi3-longrope", "marian")
 FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "mpt": "alibi", "gptj": "rope",
           "gpt_neox": "rope", "phi": "rope", "mistral": "rope", "qwen2": "rope", "opt": "learned",
           "xglm": "sinusoidal", "llama-linear": "rope", "llama-llama3": "rope",
-          "llama-yarn": "rope", "phi3-longrope": "rope"}
+          "llama-yarn": "rope", "phi3-longrope": "rope", "marian": "sinusoidal"}
 # Table rows per family (RoPE: --max-len); longrope's long inv_freq is picked past position 4095
 # in this export, so its tables reach past it and the proof's decode step takes that branch.
 MAX_LEN = {"phi3-longrope": 4200}
@@ -98,6 +98,8 @@ def _graft_and_check(exported, family, tmp_path, *options):
         # torch and the export disagree on rows of padding tokens (every key masked: their
         # outputs are arbitrary); compare the tokens the mask keeps
         keep = feeds["attention_mask"].astype(bool)
+        if family in _hf_models.ENC_DEC:  # the mask is the encoder's: every decoder row counts
+            keep = np.ones((len(keep), past + seq), bool)
         for name, w, g, t in zip(names, want, got, torch_out, strict=True):
             scale = float(np.abs(w).max())
             assert np.abs(g - w).max() <= 64 * np.spacing(np.float32(scale)) + (
@@ -116,8 +118,8 @@ def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path)
     """No PE given: graft names what it found, puts the artifact in, proves and writes; the
     written model equals the original ONNX model and torch; RoPE keeps no Sin/Cos."""
     length = MAX_LEN.get(family, 256)
-    options = ("--max-len", length) if family not in ("gpt2", "opt", "gptj", "xglm", "mpt") \
-        else ()
+    options = ("--max-len", length) if family not in ("gpt2", "opt", "gptj", "xglm", "mpt",
+                                                      "marian") else ()
     stdout, original, grafted = _graft_and_check(exported, family, tmp_path, *options)
     ops = {n.op_type for n in grafted.graph.node}
     if FAMILY[family] == "rope" and family != "gptj":  # GPT-J's table is a constant already
@@ -126,6 +128,64 @@ def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path)
     assert any(p.key == "edgepe.graft.0" for p in grafted.metadata_props)
     if family not in _hf_models.NO_CACHE:
         assert f"1+{length - 1}" in stdout  # a KV-cache decode step at the table's last row
+        assert "present_key.0: max abs err" in stdout  # the cache's outputs proven too
+
+
+@pytest.mark.slow
+def test_marian_encoder_and_decoder_tables_both_replaced(exported, tmp_path):
+    """Marian (an encoder-decoder): two sinusoidal ``[sin | cos]`` tables, equal in value but two
+    initializers, one gathered by the encoder's positions, one by the decoder's (past length +
+    offset). graft names both in one line, replaces each (two records), and proves logits and the
+    decoder's present keys/values unchanged with encoder and decoder at different lengths (the
+    decode steps: encoder 8 and 256 tokens, decoder 3 after 5 cached and 1 after 255)."""
+    stdout, original, grafted = _graft_and_check(exported, "marian", tmp_path)
+    first = stdout.splitlines()[0]
+    assert first.startswith("found sinusoidal x2, one per input stream: (Marian sinusoidal")
+    assert "encoder.embed_positions" in first and "decoder.embed_positions" in first
+    assert "'decoder_input_ids'" in first and "1+255" in stdout and "3+5" in stdout
+    tables = [t.name for t in original.graph.initializer if "embed_positions" in t.name]
+    assert len(tables) == 2
+    assert not {t.name for t in grafted.graph.initializer} & set(tables)
+    records = [json.loads(p.value) for p in grafted.metadata_props
+               if p.key.startswith("edgepe.graft.")]
+    assert [r["table"] for r in records] == tables
+    for r in records:  # Marian's table: float64 angles, rounded once to float32
+        assert r["scheme"] == "sinusoidal" and r["layout"] == "half" and r["offset"] == 0
+        assert 0 < r["definition_distance"] <= 2.0**-25
+    # the rows put in are edgepe's sinusoidal layout=half, up to its float32 angle p * w
+    from edgepe.schemes import build, resolve
+
+    rows = onnx.numpy_helper.to_array(next(t for t in grafted.graph.initializer
+                                           if t.name.startswith("edgepe_pe1/")
+                                           and len(t.dims) == 2), str(tmp_path))
+    import torch
+
+    mine = build(resolve("sinusoidal", 256, d_model=32, params={"layout": "half"})).encode(
+        torch.arange(256)).numpy()
+    assert np.abs(mine - rows).max() <= 4 * 2.0**-23 + 256 * 2.0**-24
+    # --quantize int8: both tables int8, the proof holds every output within twice its gain
+    # times the larger of the two tables' bounds
+    report = edgepe.graft(exported("marian"), quantize="int8")
+    assert report and report.artifact.startswith("sinusoidal x2 (table, int8, 256 positions")
+    assert len([t for t in report.model.graph.initializer
+                if t.data_type == onnx.TensorProto.INT8]) == 2
+    # --from-hf-config: each table checked against edgepe's sinusoidal for the model's config
+    config = _hf_models.config("marian").to_dict()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    report = edgepe.graft(exported("marian"), hf_config=config)
+    records = [json.loads(p.value) for p in report.model.metadata_props
+               if p.key.startswith("edgepe.graft.")]
+    assert report and len(records) == 2 and all(
+        r["hf_config"]["table"].startswith("within ") for r in records)
+    path.write_text(json.dumps(dict(config, model_type="xglm")))
+    code, _, stderr = _cli("graft", exported("marian"), "--out", tmp_path / "o.onnx",
+                           "--from-hf-config", path)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1
+    assert "the PE found is Marian's" in stderr
+    code, _, stderr = _cli("graft", exported("marian"), "--out", tmp_path / "o.onnx",
+                           "--rope-lowering", "ort")
+    assert code == 2 and "2 PE candidates" in stderr and "without --rope-lowering" in stderr
 
 
 def test_llama_rope_int8_tables(exported, tmp_path):
@@ -230,6 +290,31 @@ def test_two_candidates_are_named_and_refused(tmp_path):
     assert "'wpe_a'" in lines[0] and "'wpe_b'" in lines[0]
 
 
+def test_one_pe_per_input_stream_is_told_apart_from_two_on_one(tmp_path):
+    """``find_hf.streams``: two position tables read by positions from disjoint model inputs (an
+    encoder-decoder's two stacks) are one PE per stream; two read by the same input are not."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgepe.graft.find_hf import find_pe, streams
+
+    rng = np.random.default_rng(0)
+    tables = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), n)
+              for n in ("wpe_a", "wpe_b")]
+    for second, apart in (("decoder_position_ids", True), ("position_ids", False)):
+        graph = helper.make_graph(
+            [helper.make_node("Gather", ["wpe_a", "position_ids"], ["a"]),
+             helper.make_node("Gather", ["wpe_b", second], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])], "g",
+            [helper.make_tensor_value_info(n, TensorProto.INT64, ["B", "S"])
+             for n in dict.fromkeys(["position_ids", second])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], tables)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        found = find_pe(model)
+        assert len(found) == 2
+        assert streams(model, found) == (["'position_ids'", "'decoder_position_ids'"]
+                                         if apart else None)
+
+
 @pytest.mark.parametrize("location", ["../outside.bin", "/etc/hostname", "missing.bin"])
 def test_external_data_outside_the_models_folder_is_refused(tmp_path, location):
     """External data is read only from the model's own folder: a location that leaves it, an
@@ -252,6 +337,16 @@ def test_external_data_outside_the_models_folder_is_refused(tmp_path, location):
     assert len(lines) == 1 and "external data" in lines[0] and repr(location) in lines[0]
 
 
+def test_external_data_output_into_a_new_folder(exported, tmp_path):
+    """``--out`` in a folder that does not exist yet: made, as for every other output (it was an
+    internal error, FileNotFoundError, when the model is written with external data)."""
+    out = tmp_path / "new" / "deeper" / "out.onnx"
+    code, stdout, stderr = _cli("graft", exported("gpt2"), "--out", out)
+    assert code == 0, (stdout, stderr)
+    # both files, nothing staged left beside them
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.onnx", "out.onnx.data"]
+
+
 def test_graft_api_returns_the_found_report(exported, tmp_path):
     report = edgepe.graft(exported("gpt2"), out=tmp_path / "o.onnx")
     assert report and report.found.startswith("found learned (table ")
@@ -272,6 +367,48 @@ def test_torchscript_export_of_llama(tmp_path):
     assert stdout.startswith("found rope (half layout, R=8") and "positions 240..255" in stdout
     assert not (tmp_path / "out.onnx.data").exists()  # it came as one file: it goes as one
     assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
+
+
+@pytest.mark.slow
+def test_torchscript_export_of_mpt_with_a_cache(tmp_path):
+    """MPT with a KV cache by the TorchScript exporter (``dynamo=False``, ``dynamic_axes``; one
+    file): its bias is a ``Constant`` node there, not an initializer. graft finds it, computes it
+    instead, proves logits and present keys/values at prefill and at decode steps (3 after 5
+    cached, 1 after 255), and the written model equals torch on a cache it did not see."""
+    import torch
+
+    lm = _hf_models.model("mpt")
+    args, names = _hf_models.example_inputs(lm, with_positions=False)
+    layers = lm.config.num_hidden_layers
+    outputs = ["logits", *[f"present_{k}.{i}" for i in range(layers) for k in ("key", "value")]]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+            **{n: {0: "batch", 2: "past"} for n in names[2:]}}
+    path = tmp_path / "ts" / "model.onnx"
+    path.parent.mkdir()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_hf_models.wrap(lm, False), args, str(path), dynamo=False,
+                          opset_version=18, input_names=names, output_names=outputs,
+                          dynamic_axes=axes)
+    original = onnx.load(path)
+    bias = [n.output[0] for n in original.graph.node if n.op_type == "Constant"
+            and list(n.attribute[0].t.dims) == [4, 1, 256]]
+    assert len(bias) == 1 and bias[0] not in {t.name for t in original.graph.initializer}
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", path, "--out", out)
+    assert code == 0, (stdout, stderr)
+    assert stdout.startswith(f"found alibi (MPT bias constant {bias[0]!r} [4, 1, 256]")
+    assert "3+5, 1+255" in stdout and "present_value.1: max abs err" in stdout
+    grafted = onnx.load(out)  # the bias is made by the PE now (a Range times the slopes)
+    maker = next(n for n in grafted.graph.node if bias[0] in n.output)
+    assert maker.op_type == "Mul" and "edgepe_pe0/slopes" in maker.input
+    assert not any(n.op_type == "Constant" and 256 in n.attribute[0].t.dims
+                   for n in grafted.graph.node)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    feeds = hf_feeds(session, 2, 9, 0, 256, np.random.default_rng(5))
+    for name, got, want in zip(outputs, session.run(outputs, feeds),
+                               _hf_models.torch_outputs("mpt", feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=TORCH_ATOL, err_msg=name)
 
 
 def test_rope_lowering_ort_fuses_every_rotation(exported, tmp_path):

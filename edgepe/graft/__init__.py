@@ -46,11 +46,18 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgepe.contract.commit import atomic_write
+from edgepe.contract.commit import atomic_write, cannot_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
-from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, check_hf_config, find_pe
+from edgepe.graft.find_hf import (
+    DEFAULT_MAX_LEN,
+    Found,
+    build_found,
+    check_hf_config,
+    find_pe,
+    streams,
+)
 from edgepe.graft.lower import lower_rope
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
@@ -162,7 +169,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                 rope_lowering: str | None = None, mode: str | None = None,
                 hf_config: dict | None = None, **unused) -> GraftReport:
     """``graft`` with no PE given: ``find_pe`` finds it, ``build_found`` builds its artifact,
-    ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; ``out`` is written
+    ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; two or more
+    candidates are refused unless they are one PE per input stream (``find_hf.streams``: an
+    encoder-decoder's encoder and decoder tables), then each is replaced, all proven together
+    (not with ``rope_lowering``: one RoPE); ``out`` is written
     (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
     ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
@@ -197,22 +207,39 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * "
             "inv_freq, p * inv_freq)) and a position table (a constant [L, D] gathered by "
             "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
-    if len(found) > 1:
+    per_stream = streams(original, found) if len(found) > 1 else None
+    if len(found) > 1 and (per_stream is None or rope_lowering):
         raise BadParameterError(
             f"{len(found)} PE candidates in {str(model)!r}: "
-            + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR")
+            + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR"
+            + ("" if per_stream is None else " (one per input stream: graft replaces them all, "
+               "without --rope-lowering)"))
     pick = found[0]
-    hf_record = None
-    if hf_config is not None:
-        max_len, hf_record = check_hf_config(pick, hf_config, max_len)
-    pe_model, record = build_found(original, pick, max_len, quantize=quantize or "none",
-                                   mode=mode)
-    length = record["max_len"]
-    if hf_record is not None:
-        record["hf_config"] = hf_record
-    grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
-                                                        pick.replaces, strict=True)),
-                           pick.positions, record, condition=record.get("condition"))
+    hf_records: list[dict | None] = [None] * len(found)
+    if hf_config is not None:  # every PE found must be what the config says
+        given = max_len
+        for i, one in enumerate(found):
+            max_len, hf_records[i] = check_hf_config(one, hf_config, given)
+    # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
+    # own artifact (edgepe.graft.0, .1, ...), all proven together.
+    grafted, replaces, length, bound = original, [], None, 0.0
+    for one, hf_record in zip(found, hf_records, strict=True):
+        pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
+                                       mode=mode)
+        if hf_record is not None:
+            record["hf_config"] = hf_record
+        step = splice_found(grafted if grafted is original else grafted.model, pe_model,
+                            dict(zip((o.name for o in pe_model.graph.output), one.replaces,
+                                     strict=True)),
+                            one.positions, record, condition=record.get("condition"))
+        if grafted is not original:  # the totals over every PE put in
+            for key in ("removed_nodes", "removed_bytes", "pe_bytes", "metadata_bytes"):
+                setattr(step, key, getattr(step, key) + getattr(grafted, key))
+            step.at, step.prefix = f"{grafted.at}; {step.at}", f"{grafted.prefix}, {step.prefix}"
+        grafted, replaces = step, [*replaces, *one.replaces]
+        reach = record["max_len"] - record.get("offset", 0)
+        bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
+        length = reach if length is None else min(length, reach)
     if rope_lowering:
         if pick.family != "rope" or pick.params.get("sincos"):
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
@@ -226,17 +253,21 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     lowered = f", rotations fused into RotaryEmbedding x{fused}" if rope_lowering else ""
     how = record["mode"] + (f" {','.join(map(str, record['slices']))}"
                             if record["mode"] == "sliced" else "")
-    report = GraftReport(f"{record['scheme']} ({how}, {kind}, {length} positions"
-                         f"{lowered})",
-                         grafted.at, pick.positions or "none (a Range inside the PE)",
+    count = f" x{len(found)}" if len(found) > 1 else ""
+    found_line = (f"found {pick.family}{count}, one per input stream: "
+                  + "; ".join(f.where for f in found) if per_stream else
+                  f"found {pick.describe()}")
+    report = GraftReport(f"{record['scheme']}{count} ({how}, {kind}, {record['max_len']} "
+                         f"positions{lowered})",
+                         grafted.at, ", ".join(f.positions for f in found) if per_stream else
+                         pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
-                         grafted.metadata_bytes, model=grafted.model,
-                         found=f"found {pick.describe()}")
+                         grafted.metadata_bytes, model=grafted.model, found=found_line)
     if check:
         report.lengths, report.checks = prove_found(
-            original, grafted, pick.replaces, length - record.get("offset", 0),
-            bound=record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)),
+            original, grafted, replaces, length,
+            bound=bound,
             lengths=lengths, seed=seed)
     if report and out is not None:
         for path in (out, _data_path(out)):  # again: the place may have changed since
@@ -262,6 +293,10 @@ def write_model(model, out: Path, external: bool) -> None:
     import tempfile
 
     data = _data_path(out)
+    try:  # as atomic_write does for one file: the folder is made
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from None
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
         onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), staged,

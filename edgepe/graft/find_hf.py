@@ -21,11 +21,17 @@ parameters read from the model's own constants.
 - GPT-J's interleaved RoPE: a constant ``[L, R]`` ``[sin | cos]`` table (``create_sinusoidal_
   positions``, recognised by its values) read by ``GatherND(table, positions[..., None])``; the
   artifact: its rows, as for a learned table.
-- MPT's ALiBi: a constant ``[H, 1, L]`` bias ``m_h (u - (L - 1))`` the model slices; the
+- MPT's ALiBi: a constant ``[H, 1, L]`` bias ``m_h (u - (L - 1))`` the model slices (an
+  initializer from dynamo, a ``Constant`` node from TorchScript); the
   artifact computes it from a ``Range`` with edgepe's slopes (required equal): ``H`` floats in
   place of ``H L``.
 - fairseq/XGLM sinusoidal: a constant ``[sin | cos]`` table (row 1, the padding index, zero;
   positions offset by 2), recognised by its values and grafted as its rows.
+- Marian's sinusoidal (``layout=half``, ``w_i = 10000^(-2i/D)``, no padding row): a constant
+  ``[sin | cos]`` table gathered (``Gather``, not GPT-J's ``GatherND``) by positions, recognised
+  by its values (its distance from the float64 definition goes in the record) and grafted as its
+  rows. An encoder-decoder has one per stack: ``streams`` tells whether several candidates are
+  one PE per input stream (graft replaces each) or two on one stream (refused).
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
@@ -218,19 +224,24 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         added = _scalar_add(maker, consts) if maker is not None else None
         if added is not None:
             offset = added
-        sincos = _is_sincos(table)
+        sincos = nd and _is_sincos(table)  # GPT-J's table is read by GatherND
         fairseq = not sincos and _is_fairseq_sinusoidal(table)
+        half = None if sincos or fairseq or nd else _half_sinusoidal_distance(table)
         where = ("(GPT-J [sin | cos] table " if sincos else
-                 "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else "(table ") + (
+                 "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else
+                 "(Marian sinusoidal [sin | cos] table " if half is not None else "(table ") + (
             f"{node.input[0]!r} [{length}, {width}]")
         where = (f"{where}"
                  + (f", positions + offset {offset}" if offset else "")
                  + f") at {node.op_type} {node.output[0]!r}, positions "
                  f"{_origin(node.input[1], makers, inputs)}")
-        family = "rope" if sincos else "sinusoidal" if fairseq else "learned"
+        family = "rope" if sincos else "sinusoidal" if fairseq or half is not None else \
+            "learned"
         found.append(Found(family, [node.output[0]], node.input[1],
                            where, {"table": table, "table_name": node.input[0],
-                                   "offset": offset, "squeeze": nd, "sincos": sincos}))
+                                   "offset": offset, "squeeze": nd, "sincos": sincos,
+                                   **({"layout": "half", "definition_distance": half}
+                                      if half is not None else {})}))
     return found
 
 
@@ -267,6 +278,25 @@ def _is_fairseq_sinusoidal(table) -> bool:
                          axis=1)
     ref[1] = 0
     return bool(np.abs(ref - table).max() <= 1e-5)
+
+
+def _half_sinusoidal_distance(table) -> float | None:
+    """``max |table - [sin(p w) | cos(p w)]|`` when ``table [L, D]`` is Marian's sinusoidal table
+    (edgepe's ``sinusoidal`` with ``layout=half``: ``w_i = 10000^(-2i/D)``, no padding row), else
+    None. The definition in float64; the table may come from float64 angles (Marian's numpy:
+    within half an ulp of 1) or float32 ones (``p w`` rounded: ``p 2^-24`` off at most), so it is
+    recognised within ``4 ulp(1) + L 2^-24``."""
+    import numpy as np
+
+    length, width = table.shape
+    half = width // 2
+    if width % 2 or half < 2 or length < 3:
+        return None
+    w = 10000.0 ** (-2.0 * np.arange(half, dtype=np.float64) / width)
+    angle = np.arange(length, dtype=np.float64)[:, None] * w[None, :]
+    distance = float(np.abs(np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+                            - table).max())
+    return distance if distance <= 4 * 2.0**-23 + length * 2.0**-24 else None
 
 
 def _scalar_add(node, consts) -> int | None:
@@ -496,6 +526,25 @@ def find_pe(model) -> list[Found]:
             *_gptj_gather_elements(graph, consts, makers, readers)]
 
 
+def streams(model, found: list[Found]) -> list[str] | None:
+    """The model inputs each candidate's positions come from, when ``found`` holds one PE per
+    input stream: two or more candidates of one family whose positions are made from pairwise
+    disjoint sets of model inputs (an encoder-decoder: the encoder's from ``input_ids`` or its
+    mask, the decoder's from ``decoder_input_ids`` and its cache), so each stack reads exactly one
+    PE. None otherwise (two PEs on one stream: graft cannot tell which is the model's)."""
+    graph = model.graph
+    makers, _ = _graph_index(graph)
+    inputs = {v.name for v in graph.input}
+    if len(found) < 2 or len({f.family for f in found}) != 1:
+        return None
+    cones = [_ancestors(f.positions, makers)[1] & inputs if f.positions else set()
+             for f in found]
+    if any(not c for c in cones) or any(a & b for i, a in enumerate(cones)
+                                        for b in cones[i + 1:]):
+        return None
+    return [", ".join(map(repr, sorted(c))) for c in cones]
+
+
 def rope_tables(found: Found, max_len: int, inv_freq=None) -> dict[str, Any]:
     """``{replaced tensor: [max_len, R/2] float32}``: cos and sin rows as the model computes them
     (float32 angle ``p * inv_freq``, then cos/sin correctly rounded, times the attention factor
@@ -596,6 +645,25 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
                 + "): the config is not this model's, or its scaling is not static (dynamic "
                 "NTK); graft without --from-hf-config keeps the model's own")
         record["inv_freq"] = "equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
+    if found.family == "sinusoidal" and found.params.get("layout") == "half":  # Marian
+        import torch
+
+        table = found.params["table"]
+        rows, width = table.shape
+        if t.d_model != width or t.params.get("frequencies", "base") != "base" or \
+                t.params.get("offset", 0):
+            raise BadParameterError(
+                f"--from-hf-config describes sinusoidal d_model {t.d_model} with "
+                f"{t.params}; the PE found is Marian's ({found.where})")
+        mine = build(resolve("sinusoidal", rows, d_model=width, params=t.params)).encode(
+            torch.arange(rows)).numpy()
+        gap = float(np.abs(mine.astype(np.float64) - table).max())
+        if gap > 4 * 2.0**-23 + rows * 2.0**-24:  # the float32 angle p w against float64
+            raise BadParameterError(
+                f"the model's table {found.params['table_name']!r} differs from edgepe's "
+                f"sinusoidal for this config by {gap:.3g}: the config is not this model's")
+        record["table"] = (f"within {gap:.3g} of edgepe's sinusoidal (layout=half) for this "
+                           "config (its float32 angle p * w against the model's float64)")
     return length, record
 
 
@@ -704,6 +772,9 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                   "offset": found.params["offset"]}
         if found.params["sincos"]:
             record.update(layout="interleaved", rotary_dim=table.shape[1], table_layout="sin|cos")
+        if found.family == "sinusoidal" and found.params.get("layout") == "half":  # Marian
+            record.update(layout="half", frequencies="base", base=10000.0,
+                          definition_distance=found.params["definition_distance"])
         squeeze, duplicate = found.params["squeeze"], False
         dims = dims if dims is not None else ["batch", "seq"] + ([1] if squeeze else [])
     _check_size(sum(t.size for t in tables.values()), max_len, quantize, table_bytes_limit)

@@ -263,7 +263,9 @@ ONNX_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(
 def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
     """Sizes of the symbolic axes of a transformers export's inputs, by the inputs' roles:
     ``input_ids``/``position_ids`` ``[batch, seq]``, ``past_*`` ``[batch, heads, past, d]``,
-    ``attention_mask`` ``[batch, past + seq]``."""
+    ``attention_mask`` ``[batch, past + seq]``. An encoder-decoder (``decoder_input_ids``): the
+    decoder's ``[batch, seq]`` after ``past`` cached tokens, the encoder's ``input_ids`` and mask
+    ``[batch, past + seq]`` (its lengths differ from the decoder's in a decode step)."""
     sizes: dict[str, int] = {}
 
     def put(dim, value):
@@ -274,10 +276,14 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
         if "past" in value.name and len(value.shape) == 4:
             put(value.shape[0], batch)
             put(value.shape[2], past)
+    decoder = [v for v in inputs if v.name == "decoder_input_ids" and len(v.shape) == 2]
+    for value in decoder:
+        put(value.shape[0], batch)
+        put(value.shape[1], seq)
     for value in inputs:
         if value.name in ("input_ids", "inputs_embeds", "position_ids") and len(value.shape) >= 2:
             put(value.shape[0], batch)
-            put(value.shape[1], seq)
+            put(value.shape[1], past + seq if decoder else seq)
     for value in inputs:
         if value.name == "attention_mask" and len(value.shape) == 2:
             put(value.shape[0], batch)
