@@ -285,10 +285,91 @@ def test_rope_lowering_ort_fuses_every_rotation(exported, tmp_path):
     assert not {"Sin", "Cos"} & set(ops)
 
 
+def _opset(model) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def test_rope_lowering_rotary23_converts_to_opset_23_and_fuses(exported, tmp_path):
+    """``--rope-lowering rotary23``: the opset-20 export converted to opset 23, q and k of both
+    layers rotated by ONNX's own RotaryEmbedding (domain "", reading graft's tables and
+    positions), no Neg left and no com.microsoft op; onnxruntime runs it and every output equals
+    the original ONNX model and torch (``_graft_and_check``), and the ONNX reference evaluator
+    (the op's definition) agrees with onnxruntime on the grafted model."""
+    stdout, original, grafted = _graft_and_check(exported, "llama", tmp_path, "--max-len", 256,
+                                                 "--rope-lowering", "rotary23")
+    assert "rotations fused into RotaryEmbedding (ONNX opset 23) x4, opset 20 -> 23" in stdout
+    assert _opset(original) == 20 and _opset(grafted) == 23 and grafted.ir_version >= 11
+    onnx.checker.check_model(grafted, full_check=True)
+    rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 4 and all(n.domain == "" for n in rotary)
+    assert all(n.input[1:] == ["edgepe_pe0/cos_table", "edgepe_pe0/sin_table",
+                               "edgepe_pe0/positions_squeezed"] for n in rotary)
+    assert "com.microsoft" not in {o.domain for o in grafted.opset_import}
+    ops = {n.op_type for n in grafted.graph.node}
+    assert not ops & {"Neg", "Sin", "Cos"}
+    record = next(json.loads(p.value) for p in grafted.metadata_props
+                  if p.key == "edgepe.graft.0")
+    assert record["rope_lowering"] == {"op": "RotaryEmbedding (ONNX opset 23)", "fused": 4,
+                                       "opset": "20 -> 23"}
+    # the converter drops nodes' metadata_props; graft puts the exporter's back
+    assert sum(len(n.metadata_props) for n in grafted.graph.node) > len(grafted.graph.node) / 2
+    from onnx.reference import ReferenceEvaluator
+
+    session = ort.InferenceSession(str(tmp_path / "out.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    feeds = hf_feeds(session, 5, 3, 1, 256, np.random.default_rng(5))
+    names = [o.name for o in session.get_outputs()]
+    for got, want in zip(session.run(names, feeds), ReferenceEvaluator(grafted).run(names, feeds),
+                         strict=True):
+        assert np.abs(got - want).max() <= 64 * np.spacing(np.float32(np.abs(want).max()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,rotary", [("phi", 4), ("gpt_neox", 2)])
+def test_rope_lowering_rotary23_partial_rotary(exported, tmp_path, family, rotary):
+    """Partial rotary: ``Concat(rotate(x[..., :R]), x[..., R:])`` becomes one ONNX
+    RotaryEmbedding on all of x with ``rotary_embedding_dim=R``; proven, equal to torch."""
+    stdout, _, grafted = _graft_and_check(exported, family, tmp_path, "--max-len", 256,
+                                          "--rope-lowering", "rotary23")
+    assert "x4, opset 20 -> 23" in stdout
+    rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 4
+    for node in rotary:
+        attrs = {a.name: a.i for a in node.attribute}
+        assert attrs == {"interleaved": 0, "rotary_embedding_dim": rotary}
+        assert not [n for n in grafted.graph.node if n.op_type == "Concat"
+                    and node.output[0] in n.input]  # the pass-through Concat went in the op
+
+
+def test_rotary23_refuses_what_the_converter_cannot_convert():
+    """A model onnx's version converter cannot take to opset 23 is one line naming why."""
+    from onnx import TensorProto, helper
+
+    from edgepe.graft.lower import to_opset
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], alpha=1.0)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    with pytest.raises(edgepe.EdgepeError) as info:
+        to_opset(model)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(
+        "--rope-lowering rotary23 needs opset 23 and this model is opset 20: onnx's version "
+        "converter cannot take it there (")
+    assert to_opset(model, 20) is model  # at the opset already: left as it is
+
+
 def test_rope_lowering_refuses_a_pe_that_is_not_half_rope(exported, tmp_path):
+    for lowering in ("ort", "rotary23"):
+        code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
+                               "--rope-lowering", lowering)
+        assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
     code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
-                           "--rope-lowering", "ort")
-    assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
+                           "--rope-lowering", "rotary")
+    assert code == 2 and stderr.strip().splitlines() == [
+        "error: --rope-lowering 'rotary': choose ort (com.microsoft.RotaryEmbedding) or "
+        "rotary23 (the ONNX opset 23 RotaryEmbedding)"]
 
 
 def test_from_hf_config_checks_the_pe_against_edgepe_and_sets_max_len(exported, tmp_path):

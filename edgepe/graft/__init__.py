@@ -51,7 +51,7 @@ from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
 from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, check_hf_config, find_pe
-from edgepe.graft.lower import lower_rope
+from edgepe.graft.lower import LOWERINGS, lower_rope, to_opset
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
@@ -167,7 +167,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
     ``find_hf.TABLE_BYTES_LIMIT``, else sliced); ``rope_lowering`` ``'ort'``: also fuse the
-    rotations into onnxruntime's RotaryEmbedding (``lower.lower_rope``); ``hf_config``: the
+    rotations into onnxruntime's RotaryEmbedding, ``'rotary23'``: into ONNX's (opset 23; the model
+    converted up to it first, ``lower.to_opset``) (``lower.lower_rope``); ``hf_config``: the
     model's parsed ``config.json`` (``find_hf.check_hf_config``: the PE found must be what it
     says, RoPE's frequencies edgepe's own for it; its ``max_position_embeddings`` is the default
     ``max_len``).
@@ -176,10 +177,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
                                 "itself (it takes --max-len, --mode, --quantize, "
                                 "--rope-lowering)")
-    if rope_lowering not in (None, "ort"):
+    if rope_lowering is not None and rope_lowering not in LOWERINGS:
         raise BadParameterError(
-            f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding); "
-            "rotary23 (the ONNX opset 23 op) is not built: these exports are opset 20")
+            f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding) or "
+            "rotary23 (the ONNX opset 23 RotaryEmbedding)")
     if quantize not in (None, "none", "int8"):
         raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
     if max_len is not None and max_len < 1:
@@ -217,13 +218,20 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         if pick.family != "rope" or pick.params.get("sincos"):
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
                                     f"{pick.where.split(' at ')[0]}, not half-layout RoPE")
-        fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces)
+        opset = _opset(grafted.model)
+        if rope_lowering == "rotary23":
+            grafted.model = to_opset(grafted.model)
+        fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces, rope_lowering)
         grafted.removed_nodes += gone
-        record["rope_lowering"] = {"op": "com.microsoft.RotaryEmbedding", "fused": fused}
+        record["rope_lowering"] = {"op": LOWERINGS[rope_lowering], "fused": fused}
+        if _opset(grafted.model) != opset:
+            record["rope_lowering"]["opset"] = f"{opset} -> {_opset(grafted.model)}"
         entry = grafted.model.metadata_props[-1]
         entry.value = json.dumps(record, sort_keys=True)
     kind = "int8" if record["quantize"] == "int8" else "float32"
-    lowered = f", rotations fused into RotaryEmbedding x{fused}" if rope_lowering else ""
+    lowered = (f", rotations fused into {LOWERINGS[rope_lowering]} x{fused}"
+               + (f", opset {record['rope_lowering']['opset']}"
+                  if "opset" in record["rope_lowering"] else "")) if rope_lowering else ""
     how = record["mode"] + (f" {','.join(map(str, record['slices']))}"
                             if record["mode"] == "sliced" else "")
     report = GraftReport(f"{record['scheme']} ({how}, {kind}, {length} positions"
