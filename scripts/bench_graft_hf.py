@@ -2,7 +2,8 @@
 model's latency over the original's on onnxruntime CPU (goal <= 1.02x) and the bytes removed.
 
     python scripts/bench_graft_hf.py [--families llama,gpt2,...] [--models DIR] [--reps 201]
-                                     [--quantize int8] [--rope-lowering ort] [--out FILE.json]
+                                     [--quantize int8] [--rope-lowering ort|rotary23]
+                                     [--out FILE.json]
 
 Each family's tiny model (tests/_hf_models.py) is exported into ``DIR/FAMILY`` unless already
 there, grafted with no PE given (the proof runs, as for a user), then both models run in one
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=Path("hf-models"))
     parser.add_argument("--reps", type=int, default=201)
     parser.add_argument("--quantize", choices=("int8",), default=None)
-    parser.add_argument("--rope-lowering", choices=("ort",), default=None)
+    parser.add_argument("--rope-lowering", choices=("ort", "rotary23"), default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rows = [row(f, args.models, args.reps, args.quantize, args.rope_lowering)

@@ -34,7 +34,8 @@ DEFAULT = ("llama", "gpt2")
 # llama-dynamic (dynamic NTK) is not here: torch 2.13's torch.export refuses it (a data-dependent
 # guard, `if seq_len > max_seq_len_cached` in transformers' dynamic_frequency_update), so there
 # is no dynamo export to graft; TorchScript freezes inv_freq at the traced length, and graft
-# keeps exactly what that graph computes.
+# keeps exactly what that graph computes (test_torchscript_export_of_dynamic_ntk_llama; with
+# --from-hf-config up to max_position_embeddings only: tests/test_dynamic_ntk.py).
 SLOW = ("bloom", "mpt", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "xglm",
         "llama-linear", "llama-llama3", "llama-yarn", "phi3-longrope")
 FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "mpt": "alibi", "gptj": "rope",
@@ -311,6 +312,22 @@ def test_rope_lowering_rotary23_converts_to_opset_23_and_fuses(exported, tmp_pat
                   if p.key == "edgepe.graft.0")
     assert record["rope_lowering"] == {"op": "RotaryEmbedding (ONNX opset 23)", "fused": 4,
                                        "opset": "20 -> 23"}
+    # the targets that have ONNX's op take the graft's nodes (position_ids, input 3, judged as
+    # indices, not data: a profile with float-only RotaryEmbedding still takes them); one
+    # without it names the op
+    import dataclasses
+
+    from edgepe.targets.check import check
+    from edgepe.targets.profiles import FLOATS, PROFILES
+
+    def rotations(profile):
+        return [n for n in check(grafted, profile).nodes if n.op == "RotaryEmbedding"]
+
+    floats_only = dataclasses.replace(PROFILES["ort-cpu"], ops={
+        **PROFILES["ort-cpu"].ops, "RotaryEmbedding": FLOATS})
+    for profile in (PROFILES["ort-cpu"], PROFILES["ort-cuda"], floats_only):
+        assert len(rotations(profile)) == 4 and all(n.supported for n in rotations(profile))
+    assert not any(n.supported for n in rotations(PROFILES["openvino"]))
     # the converter drops nodes' metadata_props; graft puts the exporter's back
     assert sum(len(n.metadata_props) for n in grafted.graph.node) > len(grafted.graph.node) / 2
     from onnx.reference import ReferenceEvaluator
@@ -332,13 +349,17 @@ def test_rope_lowering_rotary23_partial_rotary(exported, tmp_path, family, rotar
     stdout, _, grafted = _graft_and_check(exported, family, tmp_path, "--max-len", 256,
                                           "--rope-lowering", "rotary23")
     assert "x4, opset 20 -> 23" in stdout
-    rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
-    assert len(rotary) == 4
-    for node in rotary:
+    nodes = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    makers = {o: n for n in grafted.graph.node for o in n.output}
+    assert len(nodes) == 4
+    for node in nodes:
         attrs = {a.name: a.i for a in node.attribute}
         assert attrs == {"interleaved": 0, "rotary_embedding_dim": rotary}
-        assert not [n for n in grafted.graph.node if n.op_type == "Concat"
-                    and node.output[0] in n.input]  # the pass-through Concat went in the op
+        # the op takes all of x (not its first R dimensions) and no Concat on the last axis
+        # puts pass-through dimensions back (a KV cache's Concat on the sequence axis may read it)
+        assert makers[node.input[0]].op_type != "Slice"
+        assert not [n for n in grafted.graph.node if n.op_type == "Concat" and node.output[0]
+                    in n.input and onnx.helper.get_attribute_value(n.attribute[0]) in (3, -1)]
 
 
 def test_rotary23_refuses_what_the_converter_cannot_convert():
@@ -402,3 +423,60 @@ def test_from_hf_config_checks_the_pe_against_edgepe_and_sets_max_len(exported, 
     code, _, stderr = _cli("graft", exported("llama"), "--out", tmp_path / "o3.onnx",
                            "--from-hf-config", path)
     assert code == 2 and "describes a 'learned' model; the PE graft found is rope" in stderr
+
+
+def test_from_hf_config_dynamic_ntk_grafts_up_to_max_position_embeddings(exported, tmp_path):
+    """A dynamic NTK config (``rope_type`` dynamic, factor 2, P = 256) is the default RoPE for
+    every running length <= P (tests/test_dynamic_ntk.py), so the Llama export's RoPE is that
+    model's there: grafted at P positions by default; more positions refused in one line with the
+    reason and the figures, nothing written."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_hf_models.config("llama-dynamic").to_dict()))
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", exported("llama"), "--out", out, "--from-hf-config",
+                                path)
+    assert code == 0, (stdout, stderr)
+    assert "256 positions" in stdout.splitlines()[1] and "1+255" in stdout
+    record = next(json.loads(p.value) for p in onnx.load(out, load_external_data=False)
+                  .metadata_props if p.key == "edgepe.graft.0")
+    assert record["hf_config"]["params"]["rope_type"] == "dynamic"
+    assert record["hf_config"]["inv_freq"].startswith("equal to edgepe's rope")
+    long = tmp_path / "long.onnx"
+    code, _, stderr = _cli("graft", exported("llama"), "--out", long, "--from-hf-config", path,
+                           "--max-len", 257)
+    assert code == 2 and not long.exists()
+    assert stderr.strip().splitlines() == [
+        "error: rope_type dynamic (NTK) is the default RoPE up to max_position_embeddings 256; "
+        "past it transformers recomputes inv_freq from the running length (base 10,000 -> "
+        "10,104.3 at 257 positions) and keeps it as state across calls, which no fixed table "
+        "reproduces: 257 positions asked, at most 256 are faithful; give --max-len at most that"]
+
+
+@pytest.mark.slow
+def test_torchscript_export_of_dynamic_ntk_llama(tmp_path):
+    """The one export a dynamic NTK model has (TorchScript, inv_freq frozen at the traced length
+    8 <= P: the default's), grafted with its config: proven, and on onnxruntime equal to the
+    transformers model in torch at positions up to P - 1, where dynamic NTK is the default."""
+    import torch
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        path = _hf_models.export_torchscript("llama-dynamic", tmp_path / "ts")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_hf_models.config("llama-dynamic").to_dict()))
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", path, "--out", out, "--from-hf-config", config)
+    assert code == 0, (stdout, stderr)
+    assert "256 positions" in stdout and "positions 240..255" in stdout
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for start in (0, 100, 240):
+        ids = rng.integers(0, _hf_models.VOCAB, (2, 16))
+        positions = np.broadcast_to(np.arange(start, start + 16), (2, 16)).copy()
+        feeds = {"input_ids": ids, "attention_mask": np.ones((2, 16), np.int64),
+                 "position_ids": positions}
+        (got,) = session.run(["logits"], feeds)
+        with torch.no_grad():  # a fresh model each time: its cached length starts at P
+            want = _hf_models.model("llama-dynamic")(
+                **{k: torch.from_numpy(v) for k, v in feeds.items()}, use_cache=False).logits
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=TORCH_ATOL)

@@ -229,7 +229,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         entry = grafted.model.metadata_props[-1]
         entry.value = json.dumps(record, sort_keys=True)
     kind = "int8" if record["quantize"] == "int8" else "float32"
-    lowered = (f", rotations fused into {LOWERINGS[rope_lowering]} x{fused}"
+    lowered = (f", rotations fused into RotaryEmbedding"
+               f"{' (ONNX opset 23)' if rope_lowering == 'rotary23' else ''} x{fused}"
                + (f", opset {record['rope_lowering']['opset']}"
                   if "opset" in record["rope_lowering"] else "")) if rope_lowering else ""
     how = record["mode"] + (f" {','.join(map(str, record['slices']))}"

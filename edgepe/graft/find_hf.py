@@ -430,10 +430,13 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
     import numpy as np
 
     from edgepe.schemes import build, resolve
-    from edgepe.schemes.hf_config import from_hf_config
+    from edgepe.schemes.hf_config import check_dynamic_ntk, from_hf_config
 
     t = from_hf_config(config)
     family = "rope" if found.family == "rope" else found.family
+    if family == "rope":
+        check_dynamic_ntk(t, max_len if max_len is not None else t.max_len or DEFAULT_MAX_LEN,
+                          "give --max-len at most that")
     if t.scheme != family:
         raise BadParameterError(f"--from-hf-config describes a {t.scheme!r} model; the PE graft "
                                 f"found is {found.family} ({found.where})")
