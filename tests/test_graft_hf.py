@@ -57,13 +57,15 @@ def exported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf")
     made = {}
 
-    def get(family: str):
+    def get(family: str):  # "llama@23": exported with opset_version=23
         if family not in made:
             logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+            name, _, opset = family.partition("@")
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                     contextlib.redirect_stderr(io.StringIO()):
                 warnings.simplefilter("ignore")
-                made[family] = _hf_models.export(family, folder / family)
+                made[family] = _hf_models.export(name, folder / family.replace("@", "-"),
+                                                 opset=int(opset) if opset else None)
         return made[family]
 
     return get
@@ -76,6 +78,7 @@ def _cli(*args):
 
 def _graft_and_check(exported, family, tmp_path, *options):
     path = exported(family)
+    family = family.partition("@")[0]
     assert (path.parent / "model.onnx.data").exists()  # the export a user gets
     out = tmp_path / "out.onnx"
     code, stdout, stderr = _cli("graft", path, "--out", out, *options)
@@ -480,3 +483,37 @@ def test_torchscript_export_of_dynamic_ntk_llama(tmp_path):
             want = _hf_models.model("llama-dynamic")(
                 **{k: torch.from_numpy(v) for k, v in feeds.items()}, use_cache=False).logits
         np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=TORCH_ATOL)
+
+
+@pytest.mark.parametrize("family", ["llama@23", pytest.param("phi@23", marks=pytest.mark.slow)])
+def test_an_opset_23_export_rotates_with_onnx_rotary_embedding(exported, tmp_path, family):
+    """torch 2.13 at ``opset_version=23`` writes each rotation as ONNX's RotaryEmbedding itself,
+    its caches ``Cos``/``Sin`` of ``positions * inv_freq`` ``[B, S, R/2]`` once per op: graft
+    finds that RoPE, replaces the caches by one table lookup (no Sin/Cos left), and with
+    ``--rope-lowering rotary23`` feeds the ops graft's tables and positions (no lookup left);
+    both proven and equal to the original ONNX model and torch. ``ort`` is refused there."""
+    stdout, original, grafted = _graft_and_check(exported, family, tmp_path, "--max-len", 256)
+    assert _opset(original) == 23
+    assert "at the caches of 4 RotaryEmbedding ops (opset 23)" in stdout.splitlines()[0]
+    before = [n.op_type for n in original.graph.node]
+    assert before.count("Cos") == before.count("Sin") == 4
+    ops = [n.op_type for n in grafted.graph.node]
+    assert not {"Sin", "Cos"} & set(ops) and ops.count("RotaryEmbedding") == 4
+    lowered = tmp_path / "lowered"
+    lowered.mkdir()
+    stdout, _, grafted = _graft_and_check(exported, family, lowered, "--max-len", 256,
+                                          "--rope-lowering", "rotary23")
+    assert "rotations fused into RotaryEmbedding (ONNX opset 23) x4)" in stdout
+    rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    tables = {t.name for t in grafted.graph.initializer if t.name.endswith("_table")}
+    assert len(rotary) == 4 and all(n.input[1:] == rotary[0].input[1:] for n in rotary)
+    assert set(rotary[0].input[1:3]) == tables and len(tables) == 2
+    assert rotary[0].input[3] == "edgepe_pe0/positions_squeezed"
+    assert "Gather" not in {n.op_type for n in grafted.graph.node
+                            if any(i.startswith("edgepe_pe0/") for i in n.input)}
+    code, _, stderr = _cli("graft", exported(family), "--out", tmp_path / "o.onnx",
+                           "--max-len", 256, "--rope-lowering", "ort")
+    assert code == 2 and "rotates with ONNX's RotaryEmbedding (opset 23) already" in stderr
+    code, _, stderr = _cli("graft", exported(family), "--out", tmp_path / "o.onnx",
+                           "--max-len", 256, "--mode", "sliced")
+    assert code == 2 and "read [.., R/2] caches: they go in as tables" in stderr

@@ -50,8 +50,15 @@ from edgepe.contract.commit import atomic_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
-from edgepe.graft.find_hf import DEFAULT_MAX_LEN, Found, build_found, check_hf_config, find_pe
-from edgepe.graft.lower import LOWERINGS, lower_rope, to_opset
+from edgepe.graft.find_hf import (
+    DEFAULT_MAX_LEN,
+    Found,
+    build_found,
+    check_hf_config,
+    find_pe,
+    merge_duplicates,
+)
+from edgepe.graft.lower import LOWERINGS, feed_tables, lower_rope, to_opset
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
@@ -211,17 +218,25 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     length = record["max_len"]
     if hf_record is not None:
         record["hf_config"] = hf_record
-    grafted = splice_found(original, pe_model, dict(zip((o.name for o in pe_model.graph.output),
+    merged, merged_away = merge_duplicates(original, pick)
+    grafted = splice_found(merged, pe_model, dict(zip((o.name for o in pe_model.graph.output),
                                                         pick.replaces, strict=True)),
                            pick.positions, record, condition=record.get("condition"))
+    grafted.removed_nodes += merged_away
     if rope_lowering:
         if pick.family != "rope" or pick.params.get("sincos"):
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
                                     f"{pick.where.split(' at ')[0]}, not half-layout RoPE")
         opset = _opset(grafted.model)
+        if pick.params.get("fused") and rope_lowering != "rotary23":
+            raise BadParameterError("--rope-lowering ort: this model rotates with ONNX's "
+                                    "RotaryEmbedding (opset 23) already; --rope-lowering "
+                                    "rotary23 feeds it graft's tables")
         if rope_lowering == "rotary23":
             grafted.model = to_opset(grafted.model)
-        fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces, rope_lowering)
+        fused, gone = (feed_tables if pick.params.get("fused") else lower_rope)(
+            grafted.model, grafted.prefix, *pick.replaces,
+            *(() if pick.params.get("fused") else (rope_lowering,)))
         grafted.removed_nodes += gone
         record["rope_lowering"] = {"op": LOWERINGS[rope_lowering], "fused": fused}
         if _opset(grafted.model) != opset:

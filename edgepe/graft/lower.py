@@ -135,6 +135,27 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     return fused, before - len(graph.node) + fused
 
 
+def feed_tables(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
+    """``--rope-lowering rotary23`` on a model whose rotations are ONNX's ``RotaryEmbedding``
+    already (torch's opset-23 export): each op reading the grafted caches ``cos``/``sin``
+    ``[B, S, R/2]`` reads graft's tables and positions instead (its ``position_ids`` input),
+    and the gathers go; returns ``lower_rope``'s figures."""
+    graph = model.graph
+    tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
+    if not {t.name for t in graph.initializer} >= set(tables):
+        raise BadParameterError("--rope-lowering needs the float32 RoPE tables (not with "
+                                "--quantize int8)")
+    fed = 0
+    for node in graph.node:
+        if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx") and \
+                list(node.input[1:]) == [cos, sin]:
+            node.input[1:] = [*tables, f"{prefix}positions_squeezed"]
+            fed += 1
+    before = len(graph.node)
+    _prune(graph)
+    return fed, before - len(graph.node)
+
+
 def _standard(add, x: str, rest: list[str], half: int, makers, readers, const, name: str):
     """``(node, replaced)``: ONNX's ``RotaryEmbedding`` for the rotation ``add`` of ``x``;
     for partial rotary (``x = Slice(v, 0..2 half)`` on the last axis, read only here, and the one
