@@ -517,3 +517,26 @@ def test_an_opset_23_export_rotates_with_onnx_rotary_embedding(exported, tmp_pat
     code, _, stderr = _cli("graft", exported(family), "--out", tmp_path / "o.onnx",
                            "--max-len", 256, "--mode", "sliced")
     assert code == 2 and "read [.., R/2] caches: they go in as tables" in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lowering", ["rotary23", "ort"])
+def test_rope_lowering_gptj_interleaved(exported, tmp_path, lowering):
+    """GPT-J's interleaved partial rotation (``rotate_every_two`` on ``x[..., :4]`` of
+    ``[B, S, H, D]``, then the pass-through Concat) becomes one RotaryEmbedding per q/k
+    (``interleaved=1``, the op's 3-D form with ``num_heads``, ``rotary_embedding_dim=4``) fed
+    the [sin | cos] rows as its two caches; no Neg or Split left; proven, equal to torch."""
+    stdout, _, grafted = _graft_and_check(exported, "gptj", tmp_path, "--rope-lowering",
+                                          lowering)
+    assert "rotations fused into RotaryEmbedding" in stdout and " x4" in stdout
+    nodes = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(nodes) == 4 and {n.domain for n in nodes} == (
+        {"com.microsoft"} if lowering == "ort" else {""})
+    for node in nodes:
+        assert {a.name: a.i for a in node.attribute} == {
+            "interleaved": 1, "num_heads": 4, "rotary_embedding_dim": 4}
+    ops = {n.op_type for n in grafted.graph.node}
+    assert not ops & {"Neg", "Split"}
+    caches = {t.name: onnx.numpy_helper.to_array(t) for t in grafted.graph.initializer
+              if t.name.endswith("_cache")}
+    assert {c.shape for c in caches.values()} == {(256, 2)}

@@ -58,7 +58,7 @@ from edgepe.graft.find_hf import (
     find_pe,
     merge_duplicates,
 )
-from edgepe.graft.lower import LOWERINGS, feed_tables, lower_rope, to_opset
+from edgepe.graft.lower import LOWERINGS, feed_tables, lower_interleaved, lower_rope, to_opset
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
@@ -224,9 +224,9 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                            pick.positions, record, condition=record.get("condition"))
     grafted.removed_nodes += merged_away
     if rope_lowering:
-        if pick.family != "rope" or pick.params.get("sincos"):
+        if pick.family != "rope":
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
-                                    f"{pick.where.split(' at ')[0]}, not half-layout RoPE")
+                                    f"{pick.where.split(' at ')[0]}, not RoPE")
         opset = _opset(grafted.model)
         if pick.params.get("fused") and rope_lowering != "rotary23":
             raise BadParameterError("--rope-lowering ort: this model rotates with ONNX's "
@@ -234,9 +234,14 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                                     "rotary23 feeds it graft's tables")
         if rope_lowering == "rotary23":
             grafted.model = to_opset(grafted.model)
-        fused, gone = (feed_tables if pick.params.get("fused") else lower_rope)(
-            grafted.model, grafted.prefix, *pick.replaces,
-            *(() if pick.params.get("fused") else (rope_lowering,)))
+        if pick.params.get("fused"):
+            fused, gone = feed_tables(grafted.model, grafted.prefix, *pick.replaces)
+        elif pick.params.get("sincos"):  # GPT-J: interleaved
+            fused, gone = lower_interleaved(grafted.model, grafted.prefix, pick.replaces[0],
+                                            rope_lowering)
+        else:
+            fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces,
+                                     rope_lowering)
         grafted.removed_nodes += gone
         record["rope_lowering"] = {"op": LOWERINGS[rope_lowering], "fused": fused}
         if _opset(grafted.model) != opset:

@@ -19,6 +19,8 @@ where the converter cannot take it there. Partial rotary (GPT-NeoX, Phi) slices 
 before rotating and concatenates the pass-through dimensions after: with ``rotary23`` that
 ``Concat(rotated, Slice(x, R..))`` is fused too, one op on all of ``x`` with
 ``rotary_embedding_dim=R`` (the ONNX op's partial rotation); ``ort`` rotates the slice.
+GPT-J's interleaved rotation: ``lower_interleaved``; a model whose rotations are ONNX's op
+already (torch's opset-23 export): ``feed_tables``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,133 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return fused, before - len(graph.node) + fused
+
+
+def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple[int, int]:
+    """GPT-J's interleaved rotation (``rotate_every_two``) fused, as ``lower_rope`` does for the
+    half layout. GPT-J rotates ``q``/``k`` as ``[B, S, H, D]`` (before its permute), reading the
+    graft's ``[sin | cos]`` rows ``replaced`` through a ``Split`` and a ``repeat_interleave``:
+    ``Add(Mul(x, rep(cos)), Mul(Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[...,
+    ::2]))), rep(sin)))``, ``x = v[..., :R]`` and ``Concat(that, v[..., R:])`` when partial. That
+    becomes ``Reshape(RotaryEmbedding(Reshape(v, [B, S, H D]), ..., interleaved=1,
+    num_heads=H, rotary_embedding_dim=R), Shape(v))``: the op's 3-D form (its 4-D form is
+    ``[B, H, S, D]``), with ``H`` from the model's shapes (a rotation whose ``H`` is not static
+    stays as it is). The ``[L, R]`` table is stored as the op's two ``[L, R/2]`` caches."""
+    import numpy as np
+    from onnx import helper, numpy_helper, shape_inference
+
+    graph = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    table = consts.get(f"{prefix}{replaced}_table")
+    if table is None:
+        raise BadParameterError("--rope-lowering needs the float32 RoPE tables (not with "
+                                "--quantize int8)")
+    half = table.shape[1] // 2
+    makers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    split = next((n for n in readers.get(replaced, []) if n.op_type == "Split"
+                  and len(n.output) == 2), None)
+    if split is None:
+        raise BadParameterError(f"--rope-lowering: no Split of GPT-J's [sin | cos] rows "
+                                f"{replaced!r} into sin and cos found")
+    sin_rows, cos_rows = split.output
+    try:
+        shapes = {v.name: v.type.tensor_type.shape for v in
+                  shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # noqa: BLE001 - no shapes: no rotation is fused (refused below)
+        shapes = {}
+
+    def const(name: str):
+        return np.asarray(consts[name]).ravel().tolist() if name in consts else None
+
+    def repeated(name: str) -> str:  # through repeat_interleave's Unsqueeze/Expand/Reshape
+        for _ in range(6):
+            node = makers.get(name)
+            if node is None or node.op_type not in ("Unsqueeze", "Expand", "Reshape"):
+                break
+            name = node.input[0]
+        return name
+
+    def every_two(node, x: str, start: int) -> bool:
+        return node is not None and node.op_type == "Slice" and node.input[0] == x and \
+            const(node.input[1]) == [start] and const(node.input[3]) in ([3], [-1]) and \
+            len(node.input) > 4 and const(node.input[4]) == [2]
+
+    def unsqueezed(name: str):
+        node = makers.get(name)
+        return makers.get(node.input[0]) if node is not None and node.op_type == "Unsqueeze" \
+            else None
+
+    caches = [f"{prefix}cos_cache", f"{prefix}sin_cache"]
+    positions = f"{prefix}positions_squeezed"
+    fused, drop, new = 0, [], []
+    for add in [n for n in graph.node if n.op_type == "Add"]:
+        muls = [makers.get(i) for i in add.input]
+        if any(m is None or m.op_type != "Mul" for m in muls):
+            continue
+        direct = next((m for m in muls if any(repeated(i) == cos_rows for i in m.input)), None)
+        rotated = next((m for m in muls if any(repeated(i) == sin_rows for i in m.input)), None)
+        if direct is None or rotated is None or direct is rotated:
+            continue
+        x = next(i for i in direct.input if repeated(i) != cos_rows)
+        flat = makers.get(next(i for i in rotated.input if repeated(i) != sin_rows))
+        stack = makers.get(flat.input[0]) if flat is not None and flat.op_type == "Reshape" \
+            else None
+        if stack is None or stack.op_type != "Concat" or len(stack.input) != 2:
+            continue
+        neg, even = unsqueezed(stack.input[0]), unsqueezed(stack.input[1])
+        odd = makers.get(neg.input[0]) if neg is not None and neg.op_type == "Neg" else None
+        if not (every_two(odd, x, 1) and every_two(even, x, 0)):
+            continue
+        replaced_node, source = add, x
+        sliced, users = makers.get(x), readers.get(add.output[0], [])
+        if sliced is not None and sliced.op_type == "Slice" and const(sliced.input[1]) == [0] \
+                and const(sliced.input[2]) == [2 * half] and len(users) == 1 and \
+                users[0].op_type == "Concat" and users[0].input[0] == add.output[0]:
+            rest = makers.get(users[0].input[1])
+            if rest is not None and rest.op_type == "Slice" and \
+                    rest.input[0] == sliced.input[0] and const(rest.input[1]) == [2 * half]:
+                replaced_node, source = users[0], sliced.input[0]
+        dims = shapes.get(source)
+        heads = dims.dim[2].dim_value if dims is not None and len(dims.dim) == 4 else 0
+        if not heads:
+            continue
+        name = f"{prefix}rotary{fused}"
+        ins = [f"{name}/flat", *([positions, *caches] if lowering == "ort" else
+                                 [*caches, positions])]
+        new.append((replaced_node, [
+            helper.make_node("Reshape", [source, f"{prefix}flat_shape"], [f"{name}/flat"],
+                             name=f"{name}/flatten"),
+            helper.make_node("RotaryEmbedding", ins, [f"{name}/out"], name=name,
+                             domain=DOMAIN if lowering == "ort" else "", interleaved=1,
+                             num_heads=heads, rotary_embedding_dim=2 * half),
+            helper.make_node("Shape", [source], [f"{name}/shape"], name=f"{name}/shape"),
+            helper.make_node("Reshape", [f"{name}/out", f"{name}/shape"],
+                             [replaced_node.output[0]], name=f"{name}/unflatten")]))
+        drop.append(replaced_node)
+        fused += 1
+    if not fused:
+        raise BadParameterError("--rope-lowering: no GPT-J rotation (Add(Mul(x, cos), "
+                                "Mul(rotate_every_two(x), sin)) on [B, S, H, D] with static H) "
+                                "found on the [sin | cos] rows")
+    for node, nodes in new:
+        at = list(graph.node).index(node)
+        for k, made in enumerate(nodes):
+            graph.node.insert(at + k, made)
+    graph.initializer.extend([
+        numpy_helper.from_array(np.ascontiguousarray(table[:, half:]), caches[0]),
+        numpy_helper.from_array(np.ascontiguousarray(table[:, :half]), caches[1]),
+        numpy_helper.from_array(np.asarray([0, 0, -1], np.int64), f"{prefix}flat_shape")])
+    before = len(graph.node)
+    for node in drop:
+        graph.node.remove(node)
+    _prune(graph)
+    if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return fused, before - len(graph.node) + 3 * fused
 
 
 def feed_tables(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:

@@ -405,8 +405,9 @@ def check_dynamic_ntk(t: HFTranslation, max_len: int, remedy: str) -> None:
 
     transformers 5 (``modeling_rope_utils``): ``_compute_dynamic_ntk_parameters`` at init (and
     for any ``seq_len <= P``) computes ``base ((factor P / P) - (factor - 1))^(R / (R - 2))`` =
-    ``base``: the default RoPE. ``dynamic_rope_update``'s forward takes ``seq_len = max(position_ids)
-    + 1`` and, once it passes the longest length the module has cached, recomputes ``inv_freq``
+    ``base``: the default RoPE. ``dynamic_rope_update``'s forward takes ``seq_len =
+    max(position_ids) + 1`` and, once it passes the longest length the module has cached,
+    recomputes ``inv_freq``
     for it and keeps that as module state (reset only by a later call shorter than ``P``), while
     the keys already in a KV cache keep the frequencies they were rotated with. So up to ``P``
     positions a table of the default frequencies is exactly the model's RoPE; past ``P`` the
