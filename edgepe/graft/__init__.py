@@ -58,7 +58,14 @@ from edgepe.graft.find_hf import (
     find_pe,
     merge_duplicates,
 )
-from edgepe.graft.lower import LOWERINGS, feed_tables, lower_interleaved, lower_rope, to_opset
+from edgepe.graft.lower import (
+    LOWERINGS,
+    check_lowered,
+    feed_tables,
+    lower_interleaved,
+    lower_rope,
+    to_opset,
+)
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
@@ -175,7 +182,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
     ``find_hf.TABLE_BYTES_LIMIT``, else sliced); ``rope_lowering`` ``'ort'``: also fuse the
     rotations into onnxruntime's RotaryEmbedding, ``'rotary23'``: into ONNX's (opset 23; the model
-    converted up to it first, ``lower.to_opset``) (``lower.lower_rope``); ``hf_config``: the
+    converted up to it first, ``lower.to_opset``): ``lower.lower_rope`` (half layout),
+    ``lower_interleaved`` (GPT-J), ``feed_tables`` (the ops already there); ``hf_config``: the
     model's parsed ``config.json`` (``find_hf.check_hf_config``: the PE found must be what it
     says, RoPE's frequencies edgepe's own for it; its ``max_position_embeddings`` is the default
     ``max_len``).
@@ -242,6 +250,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         else:
             fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces,
                                      rope_lowering)
+        check_lowered(grafted.model)
         grafted.removed_nodes += gone
         record["rope_lowering"] = {"op": LOWERINGS[rope_lowering], "fused": fused}
         if _opset(grafted.model) != opset:

@@ -316,6 +316,19 @@ def _standard(add, x: str, rest: list[str], half: int, makers, readers, const, n
                             interleaved=0), add
 
 
+def check_lowered(model) -> None:
+    """The lowered model must pass ``onnx.checker`` in full, as every graft does (one line if
+    it does not)."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise BadParameterError(f"the lowered model does not pass onnx.checker: {first}") \
+            from None
+
+
 def _prune(graph) -> None:
     """Drop nodes whose outputs nothing reads (and graph outputs do not name), repeatedly."""
     outputs = {o.name for o in graph.output}
