@@ -365,6 +365,19 @@ def test_rope_lowering_rotary23_partial_rotary(exported, tmp_path, family, rotar
                     in n.input and onnx.helper.get_attribute_value(n.attribute[0]) in (3, -1)]
 
 
+@pytest.mark.parametrize("option", [("--quantize", "int8"), ("--mode", "sliced")])
+def test_rope_lowering_needs_the_float32_tables(exported, tmp_path, option):
+    """The fused ops read float32 cos/sin caches: with int8 tables or sliced RoPE (no table)
+    the lowering is one line, exit 2, nothing written."""
+    out = tmp_path / "o.onnx"
+    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 256,
+                           "--rope-lowering", "rotary23", *option)
+    assert code == 2 and not out.exists()
+    assert stderr.strip().splitlines() == [
+        "error: --rope-lowering needs the float32 RoPE tables (--mode table, not with "
+        "--quantize int8 or --mode sliced)"]
+
+
 def test_rotary23_refuses_what_the_converter_cannot_convert():
     """A model onnx's version converter cannot take to opset 23 is one line naming why."""
     from onnx import TensorProto, helper

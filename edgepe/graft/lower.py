@@ -30,6 +30,8 @@ from edgepe.contract.errors import BadParameterError
 DOMAIN = "com.microsoft"
 LOWERINGS = {"ort": "com.microsoft.RotaryEmbedding", "rotary23": "RotaryEmbedding (ONNX opset 23)"}
 OPSET_23 = 23
+TABLES_NEEDED = ("--rope-lowering needs the float32 RoPE tables (--mode table, not with "
+                 "--quantize int8 or --mode sliced)")
 
 
 def to_opset(model, version: int = OPSET_23):
@@ -77,8 +79,7 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     table = consts.get(f"{prefix}{cos}_table")
     positions = f"{prefix}positions_squeezed"
     if table is None:
-        raise BadParameterError("--rope-lowering needs the float32 RoPE tables (not with "
-                                "--quantize int8)")
+        raise BadParameterError(TABLES_NEEDED)
     half = table.shape[1]
     makers = {o: n for n in graph.node for o in n.output}
     readers: dict[str, list] = {}
@@ -154,8 +155,7 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     table = consts.get(f"{prefix}{replaced}_table")
     if table is None:
-        raise BadParameterError("--rope-lowering needs the float32 RoPE tables (not with "
-                                "--quantize int8)")
+        raise BadParameterError(TABLES_NEEDED)
     half = table.shape[1] // 2
     makers = {o: n for n in graph.node for o in n.output}
     readers: dict[str, list] = {}
@@ -272,8 +272,7 @@ def feed_tables(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
     graph = model.graph
     tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
     if not {t.name for t in graph.initializer} >= set(tables):
-        raise BadParameterError("--rope-lowering needs the float32 RoPE tables (not with "
-                                "--quantize int8)")
+        raise BadParameterError(TABLES_NEEDED)
     fed = 0
     for node in graph.node:
         if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx") and \
