@@ -2,13 +2,15 @@
 model's latency over the original's on onnxruntime CPU (goal <= 1.02x) and the bytes removed.
 
     python scripts/bench_graft_hf.py [--families llama,gpt2,...] [--models DIR] [--reps 201]
-                                     [--quantize int8] [--rope-lowering ort] [--out FILE.json]
+                                     [--quantize int8] [--rope-lowering ort|rotary23]
+                                     [--out FILE.json]
 
 Each family's tiny model (tests/_hf_models.py) is exported into ``DIR/FAMILY`` unless already
-there, grafted with no PE given (the proof runs, as for a user), then both models run in one
-process, one thread each, alternating original and grafted ``--reps`` times per workload:
-``prefill`` (batch 1, 32 new tokens) and ``decode`` (batch 1, 1 new token after 128 cached; an
-encoder-decoder's encoder reads past + new tokens: 32, then 129). The
+there (``FAMILY@23``: with ``opset_version=23``, into ``DIR/FAMILY-23``), grafted with no PE
+given (the proof runs, as for a user), then both models run in one process, one thread each,
+alternating original and grafted ``--reps`` times per workload: ``prefill`` (batch 1, 32 new
+tokens) and ``decode`` (batch 1, 1 new token after 128 cached; an encoder-decoder's encoder reads
+past + new tokens: 32, then 129). The
 ratio is of medians; the spread is the interquartile range of the per-pair ratios. Tiny models
 make the PE a larger share of the time than in a real one: a ratio near 1 here is an upper bound
 on what the graft costs a real model, a saving here is larger than it would be there.
@@ -54,15 +56,16 @@ def row(family: str, models: Path, reps: int, quantize: str | None,
     from edgepe.graft.prove import hf_feeds
     from edgepe.graft.read import load_model
 
-    path = models / family / "model.onnx"
+    name, _, opset = family.partition("@")  # "llama@23": exported with opset_version=23
+    path = models / family.replace("@", "-") / "model.onnx"
     if not path.exists():
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            _hf_models.export(family, models / family)
+            _hf_models.export(name, path.parent, opset=int(opset) if opset else None)
     options = {"quantize": quantize} if quantize else {}
     if rope_lowering:
         options["rope_lowering"] = rope_lowering
-    if family not in OWN_ROWS:
+    if name not in OWN_ROWS:
         options["max_len"] = 256
     report = edgepe.graft(path, **options)
     assert report, str(report)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=Path("hf-models"))
     parser.add_argument("--reps", type=int, default=201)
     parser.add_argument("--quantize", choices=("int8",), default=None)
-    parser.add_argument("--rope-lowering", choices=("ort",), default=None)
+    parser.add_argument("--rope-lowering", choices=("ort", "rotary23"), default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rows = [row(f, args.models, args.reps, args.quantize, args.rope_lowering)

@@ -219,10 +219,15 @@ def _logits(lm):
     return Logits().eval()
 
 
-def export(family: str, folder: Path) -> Path:
+def export(family: str, folder: Path, opset: int | None = None) -> Path:
     """``folder/model.onnx`` (and ``model.onnx.data``): ``family``'s tiny model as
-    ``torch.onnx.export(..., dynamo=True)`` writes it, batch/seq/past dynamic."""
+    ``torch.onnx.export(..., dynamo=True)`` writes it, batch/seq/past dynamic; ``opset``: its
+    ``opset_version`` (torch's default, 20, when None; at 23 torch writes the rotations as ONNX's
+    RotaryEmbedding itself)."""
     import torch
+
+    if opset is not None:
+        return _at_opset(family, folder, opset)
 
     lm = model(family)
     if family in ENC_DEC:
@@ -266,6 +271,21 @@ def export(family: str, folder: Path) -> Path:
                       dynamic_shapes=shapes, input_names=names, output_names=outputs,
                       verbose=False)
     return path
+
+
+def _at_opset(family: str, folder: Path, opset: int) -> Path:
+    import torch
+
+    plain = torch.onnx.export
+
+    def export_at(*args, **kwargs):
+        return plain(*args, **kwargs, opset_version=opset)
+
+    torch.onnx.export = export_at
+    try:
+        return export(family, folder)
+    finally:
+        torch.onnx.export = plain
 
 
 def export_torchscript(family: str, folder: Path) -> Path:

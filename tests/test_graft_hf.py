@@ -34,7 +34,8 @@ DEFAULT = ("llama", "gpt2")
 # llama-dynamic (dynamic NTK) is not here: torch 2.13's torch.export refuses it (a data-dependent
 # guard, `if seq_len > max_seq_len_cached` in transformers' dynamic_frequency_update), so there
 # is no dynamo export to graft; TorchScript freezes inv_freq at the traced length, and graft
-# keeps exactly what that graph computes.
+# keeps exactly what that graph computes (test_torchscript_export_of_dynamic_ntk_llama; with
+# --from-hf-config up to max_position_embeddings only: tests/test_dynamic_ntk.py).
 SLOW = ("bloom", "mpt", "gptj", "gpt_neox", "phi", "mistral", "qwen2", "opt", "xglm",
         "llama-linear", "llama-llama3", "llama-yarn", "phi3-longrope", "marian")
 FAMILY = {"llama": "rope", "gpt2": "learned", "bloom": "alibi", "mpt": "alibi", "gptj": "rope",
@@ -56,13 +57,15 @@ def exported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf")
     made = {}
 
-    def get(family: str):
+    def get(family: str):  # "llama@23": exported with opset_version=23
         if family not in made:
             logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+            name, _, opset = family.partition("@")
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                     contextlib.redirect_stderr(io.StringIO()):
                 warnings.simplefilter("ignore")
-                made[family] = _hf_models.export(family, folder / family)
+                made[family] = _hf_models.export(name, folder / family.replace("@", "-"),
+                                                 opset=int(opset) if opset else None)
         return made[family]
 
     return get
@@ -75,6 +78,7 @@ def _cli(*args):
 
 def _graft_and_check(exported, family, tmp_path, *options):
     path = exported(family)
+    family = family.partition("@")[0]
     assert (path.parent / "model.onnx.data").exists()  # the export a user gets
     out = tmp_path / "out.onnx"
     code, stdout, stderr = _cli("graft", path, "--out", out, *options)
@@ -422,10 +426,124 @@ def test_rope_lowering_ort_fuses_every_rotation(exported, tmp_path):
     assert not {"Sin", "Cos"} & set(ops)
 
 
+def _opset(model) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def test_rope_lowering_rotary23_converts_to_opset_23_and_fuses(exported, tmp_path):
+    """``--rope-lowering rotary23``: the opset-20 export converted to opset 23, q and k of both
+    layers rotated by ONNX's own RotaryEmbedding (domain "", reading graft's tables and
+    positions), no Neg left and no com.microsoft op; onnxruntime runs it and every output equals
+    the original ONNX model and torch (``_graft_and_check``), and the ONNX reference evaluator
+    (the op's definition) agrees with onnxruntime on the grafted model."""
+    stdout, original, grafted = _graft_and_check(exported, "llama", tmp_path, "--max-len", 256,
+                                                 "--rope-lowering", "rotary23")
+    assert "rotations fused into RotaryEmbedding (ONNX opset 23) x4, opset 20 -> 23" in stdout
+    assert _opset(original) == 20 and _opset(grafted) == 23 and grafted.ir_version >= 11
+    onnx.checker.check_model(grafted, full_check=True)
+    rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 4 and all(n.domain == "" for n in rotary)
+    assert all(n.input[1:] == ["edgepe_pe0/cos_table", "edgepe_pe0/sin_table",
+                               "edgepe_pe0/positions_squeezed"] for n in rotary)
+    assert "com.microsoft" not in {o.domain for o in grafted.opset_import}
+    ops = {n.op_type for n in grafted.graph.node}
+    assert not ops & {"Neg", "Sin", "Cos"}
+    record = next(json.loads(p.value) for p in grafted.metadata_props
+                  if p.key == "edgepe.graft.0")
+    assert record["rope_lowering"] == {"op": "RotaryEmbedding (ONNX opset 23)", "fused": 4,
+                                       "opset": "20 -> 23"}
+    # the targets that have ONNX's op take the graft's nodes (position_ids, input 3, judged as
+    # indices, not data: a profile with float-only RotaryEmbedding still takes them); one
+    # without it names the op
+    import dataclasses
+
+    from edgepe.targets.check import check
+    from edgepe.targets.profiles import FLOATS, PROFILES
+
+    def rotations(profile):
+        return [n for n in check(grafted, profile).nodes if n.op == "RotaryEmbedding"]
+
+    floats_only = dataclasses.replace(PROFILES["ort-cpu"], ops={
+        **PROFILES["ort-cpu"].ops, "RotaryEmbedding": FLOATS})
+    for profile in (PROFILES["ort-cpu"], PROFILES["ort-cuda"], floats_only):
+        assert len(rotations(profile)) == 4 and all(n.supported for n in rotations(profile))
+    assert not any(n.supported for n in rotations(PROFILES["openvino"]))
+    # the converter drops nodes' metadata_props; graft puts the exporter's back
+    assert sum(len(n.metadata_props) for n in grafted.graph.node) > len(grafted.graph.node) / 2
+    from onnx.reference import ReferenceEvaluator
+
+    session = ort.InferenceSession(str(tmp_path / "out.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    feeds = hf_feeds(session, 5, 3, 1, 256, np.random.default_rng(5))
+    names = [o.name for o in session.get_outputs()]
+    for got, want in zip(session.run(names, feeds), ReferenceEvaluator(grafted).run(names, feeds),
+                         strict=True):
+        assert np.abs(got - want).max() <= 64 * np.spacing(np.float32(np.abs(want).max()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,rotary", [("phi", 4), ("gpt_neox", 2)])
+def test_rope_lowering_rotary23_partial_rotary(exported, tmp_path, family, rotary):
+    """Partial rotary: ``Concat(rotate(x[..., :R]), x[..., R:])`` becomes one ONNX
+    RotaryEmbedding on all of x with ``rotary_embedding_dim=R``; proven, equal to torch."""
+    stdout, _, grafted = _graft_and_check(exported, family, tmp_path, "--max-len", 256,
+                                          "--rope-lowering", "rotary23")
+    assert "x4, opset 20 -> 23" in stdout
+    nodes = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    makers = {o: n for n in grafted.graph.node for o in n.output}
+    assert len(nodes) == 4
+    for node in nodes:
+        attrs = {a.name: a.i for a in node.attribute}
+        assert attrs == {"interleaved": 0, "rotary_embedding_dim": rotary}
+        # the op takes all of x (not its first R dimensions) and no Concat on the last axis
+        # puts pass-through dimensions back (a KV cache's Concat on the sequence axis may read it)
+        assert makers[node.input[0]].op_type != "Slice"
+        assert not [n for n in grafted.graph.node if n.op_type == "Concat" and node.output[0]
+                    in n.input and onnx.helper.get_attribute_value(n.attribute[0]) in (3, -1)]
+
+
+@pytest.mark.parametrize("option", [("--quantize", "int8"), ("--mode", "sliced")])
+def test_rope_lowering_needs_the_float32_tables(exported, tmp_path, option):
+    """The fused ops read float32 cos/sin caches: with int8 tables or sliced RoPE (no table)
+    the lowering is one line, exit 2, nothing written."""
+    out = tmp_path / "o.onnx"
+    code, _, stderr = _cli("graft", exported("llama"), "--out", out, "--max-len", 256,
+                           "--rope-lowering", "rotary23", *option)
+    assert code == 2 and not out.exists()
+    assert stderr.strip().splitlines() == [
+        "error: --rope-lowering needs the float32 RoPE tables (--mode table, not with "
+        "--quantize int8 or --mode sliced)"]
+
+
+def test_rotary23_refuses_what_the_converter_cannot_convert():
+    """A model onnx's version converter cannot take to opset 23 is one line naming why."""
+    from onnx import TensorProto, helper
+
+    from edgepe.graft.lower import to_opset
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], alpha=1.0)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    with pytest.raises(edgepe.EdgepeError) as info:
+        to_opset(model)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(
+        "--rope-lowering rotary23 needs opset 23 and this model is opset 20: onnx's version "
+        "converter cannot take it there (")
+    assert to_opset(model, 20) is model  # at the opset already: left as it is
+
+
 def test_rope_lowering_refuses_a_pe_that_is_not_half_rope(exported, tmp_path):
+    for lowering in ("ort", "rotary23"):
+        code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
+                               "--rope-lowering", lowering)
+        assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
     code, _, stderr = _cli("graft", exported("gpt2"), "--out", tmp_path / "o.onnx",
-                           "--rope-lowering", "ort")
-    assert code == 2 and "--rope-lowering: the PE found is learned" in stderr
+                           "--rope-lowering", "rotary")
+    assert code == 2 and stderr.strip().splitlines() == [
+        "error: --rope-lowering 'rotary': choose ort (com.microsoft.RotaryEmbedding) or "
+        "rotary23 (the ONNX opset 23 RotaryEmbedding)"]
 
 
 def test_from_hf_config_checks_the_pe_against_edgepe_and_sets_max_len(exported, tmp_path):
@@ -458,3 +576,117 @@ def test_from_hf_config_checks_the_pe_against_edgepe_and_sets_max_len(exported, 
     code, _, stderr = _cli("graft", exported("llama"), "--out", tmp_path / "o3.onnx",
                            "--from-hf-config", path)
     assert code == 2 and "describes a 'learned' model; the PE graft found is rope" in stderr
+
+
+def test_from_hf_config_dynamic_ntk_grafts_up_to_max_position_embeddings(exported, tmp_path):
+    """A dynamic NTK config (``rope_type`` dynamic, factor 2, P = 256) is the default RoPE for
+    every running length <= P (tests/test_dynamic_ntk.py), so the Llama export's RoPE is that
+    model's there: grafted at P positions by default; more positions refused in one line with the
+    reason and the figures, nothing written."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_hf_models.config("llama-dynamic").to_dict()))
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", exported("llama"), "--out", out, "--from-hf-config",
+                                path)
+    assert code == 0, (stdout, stderr)
+    assert "256 positions" in stdout.splitlines()[1] and "1+255" in stdout
+    record = next(json.loads(p.value) for p in onnx.load(out, load_external_data=False)
+                  .metadata_props if p.key == "edgepe.graft.0")
+    assert record["hf_config"]["params"]["rope_type"] == "dynamic"
+    assert record["hf_config"]["inv_freq"].startswith("equal to edgepe's rope")
+    long = tmp_path / "long.onnx"
+    code, _, stderr = _cli("graft", exported("llama"), "--out", long, "--from-hf-config", path,
+                           "--max-len", 257)
+    assert code == 2 and not long.exists()
+    assert stderr.strip().splitlines() == [
+        "error: rope_type dynamic (NTK) is the default RoPE up to max_position_embeddings 256; "
+        "past it transformers recomputes inv_freq from the running length (base 10,000 -> "
+        "10,104.3 at 257 positions) and keeps it as state across calls, which no fixed table "
+        "reproduces: 257 positions asked, at most 256 are faithful; give --max-len at most that"]
+
+
+@pytest.mark.slow
+def test_torchscript_export_of_dynamic_ntk_llama(tmp_path):
+    """The one export a dynamic NTK model has (TorchScript, inv_freq frozen at the traced length
+    8 <= P: the default's), grafted with its config: proven, and on onnxruntime equal to the
+    transformers model in torch at positions up to P - 1, where dynamic NTK is the default."""
+    import torch
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        path = _hf_models.export_torchscript("llama-dynamic", tmp_path / "ts")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_hf_models.config("llama-dynamic").to_dict()))
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = _cli("graft", path, "--out", out, "--from-hf-config", config)
+    assert code == 0, (stdout, stderr)
+    assert "256 positions" in stdout and "positions 240..255" in stdout
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for start in (0, 100, 240):
+        ids = rng.integers(0, _hf_models.VOCAB, (2, 16))
+        positions = np.broadcast_to(np.arange(start, start + 16), (2, 16)).copy()
+        feeds = {"input_ids": ids, "attention_mask": np.ones((2, 16), np.int64),
+                 "position_ids": positions}
+        (got,) = session.run(["logits"], feeds)
+        with torch.no_grad():  # a fresh model each time: its cached length starts at P
+            want = _hf_models.model("llama-dynamic")(
+                **{k: torch.from_numpy(v) for k, v in feeds.items()}, use_cache=False).logits
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=TORCH_ATOL)
+
+
+@pytest.mark.parametrize("family", ["llama@23", pytest.param("phi@23", marks=pytest.mark.slow)])
+def test_an_opset_23_export_rotates_with_onnx_rotary_embedding(exported, tmp_path, family):
+    """torch 2.13 at ``opset_version=23`` writes each rotation as ONNX's RotaryEmbedding itself,
+    its caches ``Cos``/``Sin`` of ``positions * inv_freq`` ``[B, S, R/2]`` once per op: graft
+    finds that RoPE, replaces the caches by one table lookup (no Sin/Cos left), and with
+    ``--rope-lowering rotary23`` feeds the ops graft's tables and positions (no lookup left);
+    both proven and equal to the original ONNX model and torch. ``ort`` is refused there."""
+    stdout, original, grafted = _graft_and_check(exported, family, tmp_path, "--max-len", 256)
+    assert _opset(original) == 23
+    assert "at the caches of 4 RotaryEmbedding ops (opset 23)" in stdout.splitlines()[0]
+    before = [n.op_type for n in original.graph.node]
+    assert before.count("Cos") == before.count("Sin") == 4
+    ops = [n.op_type for n in grafted.graph.node]
+    assert not {"Sin", "Cos"} & set(ops) and ops.count("RotaryEmbedding") == 4
+    lowered = tmp_path / "lowered"
+    lowered.mkdir()
+    stdout, _, grafted = _graft_and_check(exported, family, lowered, "--max-len", 256,
+                                          "--rope-lowering", "rotary23")
+    assert "rotations fused into RotaryEmbedding (ONNX opset 23) x4)" in stdout
+    rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    tables = {t.name for t in grafted.graph.initializer if t.name.endswith("_table")}
+    assert len(rotary) == 4 and all(n.input[1:] == rotary[0].input[1:] for n in rotary)
+    assert set(rotary[0].input[1:3]) == tables and len(tables) == 2
+    assert rotary[0].input[3] == "edgepe_pe0/positions_squeezed"
+    assert "Gather" not in {n.op_type for n in grafted.graph.node
+                            if any(i.startswith("edgepe_pe0/") for i in n.input)}
+    code, _, stderr = _cli("graft", exported(family), "--out", tmp_path / "o.onnx",
+                           "--max-len", 256, "--rope-lowering", "ort")
+    assert code == 2 and "rotates with ONNX's RotaryEmbedding (opset 23) already" in stderr
+    code, _, stderr = _cli("graft", exported(family), "--out", tmp_path / "o.onnx",
+                           "--max-len", 256, "--mode", "sliced")
+    assert code == 2 and "read [.., R/2] caches: they go in as tables" in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lowering", ["rotary23", "ort"])
+def test_rope_lowering_gptj_interleaved(exported, tmp_path, lowering):
+    """GPT-J's interleaved partial rotation (``rotate_every_two`` on ``x[..., :4]`` of
+    ``[B, S, H, D]``, then the pass-through Concat) becomes one RotaryEmbedding per q/k
+    (``interleaved=1``, the op's 3-D form with ``num_heads``, ``rotary_embedding_dim=4``) fed
+    the [sin | cos] rows as its two caches; no Neg or Split left; proven, equal to torch."""
+    stdout, _, grafted = _graft_and_check(exported, "gptj", tmp_path, "--rope-lowering",
+                                          lowering)
+    assert "rotations fused into RotaryEmbedding" in stdout and " x4" in stdout
+    nodes = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(nodes) == 4 and {n.domain for n in nodes} == (
+        {"com.microsoft"} if lowering == "ort" else {""})
+    for node in nodes:
+        assert {a.name: a.i for a in node.attribute} == {
+            "interleaved": 1, "num_heads": 4, "rotary_embedding_dim": 4}
+    ops = {n.op_type for n in grafted.graph.node}
+    assert not ops & {"Neg", "Split"}
+    caches = {t.name: onnx.numpy_helper.to_array(t) for t in grafted.graph.initializer
+              if t.name.endswith("_cache")}
+    assert {c.shape for c in caches.values()} == {(256, 2)}

@@ -102,10 +102,14 @@ def from_hf(path: Path | None, scheme: str | None, max_len: str | None, d_model:
             raise BadParameterError(f"{' and '.join(missing)} {verb} required (or give "
                                     "--from-hf-config config.json)")
         return scheme, max_len, d_model, heads, params, None, None
-    from edgepe.schemes.hf_config import from_hf_config, read_hf_config
+    from edgepe.schemes.hf_config import check_dynamic_ntk, from_hf_config, read_hf_config
 
     raw = read_hf_config(path)
     t = from_hf_config(raw)
+    length = parse_int("--max-len", max_len) if max_len is not None else t.max_len
+    if length is not None and "seq_len" not in params and "rope_type" not in params:
+        check_dynamic_ntk(t, length, "give --max-len at most that, or --param seq_len=S for a "
+                          "table of one running length S's frequencies")
     if scheme is not None and scheme != t.scheme:
         raise BadParameterError(f"--scheme {scheme} disagrees with --from-hf-config, which "
                                 f"describes a {t.scheme!r} model; drop --scheme")

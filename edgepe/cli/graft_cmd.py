@@ -68,8 +68,9 @@ def command(
         "config.json; the PE found must be what it says (RoPE's frequencies edgepe's own for "
         "it), and its max_position_embeddings is the default --max-len.")] = None,
     rope_lowering: Annotated[str | None, typer.Option(
-        "--rope-lowering", metavar="ort", help="With no --pe/--scheme, RoPE found: also fuse "
-        "every layer's rotate-half arithmetic into onnxruntime's RotaryEmbedding.")] = None,
+        "--rope-lowering", metavar="ort|rotary23", help="With no --pe/--scheme, RoPE found: "
+        "also fuse every layer's rotate-half arithmetic into onnxruntime's RotaryEmbedding (ort) "
+        "or ONNX's opset-23 one (rotary23; the model converted up to opset 23).")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing --out (never the model, --pe or its manifest).")]
     = False,

@@ -56,9 +56,17 @@ from edgepe.graft.find_hf import (
     build_found,
     check_hf_config,
     find_pe,
+    merge_duplicates,
     streams,
 )
-from edgepe.graft.lower import lower_rope
+from edgepe.graft.lower import (
+    LOWERINGS,
+    check_lowered,
+    feed_tables,
+    lower_interleaved,
+    lower_rope,
+    to_opset,
+)
 from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
@@ -177,7 +185,9 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
     ``find_hf.TABLE_BYTES_LIMIT``, else sliced); ``rope_lowering`` ``'ort'``: also fuse the
-    rotations into onnxruntime's RotaryEmbedding (``lower.lower_rope``); ``hf_config``: the
+    rotations into onnxruntime's RotaryEmbedding, ``'rotary23'``: into ONNX's (opset 23; the model
+    converted up to it first, ``lower.to_opset``): ``lower.lower_rope`` (half layout),
+    ``lower_interleaved`` (GPT-J), ``feed_tables`` (the ops already there); ``hf_config``: the
     model's parsed ``config.json`` (``find_hf.check_hf_config``: the PE found must be what it
     says, RoPE's frequencies edgepe's own for it; its ``max_position_embeddings`` is the default
     ``max_len``).
@@ -186,10 +196,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         raise BadParameterError(f"{', '.join(sorted(unused))}: not an option of a PE graft finds "
                                 "itself (it takes --max-len, --mode, --quantize, "
                                 "--rope-lowering)")
-    if rope_lowering not in (None, "ort"):
+    if rope_lowering is not None and rope_lowering not in LOWERINGS:
         raise BadParameterError(
-            f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding); "
-            "rotary23 (the ONNX opset 23 op) is not built: these exports are opset 20")
+            f"--rope-lowering {rope_lowering!r}: choose ort (com.microsoft.RotaryEmbedding) or "
+            "rotary23 (the ONNX opset 23 RotaryEmbedding)")
     if quantize not in (None, "none", "int8"):
         raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
     if max_len is not None and max_len < 1:
@@ -228,10 +238,14 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                                        mode=mode)
         if hf_record is not None:
             record["hf_config"] = hf_record
-        step = splice_found(grafted if grafted is original else grafted.model, pe_model,
+        # the same caches computed more than once (opset-23 exports): one artifact for all
+        base, merged_away = merge_duplicates(grafted if grafted is original else grafted.model,
+                                             one)
+        step = splice_found(base, pe_model,
                             dict(zip((o.name for o in pe_model.graph.output), one.replaces,
                                      strict=True)),
                             one.positions, record, condition=record.get("condition"))
+        step.removed_nodes += merged_away
         if grafted is not original:  # the totals over every PE put in
             for key in ("removed_nodes", "removed_bytes", "pe_bytes", "metadata_bytes"):
                 setattr(step, key, getattr(step, key) + getattr(grafted, key))
@@ -241,16 +255,36 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
         length = reach if length is None else min(length, reach)
     if rope_lowering:
-        if pick.family != "rope" or pick.params.get("sincos"):
+        if pick.family != "rope":
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
-                                    f"{pick.where.split(' at ')[0]}, not half-layout RoPE")
-        fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces)
+                                    f"{pick.where.split(' at ')[0]}, not RoPE")
+        opset = _opset(grafted.model)
+        if pick.params.get("fused") and rope_lowering != "rotary23":
+            raise BadParameterError("--rope-lowering ort: this model rotates with ONNX's "
+                                    "RotaryEmbedding (opset 23) already; --rope-lowering "
+                                    "rotary23 feeds it graft's tables")
+        if rope_lowering == "rotary23":
+            grafted.model = to_opset(grafted.model)
+        if pick.params.get("fused"):
+            fused, gone = feed_tables(grafted.model, grafted.prefix, *pick.replaces)
+        elif pick.params.get("sincos"):  # GPT-J: interleaved
+            fused, gone = lower_interleaved(grafted.model, grafted.prefix, pick.replaces[0],
+                                            rope_lowering)
+        else:
+            fused, gone = lower_rope(grafted.model, grafted.prefix, *pick.replaces,
+                                     rope_lowering)
+        check_lowered(grafted.model)
         grafted.removed_nodes += gone
-        record["rope_lowering"] = {"op": "com.microsoft.RotaryEmbedding", "fused": fused}
+        record["rope_lowering"] = {"op": LOWERINGS[rope_lowering], "fused": fused}
+        if _opset(grafted.model) != opset:
+            record["rope_lowering"]["opset"] = f"{opset} -> {_opset(grafted.model)}"
         entry = grafted.model.metadata_props[-1]
         entry.value = json.dumps(record, sort_keys=True)
     kind = "int8" if record["quantize"] == "int8" else "float32"
-    lowered = f", rotations fused into RotaryEmbedding x{fused}" if rope_lowering else ""
+    lowered = (f", rotations fused into RotaryEmbedding"
+               f"{' (ONNX opset 23)' if rope_lowering == 'rotary23' else ''} x{fused}"
+               + (f", opset {record['rope_lowering']['opset']}"
+                  if "opset" in record["rope_lowering"] else "")) if rope_lowering else ""
     how = record["mode"] + (f" {','.join(map(str, record['slices']))}"
                             if record["mode"] == "sliced" else "")
     count = f" x{len(found)}" if len(found) > 1 else ""

@@ -15,6 +15,11 @@ parameters read from the model's own constants.
   past length of a KV cache). Longrope (Phi-3) picks one of two constant ``inv_freq`` by a
   ``Where`` on the positions at run time: the artifact holds both pairs of tables and the same
   ``Where`` on the model's own condition.
+- RoPE exported at ``opset_version=23`` (torch 2.13 writes each rotation as ONNX's
+  ``RotaryEmbedding``, its caches ``Cos``/``Sin`` of ``Cast(positions) * inv_freq`` ``[B, S,
+  R/2]``, once per op): the artifact is the same tables without the duplicated half, one lookup
+  for all the ops (``merge_duplicates``); ``--rope-lowering rotary23`` then feeds the ops the
+  tables and positions directly (``lower.feed_tables``).
 - Learned absolute (GPT-2; OPT, whose positions carry its offset 2; a constant sinusoidal table
   such as XGLM's): a constant float32 ``[L, D]`` table gathered by positions (not token ids). The
   artifact: the same rows (``--quantize int8``: a quarter of the bytes), gathered the same way.
@@ -163,6 +168,97 @@ def _rope(graph, consts, makers, readers) -> list[Found]:
                             "attention_factor": np.float32(factors[0]), "layout": "half",
                             "rotary_dim": rotary, "choice": choice}))
     return found
+
+
+def _rope_fused(graph, consts, makers, readers) -> list[Found]:
+    """RoPE as torch 2.13 exports it at ``opset_version=23``: the rotation is already ONNX's
+    ``RotaryEmbedding`` (no ``position_ids`` input), each op's caches ``Cos``/``Sin`` (optionally
+    times a constant scalar) of one ``f = Cast(positions) * inv_freq`` ``[B, S, R/2]``, recomputed
+    per op. One ``Found`` per ``f``: it replaces the first op's cos/sin; ``duplicates`` maps the
+    other ops' (the same ops on the same tensor) to them."""
+    import numpy as np
+
+    found = []
+    for mul in (n for n in graph.node if n.op_type == "Mul"):
+        inv = [i for i in mul.input if i in consts and np.asarray(consts[i]).ndim == 1]
+        cast = makers.get(next((i for i in mul.input if i not in inv), ""))
+        if len(inv) != 1 or cast is None or cast.op_type != "Cast" or \
+                np.asarray(consts[inv[0]]).dtype != np.float32:
+            continue
+        trig = [n for n in readers.get(mul.output[0], []) if n.op_type in ("Cos", "Sin")]
+        if not trig or len(trig) != len(readers[mul.output[0]]):
+            continue
+        caches: dict[str, list[str]] = {"Cos": [], "Sin": []}
+        factors, ops = set(), []
+        for node in trig:
+            out, factor = node.output[0], 1.0
+            users = readers.get(out, [])
+            scaled = _scalar_factor(users[0], consts) if len(users) == 1 else None
+            if scaled is not None:
+                factor, out = scaled[0], users[0].output[0]
+                users = readers.get(out, [])
+            slot = 1 if node.op_type == "Cos" else 2
+            if not users or any(u.op_type != "RotaryEmbedding" or u.domain not in ("", "ai.onnx")
+                                or len(u.input) != 3 or list(u.input).index(out) != slot
+                                for u in users):
+                break
+            caches[node.op_type].append(out)
+            factors.add(factor)
+            ops += users
+        else:
+            if len(factors) != 1 or not caches["Cos"] or not caches["Sin"]:
+                continue
+            layouts = {_attr(u, "interleaved", 0) for u in ops}
+            if len(layouts) != 1:
+                continue
+            inv_freq = np.asarray(consts[inv[0]])
+            factor = factors.pop()
+            cos, sin = caches["Cos"][0], caches["Sin"][0]
+            duplicates = {**{c: cos for c in caches["Cos"][1:]},
+                          **{c: sin for c in caches["Sin"][1:]}}
+            layout = "interleaved" if layouts.pop() else "half"
+            where = (f"({layout} layout, R={2 * inv_freq.size}"
+                     f", inv_freq {inv[0]!r} [{inv_freq.size}]"
+                     + (f", attention factor {factor:.6g}" if factor != 1.0 else "")
+                     + f") at the caches of {len({u.name for u in ops})} RotaryEmbedding ops "
+                     f"(opset 23), positions "
+                     f"{_origin(cast.input[0], makers, set(v.name for v in graph.input))}")
+            found.append(Found("rope", [cos, sin], cast.input[0], where,
+                               {"inv_freq": inv_freq, "inv_freq_name": inv[0],
+                                "attention_factor": np.float32(factor), "layout": layout,
+                                "rotary_dim": 2 * inv_freq.size, "choice": None,
+                                "fused": True, "duplicates": duplicates}))
+    return found
+
+
+def merge_duplicates(model, found: Found):
+    """``(model, nodes removed)``: ``model`` (a copy) with every reader of ``found``'s duplicate
+    caches reading the first ones instead (the same op on the same tensor: bit-identical), so one
+    artifact replaces them, and the nodes that made the duplicates (now read by nothing)
+    removed."""
+    import onnx
+
+    duplicates = found.params.get("duplicates") or {}
+    if not duplicates:
+        return model, 0
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = [duplicates.get(name, name) for name in node.input]
+    outputs = {o.name for o in graph.output}
+    makers = {o: n for n in graph.node for o in n.output}
+    todo, removed = list(duplicates), 0
+    while todo:
+        node = makers.get(todo.pop())
+        if node is None or node not in graph.node:
+            continue
+        read = {i for n in graph.node for i in n.input} | outputs
+        if read.intersection(node.output):
+            continue
+        graph.node.remove(node)
+        removed += 1
+        todo += list(node.input)
+    return model, removed
 
 
 def _ancestors(name: str, makers, limit: int = 64) -> tuple[set[str], set[str]]:
@@ -520,7 +616,8 @@ def find_pe(model) -> list[Found]:
     graph = model.graph
     consts = _constants(graph)
     makers, readers = _graph_index(graph)
-    return [*_rope(graph, consts, makers, readers), *_learned(graph, consts, makers, readers),
+    return [*_rope(graph, consts, makers, readers), *_rope_fused(graph, consts, makers, readers),
+            *_learned(graph, consts, makers, readers),
             *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers),
             *_rope_matmul(graph, consts, makers, readers),
             *_gptj_gather_elements(graph, consts, makers, readers)]
@@ -617,10 +714,13 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
     import numpy as np
 
     from edgepe.schemes import build, resolve
-    from edgepe.schemes.hf_config import from_hf_config
+    from edgepe.schemes.hf_config import check_dynamic_ntk, from_hf_config
 
     t = from_hf_config(config)
     family = "rope" if found.family == "rope" else found.family
+    if family == "rope":
+        check_dynamic_ntk(t, max_len if max_len is not None else t.max_len or DEFAULT_MAX_LEN,
+                          "give --max-len at most that")
     if t.scheme != family:
         raise BadParameterError(f"--from-hf-config describes a {t.scheme!r} model; the PE graft "
                                 f"found is {found.family} ({found.where})")
@@ -706,8 +806,13 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
         choice = found.params.get("choice")
         stored = max_len * found.params["rotary_dim"] * (2 if choice else 1) * (
             1 if quantize == "int8" else 4)
+        fused = found.params.get("fused")
+        if mode == "sliced" and fused:
+            raise BadParameterError("--mode sliced makes RoPE's cos/sin [.., R]; this model's "
+                                    "RotaryEmbedding ops read [.., R/2] caches: they go in as "
+                                    "tables (--mode table)")
         if mode == "sliced" or (mode is None and stored > table_bytes_limit
-                                and quantize == "none" and choice is None):
+                                and quantize == "none" and choice is None and not fused):
             pe, record = sliced_found(model, found, max_len, elem, dims)
             return (_flat_positions(pe) if flat else pe), record
         _check_size(max_len * found.params["rotary_dim"] * (2 if choice else 1), max_len,
@@ -727,7 +832,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
             record["inv_freq_if"] = {"condition": choice["condition"],
                                      "initializer": choice["names"][0],
                                      "values": choice["if_true"].tolist()}
-        squeeze, duplicate = True, True
+        squeeze, duplicate = True, not found.params.get("fused")  # fused: the op's [.., R/2]
     elif found.family == "alibi" and "length" in found.params:  # MPT: the constant computed
         from edgepe.graphs.model_tensors import alibi_distance_bias
 

@@ -1,5 +1,7 @@
-"""``--rope-lowering ort``: the model's rotate-half arithmetic replaced by onnxruntime's fused
-``com.microsoft.RotaryEmbedding`` in every attention layer (issue 29), after the RoPE tables are in.
+"""``--rope-lowering ort|rotary23``: the model's rotate-half arithmetic replaced by a fused
+``RotaryEmbedding`` in every attention layer (issue 29), after the RoPE tables are in: onnxruntime's
+``com.microsoft.RotaryEmbedding`` (``ort``), or the standard ``RotaryEmbedding`` of ONNX opset 23
+(``rotary23``, domain ``""``).
 
 Per layer, for q and for k, transformers' ``apply_rotary_pos_emb`` exports as ``Add(Mul(x,
 Unsqueeze(cos)), Mul(Concat(Neg(Slice(x, R/2..R)), Slice(x, 0..R/2)), Unsqueeze(sin)))`` on
@@ -8,6 +10,17 @@ Unsqueeze(cos)), Mul(Concat(Neg(Slice(x, R/2..R)), Slice(x, 0..R/2)), Unsqueeze(
 the op reads, and its positions the squeezed ``positions[..., None]``. The op exists on
 onnxruntime (contrib domain ``com.microsoft``, 4-D input ``[batch, heads, seq, head]``); the
 result is proven like any graft.
+
+``rotary23`` is the same rewrite with ONNX's op (inputs ``X, cos_cache, sin_cache,
+position_ids``, the same ``[B, H, S, R]`` 4-D layout), which needs the model at opset >= 23: a
+model exported below it is converted first by ``onnx.version_converter`` (``to_opset``; the
+proof then compares the converted, lowered model with the original), and refused in one line
+where the converter cannot take it there. Partial rotary (GPT-NeoX, Phi) slices ``x[..., :R]``
+before rotating and concatenates the pass-through dimensions after: with ``rotary23`` that
+``Concat(rotated, Slice(x, R..))`` is fused too, one op on all of ``x`` with
+``rotary_embedding_dim=R`` (the ONNX op's partial rotation); ``ort`` rotates the slice.
+GPT-J's interleaved rotation: ``lower_interleaved``; a model whose rotations are ONNX's op
+already (torch's opset-23 export): ``feed_tables``.
 """
 
 from __future__ import annotations
@@ -15,13 +28,49 @@ from __future__ import annotations
 from edgepe.contract.errors import BadParameterError
 
 DOMAIN = "com.microsoft"
+LOWERINGS = {"ort": "com.microsoft.RotaryEmbedding", "rotary23": "RotaryEmbedding (ONNX opset 23)"}
+OPSET_23 = 23
+TABLES_NEEDED = ("--rope-lowering needs the float32 RoPE tables (--mode table, not with "
+                 "--quantize int8 or --mode sliced)")
 
 
-def lower_rope(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
+def to_opset(model, version: int = OPSET_23):
+    """``model`` with its default-domain opset raised to ``version`` by ``onnx.version_converter``
+    (``model`` itself when it is there already), its IR version raised to what the opsets need
+    and its nodes' ``metadata_props`` kept;
+    one line (``BadParameterError``) where the converter fails or the result fails the checker."""
+    import onnx
+    from onnx import helper, version_converter
+
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if current is None or current >= version:
+        return model
+    try:
+        converted = version_converter.convert_version(model, version)
+        converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
+            list(converted.opset_import), ignore_unknown=True))
+        onnx.checker.check_model(converted)
+    except Exception as exc:  # noqa: BLE001 - the converter raises bare RuntimeErrors
+        reason = " ".join(str(exc).split())[:200]
+        raise BadParameterError(f"--rope-lowering rotary23 needs opset {version} and this model "
+                                f"is opset {current}: onnx's version converter cannot take it "
+                                f"there ({type(exc).__name__}: {reason}); use --rope-lowering "
+                                "ort, or export the model at opset 23") from None
+    # the converter drops the nodes' metadata_props (the dynamo exporter's stack traces and
+    # module names): kept, by node name, for every node it did not replace
+    kept = {n.name: n.metadata_props for n in model.graph.node if n.name and n.metadata_props}
+    for node in converted.graph.node:
+        if node.name in kept and not node.metadata_props:
+            node.metadata_props.extend(kept[node.name])
+    return converted
+
+
+def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") -> tuple[int, int]:
     """Rewrite ``model`` in place (see the module doc); returns how many rotations it fused and
     how many nodes it removed in all.
     ``prefix``: the graft's names (its tables ``{prefix}cos_table``/``sin_table`` and positions
-    ``{prefix}positions_squeezed``); ``cos``/``sin``: the tensors the model reads."""
+    ``{prefix}positions_squeezed``); ``cos``/``sin``: the tensors the model reads; ``lowering``:
+    ``ort`` or ``rotary23`` (the model already at opset >= 23: ``to_opset``)."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -30,8 +79,7 @@ def lower_rope(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
     table = consts.get(f"{prefix}{cos}_table")
     positions = f"{prefix}positions_squeezed"
     if table is None:
-        raise BadParameterError("--rope-lowering needs the float32 RoPE tables (not with "
-                                "--quantize int8)")
+        raise BadParameterError(TABLES_NEEDED)
     half = table.shape[1]
     makers = {o: n for n in graph.node for o in n.output}
     readers: dict[str, list] = {}
@@ -67,11 +115,16 @@ def lower_rope(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
         if const(first.input[1]) != [0] or const(first.input[2]) != [half] or \
                 const(second.input[1]) != [half] or const(second.input[3]) not in ([3], [-1]):
             continue
-        node = helper.make_node("RotaryEmbedding", [x, positions, f"{prefix}{cos}_table",
-                                                    f"{prefix}{sin}_table"], [add.output[0]],
-                                name=f"{prefix}rotary{fused}", domain=DOMAIN, interleaved=0)
-        graph.node.insert(list(graph.node).index(add), node)
-        drop.append(add)
+        tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
+        if lowering == "ort":
+            node = helper.make_node("RotaryEmbedding", [x, positions, *tables], [add.output[0]],
+                                    name=f"{prefix}rotary{fused}", domain=DOMAIN, interleaved=0)
+            replaced = add
+        else:
+            node, replaced = _standard(add, x, [*tables, positions], half, makers, readers, const,
+                                       f"{prefix}rotary{fused}")
+        graph.node.insert(list(graph.node).index(replaced), node)
+        drop.append(replaced)
         fused += 1
     if not fused:
         raise BadParameterError("--rope-lowering: no rotate-half arithmetic (Add(Mul(x, cos), "
@@ -80,9 +133,199 @@ def lower_rope(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
     for add in drop:
         graph.node.remove(add)
     _prune(graph)
-    if not any(o.domain == DOMAIN for o in model.opset_import):
+    if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return fused, before - len(graph.node) + fused
+
+
+def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple[int, int]:
+    """GPT-J's interleaved rotation (``rotate_every_two``) fused, as ``lower_rope`` does for the
+    half layout. GPT-J rotates ``q``/``k`` as ``[B, S, H, D]`` (before its permute), reading the
+    graft's ``[sin | cos]`` rows ``replaced`` through a ``Split`` and a ``repeat_interleave``:
+    ``Add(Mul(x, rep(cos)), Mul(Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[...,
+    ::2]))), rep(sin)))``, ``x = v[..., :R]`` and ``Concat(that, v[..., R:])`` when partial. That
+    becomes ``Reshape(RotaryEmbedding(Reshape(v, [B, S, H D]), ..., interleaved=1,
+    num_heads=H, rotary_embedding_dim=R), Shape(v))``: the op's 3-D form (its 4-D form is
+    ``[B, H, S, D]``), with ``H`` from the model's shapes (a rotation whose ``H`` is not static
+    stays as it is). The ``[L, R]`` table is stored as the op's two ``[L, R/2]`` caches."""
+    import numpy as np
+    from onnx import helper, numpy_helper, shape_inference
+
+    graph = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    table = consts.get(f"{prefix}{replaced}_table")
+    if table is None:
+        raise BadParameterError(TABLES_NEEDED)
+    half = table.shape[1] // 2
+    makers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    split = next((n for n in readers.get(replaced, []) if n.op_type == "Split"
+                  and len(n.output) == 2), None)
+    if split is None:
+        raise BadParameterError(f"--rope-lowering: no Split of GPT-J's [sin | cos] rows "
+                                f"{replaced!r} into sin and cos found")
+    sin_rows, cos_rows = split.output
+    try:
+        shapes = {v.name: v.type.tensor_type.shape for v in
+                  shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # noqa: BLE001 - no shapes: no rotation is fused (refused below)
+        shapes = {}
+
+    def const(name: str):
+        return np.asarray(consts[name]).ravel().tolist() if name in consts else None
+
+    def repeated(name: str) -> str:  # through repeat_interleave's Unsqueeze/Expand/Reshape
+        for _ in range(6):
+            node = makers.get(name)
+            if node is None or node.op_type not in ("Unsqueeze", "Expand", "Reshape"):
+                break
+            name = node.input[0]
+        return name
+
+    def every_two(node, x: str, start: int) -> bool:
+        return node is not None and node.op_type == "Slice" and node.input[0] == x and \
+            const(node.input[1]) == [start] and const(node.input[3]) in ([3], [-1]) and \
+            len(node.input) > 4 and const(node.input[4]) == [2]
+
+    def unsqueezed(name: str):
+        node = makers.get(name)
+        return makers.get(node.input[0]) if node is not None and node.op_type == "Unsqueeze" \
+            else None
+
+    caches = [f"{prefix}cos_cache", f"{prefix}sin_cache"]
+    positions = f"{prefix}positions_squeezed"
+    fused, drop, new = 0, [], []
+    for add in [n for n in graph.node if n.op_type == "Add"]:
+        muls = [makers.get(i) for i in add.input]
+        if any(m is None or m.op_type != "Mul" for m in muls):
+            continue
+        direct = next((m for m in muls if any(repeated(i) == cos_rows for i in m.input)), None)
+        rotated = next((m for m in muls if any(repeated(i) == sin_rows for i in m.input)), None)
+        if direct is None or rotated is None or direct is rotated:
+            continue
+        x = next(i for i in direct.input if repeated(i) != cos_rows)
+        flat = makers.get(next(i for i in rotated.input if repeated(i) != sin_rows))
+        stack = makers.get(flat.input[0]) if flat is not None and flat.op_type == "Reshape" \
+            else None
+        if stack is None or stack.op_type != "Concat" or len(stack.input) != 2:
+            continue
+        neg, even = unsqueezed(stack.input[0]), unsqueezed(stack.input[1])
+        odd = makers.get(neg.input[0]) if neg is not None and neg.op_type == "Neg" else None
+        if not (every_two(odd, x, 1) and every_two(even, x, 0)):
+            continue
+        replaced_node, source = add, x
+        sliced, users = makers.get(x), readers.get(add.output[0], [])
+        if sliced is not None and sliced.op_type == "Slice" and const(sliced.input[1]) == [0] \
+                and const(sliced.input[2]) == [2 * half] and len(users) == 1 and \
+                users[0].op_type == "Concat" and users[0].input[0] == add.output[0]:
+            rest = makers.get(users[0].input[1])
+            if rest is not None and rest.op_type == "Slice" and \
+                    rest.input[0] == sliced.input[0] and const(rest.input[1]) == [2 * half]:
+                replaced_node, source = users[0], sliced.input[0]
+        dims = shapes.get(source)
+        heads = dims.dim[2].dim_value if dims is not None and len(dims.dim) == 4 else 0
+        if not heads:
+            continue
+        name = f"{prefix}rotary{fused}"
+        ins = [f"{name}/flat", *([positions, *caches] if lowering == "ort" else
+                                 [*caches, positions])]
+        new.append((replaced_node, [
+            helper.make_node("Reshape", [source, f"{prefix}flat_shape"], [f"{name}/flat"],
+                             name=f"{name}/flatten"),
+            helper.make_node("RotaryEmbedding", ins, [f"{name}/out"], name=name,
+                             domain=DOMAIN if lowering == "ort" else "", interleaved=1,
+                             num_heads=heads, rotary_embedding_dim=2 * half),
+            helper.make_node("Shape", [source], [f"{name}/shape"], name=f"{name}/shape"),
+            helper.make_node("Reshape", [f"{name}/out", f"{name}/shape"],
+                             [replaced_node.output[0]], name=f"{name}/unflatten")]))
+        drop.append(replaced_node)
+        fused += 1
+    if not fused:
+        raise BadParameterError("--rope-lowering: no GPT-J rotation (Add(Mul(x, cos), "
+                                "Mul(rotate_every_two(x), sin)) on [B, S, H, D] with static H) "
+                                "found on the [sin | cos] rows")
+    for node, nodes in new:
+        at = list(graph.node).index(node)
+        for k, made in enumerate(nodes):
+            graph.node.insert(at + k, made)
+    graph.initializer.extend([
+        numpy_helper.from_array(np.ascontiguousarray(table[:, half:]), caches[0]),
+        numpy_helper.from_array(np.ascontiguousarray(table[:, :half]), caches[1]),
+        numpy_helper.from_array(np.asarray([0, 0, -1], np.int64), f"{prefix}flat_shape")])
+    before = len(graph.node)
+    for node in drop:
+        graph.node.remove(node)
+    _prune(graph)
+    if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return fused, before - len(graph.node) + 3 * fused
+
+
+def feed_tables(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
+    """``--rope-lowering rotary23`` on a model whose rotations are ONNX's ``RotaryEmbedding``
+    already (torch's opset-23 export): each op reading the grafted caches ``cos``/``sin``
+    ``[B, S, R/2]`` reads graft's tables and positions instead (its ``position_ids`` input),
+    and the gathers go; returns ``lower_rope``'s figures."""
+    graph = model.graph
+    tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
+    if not {t.name for t in graph.initializer} >= set(tables):
+        raise BadParameterError(TABLES_NEEDED)
+    fed = 0
+    for node in graph.node:
+        if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx") and \
+                list(node.input[1:]) == [cos, sin]:
+            node.input[1:] = [*tables, f"{prefix}positions_squeezed"]
+            fed += 1
+    before = len(graph.node)
+    _prune(graph)
+    return fed, before - len(graph.node)
+
+
+def _standard(add, x: str, rest: list[str], half: int, makers, readers, const, name: str):
+    """``(node, replaced)``: ONNX's ``RotaryEmbedding`` for the rotation ``add`` of ``x``;
+    for partial rotary (``x = Slice(v, 0..2 half)`` on the last axis, read only here, and the one
+    reader of ``add`` a ``Concat(add, Slice(v, 2 half..))`` on the last axis) the op takes all of
+    ``v`` with ``rotary_embedding_dim`` and replaces that ``Concat``."""
+    from onnx import helper
+
+    rot = 2 * half
+    sliced = makers.get(x)
+    users = readers.get(add.output[0], [])
+    concat = users[0] if len(users) == 1 else None
+
+    def last_axis(node) -> bool:
+        return len(node.input) > 3 and const(node.input[3]) in ([3], [-1])
+
+    if sliced is not None and sliced.op_type == "Slice" and last_axis(sliced) and \
+            const(sliced.input[1]) == [0] and const(sliced.input[2]) == [rot] and \
+            concat is not None and concat.op_type == "Concat" and len(concat.input) == 2 and \
+            concat.input[0] == add.output[0] and \
+            any(a.name == "axis" and a.i in (3, -1) for a in concat.attribute):
+        passing = makers.get(concat.input[1])
+        source = sliced.input[0]
+        if passing is not None and passing.op_type == "Slice" and passing.input[0] == source \
+                and last_axis(passing) and const(passing.input[1]) == [rot] and \
+                len(readers.get(x, [])) == 3:  # the Mul by cos and the two halves' Slices
+            return helper.make_node("RotaryEmbedding", [source, *rest], [concat.output[0]],
+                                    name=name, interleaved=0, rotary_embedding_dim=rot), concat
+    return helper.make_node("RotaryEmbedding", [x, *rest], [add.output[0]], name=name,
+                            interleaved=0), add
+
+
+def check_lowered(model) -> None:
+    """The lowered model must pass ``onnx.checker`` in full, as every graft does (one line if
+    it does not)."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise BadParameterError(f"the lowered model does not pass onnx.checker: {first}") \
+            from None
 
 
 def _prune(graph) -> None:

@@ -314,7 +314,11 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
                 params[key] = value
             if (attention := r.float("attention_factor", positive=True)) is not None:
                 params["attention_factor"] = attention
-        if kind in ("dynamic", "longrope"):
+        if kind == "dynamic":
+            notes.append("dynamic: up to max_position_embeddings it is the default RoPE; "
+                         "past it the model switches with its running length "
+                         "(check_dynamic_ntk)")
+        if kind == "longrope":
             notes.append(f"{kind}: frequencies for a sequence of max_len positions (seq_len; "
                          "the model switches them with its running length)")
     return HFTranslation("rope", params, max_len, head_dim, None, tuple(notes))
@@ -393,3 +397,32 @@ def _sinusoidal(c: _Reader, model_type: str) -> HFTranslation:
             pad = c.int("pad_token_id", low=0)
             params["offset"] = (1 if pad is None else pad) + 1
     return HFTranslation("sinusoidal", params, max_len, width, None, tuple(notes))
+
+
+def check_dynamic_ntk(t: HFTranslation, max_len: int, remedy: str) -> None:
+    """One line (``BadParameterError``) when ``t`` is dynamic NTK RoPE and ``max_len`` positions
+    reach past its ``max_position_embeddings`` ``P``; nothing otherwise.
+
+    transformers 5 (``modeling_rope_utils``): ``_compute_dynamic_ntk_parameters`` at init (and
+    for any ``seq_len <= P``) computes ``base ((factor P / P) - (factor - 1))^(R / (R - 2))`` =
+    ``base``: the default RoPE. ``dynamic_rope_update``'s forward takes ``seq_len =
+    max(position_ids) + 1`` and, once it passes the longest length the module has cached,
+    recomputes ``inv_freq``
+    for it and keeps that as module state (reset only by a later call shorter than ``P``), while
+    the keys already in a KV cache keep the frequencies they were rotated with. So up to ``P``
+    positions a table of the default frequencies is exactly the model's RoPE; past ``P`` the
+    frequencies depend on the running length and on the calls before, which no fixed table or
+    stateless graph reproduces. ``remedy`` ends the line (what the command offers instead)."""
+    p = t.params
+    original = p.get("original_max_position_embeddings")
+    if p.get("rope_type") != "dynamic" or original is None or max_len <= original:
+        return
+    dim = p.get("rotary_dim") or t.d_model
+    factor, base = p["factor"], p["base"]
+    grown = base * ((factor * max_len / original) - (factor - 1)) ** (dim / (dim - 2))
+    raise BadParameterError(
+        f"rope_type dynamic (NTK) is the default RoPE up to max_position_embeddings {original}; "
+        f"past it transformers recomputes inv_freq from the running length (base {base:,.6g} -> "
+        f"{grown:,.6g} at {max_len} positions) and keeps it as state across calls, which no "
+        f"fixed table reproduces: {max_len} positions asked, at most {original} are faithful; "
+        f"{remedy}")

@@ -16,12 +16,14 @@ import onnx
 from edgepe.audit import _elem_types
 from edgepe.targets.profiles import RULES, Profile
 
-# Inputs that are shapes, axes or indices, per op (position -> what it is); not data.
+# Inputs that are shapes, axes or indices, per op (position -> what it is); not data. ONNX's
+# RotaryEmbedding takes (X, cos_cache, sin_cache, position_ids), onnxruntime's contrib one
+# (X, position_ids, cos_cache, sin_cache).
 SHAPE_OPERANDS = {
     "Unsqueeze": {1: "axes"}, "Squeeze": {1: "axes"}, "Reshape": {1: "shape"},
     "Expand": {1: "shape"}, "Tile": {1: "repeats"}, "Split": {1: "split"},
     "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"}, "Gather": {1: "indices"},
-    "RotaryEmbedding": {1: "position_ids"}, "com.microsoft.RotaryEmbedding": {1: "position_ids"},
+    "RotaryEmbedding": {3: "position_ids"}, "com.microsoft.RotaryEmbedding": {1: "position_ids"},
 }
 # Producers of computed Gather indices that edgepe's table graphs use to clamp them to
 # [0, L - 1] (graphs/_common.clamp_int64): enough for "nonnegative-gather-indices".
