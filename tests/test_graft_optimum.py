@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 
 import edgepe
 from edgepe.cli import app
+from edgepe.contract.errors import BadParameterError
 from edgepe.graft.prove import hf_feeds
 
 DATA = Path(__file__).resolve().parent / "data" / "optimum"
@@ -192,6 +193,31 @@ def test_optimum_llama_sliced_and_int8(options, tmp_path):
     assert options[1] in result.stdout.splitlines()[1]
     assert "MISMATCH" not in result.stdout and out.exists()
     assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
+
+
+@pytest.mark.parametrize("family,lowering", [("llama", "ort"), ("phi", "ort"),
+                                             ("llama-yarn", "rotary23"),
+                                             ("gpt_neox", "rotary23")])
+def test_optimum_rope_lowering_fuses_every_rotation(family, lowering, tmp_path):
+    """``--rope-lowering ort|rotary23`` on Optimum's graphs (cos/sin through a Cast, the slice
+    bounds traced from ``x.shape[-1] // 2``): q and k of both layers fused (4 ops), no
+    rotate-half ``Neg`` left, every output equal to the original's at ``CASES``."""
+    path = DATA / family / "model.onnx"
+    out = tmp_path / "out.onnx"
+    report = edgepe.graft(path, out=out, max_len=256, rope_lowering=lowering)
+    assert report, str(report)
+    assert "rotations fused into RotaryEmbedding" in str(report) and " x4" in str(report)
+    grafted = onnx.load(out)
+    ops = [n.op_type for n in grafted.graph.node]
+    assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops
+    domains = {n.domain for n in grafted.graph.node if n.op_type == "RotaryEmbedding"}
+    assert domains == ({"com.microsoft"} if lowering == "ort" else {""})
+    _check_equal(family, path, out)
+
+
+def test_optimum_gptj_rope_lowering_is_refused_in_one_line():
+    with pytest.raises(BadParameterError, match="no Split of GPT-J"):
+        edgepe.graft(DATA / "gptj" / "model.onnx", rope_lowering="ort")
 
 
 @pytest.mark.parametrize("family", sorted(FOUND))

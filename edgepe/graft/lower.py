@@ -7,7 +7,10 @@ Per layer, for q and for k, transformers' ``apply_rotary_pos_emb`` exports as ``
 Unsqueeze(cos)), Mul(Concat(Neg(Slice(x, R/2..R)), Slice(x, 0..R/2)), Unsqueeze(sin)))`` on
 ``x [B, H, S, R]``. That becomes one ``RotaryEmbedding(x, position_ids [B, S], cos_table
 [L, R/2], sin_table [L, R/2])`` (``interleaved=0``): the graft's own tables are exactly the caches
-the op reads, and its positions the squeezed ``positions[..., None]``. The op exists on
+the op reads, and its positions the squeezed ``positions[..., None]``. Optimum's exports (the
+TorchScript exporter) read cos/sin through a float32 ``Cast`` and slice at ``x.shape[-1] // 2``
+traced (one tensor unsqueezed twice) instead of constants: both forms are matched, and the
+proof checks what was fused. The op exists on
 onnxruntime (contrib domain ``com.microsoft``, 4-D input ``[batch, heads, seq, head]``); the
 result is proven like any graft.
 
@@ -26,6 +29,7 @@ already (torch's opset-23 export): ``feed_tables``.
 from __future__ import annotations
 
 from edgepe.contract.errors import BadParameterError
+from edgepe.graft.find import _constants
 
 DOMAIN = "com.microsoft"
 LOWERINGS = {"ort": "com.microsoft.RotaryEmbedding", "rotary23": "RotaryEmbedding (ONNX opset 23)"}
@@ -72,10 +76,10 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     ``{prefix}positions_squeezed``); ``cos``/``sin``: the tensors the model reads; ``lowering``:
     ``ort`` or ``rotary23`` (the model already at opset >= 23: ``to_opset``)."""
     import numpy as np
-    from onnx import helper, numpy_helper
+    from onnx import TensorProto, helper
 
     graph = model.graph
-    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    consts = _constants(graph)  # initializers and Constant nodes (the TorchScript exporter's)
     table = consts.get(f"{prefix}{cos}_table")
     positions = f"{prefix}positions_squeezed"
     if table is None:
@@ -88,11 +92,28 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
             readers.setdefault(name, []).append(node)
 
     def unsqueezed(name: str, source: str) -> bool:
+        """``Unsqueeze(source)``, or of a float32-to-float32 ``Cast`` of it (Optimum's
+        exports cast cos/sin to the query's dtype first)."""
         node = makers.get(name)
-        return node is not None and node.op_type == "Unsqueeze" and node.input[0] == source
+        if node is None or node.op_type != "Unsqueeze":
+            return False
+        cast = makers.get(node.input[0])
+        return node.input[0] == source or (
+            cast is not None and cast.op_type == "Cast" and cast.input[0] == source
+            and cast.attribute[0].i == TensorProto.FLOAT)
 
     def const(name: str):
         return np.asarray(consts[name]).ravel().tolist() if name in consts else None
+
+    def same_half(end: str, start: str) -> bool:
+        """The first slice's end and the second's start are ``half``: constants, or (Optimum's
+        exports, ``x.shape[-1] // 2`` traced) one tensor, each through its own ``Unsqueeze``;
+        the proof checks the value."""
+        if const(end) == [half] and const(start) == [half]:
+            return True
+        a, b = makers.get(end), makers.get(start)
+        return (a is not None and b is not None and a.op_type == b.op_type == "Unsqueeze"
+                and a.input[0] == b.input[0] and const(a.input[1]) == const(b.input[1]))
 
     fused, drop = 0, []
     for add in [n for n in graph.node if n.op_type == "Add"]:
@@ -112,8 +133,9 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
         if first is None or second is None or first.op_type != "Slice" or \
                 second.op_type != "Slice" or first.input[0] != x or second.input[0] != x:
             continue
-        if const(first.input[1]) != [0] or const(first.input[2]) != [half] or \
-                const(second.input[1]) != [half] or const(second.input[3]) not in ([3], [-1]):
+        steps = [const(n.input[4]) for n in (first, second) if len(n.input) > 4]
+        if const(first.input[1]) != [0] or not same_half(first.input[2], second.input[1]) or \
+                const(second.input[3]) not in ([3], [-1]) or any(v != [1] for v in steps):
             continue
         tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
         if lowering == "ort":
