@@ -22,7 +22,8 @@ where the converter cannot take it there. Partial rotary (GPT-NeoX, Phi) slices 
 before rotating and concatenates the pass-through dimensions after: with ``rotary23`` that
 ``Concat(rotated, Slice(x, R..))`` is fused too, one op on all of ``x`` with
 ``rotary_embedding_dim=R`` (the ONNX op's partial rotation); ``ort`` rotates the slice.
-GPT-J's interleaved rotation: ``lower_interleaved``; a model whose rotations are ONNX's op
+GPT-J's interleaved rotation: ``lower_interleaved`` (Optimum's too: its rows cast, repeated by
+``Tile``, the table read by ``position_ids`` itself); a model whose rotations are ONNX's op
 already (torch's opset-23 export): ``feed_tables``.
 """
 
@@ -171,10 +172,10 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     ``[B, H, S, D]``), with ``H`` from the model's shapes (a rotation whose ``H`` is not static
     stays as it is). The ``[L, R]`` table is stored as the op's two ``[L, R/2]`` caches."""
     import numpy as np
-    from onnx import helper, numpy_helper, shape_inference
+    from onnx import TensorProto, helper, numpy_helper, shape_inference
 
     graph = model.graph
-    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    consts = _constants(graph)  # initializers and Constant nodes (the TorchScript exporter's)
     table = consts.get(f"{prefix}{replaced}_table")
     if table is None:
         raise BadParameterError(TABLES_NEEDED)
@@ -184,7 +185,10 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     for node in graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
-    split = next((n for n in readers.get(replaced, []) if n.op_type == "Split"
+    # the rows, or a float32 Cast of them (Optimum's export casts them to the query's dtype)
+    rows = [replaced, *(n.output[0] for n in readers.get(replaced, []) if n.op_type == "Cast"
+                        and n.attribute[0].i == TensorProto.FLOAT)]
+    split = next((n for r in rows for n in readers.get(r, []) if n.op_type == "Split"
                   and len(n.output) == 2), None)
     if split is None:
         raise BadParameterError(f"--rope-lowering: no Split of GPT-J's [sin | cos] rows "
@@ -192,7 +196,7 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     sin_rows, cos_rows = split.output
     try:
         shapes = {v.name: v.type.tensor_type.shape for v in
-                  shape_inference.infer_shapes(model).graph.value_info}
+                  shape_inference.infer_shapes(model, data_prop=True).graph.value_info}
     except Exception:  # noqa: BLE001 - no shapes: no rotation is fused (refused below)
         shapes = {}
 
@@ -200,9 +204,9 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
         return np.asarray(consts[name]).ravel().tolist() if name in consts else None
 
     def repeated(name: str) -> str:  # through repeat_interleave's Unsqueeze/Expand/Reshape
-        for _ in range(6):
+        for _ in range(6):  # (Tile where the TorchScript exporter wrote it: Optimum's)
             node = makers.get(name)
-            if node is None or node.op_type not in ("Unsqueeze", "Expand", "Reshape"):
+            if node is None or node.op_type not in ("Unsqueeze", "Expand", "Reshape", "Tile"):
                 break
             name = node.input[0]
         return name
@@ -219,6 +223,9 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
 
     caches = [f"{prefix}cos_cache", f"{prefix}sin_cache"]
     positions = f"{prefix}positions_squeezed"
+    if positions not in makers:  # the table read by the model's own [B, S] ids (Optimum's)
+        positions = next(n.input[1] for n in graph.node if n.op_type == "Gather"
+                         and n.input[0] == f"{prefix}{replaced}_table")
     fused, drop, new = 0, [], []
     for add in [n for n in graph.node if n.op_type == "Add"]:
         muls = [makers.get(i) for i in add.input]
