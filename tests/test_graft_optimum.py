@@ -195,6 +195,32 @@ def test_optimum_llama_sliced_and_int8(options, tmp_path):
     assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
 
 
+def test_the_proof_covers_every_position_of_the_table(monkeypatch, tmp_path):
+    """One wrong table row, at a position no proof run reaches by itself (200 of 256): graft's
+    proof fails on its every-position pass (the replaced tensors' cone at 256 tokens) and
+    writes nothing; with the row right it passes."""
+    from edgepe.graft import find_hf
+
+    real = find_hf.rope_tables
+
+    def one_wrong_row(found, max_len, inv_freq=None):
+        tables = real(found, max_len, inv_freq)
+        first = next(iter(tables))
+        tables[first] = tables[first].copy()
+        tables[first][200, 0] += np.float32(1e-3)
+        return tables
+
+    path, out = DATA / "llama" / "model.onnx", tmp_path / "out.onnx"
+    monkeypatch.setattr(find_hf, "rope_tables", one_wrong_row)
+    report = edgepe.graft(path, out=out, max_len=256)
+    assert not report and not out.exists()
+    failed = [c for c in report.checks if not c.passed]
+    assert failed and all(c.name.startswith("/model/rotary_emb/") for c in failed), failed
+    assert report.lengths[-1] == "every position 0..255 (the replaced tensors)"
+    monkeypatch.setattr(find_hf, "rope_tables", real)
+    assert edgepe.graft(path, out=out, max_len=256)
+
+
 @pytest.mark.parametrize("family,lowering", [("llama", "ort"), ("phi", "ort"),
                                              ("llama-yarn", "rotary23"),
                                              ("gpt_neox", "rotary23"), ("gptj", "ort"),

@@ -348,7 +348,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
                 bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0):
     """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
     onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
-    proof), on ``proof_cases``.
+    proof), on ``proof_cases``; the replaced tensors also at every position below ``max_len``
+    (``_cone_run``: one sequence of ``max_len`` tokens through each model's PE alone).
 
     Tolerances: a replaced tensor, ``bound`` (the artifact's quantisation bound; 0 for float
     tables) plus 4 ulp of its largest value (the table holds correctly rounded cos/sin of the
@@ -389,7 +390,21 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
             err[name] = max(err[name], _max_diff(got[name], want[name]))
             peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
                                                .max(initial=0.0)))
-    gain = _gain(original, replaces, cases, max_len, names, seed) if bound else {}
+    # The replaced tensors at every position the tables cover, not only those the runs reach:
+    # each model's cone of them (the PE and the shape arithmetic of its inputs) at one sequence
+    # of max_len tokens.
+    every = [n for n in names if n in replaces]
+    if every:
+        feeds = hf_feeds(mine, max_len, 0, 0, max_len, rng)
+        want = _cone_run(original, every, feeds, max_len, "original")
+        got = _cone_run(grafted.model, every, feeds, max_len, "grafted")
+        for name in every:
+            err[name] = max(err[name], _max_diff(got[name], want[name]))
+            peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
+                                               .max(initial=0.0)))
+        cases = [*cases, (max_len, 0, 0, -1)]  # (shift -1: the label says what it was)
+    gain = _gain(original, replaces, cases[:-1] if every else cases, max_len, names, seed) \
+        if bound else {}
     checks = []
     for name in names:
         ulp = float(np.spacing(np.float32(peak[name])))
@@ -398,9 +413,45 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
         else:
             tol = FLOAT_ULPS * ulp + 2 * gain.get(name, 0.0) * bound
         checks.append(OutputCheck(name, err[name], tol))
-    return [f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
+    return [f"every position 0..{s - 1} (the replaced tensors)" if shift < 0 else
+            f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
             f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
             for s, p, pad, shift in cases], checks
+
+
+def _cone_run(model, names: Sequence[str], feeds: dict, length: int, which: str) -> dict:
+    """``names`` computed by ``model``'s cone of them alone (the nodes they depend on, the
+    inputs and initializers those read; no attention, no MLP), on ``feeds`` (those of its
+    inputs): cheap at every position of a long table."""
+    import onnx
+    from onnx import helper
+
+    graph = model.graph
+    makers = {o: n for n in graph.node for o in n.output}
+    kept, todo, seen = set(), list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = makers.get(name)
+        if node is not None:
+            kept.add(id(node))
+            todo += [i for i in node.input if i]
+    nodes = [n for n in graph.node if id(n) in kept]
+    used = {i for n in nodes for i in n.input} | set(names)
+    cone = helper.make_graph(
+        nodes, "cone", [v for v in graph.input if v.name in used],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names],
+        [t for t in graph.initializer if t.name in used])
+    cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
+                                   ir_version=model.ir_version)
+    cone_model.functions.extend(model.functions)
+    session = _session(cone_model)
+    mine = {i.name for i in session.get_inputs()}
+    out = _run(session, list(names), {k: v for k, v in feeds.items() if k in mine}, length,
+               which)
+    return dict(zip(names, out, strict=True))
 
 
 def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int):
