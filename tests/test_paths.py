@@ -37,8 +37,11 @@ def test_ctrl_c_mid_export_exits_130_and_leaves_nothing_half_written(tmp_path):
     old artifact surviving a SIGKILL; this is the one process (a torch import) a run costs."""
     out = tmp_path / "table.npy"
     # 65536 x 512 float32 = 128 MiB, written in chunks: caught midway
+    # SIGINT back to its default in the child: a shell's background job (or a runner started
+    # from one) ignores it, the child inherits that, and Python then installs no handler.
     big = subprocess.Popen(_export(out, 65536, 512), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
