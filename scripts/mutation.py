@@ -51,6 +51,12 @@ DOCS_MD = ROOT / "docs" / "mutation.md"
 # Every module of contract, graphs, formats, export/compare, rebuild, verify and graft is listed
 # but those with no function for mutmut to mutate (constants only: contract/version.py,
 # formats/c_schemes.py, the package __init__ files of contract and formats).
+# tests/test_paths.py's tests of check_untrusted (the rest of that file runs exports: slow)
+_CHECK_UNTRUSTED = tuple(f"tests/test_paths.py::test_{name}" for name in (
+    "an_emitted_op_is_accepted", "a_subgraph_in_an_attribute_of_an_emitted_op_is_refused",
+    "a_list_of_subgraphs_in_an_attribute_is_refused", "a_plain_attribute_is_not_a_subgraph",
+    "the_op_allow_list_is_per_domain",
+    "external_data_sparse_initializers_and_functions_are_refused"))
 MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/contract/errors.py": ("tests/test_cli_errors.py", "tests/test_mutation_kills.py"),
     "edgepe/contract/manifest.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
@@ -58,16 +64,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/targets/check.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
     "edgepe/graphs/quant.py": ("tests/test_bound_pins.py", "tests/test_mutation_kills.py"),
     "edgepe/audit.py": ("tests/test_graph_audit.py", "tests/test_mutation_kills.py",
-                        *(f"tests/test_paths.py::test_{name}" for name in (
-                            "an_emitted_op_is_accepted",
-                            "a_subgraph_in_an_attribute_of_an_emitted_op_is_refused",
-                            "a_list_of_subgraphs_in_an_attribute_is_refused",
-                            "a_plain_attribute_is_not_a_subgraph",
-                            "the_op_allow_list_is_per_domain",
-                            "external_data_sparse_initializers_and_functions_are_refused"))),
-    "edgepe/graphs/untrusted.py": ("tests/test_graph_audit.py", "tests/test_mutation_kills.py",
-                                   "tests/test_paths.py"),
-    "edgepe/export/compare.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py"),
+                        *_CHECK_UNTRUSTED),
+    "edgepe/graphs/untrusted.py": ("tests/test_tensor_bound.py", "tests/test_mutation_kills.py",
+                                   *_CHECK_UNTRUSTED),
+    "edgepe/export/compare.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py",
+                                 "tests/test_artifact_io.py"),
     "edgepe/contract/commit.py": ("tests/test_artifact_io.py", "tests/test_hostile_outputs.py"),
     "edgepe/verify/compare.py": ("tests/test_verify.py",),
     "edgepe/formats/npy.py": ("tests/test_tables.py", "tests/test_edges.py"),
@@ -110,6 +111,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 
 # Survivors that change no behaviour, by mutmut's name, with the reason (each reviewed by hand).
 ERR, MAN = "edgepe.contract.errors.x_", "edgepe.contract.manifest.x_"  # mutmut's name prefixes
+CMP = "edgepe.export.compare."  # (methods are named xǁClassǁmethod)
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -136,19 +138,17 @@ EQUIVALENT: dict[str, str] = {
     "replacement: UTF-8 multibyte sequences never contain the bytes of [ { ] }",
     MAN + "nesting_depth__mutmut_20": "'ASCII' vs 'ascii': codec names are "
     "case-insensitive",
-    **{f"edgepe.rebuild.x_first_difference__mutmut_{i}": "zip's strict flag: the lists' "
-       "lengths were compared just before, so strict never fires" for i in (34, 37, 38)},
-    **{f"edgepe.rebuild.xǁ_CompareWriterǁwrite__mutmut_{i}": "zip(strict=False) is the default: "
-       "None or no argument is the same" for i in (19, 22)},
-    "edgepe.rebuild.xǁ_CompareWriterǁfinish__mutmut_3": "read(None) instead of read(1): any "
-    "byte past the rebuild is as truthy; reads the rest of a longer file (memory only)",
-    "edgepe.rebuild.xǁ_CompareWriterǁfinish__mutmut_4": "read(2) instead of read(1): one byte "
-    "past the rebuild is as truthy",
-    **{f"edgepe.rebuild.x__onnx_difference__mutmut_{i}": "getattr's default for .name/.op_type: "
-       "every ValueInfo, TensorProto and NodeProto has a name field and a node an op_type, so "
-       "the default is never used" for i in (33, 36, 39, 42, 45, 48)},
-    "edgepe.targets.check.x__check_node__mutmut_52": "len(node.input) >= 1 for a Gather: "
-    "every Gather has two inputs (onnx.checker refuses one with fewer before a check)",
+    **{f"{CMP}x_first_difference__mutmut_{i}": "zip's strict flag: the lists' lengths were "
+       "compared just before, so strict never fires" for i in (34, 37, 38)},
+    **{f"{CMP}xǁ_CompareWriterǁwrite__mutmut_{i}": "zip(strict=False) is the default: None or no "
+       "argument is the same" for i in (19, 22)},
+    CMP + "xǁ_CompareWriterǁfinish__mutmut_3": "read(None) instead of read(1): any byte past the "
+    "rebuild is as truthy; reads the rest of a longer file (memory only)",
+    CMP + "xǁ_CompareWriterǁfinish__mutmut_4": "read(2) instead of read(1): one byte past the "
+    "rebuild is as truthy",
+    **{f"{CMP}x__onnx_difference__mutmut_{i}": "getattr's default for .name/.op_type: every "
+       "ValueInfo, TensorProto and NodeProto has a name field and a node an op_type, so the "
+       "default is never used" for i in (33, 36, 39, 42, 45, 48)},
     "edgepe.rebuild.x_config_from_manifest__mutmut_93": "the checkpoint path taken whatever "
     "the recorded sha: without a sha the manifest has no checkpoint section (export writes "
     "both or neither), so recorded.get('path') is None either way",
