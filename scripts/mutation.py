@@ -70,7 +70,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/export/compare.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py",
                                  "tests/test_artifact_io.py"),
     "edgepe/contract/commit.py": ("tests/test_artifact_io.py", "tests/test_hostile_outputs.py"),
-    "edgepe/verify/compare.py": ("tests/test_verify.py",),
+    "edgepe/verify/compare.py": ("tests/test_verify_compare.py", *(
+        f"tests/test_verify.py::test_{name}" for name in (
+            "compare_counts_nan_and_shape_mismatches_without_raising",
+            "strict_placement_fails_a_gpu_run_with_cpu_nodes_and_names_the_lowering"))),
     "edgepe/formats/npy.py": ("tests/test_tables.py", "tests/test_edges.py"),
     "edgepe/formats/bin.py": ("tests/test_edges.py", "tests/test_tables.py"),
     "edgepe/graft/prove.py": ("tests/test_graft.py", "tests/test_paths.py"),
