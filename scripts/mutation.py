@@ -69,7 +69,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                                    *_CHECK_UNTRUSTED),
     "edgepe/export/compare.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py",
                                  "tests/test_artifact_io.py"),
-    "edgepe/contract/commit.py": ("tests/test_artifact_io.py", "tests/test_hostile_outputs.py"),
+    "edgepe/contract/commit.py": ("tests/test_commit.py", "tests/test_artifact_io.py"),
     "edgepe/verify/compare.py": ("tests/test_verify_compare.py", *(
         f"tests/test_verify.py::test_{name}" for name in (
             "compare_counts_nan_and_shape_mismatches_without_raising",
