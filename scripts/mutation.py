@@ -74,8 +74,9 @@ MODULES: dict[str, tuple[str, ...]] = {
         f"tests/test_verify.py::test_{name}" for name in (
             "compare_counts_nan_and_shape_mismatches_without_raising",
             "strict_placement_fails_a_gpu_run_with_cpu_nodes_and_names_the_lowering"))),
-    "edgepe/formats/npy.py": ("tests/test_tables.py", "tests/test_edges.py"),
-    "edgepe/formats/bin.py": ("tests/test_edges.py", "tests/test_tables.py"),
+    "edgepe/formats/npy.py": ("tests/test_table_files.py", "tests/test_tables.py"),
+    "edgepe/formats/bin.py": ("tests/test_table_files.py", "tests/test_tables.py",
+                              "tests/test_edges.py"),
     "edgepe/graft/prove.py": ("tests/test_graft.py", "tests/test_paths.py"),
     "edgepe/contract/checkpoint.py": ("tests/test_edges.py", "tests/test_hf_checkpoints.py"),
     "edgepe/contract/config.py": ("tests/test_edges.py", "tests/test_defaults.py"),
