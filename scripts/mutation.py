@@ -116,6 +116,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 # Survivors that change no behaviour, by mutmut's name, with the reason (each reviewed by hand).
 ERR, MAN = "edgepe.contract.errors.x_", "edgepe.contract.manifest.x_"  # mutmut's name prefixes
 CMP = "edgepe.export.compare."  # (methods are named xǁClassǁmethod)
+VCMP = "edgepe.verify.compare."
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -163,6 +164,13 @@ EQUIVALENT: dict[str, str] = {
     **{f"edgepe.audit.x_load_onnx__mutmut_{i}": "the type-name fallback for an empty "
        "message: protobuf's DecodeError and onnx.checker's errors always carry one"
        for i in (12, 25)},
+    **{f"{VCMP}xǁComparisonǁupdate__mutmut_{i}": "float('NAN') / float('INF'): float() "
+       "reads its special values case-insensitively" for i in (29, 32, 36)},
+    **{f"{VCMP}xǁComparisonǁupdate__mutmut_{i}": "astype(None) is astype(float64)"
+       for i in (61, 63)},
+    VCMP + "xǁToleranceǁallowed__mutmut_6": "astype(None) is astype(float64)",
+    VCMP + "xǁComparisonǁ_keep_for_median__mutmut_7": "errors.size >= room: when the size "
+    "equals the room the stride is ceil(size / room) = 1, the same whole chunk",
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

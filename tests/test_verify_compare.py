@@ -223,8 +223,8 @@ def test_mismatches_are_counted_per_column_or_per_head():
 
 def test_an_exact_run_has_zero_errors_and_counts_its_nonzero_elements():
     c = Comparison("cpu", Tolerance())
-    c.update(np.array([0.0, 1.0, np.inf, -3.0]), np.array([0.0, 1.0, np.inf, -3.0]), _where, 4)
-    assert c._rel_count == 2  # 1 and -3: nonzero and finite
+    c.update(np.array([0.0, 1.0, np.inf, 2.0]), np.array([0.0, 1.0, np.inf, 2.0]), _where, 4)
+    assert c._rel_count == 2  # 1 and 2: nonzero and finite
     r = c.finish()
     assert (r.max_abs_err, r.mean_abs_err, r.median_abs_err, r.mean_rel_err) == (0, 0, 0, 0)
     assert r.passed and r.elements == 4
@@ -260,3 +260,50 @@ def test_the_median_sample_fills_the_room_left(monkeypatch):
     assert c2._sampled == 5
     c2.update(np.zeros(0), np.zeros(0), _where, 0)  # an empty chunk keeps nothing
     assert len(c2._sample) == 1
+
+
+def test_counts_and_sums_add_up_over_chunks_of_every_kind():
+    c = Comparison("cpu", Tolerance(atol=10.0))
+    assert c.result.runtime == "cpu" and c.result.tolerance == Tolerance(atol=10.0)
+    c.update(np.array([1.0, 2.0, np.inf]), np.array([1.0, 2.0, np.inf]), _where, 3)  # exact
+    c.update(np.array([5.0]), np.array([5.0]), _where, 1)  # exact again: 1 + 2 nonzero so far
+    c.update(np.array([2.0, 0.0]), np.array([1.0, 0.0]), _where, 2)  # error 1 (rel 1), 0
+    c.update(np.array([7.0, 4.0]), np.array([4.0, 4.0]), _where, 2)  # error 3 (rel 0.75), 0
+    c.update(np.zeros(2), np.zeros(3), _where, 5)  # a wrong shape: 3 bad elements
+    c.update(np.zeros(4), np.zeros(1), _where, 4)  # and another: 1 more
+    r = c.finish()
+    assert (r.elements, r.positions, r.mismatches) == (3 + 1 + 2 + 2 + 3 + 1, 17, 4)
+    assert r.mean_abs_err == (1.0 + 3.0) / 12
+    assert r.mean_rel_err == (1.0 + 0.75) / (2 + 1 + 1 + 2)  # nonzero finite expected values
+
+
+def test_the_median_sample_takes_one_error_when_one_place_is_left(monkeypatch):
+    monkeypatch.setattr(compare, "MEDIAN_SAMPLE", 5)
+    c = Comparison("cpu", Tolerance(atol=100.0))
+    c.update(np.arange(1.0, 5.0), np.zeros(4), _where, 4)  # 4 kept, room 1
+    c.update(np.array([7.0, 8.0, 9.0]), np.zeros(3), _where, 3)  # stride 3: 7 only
+    assert [s.tolist() for s in c._sample] == [[1.0, 2.0, 3.0, 4.0], [7.0]]
+    assert c._sampled == 5
+    c.update(np.array([50.0]), np.zeros(1), _where, 1)  # full: not kept
+    assert c._sampled == 5 and c.finish().median_abs_err == 3.0
+
+
+def test_infinities_and_overflow_compare_without_numpy_warnings():
+    import warnings
+
+    c = Comparison("cpu", Tolerance(rtol=1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inf - inf and 1e308 - -1e308 warn unless silenced
+        c.update(np.array([np.inf, 1e308, -np.inf]), np.array([-np.inf, -1e308, 0.0]), _where, 3)
+    assert c.result.mismatches == 3 and c.result.max_abs_err == np.inf
+
+
+@pytest.mark.parametrize("tolerance", [Tolerance(rtol=1e-3), Tolerance(atol=1.0),
+                                       Tolerance(rtol=1e-3, atol=1.0, fp16_ulps=2)])
+def test_an_infinite_expected_value_matches_only_itself(tolerance):
+    """Real bug found by the mutation run (issue 33): with rtol > 0 the allowance of an infinite
+    expected value was inf, so ANY actual value (0, +inf for -inf) passed against it."""
+    c = Comparison("cpu", tolerance)
+    c.update(np.array([0.0, np.inf, -np.inf, np.inf, -1e30]),
+             np.array([-np.inf, -np.inf, -np.inf, np.inf, -np.inf]), _where, 5)
+    assert [m.where for m in c.result.first_mismatches] == ["at 0", "at 1", "at 4"]
