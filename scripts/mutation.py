@@ -117,6 +117,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 ERR, MAN = "edgepe.contract.errors.x_", "edgepe.contract.manifest.x_"  # mutmut's name prefixes
 CMP = "edgepe.export.compare."  # (methods are named xǁClassǁmethod)
 VCMP = "edgepe.verify.compare."
+UNT = "edgepe.graphs.untrusted.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -171,6 +172,35 @@ EQUIVALENT: dict[str, str] = {
     VCMP + "xǁToleranceǁallowed__mutmut_6": "astype(None) is astype(float64)",
     VCMP + "xǁComparisonǁ_keep_for_median__mutmut_7": "errors.size >= room: when the size "
     "equals the room the stride is ceil(size / room) = 1, the same whole chunk",
+    **{f"{UNT}_check_sized_by_shapes__mutmut_{i}": "zip's strict flag: the evaluator returns "
+       "one value per name asked for, so strict never fires" for i in (92, 95, 102)},
+    **{f"{UNT}_check_sized_by_shapes__mutmut_{i}": "reshape(1) or reshape(-2) (numpy reads any "
+       "negative size as unknown) of a Range input: a scalar by ONNX's spec, one element either "
+       "way" for i in (118, 119)},
+    **{f"{UNT}_check_sized_by_shapes__mutmut_{i}": "reshape(None) or reshape(-2) of Expand's "
+       "shape input: 1-D by ONNX's spec, kept as it is" for i in (152, 156)},
+    UNT + "_check_sized_by_shapes__mutmut_124": "count 1 for a step of 0: the step-0 test "
+    "refuses it anyway, and the message says 'an endless range' then",
+    UNT + "_check_sized_by_shapes__mutmut_131": "an empty Range counted as 1 element: differs "
+    "only at budget 0, where the 1-element scalars sizing it (node outputs) are refused first; "
+    "a Range of initializers alone is sized by shape inference and never evaluated",
+    UNT + "_check_sized_by_shapes__mutmut_164": "astype(None) is astype(float64)",
+    UNT + "_check_sized_by_shapes__mutmut_24": "the list 'needed' is never read (the "
+    "evaluated nodes are those in 'seen')",
+    UNT + "_check_sized_by_shapes__mutmut_48": "the evaluated subgraph's ir_version left to "
+    "make_model's default (the newest): the reference evaluator runs the same nodes",
+    **{f"{UNT}_check_sized_by_shapes__mutmut_{i}": "the evaluated subgraph's name" for i in
+       (59, 60)},
+    **{f"{UNT}_check_sized_by_shapes__mutmut_{i}": "the feeds' dtype: inputs reach the "
+       "evaluated nodes only through Shape and Size (a size computed from input values is "
+       "refused before), so only their dimensions matter" for i in (81, 85, 87)},
+    UNT + "_check_sized_by_shapes__mutmut_96": "run(None, ...) returns every output of the "
+    "subgraph, which are the names asked for, in the same (set) order",
+    **{f"{UNT}check_tensor_bound__mutmut_{i}": "strict_mode / data_prop dropped: False is "
+       "infer_shapes' default for both" for i in (14, 15)},
+    UNT + "check_tensor_bound__mutmut_77": "break instead of continue after a Range or Expand "
+    "put aside for evaluation: each has one output, so the loop over its outputs ends either "
+    "way",
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

@@ -11,6 +11,7 @@ tests/test_trust_round2.py reach only through the CLI.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.contract.errors import ArtifactError
@@ -230,3 +231,114 @@ def test_sizes_the_reference_evaluator_cannot_compute_are_refused():
     message = _refusal(_unevaluable("z" * 300), 10**6)
     inner = message.split("cannot be evaluated (", 1)[1].rsplit("): refused", 1)[0]
     assert len(inner) == 120 and inner.startswith("Node type 'Foo'")
+
+
+def test_check_untrusted_bounds_tensors_at_2_to_the_28_and_names_the_file():
+    from edgepe.graphs.untrusted import TENSOR_BUDGET, check_untrusted
+
+    assert TENSOR_BUDGET == 1 << 28
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+
+    def expand_to(rows: int):
+        return _model([helper.make_node("Expand", ["z", "dims"], ["y"], name="e")], [x],
+                      [Y_FLOAT], [ZERO_F, _int([rows, 16384], "dims")])
+
+    check_untrusted(expand_to(16384), "m.onnx")  # 2^28 elements: at the budget
+    with pytest.raises(ArtifactError) as exc:
+        check_untrusted(expand_to(16385), "m.onnx")
+    assert str(exc.value) == _over("e", "Expand", 16385 * 16384, [16385, 16384], 1 << 28)
+
+
+def test_a_range_whose_start_depends_on_input_values_is_refused():
+    model = _model([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                    helper.make_node("Cast", ["m"], ["start"], to=TensorProto.INT64),
+                    helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Range", ["start", "n", "one"], ["y"], name="r")],
+                   [X], [Y_INT], [_int(1, "one")])
+    assert _refusal(model, 10**6).startswith(
+        "'m.onnx': node 'r' (Range) makes a tensor whose size depends on values")
+
+
+def test_the_data_input_of_an_expand_is_not_evaluated():
+    """Only Expand's shape input sizes it: its data input (here an op the reference evaluator
+    cannot run) is left out of the evaluation."""
+    model = _model([helper.make_node("Foo", ["x"], ["f"], domain="zz"),
+                    helper.make_node("Shape", ["x"], ["sh"]),
+                    helper.make_node("Expand", ["f", "sh"], ["y"], name="e")],
+                   [X], [Y_FLOAT], opsets=(("", 18), ("zz", 1)))
+    assert _refusal(model, 10**6) is None
+    assert _refusal(model, 63).startswith("'m.onnx': input 'x' of [16, 4] is over the budget")
+
+
+def test_the_evaluation_stops_at_shape_and_size(monkeypatch):
+    """The evaluated subgraph holds the nodes the sizes need, cut at Shape and Size: what is
+    below them (values that could be huge) never runs. (So a Shape of an intermediate tensor
+    cannot be evaluated and is refused: a conservative limit, none of edgepe's graphs has one.)"""
+    import onnx.reference
+
+    built = []
+    real = onnx.reference.ReferenceEvaluator
+
+    def recording(model, *args, **kwargs):
+        built.append([n.op_type for n in model.graph.node])
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", recording)
+    for take in ("Shape", "Size"):
+        built.clear()
+        size = [helper.make_node("Shape", ["a"], ["sh"]),
+                helper.make_node("ReduceProd", ["sh"], ["n"], keepdims=0)] if take == "Shape" \
+            else [helper.make_node("Size", ["a"], ["n"])]
+        model = _model([helper.make_node("Abs", ["x"], ["a"]), *size,
+                        helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                       [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+        assert "cannot be evaluated (Unable to find input 'a'" in _refusal(model, 10**6)
+        assert built == [[n.op_type for n in model.graph.node[1:-1]]], take  # no Abs
+
+
+def test_shared_subexpressions_are_walked_once():
+    """40 levels of n = Add(n, n) above a Range's limit: 2^40 paths, 41 nodes; walked once per
+    node (a walk per path would never finish)."""
+    nodes = [helper.make_node("Size", ["x"], ["n0"])]
+    nodes += [helper.make_node("Add", [f"n{i}", f"n{i}"], [f"n{i + 1}"]) for i in range(40)]
+    nodes.append(helper.make_node("Range", ["zero", "n40", "one"], ["y"], name="r"))
+    model = _model(nodes, [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+    assert _refusal(model, 10**6) == _range_over(4 << 40, 10**6)  # 4 x 2^40 at free dimension 1
+
+
+def test_an_input_whose_size_overflows_int64_is_refused_not_allocated():
+    big = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 32, 1 << 32])
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                   [big], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+    assert _refusal(model, 10**6) == ("'m.onnx': input 'x' of [4294967296, 4294967296] is over "
+                                      "the budget of 1000000 elements: refused")
+
+
+def test_errors_without_a_message_are_named_by_their_type(monkeypatch):
+    import onnx.reference
+    import onnx.shape_inference
+
+    def silent(*args, **kwargs):
+        raise ValueError()
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", silent)
+    assert _refusal(_range_of_size(1), 10**6) == (
+        "'m.onnx': the sizes of its Range/Expand nodes cannot be evaluated (ValueError): refused")
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", silent)
+    assert _refusal(_range_of_size(1), 10**6) == (
+        "'m.onnx': ONNX shape inference fails on its graph (ValueError): its tensors cannot be "
+        "bounded: refused")
+
+
+def test_an_empty_optional_output_is_skipped_and_the_next_one_checked():
+    """LSTM with its optional Y output left out (""): Y_h [1, 1, 64] is still bounded."""
+    hidden = 64
+    w = numpy_helper.from_array(np.zeros((1, 4 * hidden, 4), np.float32), "W")
+    r = numpy_helper.from_array(np.zeros((1, 4 * hidden, hidden), np.float32), "R")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 1, 4])
+    model = _model([helper.make_node("LSTM", ["x", "W", "R"], ["", "yh"], name="l",
+                                     hidden_size=hidden)], [x], [Y_FLOAT], [w, r])
+    model.graph.output[0].name = "yh"
+    assert _refusal(model, 64) is None
+    assert _refusal(model, 63) == _over("l", "LSTM", 64, [1, 1, 64], 63)
