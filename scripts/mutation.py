@@ -170,6 +170,8 @@ EQUIVALENT: dict[str, str] = {
     **{f"{VCMP}xǁComparisonǁupdate__mutmut_{i}": "astype(None) is astype(float64)"
        for i in (61, 63)},
     VCMP + "xǁToleranceǁallowed__mutmut_6": "astype(None) is astype(float64)",
+    VCMP + "xǁComparisonǁupdate__mutmut_112": "the divisor where the expected value is 0 or "
+    "not finite (1.0 -> 2.0): those quotients are replaced by 0 by the np.where around it",
     VCMP + "xǁComparisonǁ_keep_for_median__mutmut_7": "errors.size >= room: when the size "
     "equals the room the stride is ceil(size / room) = 1, the same whole chunk",
     **{f"{UNT}_check_sized_by_shapes__mutmut_{i}": "zip's strict flag: the evaluator returns "

@@ -295,7 +295,8 @@ def test_infinities_and_overflow_compare_without_numpy_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # inf - inf and 1e308 - -1e308 warn unless silenced
         c.update(np.array([np.inf, 1e308, -np.inf]), np.array([-np.inf, -1e308, 0.0]), _where, 3)
-    assert c.result.mismatches == 3 and c.result.max_abs_err == np.inf
+        c.update(np.array([np.inf, 1.0]), np.array([np.inf, 2.0]), _where, 2)  # inf - inf: nan
+    assert c.result.mismatches == 4 and c.result.max_abs_err == np.inf
 
 
 @pytest.mark.parametrize("tolerance", [Tolerance(rtol=1e-3), Tolerance(atol=1.0),
