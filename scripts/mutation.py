@@ -77,9 +77,19 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/formats/npy.py": ("tests/test_table_files.py", "tests/test_tables.py"),
     "edgepe/formats/bin.py": ("tests/test_table_files.py", "tests/test_tables.py",
                               "tests/test_edges.py"),
-    "edgepe/graft/prove.py": ("tests/test_graft.py", "tests/test_paths.py"),
+    "edgepe/graft/prove.py": ("tests/test_prove_helpers.py", *(
+        f"tests/test_graft.py::test_{name}" for name in (
+            "a_pe_that_changes_the_outputs_fails_the_proof_and_writes_nothing",
+            "gray_artifact_with_default_arange_positions",
+            "positions_from_an_existing_rank_2_input", "graft_adds_a_pe_to_a_model_without_one")),
+        *(f"tests/test_paths.py::test_{name}" for name in (
+            "the_proof_tolerance_is_twice_gain_times_eps_plus_64_ulp",
+            "pe_tolerance_adds_the_int8_bound_only_when_quantised",
+            "graft_into_an_opset_17_model_converts_the_model_up_when_the_pe_needs_18",
+            "graft_into_an_opset_17_model_converts_the_pe_down_when_it_can"))),
     "edgepe/contract/checkpoint.py": ("tests/test_edges.py", "tests/test_hf_checkpoints.py"),
-    "edgepe/contract/config.py": ("tests/test_edges.py", "tests/test_defaults.py"),
+    "edgepe/contract/config.py": ("tests/test_edges.py", "tests/test_defaults.py",
+                                  "tests/test_artifact_io.py"),
     "edgepe/contract/progress.py": ("tests/test_progress.py",),
     "edgepe/graphs/int8.py": ("tests/test_bound_pins.py", "tests/test_edges.py"),
     "edgepe/graphs/__init__.py": ("tests/test_export_onnx.py",),
