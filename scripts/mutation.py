@@ -165,6 +165,13 @@ EQUIVALENT: dict[str, str] = {
     **{f"{CMP}x__onnx_difference__mutmut_{i}": "getattr's default for .name/.op_type: every "
        "ValueInfo, TensorProto and NodeProto has a name field and a node an op_type, so the "
        "default is never used" for i in (33, 36, 39, 42, 45, 48)},
+    CMP + "x_check_replace__mutmut_13": "closefd=True dropped: True is open()'s default",
+    **{f"{CMP}x_check_replace__mutmut_{i}": "open_regular's 'what' (the word naming the file "
+       "in its refusal): manifest.read() just refused a PATH that is not a regular file with "
+       "the same word, so this one shows only if PATH is swapped in between" for i in
+       (15, 18, 19)},
+    CMP + "x_check_replace__mutmut_24": "compare's path names where an ONNX file differs, in a "
+    "text check_replace drops (it uses only whether there is a difference)",
     "edgepe.rebuild.x_config_from_manifest__mutmut_93": "the checkpoint path taken whatever "
     "the recorded sha: without a sha the manifest has no checkpoint section (export writes "
     "both or neither), so recorded.get('path') is None either way",
