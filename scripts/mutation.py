@@ -87,7 +87,7 @@ MODULES: dict[str, tuple[str, ...]] = {
             "pe_tolerance_adds_the_int8_bound_only_when_quantised",
             "graft_into_an_opset_17_model_converts_the_model_up_when_the_pe_needs_18",
             "graft_into_an_opset_17_model_converts_the_pe_down_when_it_can"))),
-    "edgepe/contract/checkpoint.py": ("tests/test_edges.py", "tests/test_hf_checkpoints.py"),
+    "edgepe/contract/checkpoint.py": ("tests/test_checkpoint_load.py",),
     "edgepe/contract/config.py": ("tests/test_edges.py", "tests/test_defaults.py",
                                   "tests/test_artifact_io.py"),
     "edgepe/contract/progress.py": ("tests/test_progress.py",),
