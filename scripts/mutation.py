@@ -128,6 +128,7 @@ ERR, MAN = "edgepe.contract.errors.x_", "edgepe.contract.manifest.x_"  # mutmut'
 CMP = "edgepe.export.compare."  # (methods are named xǁClassǁmethod)
 VCMP = "edgepe.verify.compare."
 UNT = "edgepe.graphs.untrusted.x_"
+COM = "edgepe.contract.commit.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -220,6 +221,23 @@ EQUIVALENT: dict[str, str] = {
     UNT + "check_tensor_bound__mutmut_77": "break instead of continue after a Range or Expand "
     "put aside for evaluation: each has one output, so the loop over its outputs ends either "
     "way",
+    **{f"{COM}_file_sha__mutmut_{i}": "the block size of the hashing loop (whole file, 2 MiB): "
+       "the same digest; memory only" for i in (16, 18, 19)},
+    COM + "_journal_sha__mutmut_11": "read(cap + 2)[:cap]: the same cap bytes",
+    COM + "_journal_sha__mutmut_9": "read(None)[:cap]: the same cap bytes; memory only (a "
+    "journal is written by edgepe under the lock, a few KiB)",
+    COM + "_journal_sha__mutmut_19": "a non-string sha returned: it never equals the artifact's "
+    "hex digest, so the journal is dropped either way",
+    **{f"{COM}{fn}__mutmut_{i}": "unlink's missing_ok: the file was made by this process "
+       "under the target's lock a moment before and is there (differs only if another process "
+       "removes it in between)" for fn, i in (("_settle", 16), ("_settle", 17),
+                                              ("write_pair", 22), ("write_pair", 25),
+                                              ("atomic_write", 21), ("atomic_write", 23),
+                                              ("write_temp", 27), ("write_temp", 29))},
+    COM + "_umask__mutmut_3": "os.umask(1) instead of os.umask(0) to read the mask: either "
+    "returns the old mask, which is set back at once",
+    "edgepe.contract.commit.xǁ_HashingWriterǁwrite__mutmut_5": "cast('b'): a view of signed "
+    "bytes holds the same bytes, hashed and written alike",
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

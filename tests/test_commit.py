@@ -145,6 +145,13 @@ def test_the_journal_is_read_up_to_its_cap(tmp_path, monkeypatch):
         assert (json.loads(commit.manifest_of(out).read_text())["sha256"] == _sha(b"new")) is (
             forward)
         assert not commit.journal_path(out).exists()
+    # the cap counts bytes, not characters: 90 characters, 96 bytes (three 3-byte ones)
+    wide = text[:-1] + ', "n": "\u20ac\u20ac\u20ac"}'
+    assert len(wide) <= 90 < len(wide.encode())
+    out = _pair(tmp_path, b"new", {"sha256": _sha(b"old")})
+    commit.journal_path(out).write_bytes(wide.encode())
+    commit.recover(out)
+    assert json.loads(commit.manifest_of(out).read_text())["sha256"] == _sha(b"old")
 
 
 def test_settling_removes_only_this_targets_temporary_files(tmp_path):
@@ -215,15 +222,17 @@ def test_write_pair_over_a_folder_settles_back_and_says_cannot_write(tmp_path):
 
 def test_write_temp_makes_a_file_of_the_usual_mode_beside_the_target(tmp_path):
     out = tmp_path / "pe.bin"
-    old = os.umask(0o027)
-    try:
-        tmp, result = commit.write_temp(out, lambda f: f.write(b"abc"))
-    finally:
-        os.umask(old)
-    assert result == 3 and Path(tmp).read_bytes() == b"abc"
-    assert Path(tmp).parent == tmp_path and Path(tmp).name.startswith(commit.temp_prefix(out))
-    assert stat.S_IMODE(os.stat(tmp).st_mode) == 0o640  # 0o666 less the umask, not mkstemp's 0o600
-    assert commit._umask() == old  # reading the umask leaves it as it was
+    for umask, mode in ((0o027, 0o640), (0o002, 0o664)):
+        old = os.umask(umask)
+        try:
+            tmp, result = commit.write_temp(out, lambda f: f.write(b"abc"))
+            assert commit._umask() == umask  # reading the umask leaves it as it was
+        finally:
+            os.umask(old)
+        assert result == 3 and Path(tmp).read_bytes() == b"abc"
+        assert Path(tmp).parent == tmp_path and Path(tmp).name.startswith(
+            commit.temp_prefix(out))
+        assert stat.S_IMODE(os.stat(tmp).st_mode) == mode  # 0o666 less the umask, not 0o600
 
 
 def test_write_temp_removes_its_file_when_write_fails(tmp_path):
@@ -254,7 +263,7 @@ def test_cannot_write_falls_back_to_the_exception_text():
 def test_atomic_write_returns_the_sha256_and_makes_the_folder(tmp_path):
     import numpy as np
 
-    out = tmp_path / "new" / "t.bin"
+    out = tmp_path / "new" / "deeper" / "t.bin"
     values = np.arange(5, dtype=np.int16)  # not bytes: written through a byte view
     assert commit.atomic_write(out, lambda f: f.write(values)) == _sha(values.tobytes())
     assert out.read_bytes() == values.tobytes()
@@ -270,8 +279,9 @@ def test_atomic_write_over_a_folder_leaves_no_temporary_file(tmp_path):
     assert str(exc.value) == f"cannot write {str(out)!r}: Is a directory"
     assert [p.name for p in tmp_path.iterdir()] == ["t.bin"]
     (tmp_path / "file").write_text("x")
-    with pytest.raises(OutputPathError, match="cannot write .*: File exists"):
+    with pytest.raises(OutputPathError) as exc:
         commit.atomic_write(tmp_path / "file" / "t.bin", lambda f: None)
+    assert str(exc.value) == f"cannot write {str(tmp_path / 'file' / 't.bin')!r}: File exists"
 
 
 def test_the_hashing_writer_returns_what_the_file_wrote(tmp_path):
