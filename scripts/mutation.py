@@ -32,10 +32,12 @@ mutated by it; tests/test_edges.py pins those as literals and scripts/mutants.py
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -282,8 +284,19 @@ def configure(copy: Path, module: str, tests: tuple[str, ...]) -> None:
 def mutmut(copy: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must win
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=copy, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    # Its own process group: a run cut by the budget (or Ctrl-C) takes mutmut's forked workers
+    # with it, so none keeps a core busy after CI's time for this step.
+    with subprocess.Popen([sys.executable, "-m", "mutmut", *args], cwd=copy, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # mutmut's own diff of each mutant, in one process (``mutmut show`` is one process a mutant).
