@@ -240,6 +240,12 @@ EQUIVALENT: dict[str, str] = {
     "returns the old mask, which is set back at once",
     "edgepe.contract.commit.xǁ_HashingWriterǁwrite__mutmut_5": "cast('b'): a view of signed "
     "bytes holds the same bytes, hashed and written alike",
+    **{f"edgepe.formats.npy.x_read__mutmut_{i}": "np.load's allow_pickle (False dropped, "
+       "None, True): the header was checked to be edgepe's (a numeric descr) just before, and "
+       "only an object array is unpickled" for i in (17, 20, 23)},
+    "edgepe.formats.npy.x_read__mutmut_33": "unpack's path names the file in its size "
+    "refusal, unreachable here: the npy header (shape ceil(rows * cols / 8), |u1) was checked "
+    "to be that size before",
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

@@ -66,6 +66,8 @@ def test_a_table_reads_back_whole_and_by_rows(tables, fmt, name):
     module.check_file(path, m)
     got = module.read(path, m, _stored(m).newbyteorder("<"), (ROWS, COLS))
     assert got.shape == (ROWS, COLS) and np.array_equal(got, want)
+    # memory-mapped, not read whole (a bit table is unpacked into memory)
+    assert isinstance(got, np.memmap) is (name != "bit"), type(got)
     rows = module.open_rows(path, m)
     try:
         for start, stop in ((0, ROWS), (2, 5), (7, 8), (12, 13)):
