@@ -66,7 +66,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/targets/check.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
     "edgepe/graphs/quant.py": ("tests/test_bound_pins.py", "tests/test_mutation_kills.py"),
     "edgepe/audit.py": ("tests/test_graph_audit.py", "tests/test_mutation_kills.py",
-                        *_CHECK_UNTRUSTED),
+                        "tests/test_describe.py"),
     "edgepe/graphs/untrusted.py": ("tests/test_tensor_bound.py", "tests/test_mutation_kills.py",
                                    *_CHECK_UNTRUSTED),
     "edgepe/export/compare.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py",
