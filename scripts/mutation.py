@@ -246,6 +246,8 @@ EQUIVALENT: dict[str, str] = {
     "edgepe.formats.npy.x_read__mutmut_33": "unpack's path names the file in its size "
     "refusal, unreachable here: the npy header (shape ceil(rows * cols / 8), |u1) was checked "
     "to be that size before",
+    "edgepe.contract.config.x_check_writable__mutmut_6": "encode('UTF-8'): codec names are "
+    "case-insensitive",
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

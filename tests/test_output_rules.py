@@ -222,3 +222,181 @@ def test_write_output_writes_bytes_or_a_writer_atomically(tmp_path):
     os.symlink(target, link)
     cfg.write_output(link, b"over", [], force=True)  # replaces the link, not what it points to
     assert target.read_text() == "keep" and not link.is_symlink() and link.read_text() == "over"
+
+
+# ---- what a config records (the manifest's inputs and fields), names and formats ---------------
+
+
+def test_inputs_record_each_option_only_where_it_applies():
+    gray = _config()
+    assert gray.inputs() == {
+        "scheme": "gray", "max_len": 16, "d_model": 5, "heads": None, "params": {},
+        "mode": "compute", "format": "onnx", "dtype": "float32", "quantize": "none",
+        "quant_granularity": None, "lowering": "bitwise", "seed": 0, "checkpoint_sha256": None,
+        "opset": 18, "c_prefix": None, "c_align": None}
+    c = cfg.ExportConfig(scheme=resolve("binary", 16, d_model=8), mode="table", format="c",
+                         quantize="int8", quant_granularity="tensor", checkpoint="c.pt",
+                         checkpoint_sha256="ab", checkpoint_param="w", seed=3, c_prefix="pe",
+                         c_align=64, lowering="arith", extra={"z": 1})
+    assert c.inputs() == {
+        "scheme": "binary", "max_len": 16, "d_model": 8, "heads": None,
+        "params": {"dropout": 0.0}, "mode": "table", "format": "c", "dtype": "float32",
+        "quantize": "int8", "quant_granularity": "tensor", "lowering": None, "seed": 3,
+        "checkpoint_sha256": "ab", "opset": None, "c_prefix": "pe", "c_align": 64,
+        "checkpoint_param": "w", "z": 1}
+    key = cfg.ExportConfig(scheme=resolve("binary", 16, d_model=8), checkpoint="c.pt",
+                           checkpoint_key="pos", quantize="int8", int8_runtime="live",
+                           mode="sliced", lowering="float")
+    inputs = key.inputs()
+    assert (inputs["checkpoint_key"], inputs["int8_runtime"], inputs["lowering"],
+            inputs["opset"]) == ("pos", "live", "float", 19)
+    assert "int8_runtime" not in _config(quantize="int8", format="npy", mode="table").inputs()
+    assert key.int8_graph and not _config(quantize="int8", format="npy").int8_graph
+    assert not _config(format="onnx").int8_graph
+
+
+def test_base_manifest_fields():
+    gray = cfg.base_manifest(_config(), [None, 4], "float32")
+    assert {k: v for k, v in gray.items() if k not in ("inputs", "edgepe_version")} == {
+        "scheme": "gray", "params": {}, "max_len": 16, "d_model": 5, "heads": None,
+        "kind": "pe", "format": "onnx", "mode": "compute", "dtype": "float32",
+        "shape": [None, 4], "quant": None, "lowering": "bitwise", "seed": 0, "checkpoint": None,
+        "positions": {"arity": None, "out_of_range": "wrap", "limit": None},
+        "tolerance": {"rtol": 0.0, "atol": 0.0}}
+    assert gray["inputs"] == _config().inputs()
+    from edgepe import __version__
+
+    assert gray["edgepe_version"] == __version__
+    c = cfg.ExportConfig(scheme=resolve("binary", 16, d_model=8), mode="table", format="npy",
+                         checkpoint="c.pt", checkpoint_sha256="ab", checkpoint_key="pos", seed=3)
+    m = cfg.base_manifest(c, (16, 8), "int8")
+    assert m["shape"] == [16, 8] and m["dtype"] == "int8" and m["lowering"] is None
+    assert m["checkpoint"] == {"path": "c.pt", "sha256": "ab", "key": "pos"}
+    assert m["positions"] == {"arity": None, "out_of_range": "clamp", "limit": None}
+    assert m["tolerance"] == {"rtol": 1e-6, "atol": 1e-6} and m["seed"] == 3
+    param = cfg.ExportConfig(scheme=resolve("learned", 16, d_model=8), checkpoint="c.pt",
+                             checkpoint_sha256="ab", checkpoint_param="wpe")
+    assert cfg.base_manifest(param, [None, 8], "float32")["checkpoint"] == {
+        "path": "c.pt", "sha256": "ab", "param": "wpe"}
+
+
+def test_position_limit_is_the_smaller_of_the_schemes_and_the_lowerings():
+    assert cfg.position_limit(_config()) is None  # gray: no limit, bitwise: exact everywhere
+    assert cfg.position_limit(_config(lowering="float")) == 2**24
+    assert cfg.position_limit(_config(lowering="arith32")) == 2**31 - 1
+    assert cfg.position_limit(_config(lowering="float", format="c")) is None  # not a graph
+    assert cfg.position_limit(_config(lowering="float", mode="table")) is None
+    sinusoidal = cfg.ExportConfig(scheme=resolve("sinusoidal", 16, d_model=8))
+    assert cfg.position_limit(sinusoidal) == 2**24
+    assert cfg.position_limit(cfg.ExportConfig(scheme=resolve("sinusoidal", 16, d_model=8),
+                                               lowering="arith32")) == 2**24
+    assert cfg.position_limit(_config(lowering="clip32", mode="sliced")) == 2**24
+
+
+@pytest.mark.parametrize(("args", "want"), [
+    (("binary", "compute", "onnx", "int8", "fold"), "channel"),
+    (("binary", "table", "onnx", "int8", "live"), "tensor"),
+    (("sinusoidal-learned", "compute", "onnx", "int8", "live"), "tensor"),
+    (("binary", "compute", "onnx", "int8", "live"), "channel"),  # not a gathered table
+    (("binary", "table", "npy", "int8", "live"), "channel"),  # not a graph
+    (("binary", "table", "onnx", "none", "live"), "channel"),  # not int8
+    (("binary", "table", "onnx", "int8", "fold"), "channel"),  # folded at load
+])
+def test_default_granularity(args, want):
+    assert cfg.default_granularity(*args) == want
+
+
+@pytest.mark.parametrize(("kw", "name"), [
+    ({}, "gray-compute-L16-d5.onnx"),
+    ({"format": "npy", "mode": "table"}, "gray-table-L16-d5.npy"),
+    ({"format": "c", "mode": "table", "dtype": "bit"}, "gray-table-L16-d5-bit.h"),
+    ({"lowering": "arith"}, "gray-compute-L16-d5-arith.onnx"),
+    ({"lowering": "arith", "mode": "table", "format": "bin"}, "gray-table-L16-d5.bin"),
+    ({"quantize": "int8"}, "gray-compute-L16-d5-int8.onnx"),
+    ({"quantize": "int8", "int8_runtime": "live"}, "gray-compute-L16-d5-int8-live.onnx"),
+    ({"quantize": "int8", "int8_runtime": "live", "format": "pte"},
+     "gray-compute-L16-d5-int8.pte"),
+    ({"extra": {"b": "8,7", "a": "x"}}, "gray-compute-L16-d5-x-8-7.onnx"),
+])
+def test_default_out_names(kw, name):
+    assert cfg.default_out(_config(**kw)) == cfg.Path("models") / name
+    assert cfg.default_out(_config(**kw), root=cfg.Path("/o")) == cfg.Path("/o") / name
+
+
+def test_default_out_of_a_bias_names_its_heads():
+    alibi = cfg.ExportConfig(scheme=resolve("alibi", 8, heads=4), mode="table")
+    assert cfg.default_out(alibi).name == "alibi-table-L8-h4.onnx"
+
+
+def test_infer_format():
+    P = cfg.Path
+    assert cfg.infer_format(None, None) == "onnx" and cfg.infer_format(None, "c") == "c"
+    assert cfg.infer_format(P("t.NPY"), None) == "npy"  # the extension in any case
+    assert cfg.infer_format(P("a/t.h"), "c") == "c"
+    assert cfg.infer_format(P("t.pte"), "pte") == "pte"
+    known = ".onnx (onnx), .npy (npy), .bin (bin), .h (c), .pte (pte)"
+    assert _refusal(lambda: cfg.infer_format(P("pe.npz"), None)) == (
+        f"--out 'pe.npz' ends in '.npz', which names no format edgepe writes; use one of {known}, "
+        "or --out FOLDER/ for the default name")
+    assert _refusal(lambda: cfg.infer_format(P("pe"), "onnx")) == (
+        f"--out 'pe' has no extension, which names no format edgepe writes; use one of {known}, "
+        "or --out FOLDER/ for the default name")
+    assert _refusal(lambda: cfg.infer_format(P("pe.c"), "c")) == (
+        f"--out 'pe.c' ends in '.c', which names no format edgepe writes (--format c writes a "
+        f"header: name it .h); use one of {known}, or --out FOLDER/ for the default name")
+    assert _refusal(lambda: cfg.infer_format(P("g.onnx"), "c")) == (
+        "--format c writes .h files, but --out 'g.onnx' ends in .onnx (--format onnx); drop "
+        "--format or rename the output")
+    assert cfg.infer_format(P("g.onnx"), "zip") == "zip"  # an unknown one is refused later
+
+
+def test_with_out_and_sha256_bytes(tmp_path):
+    import hashlib
+
+    config = _config()
+    moved = config.with_out(str(tmp_path / "x.onnx"))
+    assert moved.out == tmp_path / "x.onnx" and isinstance(moved.out, cfg.Path)
+    assert moved.scheme == config.scheme and config.out is None
+    assert cfg.sha256_bytes(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+def test_a_filesystems_own_name_max_is_honoured(tmp_path, monkeypatch):
+    """eCryptfs allows 143-byte names: the limit is the folder's PC_NAME_MAX, not 255."""
+    real = os.pathconf
+
+    def pathconf(path, name):
+        return 143 if name == "PC_NAME_MAX" else real(path, name)
+
+    monkeypatch.setattr(os, "pathconf", pathconf)
+    assert cfg._name_max(tmp_path) == 143
+    long = tmp_path / ("n" * 139 + ".onnx")
+    assert _refusal(lambda: cfg.check_writable(long), OutputPathError) == (
+        f"cannot write {str(long)!r}: the file name is longer than 143 bytes")
+
+
+def test_a_folder_that_is_not_writable_is_refused(tmp_path, monkeypatch):
+    """(Checked with os.access; faked here, since root may write anywhere.)"""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if p == tmp_path else real(p, mode))
+    out = tmp_path / "sub" / "pe.onnx"
+    assert _refusal(lambda: cfg.check_writable(out), OutputPathError) == (
+        f"cannot write {str(out)!r}: {str(tmp_path)!r} is not writable")
+
+
+def test_the_option_named_in_each_refusal(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_text("m")
+    bad = tmp_path / os.fsdecode(b"\xff.json")
+    for call, option in (
+            (lambda: cfg.check_writable(bad), "--out"),
+            (lambda: cfg.check_output(bad, [], False, "--json"), "--json"),
+            (lambda: cfg.write_output(bad, b"", [], False, "--plot"), "--plot"),
+            (lambda: cfg.write_output(bad, b"", [], False), "--out"),
+            (lambda: cfg.check_not_input(model, [model]), "--out"),
+            (lambda: cfg.check_output(model, [model], True, "--json"), "--json"),
+            (lambda: cfg.write_output(model, b"", [model], True, "--plot"), "--plot"),
+            (lambda: cfg.check_output(model, [], False, "--json"), "--json"),
+            (lambda: cfg.write_output(model, b"", [], False, "--plot"), "--plot"),
+            (lambda: cfg.write_output(model, b"", [], False), "--out")):
+        assert _refusal(call, OutputPathError).startswith(f"{option} '"), option
+    assert model.read_text() == "m"
