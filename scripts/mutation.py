@@ -131,6 +131,7 @@ CMP = "edgepe.export.compare."  # (methods are named xǁClassǁmethod)
 VCMP = "edgepe.verify.compare."
 UNT = "edgepe.graphs.untrusted.x_"
 COM = "edgepe.contract.commit.x_"
+CKP = "edgepe.contract.checkpoint.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -248,6 +249,27 @@ EQUIVALENT: dict[str, str] = {
     "to be that size before",
     "edgepe.contract.config.x_check_writable__mutmut_6": "encode('UTF-8'): codec names are "
     "case-insensitive",
+    **{f"{CKP}_implied_d_model__mutmut_{i}": "zip's strict flag: the ranks were compared just "
+       "before, so strict never fires" for i in (9, 12, 13)},
+    **{f"{CKP}_safetensors_tensors__mutmut_{i}": "safe_open's device: 'cpu' is its default"
+       for i in (12, 15)},
+    CKP + "is_safetensors__mutmut_14": "head[8:10] of the 9 bytes read is head[8:9]",
+    **{f"{CKP}load_into__mutmut_{i}": ".to(None) keeps the tensor's dtype; load_state_dict "
+       "(copy_) and torch.equal convert or compare by value anyway" for i in (68, 74)},
+    CKP + "load_param_into__mutmut_85": ".to(None) keeps the dtype; copy_ converts to the "
+    "parameter's dtype anyway",
+    **{f"{CKP}load_param_into__mutmut_{i}": "the offset's default (0 -> None, 1, dropped) and "
+       "the scheme test: a learned scheme's params always hold 'offset' (its default 0 is "
+       "filled in by resolve), and no other scheme has one" for i in (24, 26, 28, 31, 35)},
+    **{f"{CKP}read_state_dict__mutmut_{i}": "without the key's prefix every tensor of the "
+       "safetensors file is read; _checked_state then picks the same entries (memory only)"
+       for i in (9, 11)},
+    CKP + "read_tensor__mutmut_13": "the path _checked_state names in its refusals: a "
+    "safetensors tensor reaching it is dense, on the CPU and of an allowed dtype (others were "
+    "refused by _safetensors_tensors), so it never refuses",
+    CKP + "safetensors_header__mutmut_33": "decode('UTF-8'): codec names are case-insensitive",
+    **{f"{CKP}sha256_file__mutmut_{i}": "the block size of the hashing loop: the same digest; "
+       "memory only" for i in (13, 15, 16)},
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
 }

@@ -372,3 +372,84 @@ def test_load_param_refusals(tmp_path):
     module = _learned()
     ck.load_param_into(module, _save(tmp_path, {"w": torch.ones(4, 2).double()}, "d.pt"), "w")
     assert module.table.dtype == torch.float32 and torch.equal(module.table, torch.ones(4, 2))
+
+
+def test_more_hints_and_edges(tmp_path):
+    # an empty checkpoint is "nothing"
+    empty = _save(tmp_path, {}, "empty.pt")
+    assert _message(lambda: ck.load_into(_binary(), empty)).endswith("; found nothing")
+    # nine names are cut to eight too
+    nine = _save(tmp_path, {f"l{i}": torch.zeros(1) for i in range(9)}, "nine.pt")
+    assert _message(lambda: ck.load_into(_binary(), nine)).endswith(
+        "found ... (1 more) [], " + ", ".join(f"l{i} [1]" for i in range(8)))
+    # the prefixes that hold EVERY expected name: the intersection over names
+    assert ck._prefixes({"v": 1, "w": 1}, {"a.w": 1, "b.w": 1, "b.v": 1}) == ["b"]
+    # a key ending in other characters than '.' keeps them
+    source = _binary()
+    keyed = _save(tmp_path, {f"posX.{k}": v for k, v in source.state_dict().items()}, "k.pt")
+    assert set(ck.read_state_dict(keyed, "posX")) == {"pe_binary", "projection.weight"}
+    # prefixes listed: 12 of them, comma-separated
+    many = _save(tmp_path, {f"p{i:02d}.w": torch.zeros(1) for i in range(13)}, "many.pt")
+    assert _message(lambda: ck.read_state_dict(many, "q")).endswith(
+        "its prefixes: " + ", ".join(f"p{i:02d}" for i in range(12)))
+    # tensor_shapes of a torch checkpoint
+    assert ck.tensor_shapes(keyed) == {"posX.pe_binary": (1, 16, 5),
+                                       "posX.projection.weight": (8, 5)}
+
+
+def test_a_safetensors_key_may_end_in_a_dot(tmp_path):
+    source = _binary()
+    path = tmp_path / "m.safetensors"
+    save_file({f"pos.{k}": v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    for key in ("pos.", "pos"):
+        assert set(ck.read_state_dict(path, key)) == {"pe_binary", "projection.weight"}
+    x = tmp_path / "x.safetensors"
+    save_file({f"posX.{k}": v.contiguous() for k, v in source.state_dict().items()}, str(x))
+    assert set(ck.read_state_dict(x, "posX")) == {"pe_binary", "projection.weight"}
+
+
+def test_a_learned_table_one_row_long_after_its_offset_still_names_the_fit(tmp_path):
+    path = _save(tmp_path, {"wpe": torch.zeros(3, 2)})
+    assert _message(lambda: ck.load_param_into(_learned(offset=2), path, "wpe")).endswith(
+        "takes table [4, 2]; it fits --max-len 1 --d-model 2 (after its 2 leading rows, "
+        "--param offset=2)")
+
+
+def test_errors_without_a_message_are_named_by_their_type(tmp_path, monkeypatch):
+    import pickle
+
+    import safetensors
+
+    path = _save(tmp_path, {"w": torch.zeros(1)})
+
+    def unpickling(*args, **kwargs):
+        raise pickle.UnpicklingError("  ")
+
+    monkeypatch.setattr(torch, "load", unpickling)
+    assert _message(lambda: ck.read_state_dict(path)) == (
+        f"checkpoint {str(path)!r} was refused by the safe loader (weights_only=True): "
+        "UnpicklingError")
+    st = tmp_path / "m.safetensors"
+    save_file({"w": torch.zeros(1)}, str(st))
+    for error, text in ((OSError(""), "OSError"), (OSError("e" * 300 + "\nmore"), "e" * 200)):
+        def failing(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(safetensors, "safe_open", failing)
+        assert _message(lambda: ck.read_state_dict(st)) == (
+            f"checkpoint {str(st)!r} is not a readable safetensors file: {text}")
+
+
+def test_torch_load_is_asked_for_weights_only_on_the_cpu(tmp_path, monkeypatch):
+    """The project's rule (torch >= 2.2 is allowed: weights_only became the default only in 2.6,
+    so edgepe asks for it), and map_location cpu (a checkpoint saved on a GPU loads here)."""
+    calls = []
+    real = torch.load
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording)
+    ck.read_state_dict(_save(tmp_path, {"w": torch.zeros(1)}))
+    assert calls == [{"map_location": "cpu", "weights_only": True}]
