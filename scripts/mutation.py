@@ -385,6 +385,8 @@ def run_module(module: str, tests: tuple[str, ...], jobs: int, timeout: float) -
         "equivalent": len(equivalent), "counts": counts,
         "score": round(100.0 * killed / denominator, 1) if denominator else None,
         "survivors": {n: s for n, s in survivors.items() if n not in equivalent},
+        # printed, not recorded: lets a reader check each listed reason against its mutant
+        "equivalent_diffs": {n: survivors[n]["diff"] for n in equivalent},
         "finished": finished, "seconds": round(time.monotonic() - start),
         **({} if finished and total else {"note": tail.strip().splitlines()[-1:]}),
     }
@@ -534,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in sorted(result["survivors"]):
             flag = " (new)" if name in new_survivors else ""
             print(f"  survived{flag}: {name}: {' / '.join(result['survivors'][name]['diff'])}")
+        for name, diff in sorted(result.pop("equivalent_diffs").items()):
+            print(f"  equivalent: {name}: {' / '.join(diff)}")
         # A recorded module must not lose ground; one not recorded yet is reported only.
         if old and result["finished"] and (new_survivors or (
                 old["score"] is not None and result["score"] is not None
