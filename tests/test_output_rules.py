@@ -274,6 +274,10 @@ def test_base_manifest_fields():
     assert m["checkpoint"] == {"path": "c.pt", "sha256": "ab", "key": "pos"}
     assert m["positions"] == {"arity": None, "out_of_range": "clamp", "limit": None}
     assert m["tolerance"] == {"rtol": 1e-6, "atol": 1e-6} and m["seed"] == 3
+    # the scheme's (rtol, atol), each in its place: sinusoidal's is (0, 1e-6)
+    sinusoidal = cfg.ExportConfig(scheme=resolve("sinusoidal", 16, d_model=8))
+    assert cfg.base_manifest(sinusoidal, [None, 8], "float32")["tolerance"] == {
+        "rtol": 0.0, "atol": 1e-6}
     param = cfg.ExportConfig(scheme=resolve("learned", 16, d_model=8), checkpoint="c.pt",
                              checkpoint_sha256="ab", checkpoint_param="wpe")
     assert cfg.base_manifest(param, [None, 8], "float32")["checkpoint"] == {
