@@ -269,3 +269,48 @@ def test_proof_cases():
     assert prove.proof_cases(positioned, 16) == [(1, 0, 0, 0), (7, 0, 0, 0), (16, 0, 0, 0)]
     # cases past max_len are dropped
     assert prove.proof_cases(plain, 8, [8, 9]) == [(8, 0, 0, 0)]
+
+
+def test_dim_sizes_from_one_role_alone():
+    for name in ("input_ids", "inputs_embeds", "position_ids"):
+        assert prove._dim_sizes(_inputs((name, ["b", "s"], "tensor(int64)")), 2, 3, 5) == {
+            "b": 2, "s": 3}, name
+    assert prove._dim_sizes(_inputs(("past_key_values.0.key", ["b", 4, "p", 8],
+                                     "tensor(float)")), 2, 3, 5) == {"b": 2, "p": 5}
+    assert prove._dim_sizes(_inputs(("attention_mask", ["b", "t"], "tensor(int64)")),
+                            2, 3, 5) == {"b": 2, "t": 8}
+
+
+def _grafted(name="positions", kind="input", new_input=False):
+    return SimpleNamespace(positions=SimpleNamespace(name=name, kind=kind), new_input=new_input)
+
+
+def test_feeds_for_a_proof_run():
+    session = _session(("positions", ["B", "S"], "tensor(int32)"),
+                       ("x", ["B", "S", 4], "tensor(float)"),
+                       ("mask", ["B", "S"], "tensor(bool)"),
+                       ("ids", [3, "S"], "tensor(int64)"))
+    feeds = prove._feeds(session, 7, "S", _grafted(), 50, np.random.default_rng(0))
+    ids = feeds["positions"]
+    assert ids.shape == (2, 7) and ids.dtype == np.int32  # batch 2, the sequence the length
+    assert ids.min() >= 0 and ids.max() == 49 and ids.flat[-1] == 49  # reaches max_len - 1
+    assert feeds["x"].shape == (2, 7, 4) and feeds["x"].dtype == np.float32
+    assert feeds["x"].std() > 0.5  # standard normal, not zeros
+    assert feeds["mask"].dtype == bool and feeds["mask"].shape == (2, 7)
+    assert feeds["ids"].shape == (3, 7) and feeds["ids"].dtype == np.int64
+    assert set(np.unique(feeds["ids"])) <= {0, 1}
+    # the sequence axis not known by name: every free axis gets the length
+    unknown = prove._feeds(session, 7, None, _grafted(), 50, np.random.default_rng(0))
+    assert unknown["x"].shape == (7, 7, 4)
+    # positions graft made itself (the original gathered 0 .. S-1): arange
+    new = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 5, "S",
+                       _grafted(new_input=True), 50, np.random.default_rng(0))
+    assert new["positions"].tolist() == [0, 1, 2, 3, 4]
+    # positions that are not an input of the model: fed like any integer input
+    inner = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 5, "S",
+                         _grafted(kind="node"), 50, np.random.default_rng(0))
+    assert set(np.unique(inner["positions"])) <= {0, 1}
+    # the first positions are drawn from 0 on, not 1: over many draws 0 appears
+    many = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 4000, "S",
+                        _grafted(), 3, np.random.default_rng(0))
+    assert set(np.unique(many["positions"])) == {0, 1, 2}
