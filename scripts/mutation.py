@@ -62,7 +62,8 @@ _CHECK_UNTRUSTED = tuple(f"tests/test_paths.py::test_{name}" for name in (
 MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/contract/errors.py": ("tests/test_cli_errors.py", "tests/test_mutation_kills.py"),
     "edgepe/contract/manifest.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
-    "edgepe/rebuild.py": ("tests/test_compare_fields.py", "tests/test_rebuild_paths.py"),
+    "edgepe/rebuild.py": ("tests/test_rebuild_claims.py", "tests/test_compare_fields.py",
+                          "tests/test_rebuild_paths.py"),
     "edgepe/targets/check.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
     "edgepe/graphs/quant.py": ("tests/test_bound_pins.py", "tests/test_mutation_kills.py"),
     "edgepe/audit.py": ("tests/test_graph_audit.py", "tests/test_mutation_kills.py",
@@ -176,13 +177,6 @@ EQUIVALENT: dict[str, str] = {
        (15, 18, 19)},
     CMP + "x_check_replace__mutmut_24": "compare's path names where an ONNX file differs, in a "
     "text check_replace drops (it uses only whether there is a difference)",
-    "edgepe.rebuild.x_config_from_manifest__mutmut_93": "the checkpoint path taken whatever "
-    "the recorded sha: without a sha the manifest has no checkpoint section (export writes "
-    "both or neither), so recorded.get('path') is None either way",
-    "edgepe.rebuild.x_rebuild__mutmut_18": "open(fd, 'rb') closes fd by default (closefd=True)",
-    **{f"edgepe.rebuild.x_rebuild__mutmut_{i}": "ignore_paths in rebuild(): the rebuilt "
-       "manifest's checkpoint.path is the recorded one (config.checkpoint comes from it), so "
-       "the two never differ there" for i in (74, 79, 80)},
     **{f"edgepe.audit.x_load_onnx__mutmut_{i}": "the type-name fallback for an empty "
        "message: protobuf's DecodeError and onnx.checker's errors always carry one"
        for i in (12, 25)},
