@@ -207,3 +207,75 @@ def test_first_line():
     assert rebuild._first_line(ValueError("one\ntwo")) == "one"
     assert rebuild._first_line(ValueError("  ")) == "ValueError"
     assert rebuild._first_line(ValueError("x" * 200)) == "x" * 160
+
+
+# ---- a foreign build's claims in rebuild() ------------------------------------------------------
+
+
+def _foreign(made, tmp_path, **changes):
+    m = {**manifest_io.read(made["npy"]), "edgepe_version": "0.0.1", **changes}
+    path = tmp_path / "t.npy"
+    path.write_bytes(made["npy"].read_bytes())
+    manifest_io.path_for(path).write_bytes(manifest_io.dumps(m))
+    return path, m
+
+
+def test_a_foreign_builds_claims_fail_the_rebuild_or_are_listed_when_accepted(made, tmp_path):
+    from edgepe import __version__
+
+    ours = manifest_io.read(made["npy"])
+    one = {"positions": {**ours["positions"], "out_of_range": "wrap"}}
+    path, m = _foreign(made, tmp_path, **one)
+    got = rebuild.rebuild(path, m)
+    claim = "positions.out_of_range: \"wrap\" != this edgepe's \"clamp\""
+    assert got.difference == (f"a foreign build's claim this edgepe cannot reproduce: {claim}; "
+                              "pass --accept-foreign to verify it numerically with this "
+                              "edgepe's values")
+    assert got.unchecked == () and not got.ok and not got.bytes_match
+    accepted = rebuild.rebuild(path, m, accept_foreign=True)
+    assert accepted.ok and accepted.unchecked == (claim,)
+    assert accepted.note == (f"written by edgepe '0.0.1', this is {__version__}: verified "
+                             f"numerically only; 1 claim(s) accepted unchecked: {claim}")
+    # two claims: the first named, the count of the rest
+    path, m = _foreign(made, tmp_path, **one, seed=9)
+    got = rebuild.rebuild(path, m)
+    assert "cannot reproduce: " in got.difference and " (and 1 more); pass" in got.difference
+    accepted = rebuild.rebuild(path, m, accept_foreign=True)
+    assert len(accepted.unchecked) == 2
+    assert accepted.note.endswith("2 claim(s) accepted unchecked: " + "; ".join(
+        accepted.unchecked))
+    # nothing claimed: no note of claims, nothing unchecked, even when accepting
+    path, m = _foreign(made, tmp_path)
+    accepted = rebuild.rebuild(path, m, accept_foreign=True)
+    assert accepted.unchecked == () and "accepted" not in accepted.note
+
+
+def test_bytes_match_says_whether_only_the_manifest_differs(made, tmp_path):
+    m = manifest_io.read(made["npy"])
+    path = tmp_path / "t.npy"
+    path.write_bytes(made["npy"].read_bytes())
+    got = rebuild.rebuild(path, {**m, "seed": m["seed"]})
+    assert got.bytes_match is True and got.reproduced
+    edited = {**m, "tolerance": {"rtol": 1.0, "atol": 1.0}}
+    got = rebuild.rebuild(path, edited)
+    assert got.difference.startswith("the manifest differs") and got.bytes_match is True
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    got = rebuild.rebuild(path, m)
+    assert got.difference.startswith("the file differs") and got.bytes_match is False
+    assert rebuild.just_built(path, m).bytes_match is True
+
+
+def test_config_from_manifest_refuses_unusable_inputs(made):
+    m = manifest_io.read(made["npy"])
+    with pytest.raises(ArtifactError) as exc:
+        rebuild.config_from_manifest({**m, "inputs": {**m["inputs"], "checkpoint_param": 5}},
+                                     None, 1 << 30)
+    assert str(exc.value) == "the manifest's inputs.checkpoint_param must be a string, got 5"
+    with pytest.raises(ArtifactError) as exc:
+        rebuild.config_from_manifest({**m, "inputs": {**m["inputs"], "params": "x"}}, None,
+                                     1 << 30)
+    assert str(exc.value) == (
+        "the manifest's inputs.params cannot be resolved for scheme 'sinusoidal': dictionary "
+        "update sequence element #0 has length 1; 2 is required")
