@@ -177,6 +177,15 @@ EQUIVALENT: dict[str, str] = {
        (15, 18, 19)},
     CMP + "x_check_replace__mutmut_24": "compare's path names where an ONNX file differs, in a "
     "text check_replace drops (it uses only whether there is a difference)",
+    **{f"edgepe.rebuild.x_{fn}__mutmut_{i}": "closefd=True dropped: True is open()'s default"
+       for fn, i in (("rebuild", 19), ("read_manifest", 53))},
+    **{f"edgepe.rebuild.x_read_manifest__mutmut_{i}": "the second open_regular's 'what' word: "
+       "the first call, a moment before, refused a PATH that is not a regular file with the "
+       "same word; this one shows only if PATH is swapped in between" for i in (43, 46, 47)},
+    "edgepe.rebuild.x_read_manifest__mutmut_94": "validate's 'where' names the rebuilt "
+    "manifest in a refusal that cannot happen: this edgepe's own export manifest is valid",
+    "edgepe.rebuild.x_check_claims__mutmut_3": "inputs taken whatever its type: read() "
+    "validated the manifest, whose inputs is always an object",
     **{f"edgepe.audit.x_load_onnx__mutmut_{i}": "the type-name fallback for an empty "
        "message: protobuf's DecodeError and onnx.checker's errors always carry one"
        for i in (12, 25)},

@@ -279,3 +279,29 @@ def test_config_from_manifest_refuses_unusable_inputs(made):
     assert str(exc.value) == (
         "the manifest's inputs.params cannot be resolved for scheme 'sinusoidal': dictionary "
         "update sequence element #0 has length 1; 2 is required")
+
+
+def test_read_manifest_refusals_and_opset(made, tmp_path):
+    import os
+
+    folder = tmp_path / "d.onnx"
+    folder.mkdir()
+    with pytest.raises(ArtifactError) as exc:
+        rebuild.read_manifest(folder)
+    assert str(exc.value) == (f"artifact {str(folder)!r} is not a file (it is a folder): edgepe "
+                              "reads regular files only")
+    lone_npy = tmp_path / "t.npy"
+    lone_npy.write_bytes(made["npy"].read_bytes())
+    with pytest.raises(ArtifactError) as exc:
+        rebuild.read_manifest(lone_npy)
+    assert str(exc.value).startswith(f"{str(lone_npy)!r} is not an edgepe artifact: no readable "
+                                     "manifest at ")
+    # the embedded copy's opset is the graph's: an opset-20 export is rebuilt at 20
+    old = api.export(api.make_config("binary", 16, d_model=8, opset=20,
+                                     out=tmp_path / "o20.onnx"), verify=False)[0].path
+    lone = _lone(tmp_path, old, name="l20.onnx")
+    fds = len(os.listdir("/proc/self/fd"))
+    m = rebuild.read_manifest(lone)
+    assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
+    assert m["inputs"]["opset"] == 20 and m["manifest_source"] == "embedded"
+    assert rebuild._embedded_inputs({"heads": 4, "mode": "table"}, 18)["heads"] == 4
