@@ -116,3 +116,35 @@ def test_output_under_a_regular_file_is_refused(tmp_path):
         check_writable(blocker / "sub" / "out.onnx")
     with pytest.raises(OutputPathError, match="folder"):
         check_writable(tmp_path)
+
+
+def test_check_replace_messages_and_what_it_opens(tmp_path):
+    """Each refusal's whole line (issue 33: mutmut survivors of export/compare.check_replace);
+    a folder at PATH is not edgepe's; the artifact's descriptor is closed after the comparison."""
+    import os
+    import shutil
+
+    from edgepe.export import prepare
+
+    out = tmp_path / "g.onnx"
+    prepared = prepare(_config(out=out))
+    write_artifact(out, prepared.write, prepared.manifest)
+    fds = len(os.listdir("/proc/self/fd"))
+    assert check_replace(out, prepare(_config(out=out)), force=False) is True
+    assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
+    other = prepare(ExportConfig(scheme=resolve("gray", 32), mode="compute", out=out))
+    with pytest.raises(OutputPathError) as exc:
+        check_replace(out, other, force=False)
+    assert str(exc.value) == (f"{str(out)!r} exists and is an artifact made from other inputs; "
+                              "pass --force to replace it")
+    # a folder where the artifact was (its manifest beside it, or not): not edgepe's
+    out.unlink()
+    out.mkdir()
+    for _ in range(2):
+        with pytest.raises(OutputPathError) as exc:
+            check_replace(out, prepared, force=False)
+        assert str(exc.value) == (f"{str(out)!r} exists and is a file edgepe did not write; "
+                                  "pass --force to replace it")
+        manifest_path(out).unlink(missing_ok=True)
+    shutil.rmtree(out)
+    assert check_replace(out, prepared, force=False) is False  # nothing there: write it

@@ -180,6 +180,9 @@ MALFORMED = [
          ["export", *GRAY, "--out", "{d}/" + os.fsdecode(b"\xff\xfe.onnx")], ["UTF-8"]),
     Case("malformed values", "out-name-no-room-for-json",
          ["export", *GRAY, "--out", "{d}/" + "a" * 246 + ".onnx"], ["longer than 250"]),
+    # over NAME_MAX itself: stat fails with ENAMETOOLONG (was exit 3, issue 33)
+    Case("malformed values", "out-name-over-name-max",
+         ["export", *GRAY, "--out", "{d}/" + "a" * 251 + ".onnx"], ["longer than 255"]),
     Case("malformed values", "graph-fails-in-onnxruntime",
          ["run", "{d}/broken.onnx", "--positions", "0:1"], ["broken.onnx"]),
     *(Case("malformed values", f"checkpoint-{kind}",

@@ -362,3 +362,17 @@ def test_a_seeded_artifact_is_rebuilt_with_its_seed(tmp_path):
                       verify=False)[0].path
     got = rebuild.rebuild(path, manifest_io.read(path))
     assert got.reproduced and got.config.seed == 5, str(got)
+
+
+def test_a_lone_onnx_read_through_its_embedded_manifest_is_reproduced(made, tmp_path):
+    """Moved without its .json, the artifact's manifest is the copy embedded in the graph, marked
+    ``manifest_source: "embedded"`` (a field export never writes): the rebuild ignores that
+    mark, and still names any other field that differs."""
+    lone = tmp_path / "lone.onnx"
+    lone.write_bytes(made["onnx"].read_bytes())
+    m = rebuild.read_manifest(lone)
+    assert m["manifest_source"] == "embedded"
+    got = rebuild.rebuild(lone, m)
+    assert (got.reproduced, got.difference, got.ok) == (True, None, True)
+    got = rebuild.rebuild(lone, {**m, "seed": 7})
+    assert got.difference == "the manifest differs from the rebuilt one at seed: 7 != rebuilt 0"

@@ -240,15 +240,16 @@ def check_writable(out: Path, option: str = "--out") -> None:
     probe = _existing_ancestor(out)
     if not probe.is_dir():
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is a file, not a folder")
+    # before anything stats PATH: a name over NAME_MAX makes stat itself fail (ENAMETOOLONG)
+    room = _name_max(probe)
+    if len(os.fsencode(out.name)) > room:
+        raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
+                              "bytes")
     if out.exists() and out.is_dir():
         raise OutputPathError(f"cannot write {str(out)!r}: it is a folder")
     _check_regular(out)
     if not os.access(probe, os.W_OK):
         raise OutputPathError(f"cannot write {str(out)!r}: {str(probe)!r} is not writable")
-    room = _name_max(probe)
-    if len(os.fsencode(out.name)) > room:
-        raise OutputPathError(f"cannot write {str(out)!r}: the file name is longer than {room} "
-                              "bytes")
 
 
 def check_manifest_slot(out: Path, force: bool) -> None:

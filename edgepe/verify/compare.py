@@ -6,8 +6,9 @@ elements and where the first ones are, is truthy when it passed and prints itsel
 The CLI turns a failed result into exit code 1; ``report`` only renders.
 
 An element mismatches when ``|actual - expected| > atol + rtol * |expected|`` (numpy's
-``isclose`` rule), or when exactly one side is NaN; equal values (infinities, equal NaNs) always
-match. With ``(0, 0)`` that is plain equality, the rule for integer and bit outputs.
+``isclose`` rule), or when exactly one side is NaN, or when the expected value is infinite and
+the actual one is not that same infinity; equal values (infinities, equal NaNs) always match.
+With ``(0, 0)`` that is plain equality, the rule for integer and bit outputs.
 """
 
 from __future__ import annotations
@@ -206,7 +207,9 @@ class Comparison:
             diff = np.abs(a - e)
             same = (a == e) | (np.isnan(a) & np.isnan(e))
             diff[same] = 0.0
-            bad = ~same & ~(diff <= tolerance.allowed(e))
+            # an infinite expected value matches only itself: its allowance atol + rtol * inf
+            # is inf (or nan), which would otherwise pass any value against it
+            bad = ~same & (~(diff <= tolerance.allowed(e)) | ~np.isfinite(e))
             nonzero = (e != 0) & np.isfinite(e)
             rel = np.where(nonzero, diff / np.where(nonzero, np.abs(e), 1.0), 0.0)
         diff_finite = np.where(np.isnan(diff), np.inf, diff)

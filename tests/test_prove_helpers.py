@@ -1,0 +1,316 @@
+"""graft's proof helpers at known values (edgepe.graft.prove; issue 33: mutmut survivors): the
+manifest numbers it trusts, the PE tolerance, the size caps at their edges, the difference of two
+outputs, the sizes of a transformers export's symbolic axes, its feeds and its proof cases, and
+a failing run's one line. The graft tests (tests/test_graft*.py) prove whole models; these pin
+each helper's arithmetic and every refusal's message.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from edgepe.contract.errors import ArtifactError, BadParameterError, ParityError
+
+prove = importlib.import_module("edgepe.graft.prove")  # edgepe.graft.prove is also a function
+
+
+# ---- numbers from the manifest ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    (0.25, 0.25), (3, 3.0), (0, 0.0), ([0.5, 2, 1.0], 2.0), ([7], 7.0)])
+def test_finite_takes_the_largest_non_negative_number(value, want):
+    got = prove._finite(value, "quant.bound")
+    assert got == want and isinstance(got, float)
+
+
+@pytest.mark.parametrize("value", [
+    -1e-9, math.inf, math.nan, True, "0.1", None, [], [0.1, -0.1], [0.1, "x"], {"a": 1},
+    [0.1, True]])
+def test_finite_refuses_anything_else_in_one_line(value):
+    with pytest.raises(ArtifactError) as exc:
+        prove._finite(value, "quant.bound")
+    assert str(exc.value) == (f"the artifact's manifest quant.bound must be non-negative numbers, "
+                              f"got {value!r}")
+
+
+def test_pe_tolerance_is_atol_plus_rtol_times_the_largest_pe_plus_the_int8_bound():
+    values = np.array([[0.5, -4.0], [2.0, 1.0]])
+    manifest = {"tolerance": {"atol": 0.125, "rtol": 0.5}, "quant": {"bound": 0.25}}
+    assert prove.pe_tolerance(manifest, values, quantised=False) == 0.125 + 0.5 * 4.0
+    assert prove.pe_tolerance(manifest, values, quantised=True) == 0.125 + 2.0 + 0.25
+    # an older manifest records the bound as max_abs_err; bound wins when both are there
+    old = {**manifest, "quant": {"max_abs_err": 1.0}}
+    assert prove.pe_tolerance(old, values, quantised=True) == 0.125 + 2.0 + 1.0
+    both = {**manifest, "quant": {"bound": 0.25, "max_abs_err": 1.0}}
+    assert prove.pe_tolerance(both, values, quantised=True) == 0.125 + 2.0 + 0.25
+    # missing terms are 0; no rows: max|pe| is 0
+    assert prove.pe_tolerance({"tolerance": {"rtol": 0.5}}, values, quantised=True) == 2.0
+    assert prove.pe_tolerance({"tolerance": {"atol": 0.125}}, np.zeros((0, 2)), False) == 0.125
+    assert prove.pe_tolerance({"quant": "no"}, values, quantised=True) == 0.0
+
+
+def test_pe_tolerance_refuses_a_tolerance_that_is_not_an_object():
+    with pytest.raises(ArtifactError) as exc:
+        prove.pe_tolerance({"tolerance": [0.1]}, np.ones(2), quantised=False)
+    assert str(exc.value) == "the artifact's manifest tolerance must be an object, got [0.1]"
+    with pytest.raises(ArtifactError, match=r"manifest tolerance\.rtol must be non-negative"):
+        prove.pe_tolerance({"tolerance": {"rtol": -1}}, np.ones(2), quantised=False)
+    with pytest.raises(ArtifactError, match=r"manifest quant\.bound must be non-negative numbers, "
+                                            r"got None"):
+        prove.pe_tolerance({"quant": {}}, np.ones(2), quantised=True)
+
+
+# ---- size caps ----------------------------------------------------------------------------------
+
+
+def test_the_caps():
+    assert prove.PROOF_TABLE_BYTES == 256 * 2**20 and prove.PROOF_MAX_LENGTH == 1 << 16
+
+
+@pytest.mark.parametrize(("lengths", "max_len", "bad"), [
+    ([1, 37], 37, None), ([38], 37, 38), ([0], 37, 0), ([-1], 37, -1),
+    ([1 << 16], 1 << 20, None), ([(1 << 16) + 1], 1 << 20, (1 << 16) + 1), (None, 5, None),
+    ([3, 6, 2], 5, 6)])
+def test_lengths_are_1_to_the_smaller_of_max_len_and_the_cap(lengths, max_len, bad):
+    if bad is None:
+        prove.check_lengths(lengths, max_len)
+        return
+    with pytest.raises(BadParameterError) as exc:
+        prove.check_lengths(lengths, max_len)
+    cap = min(1 << 16, max_len)
+    assert str(exc.value) == (f"--lengths {bad}: each length must be 1 .. {cap} (the PE's "
+                              f"max_len {max_len}, graft's cap 65536)")
+
+
+def test_the_proof_table_may_be_256_mib():
+    rows = 256 * 2**20 // (4 * 64)  # 1 Mi rows of 64 float32: exactly 256 MiB
+    prove.check_proof_size({"max_len": rows, "d_model": 64}, [4])
+    with pytest.raises(BadParameterError) as exc:
+        prove.check_proof_size({"max_len": rows + 1, "d_model": 64}, None)
+    assert str(exc.value) == (
+        f"max_len {rows + 1} x width 64: the proof's float32 PE table would be "
+        f"{(rows + 1) * 256} bytes, over graft's cap of {256 * 2**20}; graft a shorter artifact, "
+        "or pass --no-check")
+    # a bias artifact's width is its heads; neither given: 1
+    prove.check_proof_size({"max_len": 64 * 2**20, "heads": 1}, None)
+    with pytest.raises(BadParameterError, match=r"x width 2: "):
+        prove.check_proof_size({"max_len": 64 * 2**20, "heads": 2}, None)
+    with pytest.raises(BadParameterError, match=r"x width 1: "):
+        prove.check_proof_size({"max_len": 64 * 2**20 + 1, "d_model": None}, None)
+    with pytest.raises(BadParameterError, match=r"--lengths 9: each length must be 1 \.\. 8"):
+        prove.check_proof_size({"max_len": 8, "d_model": 4}, [9])
+
+
+# ---- outputs ------------------------------------------------------------------------------------
+
+
+def test_max_diff():
+    assert prove._max_diff([1.0, 2.5], [1.5, -0.5]) == 3.0
+    assert prove._max_diff(np.float32(1.0), np.float32(1.0)) == 0.0
+    assert prove._max_diff(np.zeros((0, 3)), np.zeros((0, 3))) == 0.0
+    assert prove._max_diff(np.zeros(3), np.zeros(4)) == math.inf
+    # float64 arithmetic: int8 outputs do not wrap around
+    assert prove._max_diff(np.array([127], np.int8), np.array([-128], np.int8)) == 255.0
+
+
+def _identity_session(dims, elem=TensorProto.FLOAT, name="x"):
+    x = helper.make_tensor_value_info(name, elem, dims)
+    y = helper.make_tensor_value_info("y", elem, dims)
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", [name], ["y"])],
+                                                "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_a_run_that_fails_is_one_line_naming_the_length():
+    session = _identity_session([2])
+    feeds = {"x": np.zeros(3, np.float32)}
+    with pytest.raises(BadParameterError) as exc:
+        prove._run(session, ["y"], feeds, 3, "original")
+    message = str(exc.value)
+    assert message.startswith("the original model does not run at sequence length 3 (")
+    assert message.endswith("); give lengths it takes with --lengths, or --no-check")
+    assert "\n" not in message
+    with pytest.raises(ParityError) as exc:
+        prove._run(session, ["y"], feeds, 3, "grafted")
+    assert str(exc.value).startswith("the grafted model fails at sequence length 3: ")
+    assert prove._run(session, ["y"], {"x": np.ones(2, np.float32)}, 2, "grafted")[0].tolist() \
+        == [1.0, 1.0]
+
+
+def test_a_failing_runs_line_keeps_the_last_300_characters_or_the_type():
+    class Failing:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def run(self, names, feeds):
+            raise self.exc
+
+    long = RuntimeError("x" * 100 + "y" * 300 + "\nsecond line")
+    with pytest.raises(ParityError) as exc:
+        prove._run(Failing(long), [], {}, 5, "grafted")
+    assert str(exc.value) == "the grafted model fails at sequence length 5: " + "y" * 300
+    with pytest.raises(ParityError) as exc:
+        prove._run(Failing(KeyError()), [], {}, 5, "grafted")
+    assert str(exc.value) == "the grafted model fails at sequence length 5: KeyError"
+    with pytest.raises(BadParameterError) as exc:
+        prove._run(Failing(ValueError("  \n")), [], {}, 5, "original")
+    assert "(ValueError)" in str(exc.value)
+
+
+def test_table_pe_gathers_rows_of_a_float32_table():
+    table = np.arange(12, dtype=np.float64).reshape(4, 3) / 8
+    model = prove.table_pe(table, 17)
+    onnx.checker.check_model(model, full_check=True)
+    assert [o.version for o in model.opset_import] == [17]
+    assert model.ir_version == helper.find_min_ir_version_for(model.opset_import, True)
+    out = prove._session(model).run(None, {"positions": np.array([3, 0, 3])})[0]
+    assert out.dtype == np.float32 and out.tolist() == table[[3, 0, 3]].tolist()
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["N", 3]
+    assert prove._pe_values(model, 4).tolist() == table.astype(np.float32).tolist()
+
+
+# ---- transformers exports -----------------------------------------------------------------------
+
+
+def _inputs(*specs):
+    return [SimpleNamespace(name=n, shape=list(s), type=t) for n, s, t in specs]
+
+
+def test_dim_sizes_by_the_inputs_roles():
+    inputs = _inputs(("input_ids", ["b", "s"], "tensor(int64)"),
+                     ("attention_mask", ["b", "total"], "tensor(int64)"),
+                     ("past_key_values.0.key", ["b", 4, "p", 8], "tensor(float)"),
+                     ("position_ids", ["b", "s"], "tensor(int64)"))
+    assert prove._dim_sizes(inputs, 2, 3, 5) == {"b": 2, "p": 5, "s": 3, "total": 8}
+    # the first role to name an axis sizes it: past's axis 2 before input_ids' axis 1
+    shared = _inputs(("past_key_values.0.key", ["b", 4, "n", 8], "tensor(float)"),
+                     ("input_ids", ["b", "n"], "tensor(int64)"))
+    assert prove._dim_sizes(shared, 2, 3, 5) == {"b": 2, "n": 5}
+    mask_first = _inputs(("attention_mask", ["b", "n"], "tensor(int64)"),
+                         ("inputs_embeds", ["b", "n", 16], "tensor(float)"))
+    assert prove._dim_sizes(mask_first, 2, 3, 5) == {"b": 2, "n": 3}
+    # other ranks than the roles' are not read; fixed sizes are not names
+    odd = _inputs(("past_x", ["b", "p"], "tensor(float)"), ("input_ids", ["s"], "tensor(int64)"),
+                  ("attention_mask", [1, "t", "u"], "tensor(int64)"),
+                  ("input_ids_2", ["q", "r"], "tensor(int64)"))
+    assert prove._dim_sizes(odd, 2, 3, 5) == {}
+    assert prove._dim_sizes(_inputs(("input_ids", [2, "s"], "tensor(int64)")), 9, 3, 0) == {
+        "s": 3}
+
+
+def _session(*specs):
+    return SimpleNamespace(get_inputs=lambda: _inputs(*specs))
+
+
+def test_hf_feeds_mask_positions_and_dtypes():
+    session = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                       ("attention_mask", ["b", "t"], "tensor(int64)"),
+                       ("position_ids", ["b", "s"], "tensor(int32)"),
+                       ("embeds", ["b", "s", 4], "tensor(float)"),
+                       ("flags", ["b"], "tensor(bool)"),
+                       ("other", ["z"], "tensor(double)"))
+    feeds = prove.hf_feeds(session, 5, 0, 2, 64, np.random.default_rng(0))
+    assert feeds["attention_mask"].tolist() == [[1] * 5, [0, 0, 1, 1, 1]]
+    # cumsum - 1, 1 at padding (transformers' rule)
+    assert feeds["position_ids"].tolist() == [[0, 1, 2, 3, 4], [1, 1, 0, 1, 2]]
+    assert feeds["position_ids"].dtype == np.int32
+    assert feeds["input_ids"].shape == (2, 5) and set(np.unique(feeds["input_ids"])) <= {0, 1}
+    assert feeds["input_ids"].dtype == np.int64
+    assert feeds["embeds"].shape == (2, 5, 4) and feeds["embeds"].dtype == np.float32
+    assert feeds["flags"].tolist() == [True, True]
+    assert feeds["other"].shape == (5,) and feeds["other"].dtype == np.float64  # unknown: seq
+
+
+def test_hf_feeds_with_a_cache_shift_and_no_padding():
+    session = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                       ("attention_mask", ["b", "t"], "tensor(int64)"),
+                       ("position_ids", ["b", "s"], "tensor(int64)"),
+                       ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
+    feeds = prove.hf_feeds(session, 2, 3, 1, 64, np.random.default_rng(0))
+    assert feeds["attention_mask"].tolist() == [[1] * 5, [1] * 5]  # no padding with a cache
+    assert feeds["position_ids"].tolist() == [[3, 4], [3, 4]]
+    assert feeds["past_key_values.0.key"].shape == (2, 2, 3, 4)
+    shifted = prove.hf_feeds(session, 2, 0, 0, 64, np.random.default_rng(0), shift=60)
+    assert shifted["position_ids"].tolist() == [[60, 61], [60, 61]]
+    # a mask or position input of another shape than the roles give is fed like any input
+    odd = _session(("attention_mask", ["b", "s", "s"], "tensor(int64)"))
+    assert set(np.unique(prove.hf_feeds(odd, 3, 0, 1, 64, np.random.default_rng(0))[
+        "attention_mask"])) <= {0, 1}
+
+
+def test_proof_cases():
+    plain = _session(("input_ids", ["b", "s"], "tensor(int64)"))
+    assert prove.proof_cases(plain, 64) == [(1, 0, 0, 0), (7, 0, 0, 0), (16, 0, 0, 0)]
+    assert prove.proof_cases(plain, 5) == [(1, 0, 0, 0), (5, 0, 0, 0)]
+    assert prove.proof_cases(plain, 64, [3, 9]) == [(3, 0, 0, 0), (9, 0, 0, 0)]
+    masked = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                      ("attention_mask", ["b", "t"], "tensor(int64)"))
+    assert prove.proof_cases(masked, 64)[-1] == (16, 0, 3, 0)
+    assert prove.proof_cases(masked, 64, [2])[-1] == (2, 0, 1, 0)  # pad min(3, seq - 1)
+    cached = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                      ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
+    assert prove.proof_cases(cached, 64)[-2:] == [(3, 5, 0, 0), (1, 63, 0, 0)]
+    assert prove.proof_cases(cached, 7)[-2:] == [(3, 4, 0, 0), (1, 6, 0, 0)]
+    positioned = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                          ("position_ids", ["b", "s"], "tensor(int64)"))
+    assert prove.proof_cases(positioned, 64)[-1] == (16, 0, 0, 48)  # ends at position 63
+    assert prove.proof_cases(positioned, 16) == [(1, 0, 0, 0), (7, 0, 0, 0), (16, 0, 0, 0)]
+    # cases past max_len are dropped
+    assert prove.proof_cases(plain, 8, [8, 9]) == [(8, 0, 0, 0)]
+
+
+def test_dim_sizes_from_one_role_alone():
+    for name in ("input_ids", "inputs_embeds", "position_ids"):
+        assert prove._dim_sizes(_inputs((name, ["b", "s"], "tensor(int64)")), 2, 3, 5) == {
+            "b": 2, "s": 3}, name
+    assert prove._dim_sizes(_inputs(("past_key_values.0.key", ["b", 4, "p", 8],
+                                     "tensor(float)")), 2, 3, 5) == {"b": 2, "p": 5}
+    assert prove._dim_sizes(_inputs(("attention_mask", ["b", "t"], "tensor(int64)")),
+                            2, 3, 5) == {"b": 2, "t": 8}
+
+
+def _grafted(name="positions", kind="input", new_input=False):
+    return SimpleNamespace(positions=SimpleNamespace(name=name, kind=kind), new_input=new_input)
+
+
+def test_feeds_for_a_proof_run():
+    session = _session(("positions", ["B", "S"], "tensor(int32)"),
+                       ("x", ["B", "S", 4], "tensor(float)"),
+                       ("mask", ["B", "S"], "tensor(bool)"),
+                       ("ids", [3, "S"], "tensor(int64)"))
+    feeds = prove._feeds(session, 7, "S", _grafted(), 50, np.random.default_rng(0))
+    ids = feeds["positions"]
+    assert ids.shape == (2, 7) and ids.dtype == np.int32  # batch 2, the sequence the length
+    assert ids.min() >= 0 and ids.max() == 49 and ids.flat[-1] == 49  # reaches max_len - 1
+    assert feeds["x"].shape == (2, 7, 4) and feeds["x"].dtype == np.float32
+    assert feeds["x"].std() > 0.5  # standard normal, not zeros
+    assert feeds["mask"].dtype == bool and feeds["mask"].shape == (2, 7)
+    assert feeds["ids"].shape == (3, 7) and feeds["ids"].dtype == np.int64
+    assert set(np.unique(feeds["ids"])) <= {0, 1}
+    # the sequence axis not known by name: every free axis gets the length
+    unknown = prove._feeds(session, 7, None, _grafted(), 50, np.random.default_rng(0))
+    assert unknown["x"].shape == (7, 7, 4)
+    # positions graft made itself (the original gathered 0 .. S-1): arange
+    new = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 5, "S",
+                       _grafted(new_input=True), 50, np.random.default_rng(0))
+    assert new["positions"].tolist() == [0, 1, 2, 3, 4]
+    # positions that are not an input of the model: fed like any integer input
+    inner = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 5, "S",
+                         _grafted(kind="node"), 50, np.random.default_rng(0))
+    assert set(np.unique(inner["positions"])) <= {0, 1}
+    # the first positions are drawn from 0 on, not 1: over many draws 0 appears
+    many = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 4000, "S",
+                        _grafted(), 3, np.random.default_rng(0))
+    assert set(np.unique(many["positions"])) == {0, 1, 2}

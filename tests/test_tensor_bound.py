@@ -1,0 +1,344 @@
+"""The resource bound on untrusted graphs (``edgepe.graphs.untrusted.check_tensor_bound``, issue
+30), called directly with small budgets so every edge is reached: a tensor at the budget passes,
+one element over is refused; free input dimensions are taken as 1; a Range or Expand sized by
+input SIZES is evaluated at free dimension 1 and ``SIZE_PROBE`` (16); one sized by input VALUES,
+or another data-shaped op shape inference cannot size, is refused. Each refusal's message is
+pinned whole (one line naming the node, the count and the budget). Issue 33: these kill the
+mutmut survivors of graphs/untrusted.py, which the subprocess-driven tests of
+tests/test_trust_round2.py reach only through the CLI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepe.contract.errors import ArtifactError
+from edgepe.graphs.untrusted import SIZE_PROBE, check_tensor_bound
+
+X = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 4])  # one free dimension
+Y_INT = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+Y_FLOAT = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+ZERO_F = numpy_helper.from_array(np.float32(0.0), "z")
+
+
+def _int(value, name: str):
+    return numpy_helper.from_array(np.asarray(value, dtype=np.int64), name)
+
+
+def _model(nodes, inputs, outputs, initializers=(), value_info=(), opsets=(("", 18),)):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers),
+                              value_info=list(value_info))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+
+
+def _refusal(model, budget: int) -> str | None:
+    try:
+        check_tensor_bound(model, "m.onnx", budget)
+    except ArtifactError as exc:
+        return str(exc)
+    return None
+
+
+def _over(node: str, op: str, elements: int, dims, budget: int) -> str:
+    return (f"'m.onnx': node {node!r} ({op}) makes a tensor of {elements} elements {dims} at one "
+            f"position, over the budget of {budget}: refused before running it")
+
+
+# ---- tensors shape inference sizes ------------------------------------------------------------
+
+
+def _add(c_shape, name: str = "big"):
+    c = numpy_helper.from_array(np.zeros(c_shape, np.float32), "c")
+    return _model([helper.make_node("Add", ["x", "c"], ["y"], name=name)], [X], [Y_FLOAT], [c])
+
+
+def test_a_tensor_at_the_budget_passes_one_element_over_is_refused():
+    model = _add((3, 1))  # y is [3, 4] once the free dimension is 1
+    assert _refusal(model, 12) is None
+    assert _refusal(model, 11) == _over("big", "Add", 12, [3, 4], 11)
+
+
+def test_free_input_dimensions_are_taken_as_one():
+    # y is [s, 4]: bounded only because s is set to 1 (4 elements), refused at 3
+    model = _add((1, 4))
+    assert _refusal(model, 4) is None
+    assert _refusal(model, 3) == _over("big", "Add", 4, [1, 4], 3)
+
+
+def test_an_unnamed_node_is_named_by_its_op():
+    assert _refusal(_add((3, 1), name=""), 11) == _over("Add", "Add", 12, [3, 4], 11)
+
+
+def test_a_tensor_with_a_zero_dimension_has_no_elements():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 1000])
+    model = _model([helper.make_node("Abs", ["x"], ["y"])], [x], [Y_FLOAT])
+    assert _refusal(model, 10) is None
+
+
+def test_the_graphs_own_value_info_is_not_believed():
+    """A value_info claiming [1, 1] for a [3, 4] tensor: shapes are inferred afresh."""
+    c = numpy_helper.from_array(np.zeros((3, 1), np.float32), "c")
+    lie = helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 1])
+    model = _model([helper.make_node("Add", ["x", "c"], ["t"], name="a"),
+                    helper.make_node("Abs", ["t"], ["y"], name="b")],
+                   [X], [Y_FLOAT], [c], [lie])
+    assert _refusal(model, 11) == _over("a", "Add", 12, [3, 4], 11)
+
+
+def test_a_graph_shape_inference_rejects_is_refused_with_its_first_line():
+    model = _model([helper.make_node("Foo", ["x"], ["y"], domain="zz")], [X], [Y_FLOAT])
+    assert _refusal(model, 10) == (
+        "'m.onnx': ONNX shape inference fails on its graph ([TypeInferenceError] Cannot infer "
+        "type and shape for node name . No opset import for domain zz optype Foo): its tensors "
+        "cannot be bounded: refused")
+    long = _model([helper.make_node("Foo", ["x"], ["y"], domain="z" * 300)], [X], [Y_FLOAT])
+    message = _refusal(long, 10)
+    inner = message.split("fails on its graph (", 1)[1].rsplit("): its tensors", 1)[0]
+    assert len(inner) == 160 and inner.endswith("z")  # the first 160 characters of the line
+
+
+# ---- data-shaped ops ----------------------------------------------------------------------------
+
+
+def test_a_data_shaped_op_shape_inference_cannot_size_is_refused():
+    model = _model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [X], [Y_INT])
+    assert _refusal(model, 10**6) == (
+        "'m.onnx': node 'nz' (NonZero) makes a tensor whose size depends on values shape "
+        "inference cannot bound: refused (edgepe's graphs bound every tensor)")
+    unnamed = _model([helper.make_node("NonZero", ["x"], ["y"])], [X], [Y_INT])
+    assert "node 'NonZero' (NonZero)" in _refusal(unnamed, 10**6)
+
+
+def test_an_expand_sized_by_input_values_is_refused():
+    model = _model([helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+                    helper.make_node("Expand", ["z", "xi"], ["y"], name="e")],
+                   [X], [Y_FLOAT], [ZERO_F])
+    assert _refusal(model, 10**6).startswith(
+        "'m.onnx': node 'e' (Expand) makes a tensor whose size depends on values")
+
+
+def test_a_range_sized_by_input_values_is_refused():
+    model = _model([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                    helper.make_node("Cast", ["m"], ["lim"], to=TensorProto.INT64),
+                    helper.make_node("Range", ["zero", "lim", "one"], ["y"], name="r")],
+                   [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+    assert _refusal(model, 10**6).startswith(
+        "'m.onnx': node 'r' (Range) makes a tensor whose size depends on values")
+
+
+def test_an_expand_of_input_values_to_a_shape_of_input_sizes_is_evaluated():
+    """Expand's data input may depend on values (it does not size the output); its shape input,
+    [10] ++ Shape(x) (Shape cuts the dependence on values), is evaluated: [10, 16, 4] at most."""
+    model = _model([helper.make_node("Shape", ["x"], ["sh"]),
+                    helper.make_node("Concat", ["ten", "sh"], ["dims"], axis=0),
+                    helper.make_node("Expand", ["x", "dims"], ["y"], name="e")],
+                   [X], [Y_FLOAT], [_int([10], "ten")])
+    assert _refusal(model, 640) is None
+    assert _refusal(model, 639) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 640 "
+                                    "elements, over the budget of 639: refused before running it")
+
+
+# ---- Range / Expand sized by input sizes: evaluated at free dimension 1 and 16 ----------------
+
+
+def _range_of_size(factor: int):
+    """Range(0, Size(x) * factor, 1): 4 * factor elements at free dimension 1, 64 * factor at
+    16."""
+    return _model([helper.make_node("Size", ["x"], ["n"]),
+                   helper.make_node("Mul", ["n", "k"], ["lim"]),
+                   helper.make_node("Range", ["zero", "lim", "one"], ["y"], name="r")],
+                  [X], [Y_INT], [_int(0, "zero"), _int(factor, "k"), _int(1, "one")])
+
+
+def _range_over(count: int, budget: int, node: str = "r") -> str:
+    return (f"'m.onnx': node {node!r} (Range) makes {count} elements, over the budget of "
+            f"{budget}: refused before running it")
+
+
+def test_a_range_sized_by_input_sizes_is_evaluated_at_free_dimension_16():
+    assert SIZE_PROBE == 16
+    model = _range_of_size(1000)
+    assert _refusal(model, 64000) is None  # 16 x 4 x 1000
+    assert _refusal(model, 63999) == _range_over(64000, 63999)
+
+
+def test_a_range_is_evaluated_at_free_dimension_1_first():
+    assert _refusal(_range_of_size(1000), 3999) == _range_over(4000, 3999)  # 1 x 4 x 1000
+
+
+def test_a_range_counts_ceil_of_span_over_step_for_a_negative_step():
+    """Range(Size(x) * 100, 0, -3): ceil(-6400 / -3) = 2134 elements at free dimension 16."""
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Mul", ["n", "k"], ["start"]),
+                    helper.make_node("Range", ["start", "zero", "step"], ["y"])],
+                   [X], [Y_INT], [_int(100, "k"), _int(0, "zero"), _int(-3, "step")])
+    assert _refusal(model, 2134) is None
+    assert _refusal(model, 2133) == _range_over(2134, 2133, node="Range")
+
+
+def test_a_range_with_step_zero_is_endless():
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Range", ["zero", "n", "zero"], ["y"])],
+                   [X], [Y_INT], [_int(0, "zero")])
+    assert _refusal(model, 10**9) == (
+        "'m.onnx': node 'Range' (Range) makes an endless range, over the budget of 1000000000: "
+        "refused before running it")
+
+
+def test_an_expand_sized_by_input_sizes_counts_each_dimension_at_least_one():
+    """Expand(z, [1, 0] ++ 3 * Shape(x)): [1, 0, 48, 12] at free dimension 16, counted as
+    1 x 1 x 48 x 12 = 576 (a 0 counted as 1: broadcasting can make it the other side's)."""
+    model = _model([helper.make_node("Shape", ["x"], ["sh"]),
+                    helper.make_node("Mul", ["sh", "k"], ["sh3"]),
+                    helper.make_node("Concat", ["lead", "sh3"], ["dims"], axis=0),
+                    helper.make_node("Expand", ["z", "dims"], ["y"], name="e")],
+                   [X], [Y_FLOAT], [_int(3, "k"), _int([1, 0], "lead"), ZERO_F])
+    assert _refusal(model, 576) is None
+    assert _refusal(model, 575) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 576 "
+                                    "elements, over the budget of 575: refused before running it")
+    model.graph.node[-1].name = ""
+    assert _refusal(model, 575).startswith("'m.onnx': node 'Expand' (Expand) makes a tensor")
+
+
+def test_an_input_too_big_to_evaluate_the_sizes_with_is_refused():
+    """The evaluation feeds zeros of each input at the free dimension: 8 bytes an element may
+    not pass the budget (x at free dimension 16 is [16, 4]: 512)."""
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                   [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+    assert _refusal(model, 512) is None
+    assert _refusal(model, 511) == ("'m.onnx': input 'x' of [16, 4] is over the budget of 511 "
+                                    "elements: refused")
+    assert _refusal(model, 31) == ("'m.onnx': input 'x' of [1, 4] is over the budget of 31 "
+                                   "elements: refused")
+
+
+def _unevaluable(domain: str):
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Foo", ["n"], ["lim"], domain=domain),
+                    helper.make_node("Range", ["zero", "lim", "one"], ["y"])],
+                   [X], [Y_INT], [_int(0, "zero"), _int(1, "one")],
+                   opsets=(("", 18), (domain, 1)))
+    return model
+
+
+def test_sizes_the_reference_evaluator_cannot_compute_are_refused():
+    assert _refusal(_unevaluable("zz"), 10**6) == (
+        "'m.onnx': the sizes of its Range/Expand nodes cannot be evaluated (Node type 'Foo' from "
+        "domain 'zz' is unknown, known functions: [].): refused")
+    message = _refusal(_unevaluable("z" * 300), 10**6)
+    inner = message.split("cannot be evaluated (", 1)[1].rsplit("): refused", 1)[0]
+    assert len(inner) == 120 and inner.startswith("Node type 'Foo'")
+
+
+def test_check_untrusted_bounds_tensors_at_2_to_the_28_and_names_the_file():
+    from edgepe.graphs.untrusted import TENSOR_BUDGET, check_untrusted
+
+    assert TENSOR_BUDGET == 1 << 28
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+
+    def expand_to(rows: int):
+        return _model([helper.make_node("Expand", ["z", "dims"], ["y"], name="e")], [x],
+                      [Y_FLOAT], [ZERO_F, _int([rows, 16384], "dims")])
+
+    check_untrusted(expand_to(16384), "m.onnx")  # 2^28 elements: at the budget
+    with pytest.raises(ArtifactError) as exc:
+        check_untrusted(expand_to(16385), "m.onnx")
+    assert str(exc.value) == _over("e", "Expand", 16385 * 16384, [16385, 16384], 1 << 28)
+
+
+def test_a_range_whose_start_depends_on_input_values_is_refused():
+    model = _model([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                    helper.make_node("Cast", ["m"], ["start"], to=TensorProto.INT64),
+                    helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Range", ["start", "n", "one"], ["y"], name="r")],
+                   [X], [Y_INT], [_int(1, "one")])
+    assert _refusal(model, 10**6).startswith(
+        "'m.onnx': node 'r' (Range) makes a tensor whose size depends on values")
+
+
+def test_the_data_input_of_an_expand_is_not_evaluated():
+    """Only Expand's shape input sizes it: its data input (here an op the reference evaluator
+    cannot run) is left out of the evaluation."""
+    model = _model([helper.make_node("Foo", ["x"], ["f"], domain="zz"),
+                    helper.make_node("Shape", ["x"], ["sh"]),
+                    helper.make_node("Expand", ["f", "sh"], ["y"], name="e")],
+                   [X], [Y_FLOAT], opsets=(("", 18), ("zz", 1)))
+    assert _refusal(model, 10**6) is None
+    assert _refusal(model, 63).startswith("'m.onnx': input 'x' of [16, 4] is over the budget")
+
+
+def test_the_evaluation_stops_at_shape_and_size(monkeypatch):
+    """The evaluated subgraph holds the nodes the sizes need, cut at Shape and Size: what is
+    below them (values that could be huge) never runs. (So a Shape of an intermediate tensor
+    cannot be evaluated and is refused: a conservative limit, none of edgepe's graphs has one.)"""
+    import onnx.reference
+
+    built = []
+    real = onnx.reference.ReferenceEvaluator
+
+    def recording(model, *args, **kwargs):
+        built.append([n.op_type for n in model.graph.node])
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", recording)
+    for take in ("Shape", "Size"):
+        built.clear()
+        size = [helper.make_node("Shape", ["a"], ["sh"]),
+                helper.make_node("ReduceProd", ["sh"], ["n"], keepdims=0)] if take == "Shape" \
+            else [helper.make_node("Size", ["a"], ["n"])]
+        model = _model([helper.make_node("Abs", ["x"], ["a"]), *size,
+                        helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                       [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+        assert "cannot be evaluated (Unable to find input 'a'" in _refusal(model, 10**6)
+        assert built == [[n.op_type for n in model.graph.node[1:-1]]], take  # no Abs
+
+
+def test_shared_subexpressions_are_walked_once():
+    """40 levels of n = Add(n, n) above a Range's limit: 2^40 paths, 41 nodes; walked once per
+    node (a walk per path would never finish)."""
+    nodes = [helper.make_node("Size", ["x"], ["n0"])]
+    nodes += [helper.make_node("Add", [f"n{i}", f"n{i}"], [f"n{i + 1}"]) for i in range(40)]
+    nodes.append(helper.make_node("Range", ["zero", "n40", "one"], ["y"], name="r"))
+    model = _model(nodes, [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+    assert _refusal(model, 10**6) == _range_over(4 << 40, 10**6)  # 4 x 2^40 at free dimension 1
+
+
+def test_an_input_whose_size_overflows_int64_is_refused_not_allocated():
+    big = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 32, 1 << 32])
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                   [big], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+    assert _refusal(model, 10**6) == ("'m.onnx': input 'x' of [4294967296, 4294967296] is over "
+                                      "the budget of 1000000 elements: refused")
+
+
+def test_errors_without_a_message_are_named_by_their_type(monkeypatch):
+    import onnx.reference
+    import onnx.shape_inference
+
+    def silent(*args, **kwargs):
+        raise ValueError()
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", silent)
+    assert _refusal(_range_of_size(1), 10**6) == (
+        "'m.onnx': the sizes of its Range/Expand nodes cannot be evaluated (ValueError): refused")
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", silent)
+    assert _refusal(_range_of_size(1), 10**6) == (
+        "'m.onnx': ONNX shape inference fails on its graph (ValueError): its tensors cannot be "
+        "bounded: refused")
+
+
+def test_an_empty_optional_output_is_skipped_and_the_next_one_checked():
+    """LSTM with its optional Y output left out (""): Y_h [1, 1, 64] is still bounded."""
+    hidden = 64
+    w = numpy_helper.from_array(np.zeros((1, 4 * hidden, 4), np.float32), "W")
+    r = numpy_helper.from_array(np.zeros((1, 4 * hidden, hidden), np.float32), "R")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 1, 4])
+    model = _model([helper.make_node("LSTM", ["x", "W", "R"], ["", "yh"], name="l",
+                                     hidden_size=hidden)], [x], [Y_FLOAT], [w, r])
+    model.graph.output[0].name = "yh"
+    assert _refusal(model, 64) is None
+    assert _refusal(model, 63) == _over("l", "LSTM", 64, [1, 1, 64], 63)
