@@ -133,6 +133,7 @@ VCMP = "edgepe.verify.compare."
 UNT = "edgepe.graphs.untrusted.x_"
 COM = "edgepe.contract.commit.x_"
 CKP = "edgepe.contract.checkpoint.x_"
+BIAS = "edgepe.graphs.bias.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -275,6 +276,15 @@ EQUIVALENT: dict[str, str] = {
        "memory only" for i in (13, 15, 16)},
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
+    # graphs/bias.py: constants whose dtype numpy infers the same, axes that name one axis
+    BIAS + "_difference__mutmut_12": "np.asarray([-1], None) is int64, the dtype given",
+    BIAS + "_difference__mutmut_15": "Unsqueeze of the rank-1 positions at axis +1 or -1: "
+    "both make [N, 1]",
+    BIAS + "alibi__mutmut_29": "reshape(-2, 1, 1): numpy takes any negative size as the one "
+    "inferred, as -1",
+    BIAS + "alibi__mutmut_50": "the slopes are float32 already: np.asarray(., None) keeps it",
+    BIAS + "gaussian__mutmut_15": "2 sigma^2 is float32 already: np.asarray(., None) keeps it",
+    BIAS + "gaussian__mutmut_50": "np.asarray([H, 1, 1], None) is int64, the dtype given",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

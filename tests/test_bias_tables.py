@@ -168,3 +168,47 @@ def test_bias_rows_is_the_clamped_distance():
     assert np.diag(rows).tolist() == exact
     assert exact[:5] == [2 * L - 2, 0, 2 * L - 2, 0, 2 * L - 2]
     assert exact[5] == L - 1  # both saturate at 2^61: distance 0 past the saturation
+
+
+@pytest.mark.parametrize("scheme,heads,params", CASES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_bias_compute_graph_interface(scheme, heads, params, dtype):
+    """The compute graph's contract, as a runtime binds it: inputs ``positions [N]`` and
+    ``key_positions [M]`` int64, output ``bias [H, N, M]`` in ``--dtype``, the graph and its
+    one constant named for the scheme; float16 output is the float32 bias rounded once."""
+    import onnx
+    import onnxruntime as ort
+
+    from edgepe.contract.config import ExportConfig, base_manifest
+    from edgepe.formats.onnx import output_shape
+    from edgepe.graphs import builder
+    from edgepe.schemes import build, resolve
+
+    config = ExportConfig(scheme=resolve(scheme, L, None, heads, params), dtype=dtype)
+    module = build(config.scheme)
+    model = builder(scheme, "compute")(config, module, base_manifest(config, output_shape(config),
+                                                                   dtype))
+    graph = model.graph
+
+    def dims(value):
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    assert graph.name == f"edgepe_{scheme}"
+    assert [(v.name, dims(v), v.type.tensor_type.elem_type) for v in graph.input] == [
+        ("positions", ["N"], onnx.TensorProto.INT64),
+        ("key_positions", ["M"], onnx.TensorProto.INT64)]
+    elem = onnx.TensorProto.FLOAT16 if dtype == "float16" else onnx.TensorProto.FLOAT
+    assert [(v.name, dims(v), v.type.tensor_type.elem_type) for v in graph.output] == [
+        ("bias", [heads, "N", "M"], elem)]
+    constant = {"alibi": "neg_slopes", "gaussian": "two_sigma_sq"}[scheme]
+    assert constant in {t.name for t in graph.initializer}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"positions": QUERIES, "key_positions": KEYS})[0]
+    assert got.dtype == np.dtype(dtype) and got.shape == (heads, len(QUERIES), len(KEYS))
+    if dtype == "float16":
+        f32 = ExportConfig(scheme=config.scheme)
+        ref = builder(scheme, "compute")(f32, module, base_manifest(f32, output_shape(f32),
+                                                                    "float32"))
+        want = ort.InferenceSession(ref.SerializeToString(), providers=[
+            "CPUExecutionProvider"]).run(None, {"positions": QUERIES, "key_positions": KEYS})[0]
+        np.testing.assert_array_equal(got, want.astype(np.float16))
