@@ -23,9 +23,9 @@ round-robin (``bench.latency.time_round_robin``). Candidates:
 Every candidate's output is checked against the float64 definition first (the sliced ones within
 ``graphs.sliced.bound``, the float32 recipe reports its own distance). Ratios are medians of the
 per-repetition ratio (paired: the two candidates ran back to back in the same repetition), in
-wall time (``bench.latency.time_round_robin``) and, in a second round-robin, in the calling
-thread's CPU time (``time.thread_time``: onnxruntime with one intra-op thread runs the graph in
-the caller's thread), which a shared machine's scheduling perturbs less than wall time.
+wall time (``bench.latency.time_round_robin``) and, in a second one (``round_robin``), in the
+calling thread's CPU time (``time.thread_time``: onnxruntime with one intra-op thread runs the
+graph in the caller's thread), which a shared machine's scheduling perturbs less than wall time.
 Targets (issue 34): sliced <= 0.8x sincos at every N; <= 2.5x cache at N <= 4096, <= 3.5x at
 65536 (goal 1.5x); file <= 1/50 of the cache. The verdicts are given for every sliced form;
 on onnxruntime the fused ones are the form to use. Never imported by the package.
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,8 @@ def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[
         bench.time_round_robin(candidates, reps, min_sample_s)
         row: dict[str, Any] = {"n": n}
         _ratios(row, {c.name: np.asarray(c.samples) for c in candidates}, "")
-        _ratios(row, _cpu_round_robin(candidates, reps, min_sample_s), "cpu_")
+        cpu = bench.round_robin(candidates, reps, clock=time.thread_time)
+        _ratios(row, {name: np.asarray(v) for name, v in cpu.items()}, "cpu_")
         rows.append(row)
     return {"rows": rows, "bytes": sizes, "cache_bytes": int(cache.nbytes),
             "max_abs_err": errors, "bound": limit, "plan": list(default_plan(MAX_LEN))}
@@ -140,22 +142,6 @@ def _floor_graph(module, path: Path) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
-
-
-def _cpu_round_robin(candidates, reps: int, min_sample_s: float) -> dict[str, np.ndarray]:
-    """``time_round_robin`` again, timed by the calling thread's CPU time."""
-    import time
-
-    samples: dict[str, list[float]] = {c.name: [] for c in candidates}
-    for rep in range(reps):
-        for k in range(len(candidates)):
-            c = candidates[(rep + k) % len(candidates)]
-            run, feeds, inner = c.session.run, c.feeds, c.inner
-            start = time.thread_time()
-            for _ in range(inner):
-                run(None, feeds)
-            samples[c.name].append((time.thread_time() - start) / inner)
-    return {name: np.asarray(v) for name, v in samples.items()}
 
 
 def _ratios(row: dict[str, Any], by: dict[str, np.ndarray], prefix: str) -> None:

@@ -297,14 +297,26 @@ def time_round_robin(candidates: list[Candidate], reps: int, min_sample_s: float
         c.session.run(None, c.feeds)
         once = max(time.perf_counter() - start, 1e-7)
         c.inner = max(1, min(1000, math.ceil(min_sample_s / once)))
+    timed = round_robin(live, reps)
+    for c in live:
+        c.samples += timed[c.name]
+
+
+def round_robin(candidates: list[Candidate], reps: int,
+                clock=time.perf_counter) -> dict[str, list[float]]:
+    """Seconds per call by ``clock`` (``time.thread_time``: the calling thread's CPU time, which
+    onnxruntime with one intra-op thread spends in the caller), ``reps`` samples a candidate of
+    its calibrated ``inner`` calls each, the first candidate of a repetition rotating."""
+    samples: dict[str, list[float]] = {c.name: [] for c in candidates}
     for rep in range(reps):
-        for k in range(len(live)):
-            c = live[(rep + k) % len(live)]
+        for k in range(len(candidates)):
+            c = candidates[(rep + k) % len(candidates)]
             run, feeds, inner = c.session.run, c.feeds, c.inner
-            start = time.perf_counter()
+            start = clock()
             for _ in range(inner):
                 run(None, feeds)
-            c.samples.append((time.perf_counter() - start) / inner)
+            samples[c.name].append((clock() - start) / inner)
+    return samples
 
 
 def bench_case(case: Case, work: Path, reps: int, min_sample_s: float) -> dict[str, Any]:
