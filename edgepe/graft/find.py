@@ -45,6 +45,16 @@ def _constants(graph) -> dict[str, np.ndarray]:
     return found
 
 
+def graph_index(graph) -> tuple[dict, dict[str, list]]:
+    """``(makers, readers)``: the node making each tensor, the nodes reading each tensor."""
+    makers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return makers, readers
+
+
 def _trace_length(graph, name: str, inputs: set[str], consts) -> Positions | None:
     """``arange`` of the input axis whose size ``name`` carries (Shape -> Gather/Unsqueeze...)."""
     import numpy as np
@@ -89,10 +99,7 @@ def detect(model, scheme: str) -> list[Candidate]:
     graph = model.graph
     consts = _constants(graph)
     inputs = {v.name for v in graph.input} - set(consts)
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    _, readers = graph_index(graph)
     found = []
     for name, table in consts.items():
         if table.dtype.kind != "f" or table.ndim < 2 or any(d != 1 for d in table.shape[:-2]):

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import _constants
+from edgepe.graft.find import _constants, graph_index
 from edgepe.graft.splice import _opset, _value_type
 
 # Table rows when neither --max-len nor the model says how many positions it takes.
@@ -77,15 +77,6 @@ class Found:
 
     def describe(self) -> str:
         return f"{self.family} {self.where}"
-
-
-def _graph_index(graph):
-    makers = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    return makers, readers
 
 
 def _attr(node, name: str, default=None):
@@ -615,7 +606,7 @@ def find_pe(model) -> list[Found]:
     """Every PE subgraph of a family ``find_pe`` knows (module doc) in ``model``."""
     graph = model.graph
     consts = _constants(graph)
-    makers, readers = _graph_index(graph)
+    makers, readers = graph_index(graph)
     return [*_rope(graph, consts, makers, readers), *_rope_fused(graph, consts, makers, readers),
             *_learned(graph, consts, makers, readers),
             *_alibi(graph, consts, makers, readers), *_mpt_alibi(graph, consts, makers, readers),
@@ -630,7 +621,7 @@ def streams(model, found: list[Found]) -> list[str] | None:
     mask, the decoder's from ``decoder_input_ids`` and its cache), so each stack reads exactly one
     PE. None otherwise (two PEs on one stream: graft cannot tell which is the model's)."""
     graph = model.graph
-    makers, _ = _graph_index(graph)
+    makers, _ = graph_index(graph)
     inputs = {v.name for v in graph.input}
     if len(found) < 2 or len({f.family for f in found}) != 1:
         return None

@@ -30,7 +30,7 @@ already (torch's opset-23 export): ``feed_tables``.
 from __future__ import annotations
 
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import _constants
+from edgepe.graft.find import _constants, graph_index
 
 DOMAIN = "com.microsoft"
 LOWERINGS = {"ort": "com.microsoft.RotaryEmbedding", "rotary23": "RotaryEmbedding (ONNX opset 23)"}
@@ -86,11 +86,7 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     if table is None:
         raise BadParameterError(TABLES_NEEDED)
     half = table.shape[1]
-    makers = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    makers, readers = graph_index(graph)
 
     def unsqueezed(name: str, source: str) -> bool:
         """``Unsqueeze(source)``, or of a float32-to-float32 ``Cast`` of it (Optimum's
@@ -152,13 +148,7 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     if not fused:
         raise BadParameterError("--rope-lowering: no rotate-half arithmetic (Add(Mul(x, cos), "
                                 "Mul(Concat(Neg(x2), x1), sin))) found on the RoPE's tensors")
-    before = len(graph.node)
-    for add in drop:
-        graph.node.remove(add)
-    _prune(graph)
-    if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
-    return fused, before - len(graph.node) + fused
+    return fused, _drop(model, drop, lowering) + fused
 
 
 def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple[int, int]:
@@ -180,11 +170,7 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     if table is None:
         raise BadParameterError(TABLES_NEEDED)
     half = table.shape[1] // 2
-    makers = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    makers, readers = graph_index(graph)
     # the rows, or a float32 Cast of them (Optimum's export casts them to the query's dtype)
     rows = [replaced, *(n.output[0] for n in readers.get(replaced, []) if n.op_type == "Cast"
                         and n.attribute[0].i == TensorProto.FLOAT)]
@@ -284,13 +270,7 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
         numpy_helper.from_array(np.ascontiguousarray(table[:, half:]), caches[0]),
         numpy_helper.from_array(np.ascontiguousarray(table[:, :half]), caches[1]),
         numpy_helper.from_array(np.asarray([0, 0, -1], np.int64), f"{prefix}flat_shape")])
-    before = len(graph.node)
-    for node in drop:
-        graph.node.remove(node)
-    _prune(graph)
-    if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
-    return fused, before - len(graph.node) + 3 * fused
+    return fused, _drop(model, drop, lowering) + 3 * fused
 
 
 def feed_tables(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
@@ -355,6 +335,21 @@ def check_lowered(model) -> None:
         first = str(exc).strip().splitlines()[0]
         raise BadParameterError(f"the lowered model does not pass onnx.checker: {first}") \
             from None
+
+
+def _drop(model, nodes, lowering: str) -> int:
+    """Remove the replaced ``nodes`` and what only they read (``_prune``), and declare the
+    ``com.microsoft`` domain for ``ort``; returns how many nodes left the graph."""
+    from onnx import helper
+
+    graph = model.graph
+    before = len(graph.node)
+    for node in nodes:
+        graph.node.remove(node)
+    _prune(graph)
+    if lowering == "ort" and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return before - len(graph.node)
 
 
 def _prune(graph) -> None:
