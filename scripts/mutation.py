@@ -1,7 +1,8 @@
 """Library mutation testing (mutmut) per module, each with the tests that cover it (issue 33).
 
     .venv/bin/python scripts/mutation.py --modules edgepe/contract/manifest.py --write
-    .venv/bin/python scripts/mutation.py --changed origin/main --budget-s 240   # what CI runs
+    .venv/bin/python scripts/mutation.py --changed --budget-s 150   # what CI runs
+    .venv/bin/python scripts/mutation.py --changed origin/main     # and what git says changed
     .venv/bin/python scripts/mutation.py --list
     .venv/bin/python scripts/mutation.py --render    # docs/mutation.md from docs/mutation.json
 
@@ -18,9 +19,12 @@ killed by a new test.
 Score = (killed + timeout) / (mutants - equivalent), mutmut's convention; "no tests" (no
 selected test reaches the mutated function) and mutants of a run that did not finish count as
 not killed. ``--write`` records the
-per-module result in docs/mutation.json and regenerates docs/mutation.md from it (modules run
-and not yet run). ``--changed BASE`` runs the modules whose file differs from ``BASE`` (git);
-``--budget-s`` stops starting modules once spent (a module started gets the rest of the budget).
+per-module result in docs/mutation.json, with the SHA-256 of the module's source it ran on, and
+regenerates docs/mutation.md from it (modules run and not yet run). ``--changed`` runs the
+recorded modules whose source differs from the one recorded: a fresh clone needs no base branch
+to know what a change touched since the last recorded run. ``--changed BASE`` adds the modules
+whose file differs from ``BASE`` (git). ``--budget-s`` stops starting modules once spent (a
+module started gets the rest of the budget); ``--module-s`` caps each module.
 Exit 1 when a module recorded in docs/mutation.json scores below its recorded score or has a
 survivor that is neither recorded nor equivalent (a change let a new bug through); a module not
 recorded yet is reported only. Exit 2 on bad arguments.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -364,8 +369,13 @@ def equivalent_reason(name: str) -> str | None:
                 None)
 
 
+def source_sha256(module: str) -> str:
+    return hashlib.sha256((ROOT / module).read_bytes()).hexdigest()
+
+
 def run_module(module: str, tests: tuple[str, ...], jobs: int, timeout: float) -> dict:
     start = time.monotonic()
+    sha = source_sha256(module)
     with tempfile.TemporaryDirectory(prefix="edgepe-mutmut-") as tmp:
         copy = Path(tmp)
         snapshot_into(copy)
@@ -394,7 +404,8 @@ def run_module(module: str, tests: tuple[str, ...], jobs: int, timeout: float) -
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     denominator = total - len(equivalent)
     return {
-        "module": module, "tests": list(tests), "mutants": total, "killed": killed,
+        "module": module, "source_sha256": sha, "tests": list(tests), "mutants": total,
+        "killed": killed,
         "equivalent": len(equivalent), "counts": counts,
         "score": round(100.0 * killed / denominator, 1) if denominator else None,
         "survivors": {n: s for n, s in survivors.items() if n not in equivalent},
@@ -403,6 +414,12 @@ def run_module(module: str, tests: tuple[str, ...], jobs: int, timeout: float) -
         "finished": finished, "seconds": round(time.monotonic() - start),
         **({} if finished and total else {"note": tail.strip().splitlines()[-1:]}),
     }
+
+
+def stale_modules(recorded: dict) -> list[str]:
+    """The recorded modules whose source is not the one their record ran on."""
+    return [m for m in MODULES if m in recorded
+            and recorded[m].get("source_sha256") != source_sha256(m)]
 
 
 def changed_modules(base: str) -> list[str]:
@@ -450,12 +467,12 @@ def render(recorded: dict) -> str:
         "timeout) / (mutants - equivalent), mutmut's convention (a timeout is a mutant that made",
         "the tests run past 15x their time; on this loaded machine some are slowness). mutmut",
         "does not mutate module-level constants: those are pinned as literals by",
-        "`tests/test_edges.py` and planted by `scripts/mutants.py`. CI (`.ci/run`) runs the",
-        "modules a change touches (`--changed`) within a time budget, against `EDGEPE_CI_BASE`",
-        "or `origin/main`: in a fresh clone of the submitted commit that is the commit itself,",
-        "so there it runs nothing unless `EDGEPE_CI_BASE` names the base. A survivor listed below",
-        "may already be killed by a test written after its module's last run: rerun the module",
-        "(`--modules PATH --write`) to update its row.",
+        "`tests/test_edges.py` and planted by `scripts/mutants.py`. Each row keeps the SHA-256",
+        "of the source it ran on; CI (`.ci/run`, `--changed`) reruns, within a time budget, every",
+        "module whose source has changed since (a row marked *stale*), and fails when one that",
+        "finishes has a new survivor or a lower score. A survivor listed below may already be",
+        "killed by a test written after its module's last run: rerun the module (`--modules PATH",
+        "--write`) to update its row.",
         "",
         "| module | mutants | killed | equivalent | not killed | score | seconds | tests |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
@@ -468,6 +485,8 @@ def render(recorded: dict) -> str:
             continue
         score = "-" if r["score"] is None else f"{r['score']:.1f}%"
         unfinished = "" if r["finished"] else " (unfinished)"
+        if r.get("source_sha256") != source_sha256(module):
+            unfinished += " (stale)"
         lines.append(f"| `{module}` | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
                      f"{len(r['survivors'])} | {score}{unfinished} | {r['seconds']} | "
                      f"{', '.join(t.removeprefix('tests/') for t in r['tests'])} |")
@@ -501,9 +520,13 @@ def write_docs(recorded: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", nargs="+", metavar="PATH", help="modules to run")
-    parser.add_argument("--changed", metavar="BASE", help="run the modules changed since BASE")
+    parser.add_argument("--changed", metavar="BASE", nargs="?", const="",
+                        help="run the recorded modules whose source changed since their run "
+                        "(and, given BASE, those git says changed since BASE)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start no module after this many seconds")
+    parser.add_argument("--module-s", type=float, default=TIMEOUT_S,
+                        help=f"stop a module's run after this many seconds (default {TIMEOUT_S})")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at a time (default 2)")
     parser.add_argument("--write", action="store_true",
                         help="record the results in docs/mutation.json and docs/mutation.md")
@@ -522,16 +545,22 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: not in MODULES: {', '.join(unknown)} (see --list)", file=sys.stderr)
         return 2
+    recorded = load_recorded()
     if args.modules:
         modules = list(args.modules)
-    elif args.changed:
-        modules = changed_modules(args.changed)
+    elif args.changed is not None:
+        touched = set(stale_modules(recorded))
+        if args.changed:
+            touched |= set(changed_modules(args.changed))
+        modules = [m for m in MODULES if m in touched]
+        unrecorded = [m for m in MODULES if m not in recorded]
+        if unrecorded:
+            print(f"mutation: {len(unrecorded)} modules have no recorded run yet (docs/mutation.md)")
     else:
         modules = list(MODULES)
     if not modules:
-        print("mutation: no module of MODULES changed; nothing to run")
+        print("mutation: no recorded module changed since its run; nothing to run")
         return 0
-    recorded = load_recorded()
     start = time.monotonic()
     failed, skipped = [], []
     for module in modules:
@@ -539,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget_s is not None and spent >= args.budget_s:
             skipped.append(module)
             continue
-        left = TIMEOUT_S if args.budget_s is None else args.budget_s - spent
+        left = args.module_s if args.budget_s is None else min(args.module_s,
+                                                               args.budget_s - spent)
         result = run_module(module, MODULES[module], args.jobs, left)
         score = "-" if result["score"] is None else f"{result['score']:.1f}%"
         print(f"{module}: {result['killed']} of {result['mutants']} killed, "

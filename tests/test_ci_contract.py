@@ -7,6 +7,7 @@ every extra the project's tests import, and ``.ci/run`` calls that command verba
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 import sys
@@ -60,7 +61,8 @@ def test_ci_runs_the_readme_command_verbatim_then_the_mutants():
     assert _test_command() in ci.splitlines()
     assert ".venv/bin/python -m pytest -m slow" in ci
     assert ".venv/bin/python scripts/mutants.py" in ci
-    assert re.search(r"\.venv/bin/python scripts/mutation\.py --changed \S+ --budget-s \d+", ci)
+    assert re.search(r"^\.venv/bin/python scripts/mutation\.py --changed( \S+)? --budget-s \d+$",
+                     ci, re.M)
 
 
 def _mutation():
@@ -96,3 +98,14 @@ def test_mutation_unknown_module_is_a_one_line_error(capsys):
     assert _mutation().main(["--modules", "edgepe/nope.py"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: not in MODULES: edgepe/nope.py") and err.count("\n") == 1
+
+
+def test_changed_reruns_the_recorded_modules_whose_source_is_not_the_one_recorded():
+    mutation = _mutation()
+    module = "edgepe/rebuild.py"
+    now = mutation.source_sha256(module)
+    assert now == hashlib.sha256((ROOT / module).read_bytes()).hexdigest()
+    assert mutation.stale_modules({module: {"source_sha256": now}}) == []
+    assert mutation.stale_modules({module: {"source_sha256": now[:-1] + "x"}}) == [module]
+    assert mutation.stale_modules({module: {}}) == [module]  # a record from before the hashes
+    assert mutation.stale_modules({}) == []  # a module never run is listed, not rerun
