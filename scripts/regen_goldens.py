@@ -33,6 +33,47 @@ GOLDENS = {
     "rope-L8-d4": ("rope", 8, 4, None, {}, {}),
     "alibi-L4-h2": ("alibi", 4, None, 2, {}, {}),
     "gaussian-L4": ("gaussian", 4, None, None, {"sigma": "2"}, {}),
+    # Every other compute builder, lowering, sliced graph, rope graph and int8 form (issue 33:
+    # the mutation run of edgepe/graphs reruns these first, a changed byte fails in milliseconds).
+    "integer-L8-d3": ("integer", 8, 3, None, {"C": "3"}, {}),
+    "integer-multiscale-L8-d4": ("integer-multiscale", 8, 4, None, {}, {}),
+    "integer-learnable-L8-d4": ("integer-learnable", 8, 4, None, {}, {}),
+    "binary-signed-L8": ("binary-signed", 8, None, None, {}, {}),
+    "binary-multilevel-L9": ("binary-multilevel", 9, None, None, {"groups": "2"}, {}),
+    "hybrid-int-binary-L8": ("hybrid-int-binary", 8, None, None, {}, {}),
+    "binary-gated-L8": ("binary-gated", 8, None, None, {}, {}),
+    "fourier-binary-L8": ("fourier-binary", 8, None, None, {}, {}),
+    "hierarchical-L8": ("hierarchical", 8, None, None, {"widths": "2,1"}, {}),
+    "binary-bits-L8-arith32": ("binary-bits", 8, None, None, {}, {"lowering": "arith32"}),
+    "binary-bits-L8-float": ("binary-bits", 8, None, None, {}, {"lowering": "float"}),
+    "binary-bits-L8-trunc": ("binary-bits", 8, None, None, {}, {"lowering": "trunc"}),
+    "binary-sliced-L16": ("binary", 16, 8, None, {}, {"mode": "sliced"}),
+    "sinusoidal-sliced-L16-d4": ("sinusoidal", 16, 4, None, {}, {"mode": "sliced"}),
+    "sinusoidal-sliced-L16-d4-clip32": ("sinusoidal", 16, 4, None, {"layout": "half"},
+                                        {"mode": "sliced", "lowering": "clip32"}),
+    "rope-sliced-L16-d4-trunc": ("rope", 16, 4, None, {"layout": "half"},
+                                 {"mode": "sliced", "lowering": "trunc"}),
+    "rope-sliced-L16-d4-ort": ("rope", 16, 4, None, {}, {"mode": "sliced",
+                                                        "extra": {"rope_lowering": "ort"}}),
+    "rope-L8-d4-float16": ("rope", 8, 4, None, {}, {"dtype": "float16"}),
+    "rope-L8-d8-half-r4-yarn": ("rope", 8, 8, None, {"layout": "half", "rotary_dim": "4",
+                                                     "rope_type": "yarn", "factor": "2",
+                                                     "original_max_position_embeddings": "4"},
+                                {}),
+    "rope-L8-d4-cache": ("rope", 8, 4, None, {}, {"extra": {"rope_graph": "cache"}}),
+    "rope-L8-d4-apply": ("rope", 8, 4, None, {}, {"extra": {"rope_graph": "apply"}}),
+    "rope-L8-d4-apply-4d-ort": ("rope", 8, 4, None, {}, {"extra": {"rope_graph": "apply-4d",
+                                                                  "rope_lowering": "ort"}}),
+    "rope-L8-d4-apply-rotary23": ("rope", 8, 4, None, {}, {
+        "opset": 23, "extra": {"rope_graph": "apply", "rope_lowering": "rotary23"}}),
+    "sinusoidal-L8-d4-half-fairseq": ("sinusoidal", 8, 4, None, {
+        "layout": "half", "frequencies": "fairseq", "offset": "2"}, {}),
+    "sinusoidal-L8-d4-int8": ("sinusoidal", 8, 4, None, {}, {"quantize": "int8"}),
+    "sinusoidal-table-L8-d4-int8-live": ("sinusoidal", 8, 4, None, {}, {
+        "mode": "table", "quantize": "int8", "int8_runtime": "live"}),
+    "learned-table-L5-d3-int8-tensor": ("learned", 5, 3, None, {}, {
+        "mode": "table", "quantize": "int8", "quant_granularity": "tensor"}),
+    "gaussian-table-L4": ("gaussian", 4, None, None, {"sigma": "2"}, {"mode": "table"}),
 }
 
 

@@ -364,6 +364,15 @@ def test_gather_nonnegative_rule():
     assert _gather(TensorProto.INT32, "coreml").nodes[-1].supported  # no such rule there
 
 
+def test_a_gather_missing_its_indices_is_judged_by_its_data_alone():
+    # check() is public API and takes a model onnx.checker never saw: a Gather with one input
+    # (no indices) is judged by the types it has, not indexed past its inputs.
+    table = numpy_helper.from_array(np.ones((4, 2), np.float32), "t")
+    model = _graph([helper.make_node("Gather", ["t"], ["y"], name="g")], [],
+                   [_vi("y", TensorProto.FLOAT, [4, 2])], [table])
+    (node,) = check(model, PROFILES["qnn"]).nodes
+    assert (node.op, node.supported) == ("Gather", True), node.reason
+
 def test_domain_keys():
     node = helper.make_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], name="r",
                             domain="com.microsoft")
