@@ -36,6 +36,7 @@ GOLDENS = {
     # Every other compute builder, lowering, sliced graph, rope graph and int8 form (issue 33:
     # the mutation run of edgepe/graphs reruns these first, a changed byte fails in milliseconds).
     "integer-L8-d3": ("integer", 8, 3, None, {"C": "3"}, {}),
+    "integer-norm-L1-d2-float16": ("integer-norm", 1, 2, None, {}, {"dtype": "float16"}),
     "integer-multiscale-L8-d4": ("integer-multiscale", 8, 4, None, {}, {}),
     "integer-learnable-L8-d4": ("integer-learnable", 8, 4, None, {}, {}),
     "binary-signed-L8": ("binary-signed", 8, None, None, {}, {}),

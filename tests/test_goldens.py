@@ -72,7 +72,8 @@ def test_golden_runs_and_matches_its_reference(name):
     feeds = feeds_for(config)
     got = run_ort(model_bytes, feeds)
     assert_parity(config, got, reference(config, module, feeds))
-    assert np.isfinite(got.astype(np.float32)).all()
+    if config.dtype != "float16":  # float16 ends at 65504: larger |pe| is inf, as the reference
+        assert np.isfinite(got.astype(np.float32)).all()
 
 
 def test_every_scheme_has_a_builder_and_a_test_for_each_mode():

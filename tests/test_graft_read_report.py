@@ -1,0 +1,340 @@
+"""graft's reading of untrusted models and artifacts (edgepe/graft/read.py) and its report's text
+(edgepe/graft/report.py), each refusal and each boundary on tiny hand-built models (issue 33: the
+mutation run of those modules runs these first; they take milliseconds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepe.contract.errors import ArtifactError, BadParameterError, EdgepeError
+from edgepe.graft import read
+from edgepe.graft.report import GraftReport, OutputCheck
+
+
+def _model(*, table=None, opset=18) -> onnx.ModelProto:
+    table = np.arange(6, dtype=np.float32).reshape(3, 2) if table is None else table
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["t", "i"], ["y"])], "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(table, "t")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _external(model: onnx.ModelProto, **entries) -> onnx.ModelProto:
+    """``model`` with its table ``t`` moved to external data described by ``entries``."""
+    (table,) = model.graph.initializer
+    table.ClearField("raw_data")
+    table.ClearField("float_data")
+    table.data_location = TensorProto.EXTERNAL
+    for key, value in entries.items():
+        entry = table.external_data.add()
+        entry.key, entry.value = key, str(value)
+    return model
+
+
+def _save(tmp_path, model, name="m.onnx"):
+    path = tmp_path / name
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+# -- read._bounded_bytes -----------------------------------------------------------------------
+
+def test_bounded_bytes_reads_a_regular_file_whole(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"abc")
+    assert read._bounded_bytes(path, "model") == b"abc"
+
+
+@pytest.mark.parametrize(("what", "error"), [("model", BadParameterError),
+                                             ("artifact", ArtifactError)])
+def test_bounded_bytes_refusals_name_the_file_with_the_callers_error(tmp_path, what, error):
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(error) as info:
+        read._bounded_bytes(missing, what)
+    assert type(info.value) is error
+    assert str(info.value) == f"{what} {str(missing)!r} does not exist"
+    with pytest.raises(error) as info:
+        read._bounded_bytes(tmp_path, what)
+    assert str(info.value) == f"{what} {str(tmp_path)!r} is not a regular file"
+
+
+def test_bounded_bytes_size_limit_at_and_above(tmp_path, monkeypatch):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"x" * 10)
+    monkeypatch.setattr(read, "MODEL_BYTES_LIMIT", 10)
+    assert read._bounded_bytes(path, "model") == b"x" * 10  # at the limit: read
+    monkeypatch.setattr(read, "MODEL_BYTES_LIMIT", 9)
+    with pytest.raises(BadParameterError) as info:
+        read._bounded_bytes(path, "model")
+    assert str(info.value) == f"model {str(path)!r} is 10 B; ONNX files stop at 2 GiB (protobuf)"
+
+
+def test_bounded_bytes_names_an_os_error(tmp_path, monkeypatch):
+    # Fault injected (this machine runs as root, which reads a file without permissions).
+    path = tmp_path / "locked.onnx"
+    path.write_bytes(b"x")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(path), "open", refuse)
+    with pytest.raises(EdgepeError) as info:
+        read._bounded_bytes(path, "model")
+    assert type(info.value) is EdgepeError
+    assert str(info.value) == f"cannot read model {str(path)!r}: Permission denied"
+
+
+# -- read.parse_model --------------------------------------------------------------------------
+
+def test_parse_model_round_trips_a_model():
+    model = _model()
+    assert read.parse_model(model.SerializeToString(), "m") == model
+
+
+@pytest.mark.parametrize("error", [BadParameterError, ArtifactError])
+def test_parse_model_refuses_bytes_that_are_not_onnx_in_one_line(error):
+    with pytest.raises(error) as info:
+        read.parse_model(b"\xff\xff\xff", "model 'x'", error)
+    text = str(info.value)
+    assert text.startswith("model 'x' is not an ONNX model: ") and "\n" not in text
+    assert len(text) > len("model 'x' is not an ONNX model: ")
+
+
+def test_parse_model_refuses_a_model_without_graph_or_opset():
+    no_opset = _model()
+    del no_opset.opset_import[:]
+    for model in (onnx.ModelProto(ir_version=8), no_opset):
+        with pytest.raises(BadParameterError) as info:
+            read.parse_model(model.SerializeToString(), "model 'x'")
+        assert str(info.value) == "model 'x' is not an ONNX model: it has no graph or no opset"
+
+
+def test_parse_model_refuses_external_data_without_a_folder():
+    model = _external(_model(), location="t.bin", length=24)
+    with pytest.raises(ArtifactError) as info:
+        read.parse_model(model.SerializeToString(), "artifact 'a'", ArtifactError)
+    assert str(info.value) == ("artifact 'a' keeps tensors in external files; graft reads "
+                               "self-contained models only (onnx.save without "
+                               "save_as_external_data)")
+
+
+def test_external_data_is_read_from_the_models_folder_at_its_offset(tmp_path):
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    (tmp_path / "t.bin").write_bytes(b"pad!" + table.tobytes() + b"tail")
+    model = _external(_model(table=table), location="t.bin", offset=4, length=24)
+    got = read.parse_model(model.SerializeToString(), "m", folder=tmp_path)
+    (tensor,) = got.graph.initializer
+    assert tensor.data_location == TensorProto.DEFAULT and not tensor.external_data
+    np.testing.assert_array_equal(numpy_helper.to_array(tensor), table)
+
+
+def test_external_data_ending_exactly_at_the_files_end_is_read(tmp_path):
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    (tmp_path / "t.bin").write_bytes(table.tobytes())
+    model = _external(_model(table=table), location="t.bin", length=24)  # offset 0 by default
+    (tensor,) = read.parse_model(model.SerializeToString(), "m", folder=tmp_path).graph.initializer
+    np.testing.assert_array_equal(numpy_helper.to_array(tensor), table)
+
+
+def test_external_data_in_a_node_attribute_and_a_subgraph_is_found():
+    inner = _model()
+    constant = helper.make_node("Constant", [], ["c"], value=inner.graph.initializer[0])
+    branch = helper.make_graph([helper.make_node("Identity", ["t"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 2])],
+                               [numpy_helper.from_array(np.ones(2, np.float32), "s")])
+    cond = helper.make_node("If", ["flag"], ["w"], then_branch=branch, else_branch=branch)
+    graph = helper.make_graph([constant, cond], "g", [], [], [])
+    names = [t.name for t in read._all_initializers(graph)]
+    assert names == ["t", "s", "s"]  # the Constant's value, then each branch's initializer
+
+
+def _refusal(tmp_path, model, **kwargs) -> str:
+    with pytest.raises(BadParameterError) as info:
+        read.parse_model(model.SerializeToString(), "model 'm'", folder=tmp_path, **kwargs)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("entries", [{"location": "t.bin"},  # no length
+                                     {"location": "t.bin", "length": "ten"},
+                                     {"location": "t.bin", "length": 24, "offset": "x"}])
+def test_external_data_without_a_valid_length_or_offset_is_refused(tmp_path, entries):
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    assert _refusal(tmp_path, _external(_model(), **entries)) == (
+        "model 'm': tensor 't' names external data without a valid length")
+
+
+@pytest.mark.parametrize("location", ["", "/etc/passwd", "../t.bin", "sub/../../t.bin"])
+def test_external_data_outside_the_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    assert _refusal(folder, _external(_model(), location=location, length=24)) == (
+        f"model 'm': tensor 't' names external data {location!r} outside the model's folder; "
+        "refused")
+
+
+def test_external_data_that_is_a_folder_is_refused(tmp_path):
+    (tmp_path / "sub").mkdir()
+    assert _refusal(tmp_path, _external(_model(), location="sub", length=24)) == (
+        "model 'm': external data 'sub' of tensor 't' is not a regular file beside the model")
+
+
+@pytest.mark.parametrize(("offset", "length"), [(1, 24), (0, 25), (-1, 24), (0, -1)])
+def test_external_data_past_the_files_end_or_negative_is_refused(tmp_path, offset, length):
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    model = _external(_model(), location="t.bin", offset=offset, length=length)
+    assert _refusal(tmp_path, model) == (
+        f"model 'm': tensor 't' reads bytes {offset}..{offset + length} of 't.bin', which has "
+        "24 B")
+
+
+def test_external_data_total_limit_at_and_above(tmp_path, monkeypatch):
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    model = _external(_model(), location="t.bin", length=24)
+    monkeypatch.setattr(read, "EXTERNAL_BYTES_LIMIT", 24)
+    read.parse_model(model.SerializeToString(), "m", folder=tmp_path)  # at the limit: read
+    monkeypatch.setattr(read, "EXTERNAL_BYTES_LIMIT", 23)
+    assert _refusal(tmp_path, model) == "model 'm': its external data exceed 23 B; refused"
+
+
+# -- read.load_model / load_pe -----------------------------------------------------------------
+
+def test_load_model_returns_the_model_and_its_size(tmp_path):
+    model = _model()
+    path = _save(tmp_path, model)
+    got, size = read.load_model(str(path))
+    assert got == model and size == len(model.SerializeToString())
+
+
+def test_load_model_size_counts_external_data(tmp_path):
+    table = np.zeros((64, 2), np.float32)  # 512 B outside the file
+    (tmp_path / "t.bin").write_bytes(table.tobytes())
+    model = _external(_model(table=table), location="t.bin", length=512)
+    path = _save(tmp_path, model)
+    got, size = read.load_model(path)
+    assert size == got.ByteSize() > len(path.read_bytes())
+
+
+def _artifact(tmp_path, model, **manifest):
+    path = _save(tmp_path, model, "pe.onnx")
+    data = path.read_bytes()
+    base = {"format": "onnx", "sha256": hashlib.sha256(data).hexdigest()}
+    return path, {**base, **manifest}
+
+
+def test_load_pe_reads_an_artifact_whose_bytes_match_its_manifest(tmp_path, monkeypatch):
+    path, manifest = _artifact(tmp_path, _model())
+    monkeypatch.setattr(read, "_read_artifact", lambda p: manifest)
+    model, got = read.load_pe(path)
+    assert got is manifest and model == _model()
+
+
+def test_load_pe_refuses_another_format(tmp_path, monkeypatch):
+    path, manifest = _artifact(tmp_path, _model(), format="npy")
+    monkeypatch.setattr(read, "_read_artifact", lambda p: manifest)
+    with pytest.raises(ArtifactError) as info:
+        read.load_pe(str(path))
+    assert str(info.value) == (f"{str(path)!r} is a npy artifact; graft takes an ONNX one "
+                               "(edgepe export --format onnx)")
+
+
+def test_load_pe_refuses_bytes_changed_since_the_manifest(tmp_path, monkeypatch):
+    path, manifest = _artifact(tmp_path, _model())
+    monkeypatch.setattr(read, "_read_artifact", lambda p: dict(manifest, sha256="0" * 64))
+    with pytest.raises(ArtifactError) as info:
+        read.load_pe(path)
+    assert str(info.value) == f"{str(path)!r} does not match its manifest (sha256 differs)"
+
+
+def test_load_pe_refuses_an_op_edgepe_never_emits(tmp_path, monkeypatch):
+    model = _model()
+    model.graph.node[0].op_type = "Loop"
+    path, manifest = _artifact(tmp_path, model)
+    monkeypatch.setattr(read, "_read_artifact", lambda p: manifest)
+    with pytest.raises(ArtifactError, match="Loop"):
+        read.load_pe(path)
+
+
+def test_read_artifact_is_the_checked_manifest_reader(tmp_path):
+    # The real reader refuses a file without its manifest beside it: one line, ArtifactError.
+    path = _save(tmp_path, _model(), "pe.onnx")
+    with pytest.raises(ArtifactError):
+        read._read_artifact(path)
+    (tmp_path / "pe.onnx.json").write_text(json.dumps({"format": "onnx"}))
+    with pytest.raises(ArtifactError):
+        read._read_artifact(path)
+
+
+# -- report ------------------------------------------------------------------------------------
+
+def test_output_check_passes_at_its_tolerance_and_fails_above():
+    assert OutputCheck("y", 1e-6, 1e-6).passed
+    assert not OutputCheck("y", 1.5e-6, 1e-6).passed
+    assert OutputCheck("y", 0.0, 0.0).passed
+    assert str(OutputCheck("logits", 1.25e-7, 3.5e-6)) == (
+        "logits: max abs err 1.25e-07 (tolerance 3.5e-06) ok")
+    assert str(OutputCheck("logits", 0.5, 0.25)) == (
+        "logits: max abs err 0.5 (tolerance 0.25) MISMATCH")
+
+
+def _report(**changes) -> GraftReport:
+    fields = dict(artifact="binary-compute-L64-d8.onnx", at="/embed/Add", positions="arange",
+                  prefix="edgepe.graft.", removed_nodes=3, removed_bytes=2048, pe_bytes=500,
+                  bytes_before=10000, bytes_after=8000, metadata_bytes=700)
+    return GraftReport(**{**fields, **changes})
+
+
+def test_report_text_line_by_line():
+    # saved = 2,000 B of 10,000: -20.0%; the PE's 500 B are 6.2% of the 8,000 B after
+    # (6.25% rounds half to even).
+    report = _report(lengths=[1, 64], checks=[OutputCheck("logits", 0.0, 1e-6)],
+                     out=__import__("pathlib").Path("out.onnx"), found="found binary at x")
+    assert report.saved == 2000
+    assert report.lines() == [
+        "found binary at x",
+        "grafted binary-compute-L64-d8.onnx at '/embed/Add' (positions arange, names prefixed "
+        "edgepe.graft.)",
+        "removed 3 nodes and their initializers (2,048 B); the PE adds 500 B and its manifest "
+        "700 B (metadata_props)",
+        "bytes: 10,000 -> 8,000 (-2,000 B, -20.0%); the PE is 6.2% of the grafted model",
+        "equivalence on onnxruntime CPU at sequence lengths 1, 64:",
+        "  logits: max abs err 0 (tolerance 1e-06) ok",
+        "wrote out.onnx",
+    ]
+    assert str(report) == "\n".join(report.lines())
+    assert bool(report)
+
+
+def test_report_of_a_grown_model_unchecked_and_converted():
+    report = _report(bytes_after=12500, converted="opset 17 -> 18")
+    assert report.saved == -2500
+    assert report.lines()[2:] == [
+        "bytes: 10,000 -> 12,500 (+2,500 B, +25.0%); the PE is 4.0% of the grafted model",
+        "the model was converted opset 17 -> 18 by onnx's version converter (the PE's ops do "
+        "not exist at the model's opset)",
+        "equivalence not checked (--no-check)",
+    ]
+    assert bool(report)  # nothing checked: nothing failed
+
+
+def test_report_of_empty_sizes_does_not_divide_by_zero():
+    report = _report(bytes_before=0, bytes_after=0, pe_bytes=0)
+    assert report.lines()[2] == ("bytes: 0 -> 0 (+0 B, +0.0%); the PE is 0.0% of the grafted "
+                                 "model")
+
+
+def test_report_is_false_when_any_output_mismatches():
+    ok, bad = OutputCheck("a", 0.0, 1e-6), OutputCheck("b", 1.0, 1e-6)
+    assert bool(_report(checks=[ok, ok]))
+    assert not _report(checks=[ok, bad])
+    assert not _report(checks=[bad])
+    assert bool(_report(checks=[]))
