@@ -178,7 +178,9 @@ def compile_program(
     command = [cc, *COMPILE_FLAGS, *flags, str(src), "-o", str(exe), "-lm"]  # sinf, cosf
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if "error" in line] or [done.stderr]
+        # gcc's "FILE:LINE:COL: error: ..." (a folder named "error..." is not an error line)
+        lines = [line for line in done.stderr.splitlines() if ": error: " in line] or [
+            done.stderr]
         error = CompileError(
             f"{Path(header).name} does not compile with {' '.join(flags)}: {lines[0].strip()}"
         )
