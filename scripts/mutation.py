@@ -111,7 +111,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/graphs/table.py": ("tests/test_goldens.py",),
     "edgepe/graphs/table_values.py": ("tests/test_table_values.py",),
     "edgepe/graphs/trig.py": ("tests/test_rope.py",),
-    "edgepe/formats/c.py": ("tests/test_c_header.py",),
+    "edgepe/formats/c.py": ("tests/test_goldens.py", "tests/test_c_header.py"),
     "edgepe/formats/c_sliced.py": ("tests/test_sliced.py",),
     "edgepe/formats/onnx.py": ("tests/test_goldens.py", "tests/test_edges.py"),
     "edgepe/formats/onnx_table.py": ("tests/test_onnx_table_split.py",

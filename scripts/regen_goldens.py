@@ -4,7 +4,8 @@
     .venv/bin/python scripts/regen_goldens.py --check  # exit 1 if any differs (what CI runs)
 
 Run it after a deliberate change to a graph builder, the manifest or edgepe's version, and review
-the diff with ``edgepe inspect tests/goldens/NAME.onnx``. ``GOLDENS`` is the list the tests use.
+the diff with ``edgepe inspect tests/goldens/NAME.onnx`` (or ``git diff`` of a C header).
+``GOLDENS`` is the list the tests use; ``path(name)`` is where each one lives.
 """
 
 from __future__ import annotations
@@ -75,7 +76,33 @@ GOLDENS = {
     "learned-table-L5-d3-int8-tensor": ("learned", 5, 3, None, {}, {
         "mode": "table", "quantize": "int8", "quant_granularity": "tensor"}),
     "gaussian-table-L4": ("gaussian", 4, None, None, {"sigma": "2"}, {"mode": "table"}),
+    # C headers (--format c): every scheme with a C function, the sliced functions, and tables
+    # of each stored dtype, alignment and prefix (edgepe/formats/c.py, c_sliced.py).
+    **{f"{scheme}-c-L8": (scheme, 8, 4 if scheme in ("binary", "sinusoidal", "rope") else None,
+                          2 if scheme == "alibi" else None, {}, {"format": "c"})
+       for scheme in ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
+                      "binary-multilevel", "hybrid-int-binary", "binary-gated", "fourier-binary",
+                      "binary-2d", "hierarchical", "sinusoidal", "rope", "alibi")},
+    **{f"{scheme}-c-sliced-L16": (scheme, 16, 4, None, {}, {"format": "c", "mode": "sliced"})
+       for scheme in ("binary", "sinusoidal", "rope")},
+    "binary-c-sliced-L16-int8": ("binary", 16, 4, None, {}, {
+        "format": "c", "mode": "sliced", "quantize": "int8"}),
+    "sinusoidal-c-table-L6-d4": ("sinusoidal", 6, 4, None, {}, {"format": "c", "mode": "table"}),
+    "gray-c-table-L8-bit": ("gray", 8, None, None, {}, {"format": "c", "mode": "table",
+                                                         "dtype": "bit"}),
+    "binary-bits-c-table-L8-uint8-a64": ("binary-bits", 8, None, None, {}, {
+        "format": "c", "mode": "table", "dtype": "uint8", "c_align": 64, "c_prefix": "my_pe"}),
+    "learned-c-table-L5-d3-int8": ("learned", 5, 3, None, {}, {
+        "format": "c", "mode": "table", "quantize": "int8"}),
+    "gaussian-c-table-L4": ("gaussian", 4, None, 2, {"sigma": "2"}, {"format": "c",
+                                                                    "mode": "table"}),
 }
+EXTENSIONS = {"onnx": ".onnx", "c": ".h"}
+
+
+def path(name: str) -> Path:
+    """The golden file of ``name`` (its format's extension)."""
+    return GOLDEN_DIR / f"{name}{EXTENSIONS[GOLDENS[name][5].get('format', 'onnx')]}"
 
 
 def golden_bytes(name: str) -> bytes:
@@ -98,20 +125,21 @@ def main() -> int:
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
     differ = []
     for name in GOLDENS:
-        path = GOLDEN_DIR / f"{name}.onnx"
+        path_ = path(name)
         data = golden_bytes(name)
-        if path.exists() and path.read_bytes() == data:
+        if path_.exists() and path_.read_bytes() == data:
             continue
         differ.append(name)
         if not args.check:
-            path.write_bytes(data)
-    stale = sorted(p.stem for p in GOLDEN_DIR.glob("*.onnx") if p.stem not in GOLDENS)
-    for name in stale:
+            path_.write_bytes(data)
+    kept = {path(name) for name in GOLDENS}
+    stale = sorted(p for p in GOLDEN_DIR.iterdir() if p.is_file() and p not in kept)
+    for old in stale:
         if not args.check:
-            (GOLDEN_DIR / f"{name}.onnx").unlink()
+            old.unlink()
     verb = "differ" if args.check else "rewritten"
     print(f"{len(GOLDENS)} goldens, {len(differ)} {verb}: {', '.join(differ) or '-'}; "
-          f"stale: {', '.join(stale) or '-'}")
+          f"stale: {', '.join(p.name for p in stale) or '-'}")
     return 1 if args.check and (differ or stale) else 0
 
 
