@@ -104,9 +104,9 @@ def test_parse_model_round_trips_a_model():
 def test_parse_model_refuses_bytes_that_are_not_onnx_in_one_line(error):
     with pytest.raises(error) as info:
         read.parse_model(b"\xff\xff\xff", "model 'x'", error)
-    text = str(info.value)
-    assert text.startswith("model 'x' is not an ONNX model: ") and "\n" not in text
-    assert len(text) > len("model 'x' is not an ONNX model: ")
+    assert type(info.value) is error
+    assert str(info.value) == ("model 'x' is not an ONNX model: Error parsing message with type "
+                               "'onnx.ModelProto': Wire format was corrupt")
 
 
 def test_parse_model_refuses_a_model_without_graph_or_opset():
@@ -172,6 +172,41 @@ def test_external_data_without_a_valid_length_or_offset_is_refused(tmp_path, ent
         "model 'm': tensor 't' names external data without a valid length")
 
 
+def test_external_data_without_a_location_is_refused(tmp_path):
+    (tmp_path / "XXXX").write_bytes(bytes(24))
+    assert _refusal(tmp_path, _external(_model(), length=24)) == (
+        "model 'm': tensor 't' names external data '' outside the model's folder; refused")
+
+
+def test_an_absolute_location_is_refused_even_inside_the_folder(tmp_path):
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    location = str(tmp_path / "t.bin")
+    assert _refusal(tmp_path, _external(_model(), location=location, length=24)) == (
+        f"model 'm': tensor 't' names external data {location!r} outside the model's folder; "
+        "refused")
+
+
+def test_an_empty_tensor_reads_zero_bytes(tmp_path):
+    (tmp_path / "t.bin").write_bytes(b"")
+    model = _external(_model(table=np.zeros((0, 2), np.float32)), location="t.bin", length=0)
+    (tensor,) = read.parse_model(model.SerializeToString(), "m", folder=tmp_path).graph.initializer
+    assert numpy_helper.to_array(tensor).shape == (0, 2)
+
+
+def test_the_external_limit_counts_every_tensor(tmp_path, monkeypatch):
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    model = _external(_model(), location="t.bin", length=24)
+    second = onnx.TensorProto()
+    second.CopyFrom(model.graph.initializer[0])
+    second.name = "t2"
+    model.graph.initializer.append(second)
+    monkeypatch.setattr(read, "EXTERNAL_BYTES_LIMIT", 47)  # each is 24 B; the two, 48 B
+    assert _refusal(tmp_path, model) == "model 'm': its external data exceed 47 B; refused"
+    monkeypatch.setattr(read, "EXTERNAL_BYTES_LIMIT", 48)
+    got = read.parse_model(model.SerializeToString(), "m", folder=tmp_path)
+    assert [t.data_location for t in got.graph.initializer] == [TensorProto.DEFAULT] * 2
+
+
 @pytest.mark.parametrize("location", ["", "/etc/passwd", "../t.bin", "sub/../../t.bin"])
 def test_external_data_outside_the_folder_is_refused(tmp_path, location):
     folder = tmp_path / "model"
@@ -215,6 +250,18 @@ def test_load_model_returns_the_model_and_its_size(tmp_path):
     assert got == model and size == len(model.SerializeToString())
 
 
+def test_load_model_refusals_name_the_model(tmp_path):
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(BadParameterError) as info:
+        read.load_model(missing)
+    assert str(info.value) == f"model {str(missing)!r} does not exist"
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\xff\xff\xff")
+    with pytest.raises(BadParameterError) as info:
+        read.load_model(junk)
+    assert str(info.value).startswith(f"model {str(junk)!r} is not an ONNX model: ")
+
+
 def test_load_model_size_counts_external_data(tmp_path):
     table = np.zeros((64, 2), np.float32)  # 512 B outside the file
     (tmp_path / "t.bin").write_bytes(table.tobytes())
@@ -233,9 +280,24 @@ def _artifact(tmp_path, model, **manifest):
 
 def test_load_pe_reads_an_artifact_whose_bytes_match_its_manifest(tmp_path, monkeypatch):
     path, manifest = _artifact(tmp_path, _model())
+    asked = []
+    monkeypatch.setattr(read, "_read_artifact", lambda p: (asked.append(p), manifest)[1])
+    model, got = read.load_pe(str(path))
+    assert got is manifest and model == _model() and asked == [path]
+
+
+def test_load_pe_refusals_are_artifact_errors_naming_the_artifact(tmp_path, monkeypatch):
+    path, manifest = _artifact(tmp_path, _model())
     monkeypatch.setattr(read, "_read_artifact", lambda p: manifest)
-    model, got = read.load_pe(path)
-    assert got is manifest and model == _model()
+    path.unlink()  # gone between the manifest check and the read
+    with pytest.raises(ArtifactError) as info:
+        read.load_pe(path)
+    assert str(info.value) == f"artifact {str(path)!r} does not exist"
+    path.write_bytes(b"\xff\xff\xff")
+    manifest["sha256"] = hashlib.sha256(b"\xff\xff\xff").hexdigest()
+    with pytest.raises(ArtifactError) as info:
+        read.load_pe(path)
+    assert str(info.value).startswith(f"artifact {str(path)!r} is not an ONNX model: ")
 
 
 def test_load_pe_refuses_another_format(tmp_path, monkeypatch):
@@ -260,8 +322,9 @@ def test_load_pe_refuses_an_op_edgepe_never_emits(tmp_path, monkeypatch):
     model.graph.node[0].op_type = "Loop"
     path, manifest = _artifact(tmp_path, model)
     monkeypatch.setattr(read, "_read_artifact", lambda p: manifest)
-    with pytest.raises(ArtifactError, match="Loop"):
+    with pytest.raises(ArtifactError) as info:
         read.load_pe(path)
+    assert "Loop" in str(info.value) and str(path) in str(info.value)
 
 
 def test_read_artifact_is_the_checked_manifest_reader(tmp_path):
@@ -338,3 +401,9 @@ def test_report_is_false_when_any_output_mismatches():
     assert not _report(checks=[ok, bad])
     assert not _report(checks=[bad])
     assert bool(_report(checks=[]))
+
+
+def test_report_share_of_a_one_byte_model_is_not_halved():
+    report = _report(bytes_before=1, bytes_after=3, pe_bytes=3)
+    assert report.lines()[2] == ("bytes: 1 -> 3 (+2 B, +200.0%); the PE is 100.0% of the "
+                                 "grafted model")
