@@ -125,6 +125,13 @@ def test_bias_rows_saturate_positions_at_2_61_without_overflow():
     assert tv.BIAS_SATURATION == 2**61
 
 
+def test_bias_rows_take_narrow_integer_positions():
+    # int32 positions (a caller's own) are widened to int64 before the +-2^61 saturation
+    rows = tv.bias_rows(np.array([0, 5], np.int32), np.array([1], np.int32), 3)
+    assert rows.dtype == np.int64
+    np.testing.assert_array_equal(rows, [[1], [4]])
+
+
 def test_bias_rows_at_one_row():
     np.testing.assert_array_equal(tv.bias_rows([0, 9], [9, 0], 1), [[0, 0], [0, 0]])
 
