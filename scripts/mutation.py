@@ -142,6 +142,8 @@ CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
 INT = "edgepe.graphs.integer.x_"
 READ = "edgepe.graft.read.x_"
+VREP = "edgepe.verify.report.x_"
+FIND = "edgepe.graft.find.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -308,6 +310,32 @@ EQUIVALENT: dict[str, str] = {
        "caller's dtype: the other is int64, so the difference is int64 for any signed integer "
        "input (tests/test_table_values.py feeds int32 and int64); only a uint64 position past "
        "2^63, which no caller passes, would differ" for i in (12, 14, 24, 26)},
+    # lead: verify/report.py
+    **{f"{VREP}_num__mutmut_{i}": "f'{0.0:.3g}' is '0' and f'{1.0:.3g}' is '1': the special "
+       "case prints what the format prints (errors are absolute values, never -0.0)"
+       for i in (1, 5)},
+    **{f"{VREP}render__mutmut_{i}": "an empty cell given as None: rich renders None as an "
+       "empty cell" for i in (*range(115, 123), *range(145, 153), *range(189, 195), 196)},
+    **{f"{VREP}render__mutmut_{i}": "justify None or an unknown word (XXleftXX, LEFT): rich "
+       "renders it as 'left', no padding before the text (the tests pin each title and cell "
+       "by position)" for i in (36, 38, 43, 44, 47, 48, 90, 91)},
+    **{f"{VREP}render__mutmut_{i}": "the word 'ok' of a sha256 that matched: the row prints "
+       "`sha` only when it did not (FAIL (MISMATCH))" for i in (93, 95, 96)},
+    # lead: graft/find.py
+    **{f"{FIND}_table_read__mutmut_{i}": "the padding of Slice's absent inputs: a padded name "
+       "('XXXX', or one more) names no constant, as '' does, so the default (axes 0, step 1) "
+       "applies the same" for i in (47, 48, 49, 50)},
+    FIND + "_table_read__mutmut_53": "consts.get('') for an absent input: ONNX names no tensor "
+    "'' (the empty name means absent), so it is None as the guard makes it",
+    FIND + "_trace_length__mutmut_27": "Shape's branch for another op reading an input: only "
+    "Shape has start/end attributes, so end is None and the branch returns None, as the "
+    "else does",
+    FIND + "build_detected__mutmut_16": "the module's seed: it draws only the projection, which "
+    "is overwritten with the model's weight at once",
+    **{f"{FIND}build_detected__mutmut_{i}": "the name parse_model gives the artifact just built: "
+       "its refusals cannot happen for edgepe's own bytes" for i in (40, 43, 44)},
+    FIND + "detect__mutmut_4": "', '.join vs 'XX, XX'.join of DETECTABLE: it has one entry, "
+    "so no separator is printed",
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",

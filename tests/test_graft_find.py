@@ -27,8 +27,8 @@ def _const(name, value):
     return numpy_helper.from_array(np.asarray(value), name)
 
 
-def _model(nodes, inits, inputs=("ids",), table=BITS5, weight=W):
-    inits = [_const("pe_table", table), _const("proj", weight), *inits]
+def _model(nodes, inits, inputs=("ids",), table=BITS5, weight=W, before=()):
+    inits = [*before, _const("pe_table", table), _const("proj", weight), *inits]
     ins = [helper.make_tensor_value_info(i, TensorProto.INT64, ["B", "S"]) for i in inputs]
     graph = helper.make_graph(nodes, "g", ins,
                               [helper.make_tensor_value_info("pe", TensorProto.FLOAT, None)],
@@ -53,6 +53,12 @@ def test_the_whole_table_times_the_projection_is_found():
         "pe", "pe_table", 5, "proj", None)
     assert c.weight.dtype == np.float32
     np.testing.assert_array_equal(c.weight, W)
+
+
+def test_a_table_after_one_that_is_not_the_bits_is_found():
+    other = _const("other", np.ones((5, 3), np.float32))  # the same shape, other values
+    (c,) = find.detect(_model([_matmul()], [], before=[other]), "binary")
+    assert c.table == "pe_table"
 
 
 def test_a_table_with_leading_unit_axes_is_found_on_its_last_two():
@@ -92,6 +98,20 @@ def test_a_table_gathered_by_an_input_reads_those_positions():
                     _matmul("rows")], [])
     found = find.detect(model, "binary")
     assert [(c.at, c.positions) for c in found] == [("pe", Positions("input", "ids"))]
+
+
+def test_a_gather_without_an_axis_reads_rows():
+    model = _model([helper.make_node("Gather", ["pe_table", "ids"], ["rows"]), _matmul("rows")],
+                   [])
+    (c,) = find.detect(model, "binary")
+    assert c.positions == Positions("input", "ids")
+
+
+def test_a_gather_by_a_constant_index_is_found_with_unknown_positions():
+    model = _model([helper.make_node("Gather", ["pe_table", "k"], ["rows"], axis=0),
+                    _matmul("rows")], [_const("k", np.array([0, 1], np.int64))])
+    (c,) = find.detect(model, "binary")
+    assert c.positions is None
 
 
 def test_a_gather_on_another_axis_is_not_a_row_read():
@@ -187,6 +207,7 @@ def _traced(nodes, inits, end):
 
 @pytest.mark.parametrize(("start", "end", "found"), [
     (0, 1, Positions("arange", "ids", 0)), (1, 2, Positions("arange", "ids", 1)),
+    (None, 1, Positions("arange", "ids", 0)),  # start defaults to 0
     (0, 2, None), (None, None, None), (-1, 0, None)])
 def test_a_shape_slice_must_be_one_axis_at_a_nonnegative_start(start, end, found):
     kwargs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
@@ -259,6 +280,12 @@ def test_only_binary_is_detectable():
         find.detect(_model([_matmul()], []), "gray")
     assert str(info.value) == ("graft --scheme finds binary in a model; for 'gray' export it "
                                "and pass --pe ARTIFACT --at TENSOR")
+
+
+def test_the_built_artifact_takes_export_options():
+    (c,) = find.detect(_model([_matmul()], []), "binary")
+    _, manifest = find.build_detected(c, "binary", quantize="int8", lowering="arith")
+    assert manifest["inputs"]["quantize"] == "int8" and manifest["lowering"] == "arith"
 
 
 def test_the_built_artifact_holds_the_models_weight_and_names_it():

@@ -156,10 +156,49 @@ def test_mismatch_lines_the_rest_counted_and_the_columns_most_first():
     ]
 
 
+def test_an_error_row_does_not_hide_the_runtimes_after_it():
+    results = [_result(runtime="ref", error="failed"), _result(runtime="cpu")]
+    lines = _text(Report("pe.onnx", MANIFEST, SHA, SHA, results))
+    assert _cells(lines, "ref")[-1].strip() == "FAIL"
+    assert _cells(lines, "cpu")[-1].strip() == "PASS"
+
+
+def test_columns_with_equal_counts_sort_by_column_and_nine_show_one_more():
+    result = _result(mismatches=9, mismatches_by_column={c: 1 for c in (8, 7, 6, 5, 4, 3, 2, 1, 0)})
+    lines = _text(Report("pe.onnx", MANIFEST, SHA, SHA, [result]))
+    assert lines[-1] == ("cpu: mismatching elements by column: column 0 (1), column 1 (1), "
+                         "column 2 (1), column 3 (1), column 4 (1), column 5 (1), column 6 (1), "
+                         "column 7 (1) and 1 more")
+
+
+def test_the_unit_is_the_word_before_the_index_of_the_first_mismatch():
+    first = [Mismatch("position 3 (clamped to 2) channel 1", 1, 0),
+             Mismatch("position 4 lane 2", 1, 0)]
+    result = _result(mismatches=2, first_mismatches=first, mismatches_by_column={1: 1, 2: 1})
+    lines = _text(Report("pe.onnx", MANIFEST, SHA, SHA, [result]))
+    assert lines[-1] == "cpu: mismatching elements by channel: channel 1 (1), channel 2 (1)"
+
+
+def test_below_the_table_nothing_is_highlighted_but_the_placement_error():
+    first = [Mismatch("position 3 column 1", 0.5, 0.25)]
+    results = [_result(mismatches=3, first_mismatches=first, mismatches_by_column={1: 3},
+                       placement_note="2 nodes [Sin] on CPU (0.5 of them)"),
+               _result(runtime="ref", error="shape [2, 3] != [2, 4]")]
+    console = Console(width=400, record=True, color_system="standard", force_terminal=True)
+    other = _Rebuilt(reproduced=False, ok=True, note="edgepe 0.0.1 [1, 2]")
+    report = Report("pe.onnx", MANIFEST, SHA, "b" * 64, results, rebuild=other)
+    render_mod.render(report, console)
+    lines = console.export_text(styles=True).splitlines()
+    caption = next(i for i, line in enumerate(lines) if "error against the reference" in line)
+    below = lines[caption + 1:]
+    assert len(below) == 7  # rebuild, sha256, 1 mismatch, 2 more, by column, note, ref's error
+    assert not any("\x1b" in line for line in below), below
+
+
 def test_mismatch_units_heads_for_bias_and_column_without_a_first_mismatch():
     bias = {**MANIFEST, "kind": "bias"}
     result = _result(mismatches=1, mismatches_by_column={0: 1},
-                     first_mismatches=[Mismatch("query 0 key 1 head 0", 1.0, 0.0)])
+                     first_mismatches=[Mismatch("query 0 key 1 at 0", 1.0, 0.0)])
     lines = _text(Report("b.onnx", bias, SHA, SHA, [result]))
     assert lines[-1] == "cpu: mismatching elements by head: head 0 (1)"
     no_first = _result(mismatches=2, mismatches_by_column={3: 2})
@@ -180,6 +219,19 @@ def test_placement_error_in_red_wins_over_the_note():
     assert "\x1b[31m2 nodes fell back to CPU" in console.export_text(styles=True)
     lines = _text(Report("pe.onnx", MANIFEST, SHA, SHA, [_result(placement_note="all on CPU")]))
     assert lines[-1] == "cpu: all on CPU"
+
+
+def test_number_columns_never_wrap_and_text_columns_may():
+    placement = {f"Provider{i}ExecutionProvider": {"Add": 1} for i in range(6)}
+    result = _result(placement=placement, tolerance=Tolerance(0.0, 1e-6, 2, "manifest"),
+                     max_abs_err=1.23456e-7, mean_abs_err=2.5e-8)
+    console = Console(width=120, record=True, color_system=None)
+    render_mod.render(Report("pe.onnx", MANIFEST, SHA, SHA, [result]), console)
+    text = console.export_text()
+    for value in ("1.23e-07", "2.5e-08", "0.00125", "4e-05", "0 of 1024",
+                  "atol 1e-06, +2 fp16 ulp"):
+        assert value in text, value  # on one line: no_wrap
+    assert "Provider0 1, Provider1 1, Provider2 1" not in text  # the placement cell wraps
 
 
 def test_values_are_printed_without_rich_markup_or_highlighting():
@@ -220,6 +272,7 @@ def test_write_json_writes_the_report_and_refuses_the_artifact(tmp_path):
     with pytest.raises(OutputPathError):
         render_mod.write_json(report, out)  # exists: only with force
     render_mod.write_json(report, out, force=True)
-    with pytest.raises(OutputPathError, match="--json"):
+    with pytest.raises(OutputPathError) as info:
         render_mod.write_json(report, artifact, force=True)  # never the artifact
+    assert str(info.value).startswith(f"--json {str(artifact)!r} is the input ")
     assert artifact.read_bytes() == b"model"
