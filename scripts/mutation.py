@@ -144,6 +144,7 @@ INT = "edgepe.graphs.integer.x_"
 READ = "edgepe.graft.read.x_"
 VREP = "edgepe.verify.report.x_"
 FIND = "edgepe.graft.find.x_"
+MT = "edgepe.graphs.model_tensors.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -336,6 +337,38 @@ EQUIVALENT: dict[str, str] = {
        "its refusals cannot happen for edgepe's own bytes" for i in (40, 43, 44)},
     FIND + "detect__mutmut_4": "', '.join vs 'XX, XX'.join of DETECTABLE: it has one entry, "
     "so no separator is printed",
+    # lead: graphs/model_tensors.py
+    **{f"{MT}_rows__mutmut_{i}": "Gather's axis given as None or left out: onnx.helper omits "
+       "it and Gather's default axis is 0" for i in (29, 33, 60, 64)},
+    MT + "_rows__mutmut_3": "the name of the duplicated Gather's output: the Concat reads it by "
+    "whatever name it has and its own output is renamed to the table's",
+    **{f"{MT}{fn}__mutmut_{i}": "np.asarray(int, None) is int64, the dtype given"
+       for fn, i in (("alibi_distance_bias", 10), ("alibi_distance_bias", 12),
+                     ("alibi_distance_bias", 22), ("alibi_distance_bias", 24),
+                     ("alibi_distance_bias", 33), ("alibi_distance_bias", 35),
+                     ("gathered_tables", 42), ("gathered_tables", 44))},
+    **{f"{MT}{fn}__mutmut_{i}": "the graph's name: graft splices the PE's nodes, initializers "
+       "and outputs (graft/splice.py), never its name" for fn, i in (
+           ("alibi_bias", 49), ("alibi_bias", 50), ("alibi_distance_bias", 116),
+           ("alibi_distance_bias", 117), ("gathered_tables", 154), ("gathered_tables", 155))},
+    **{f"{MT}{fn}__mutmut_{i}": "full_check=False or left out: the model is valid, so the "
+       "checker passes either way (a model it refuses is never built here)" for fn, i in (
+           ("alibi_bias", 92), ("alibi_bias", 93), ("alibi_distance_bias", 141),
+           ("alibi_distance_bias", 142), ("gathered_tables", 170), ("gathered_tables", 171))},
+    **{f"{MT}gathered_tables__mutmut_{i}": "the default quantize word: _rows tests for 'int8' "
+       "only, so any other word stores float32 as 'none' does" for i in (3, 4)},
+    **{f"{MT}gathered_tables__mutmut_{i}": "the suffix of the second set's table names: "
+       "intermediate names the outputs never show" for i in (72, 73)},
+    **{f"{MT}int8_tables__mutmut_{i}": "the clip to +-127 (or +-128, or none): with scale = "
+       "max|t| / 127, rint(t / scale) is already within +-127" for i in (17, 18, 27, 28)},
+    **{f"{MT}{fn}__mutmut_{i}": "astype(None) is astype(float64)" for fn, i in (
+        ("int8_tables", 24), ("recipe_distance", 32), ("recipe_distance", 33),
+        ("recipe_distance", 38), ("recipe_distance", 44))},
+    **{f"{MT}recipe_distance__mutmut_{i}": "the chunks overlap or start at 1 instead of 0: the "
+       "max over positions is the same (position 0's error is 0: cos 0 = 1, sin 0 = 0)"
+       for i in (14, 15, 20)},
+    MT + "recipe_distance__mutmut_41": "max's initial dropped: a chunk always holds a row "
+    "(start < max_len), so the max is of a non-empty array",
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",

@@ -41,6 +41,20 @@ def test_int8_tables_scale_bound_and_rounding():
     np.testing.assert_array_equal(q, [[127]])
 
 
+def test_int8_tables_of_an_empty_table():
+    q, scale, bound = mt.int8_tables({"e": np.zeros((0, 2), np.float32)})["e"]
+    assert (scale, bound) == (1.0, 0.5) and q.shape == (0, 2)
+
+
+def test_float64_inputs_are_stored_as_float32():
+    model = mt.gathered_tables({"cos": COS.astype(np.float64)}, 18, [2, 1])
+    assert model.graph.initializer[-1].data_type == TensorProto.FLOAT
+    for model in (mt.alibi_bias(np.array([[0.5]]), 18, [1, 1, 2]),
+                  mt.alibi_distance_bias(np.array([0.5]), 2, 18)):
+        (slopes,) = [t for t in model.graph.initializer if t.name == "slopes"]
+        assert slopes.data_type == TensorProto.FLOAT
+
+
 def test_gathered_tables_squeeze_rows_names_and_shapes():
     model = mt.gathered_tables({"cos": COS, "sin": SIN}, 18, [None, "seq", 1])
     assert model.opset_import[0].version == 18 and model.ir_version == 8
@@ -67,6 +81,11 @@ def test_gathered_tables_without_squeeze_casting_int32_and_duplicating():
     np.testing.assert_array_equal(got, np.concatenate([rows, rows], axis=-1))
     assert [n.op_type for n in model.graph.node] == ["Cast", "Gather", "Concat"]
     assert sum(t.dims[0] for t in model.graph.initializer) == 3  # the halves stored once
+    # duplicated rows of rank-3 positions concatenate on the last axis
+    model = mt.gathered_tables({"cos": COS}, 18, [1, 2, 1], duplicate=True)
+    got = _run(model, positions=np.array([[[1], [2]]], np.int64))["cos"]
+    rows = COS[[1, 2]][None]
+    np.testing.assert_array_equal(got, np.concatenate([rows, rows], axis=-1))
 
 
 def test_gathered_tables_int8_within_half_a_step():
@@ -88,6 +107,8 @@ def test_gathered_tables_choose_per_call_with_a_condition():
     cond = model.graph.input[1]
     assert cond.name == "condition" and cond.type.tensor_type.elem_type == TensorProto.BOOL
     assert _dims(cond) == ["condition_0"]
+    other = mt.gathered_tables({"cos": COS}, 18, [3, 1], if_true=long, condition_shape=[1])
+    assert _dims(other.graph.input[1]) == [1]
     positions = np.array([[0], [2], [1]], np.int64)
     for flag, table in ((True, COS * 10), (False, COS)):
         got = _run(model, positions=positions, condition=np.array([flag]))["cos"]
@@ -96,8 +117,9 @@ def test_gathered_tables_choose_per_call_with_a_condition():
 
 def test_alibi_bias_is_slopes_times_key_positions():
     slopes = np.array([[0.5], [0.25]], np.float32)  # [H=2, 1]
-    model = mt.alibi_bias(slopes, 18, [None, 1, "T"], ir_version=7)
-    assert model.ir_version == 7
+    model = mt.alibi_bias(slopes, 17, [None, 1, "T"], ir_version=7)
+    assert model.ir_version == 7 and model.opset_import[0].version == 17
+    assert mt.alibi_bias(slopes, 18, [1, 1, 1]).ir_version == 8
     assert _dims(model.graph.output[0]) == ["positions_0", 2, "T"]
     positions = np.array([[[0, 1, 5]]], np.int64)  # [B=1, 1, T=3]
     got = _run(model, positions=positions)["bias"]
@@ -108,8 +130,10 @@ def test_alibi_bias_is_slopes_times_key_positions():
 
 
 def test_alibi_distance_bias_from_a_range():
-    model = mt.alibi_distance_bias(np.array([0.5, 0.25], np.float32), 4, 18, ir_version=9)
+    model = mt.alibi_distance_bias(np.array([0.5, 0.25], np.float32), 4, 17, ir_version=9)
     assert model.ir_version == 9 and not model.graph.input
+    assert model.opset_import[0].version == 17
+    assert mt.alibi_distance_bias(np.ones(1, np.float32), 2, 18).ir_version == 8
     assert _dims(model.graph.output[0]) == [2, 1, 4]
     got = _run(model)["bias"]
     distance = np.array([-3, -2, -1, 0], np.float32)  # u - (L - 1), u = 0 .. 3
@@ -151,6 +175,10 @@ def test_recipe_distance_matches_a_direct_computation_and_chunks_do_not_matter()
         inv_freq, 300, 0.5)
     assert mt.recipe_distance(inv_freq, 300) > 0  # float32 angles are not exact at p = 299
     assert mt.recipe_distance(inv_freq, 0) == 0.0
+    assert mt.recipe_distance(inv_freq, 300) == mt.recipe_distance(inv_freq, 300, 1.0)
+    # float64 frequencies are the model's float32 ones (the model multiplies in float32)
+    assert mt.recipe_distance(inv_freq.astype(np.float64), 300) == mt.recipe_distance(
+        inv_freq, 300)
 
 
 def test_models_pass_the_full_checker():
