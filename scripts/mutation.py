@@ -118,7 +118,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                                      "tests/test_verify_table_memory.py"),
     "edgepe/formats/pte.py": ("tests/test_pte.py",),
     "edgepe/verify/__init__.py": ("tests/test_verify.py",),
-    "edgepe/verify/c_runner.py": ("tests/test_c_runner.py", "tests/test_c_header.py"),
+    "edgepe/verify/c_runner.py": ("tests/test_c_runner.py",),
     "edgepe/verify/cortex_m.py": ("tests/test_cortex_m.py",),
     "edgepe/verify/report.py": ("tests/test_verify_render.py",),
     "edgepe/verify/runtimes.py": ("tests/test_verify.py",),
