@@ -113,7 +113,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/graphs/trig.py": ("tests/test_rope.py",),
     "edgepe/formats/c.py": ("tests/test_goldens.py", "tests/test_c_header.py"),
     "edgepe/formats/c_sliced.py": ("tests/test_sliced.py",),
-    "edgepe/formats/onnx.py": ("tests/test_goldens.py", "tests/test_edges.py"),
+    "edgepe/formats/onnx.py": ("tests/test_onnx_check_file.py", "tests/test_goldens.py"),
     "edgepe/formats/onnx_table.py": ("tests/test_onnx_table_split.py",
                                      "tests/test_verify_table_memory.py"),
     "edgepe/formats/pte.py": ("tests/test_pte.py",),
@@ -369,6 +369,13 @@ EQUIVALENT: dict[str, str] = {
        for i in (14, 15, 20)},
     MT + "recipe_distance__mutmut_41": "max's initial dropped: a chunk always holds a row "
     "(start < max_len), so the max is of a non-empty array",
+    # lead: formats/onnx.py
+    **{f"edgepe.formats.onnx.x_check_file__mutmut_{i}": "the 'ai.onnx' spelling of the default "
+       "domain: check_untrusted, just before, refuses any node in it (edgepe writes ''), so "
+       "none reaches this set" for i in (48, 49)},
+    **{f"edgepe.formats.onnx.x__int8_builder__mutmut_{i}": "the refusal when edgepe.graphs.int8 "
+       "cannot be imported: it is part of this package, so the import never fails"
+       for i in range(1, 7)},
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",
