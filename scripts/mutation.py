@@ -101,7 +101,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/contract/progress.py": ("tests/test_progress.py",),
     "edgepe/graphs/int8.py": ("tests/test_bound_pins.py", "tests/test_edges.py"),
     "edgepe/graphs/__init__.py": ("tests/test_goldens.py",),
-    "edgepe/graphs/_common.py": ("tests/test_goldens.py", "tests/test_edges.py"),
+    "edgepe/graphs/_common.py": ("tests/test_graph_common.py", "tests/test_goldens.py"),
     "edgepe/graphs/bias.py": ("tests/test_bias_tables.py",),
     "edgepe/graphs/bits.py": ("tests/test_goldens.py", "tests/test_lowerings.py"),
     "edgepe/graphs/integer.py": ("tests/test_goldens.py",),
