@@ -59,6 +59,9 @@ def test_a_table_after_one_that_is_not_the_bits_is_found():
     other = _const("other", np.ones((5, 3), np.float32))  # the same shape, other values
     (c,) = find.detect(_model([_matmul()], [], before=[other]), "binary")
     assert c.table == "pe_table"
+    for first in (np.arange(3), np.ones((5, 3), np.int64)):  # 1-D, or not float
+        (c,) = find.detect(_model([_matmul()], [], before=[_const("first", first)]), "binary")
+        assert c.table == "pe_table"
 
 
 def test_a_table_with_leading_unit_axes_is_found_on_its_last_two():

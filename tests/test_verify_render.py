@@ -186,7 +186,7 @@ def test_below_the_table_nothing_is_highlighted_but_the_placement_error():
                _result(runtime="ref", error="shape [2, 3] != [2, 4]")]
     console = Console(width=400, record=True, color_system="standard", force_terminal=True)
     other = _Rebuilt(reproduced=False, ok=True, note="edgepe 0.0.1 [1, 2]")
-    report = Report("pe.onnx", MANIFEST, SHA, "b" * 64, results, rebuild=other)
+    report = Report("pe.onnx", MANIFEST, SHA, "1" * 64, results, rebuild=other)  # a number
     render_mod.render(report, console)
     lines = console.export_text(styles=True).splitlines()
     caption = next(i for i, line in enumerate(lines) if "error against the reference" in line)
