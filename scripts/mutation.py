@@ -83,8 +83,7 @@ MODULES: dict[str, tuple[str, ...]] = {
             "compare_counts_nan_and_shape_mismatches_without_raising",
             "strict_placement_fails_a_gpu_run_with_cpu_nodes_and_names_the_lowering"))),
     "edgepe/formats/npy.py": ("tests/test_table_files.py", "tests/test_tables.py"),
-    "edgepe/formats/bin.py": ("tests/test_table_files.py", "tests/test_tables.py",
-                              "tests/test_edges.py"),
+    "edgepe/formats/bin.py": ("tests/test_mut_bin.py",),
     "edgepe/graft/prove.py": ("tests/test_prove_helpers.py", *(
         f"tests/test_graft.py::test_{name}" for name in (
             "a_pe_that_changes_the_outputs_fails_the_proof_and_writes_nothing",
@@ -139,6 +138,7 @@ UNT = "edgepe.graphs.untrusted.x_"
 COM = "edgepe.contract.commit.x_"
 CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
+BIN, INT8 = "edgepe.formats.bin.", "edgepe.graphs.int8.x_"  # h-m1's (bin has a class: Rows)
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -290,6 +290,26 @@ EQUIVALENT: dict[str, str] = {
     BIAS + "alibi__mutmut_50": "the slopes are float32 already: np.asarray(., None) keeps it",
     BIAS + "gaussian__mutmut_15": "2 sigma^2 is float32 already: np.asarray(., None) keeps it",
     BIAS + "gaussian__mutmut_50": "np.asarray([H, 1, 1], None) is int64, the dtype given",
+    # h-m1: formats/bin.py, graphs/int8.py
+    **{f"{BIN}x_dequantise__mutmut_{i}": "the dtype of np.asarray of the manifest's scale or zero "
+       "point left to numpy: JSON numbers give float64 (or int64), and either times or minus the "
+       "float64 values is float64 with the same values" for i in (15, 17, 22, 24)},
+    BIN + "x_dequantise__mutmut_62": "astype(None) is astype(float64)",
+    BIN + "x_dequantise__mutmut_43": "reshape with -2 for the channel axis: numpy takes any "
+    "negative size as the one inferred, as -1",
+    BIN + "x_dequantise__mutmut_58": "a scalar zero point reshaped to [1, ..., 1] (one element) "
+    "broadcasts as the scalar",
+    BIN + "x_check_file__mutmut_15": "the itemsize given for a bit table: data_size ignores it "
+    "there (ceil(rows * cols / 8))",
+    BIN + "x_pack_bits__mutmut_12": "reshape(-2): numpy takes any negative size as the one "
+    "inferred, as -1",
+    **{f"{BIN}x_stored_chunks__mutmut_{i}": "'bit' or 'uint8' misspelt: that dtype takes the other "
+       "branch, astype(NUMPY_DTYPES[dtype]) = astype('|u1'), the same bytes; only the assert "
+       "that a bit scheme's entries are 0/1 is skipped, and bit schemes' tables are exactly 0/1 "
+       "(tests/test_mut_bin.py compares them with encode's)" for i in (11, 12, 13, 14)},
+    **{f"{BIN}xǁRowsǁrows__mutmut_{i}": "a bit row span read with 2 * (first // 8) (or "
+       "first // 8 - first // 9) bytes more than it needs: the bits past the span are sliced "
+       "off, so the rows are the same (a few bytes more read)" for i in (13, 19)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

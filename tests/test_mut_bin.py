@@ -197,8 +197,9 @@ def test_pack_bits_carries_a_partial_byte_to_the_end():
     stream = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1], dtype=np.uint8)  # 11 bits
     chunks = [stream[:3], stream[3:10], stream[10:]]  # 3 + 7 + 1 bits
     got = list(bin_fmt.pack_bits(chunks))
-    # bits 0..7 LSB first: 1 + 4 + 8 + 64 = 77; bits 8..10 then zero padding: 1 + 2 + 4 = 7
-    assert b"".join(got) == bytes([77, 7])
+    # bits 0..7 LSB first: 1 + 4 + 8 + 64 = 77; bits 8..10 then zero padding: 1 + 2 + 4 = 7;
+    # each whole byte is yielded as soon as its chunk completes it (streamed, not held)
+    assert got == [bytes([77]), bytes([7])]
     assert list(bin_fmt.pack_bits([stream[:8]])) == [bytes([77])]  # a whole byte: no padding
     assert list(bin_fmt.pack_bits([])) == []
 
@@ -382,6 +383,8 @@ def test_dequantise_per_row_takes_the_chunks_rows():
     # rows 1, 2: scales 0.5, 2; zero points 1, -1
     assert np.array_equal(bin_fmt.dequantise(Q, quant, row0=1),
                           [[0, -1.5, 1], [10, 2, -10]])
+    # rows 2, 3: scales 2, 4; zero points -1, 2
+    assert np.array_equal(bin_fmt.dequantise(Q, quant, row0=2), [[4, -2, 8], [8, -8, -32]])
     # a scalar zero point with per-row scales: rows 2, 3
     got = bin_fmt.dequantise(Q, {"scale": [1.0, 0.5, 2.0, 4.0], "zero_point": 1, "axis": 0},
                              row0=2)
