@@ -83,8 +83,7 @@ MODULES: dict[str, tuple[str, ...]] = {
             "compare_counts_nan_and_shape_mismatches_without_raising",
             "strict_placement_fails_a_gpu_run_with_cpu_nodes_and_names_the_lowering"))),
     "edgepe/formats/npy.py": ("tests/test_table_files.py", "tests/test_tables.py"),
-    "edgepe/formats/bin.py": ("tests/test_table_files.py", "tests/test_tables.py",
-                              "tests/test_edges.py"),
+    "edgepe/formats/bin.py": ("tests/test_mut_bin.py",),
     "edgepe/graft/prove.py": ("tests/test_prove_helpers.py", *(
         f"tests/test_graft.py::test_{name}" for name in (
             "a_pe_that_changes_the_outputs_fails_the_proof_and_writes_nothing",
@@ -99,7 +98,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/contract/config.py": ("tests/test_output_rules.py", "tests/test_edges.py",
                                   "tests/test_defaults.py", "tests/test_artifact_io.py"),
     "edgepe/contract/progress.py": ("tests/test_progress.py",),
-    "edgepe/graphs/int8.py": ("tests/test_bound_pins.py", "tests/test_edges.py"),
+    "edgepe/graphs/int8.py": ("tests/test_mut_int8.py",),
     "edgepe/graphs/__init__.py": ("tests/test_goldens.py",),
     "edgepe/graphs/_common.py": ("tests/test_graph_common.py", "tests/test_goldens.py"),
     "edgepe/graphs/bias.py": ("tests/test_bias_tables.py",),
@@ -145,6 +144,7 @@ READ = "edgepe.graft.read.x_"
 VREP = "edgepe.verify.report.x_"
 FIND = "edgepe.graft.find.x_"
 MT = "edgepe.graphs.model_tensors.x_"
+BIN, INT8 = "edgepe.formats.bin.", "edgepe.graphs.int8.x_"  # h-m1's (bin has a class: Rows)
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -388,6 +388,101 @@ EQUIVALENT: dict[str, str] = {
     **{f"{READ}parse_model__mutmut_{i}": "the fallback for an exception with an empty message: "
        "protobuf's DecodeError and onnx's errors always carry one (its text is pinned by "
        "tests/test_graft_read_report.py)" for i in (5, 8, 9)},
+    # h-m1: formats/bin.py, graphs/int8.py
+    **{f"{BIN}x_dequantise__mutmut_{i}": "the dtype of np.asarray of the manifest's scale or zero "
+       "point left to numpy: JSON numbers give float64 (or int64), and either times or minus the "
+       "float64 values is float64 with the same values" for i in (15, 17, 22, 24)},
+    BIN + "x_dequantise__mutmut_62": "astype(None) is astype(float64)",
+    BIN + "x_dequantise__mutmut_43": "reshape with -2 for the channel axis: numpy takes any "
+    "negative size as the one inferred, as -1",
+    BIN + "x_dequantise__mutmut_58": "a scalar zero point reshaped to [1, ..., 1] (one element) "
+    "broadcasts as the scalar",
+    BIN + "x_check_file__mutmut_15": "the itemsize given for a bit table: data_size ignores it "
+    "there (ceil(rows * cols / 8))",
+    BIN + "x_pack_bits__mutmut_12": "reshape(-2): numpy takes any negative size as the one "
+    "inferred, as -1",
+    **{f"{BIN}x_stored_chunks__mutmut_{i}": "'bit' or 'uint8' misspelt: that dtype takes the other "
+       "branch, astype(NUMPY_DTYPES[dtype]) = astype('|u1'), the same bytes; only the assert "
+       "that a bit scheme's entries are 0/1 is skipped, and bit schemes' tables are exactly 0/1 "
+       "(tests/test_mut_bin.py compares them with encode's)" for i in (11, 12, 13, 14)},
+    **{f"{BIN}xǁRowsǁrows__mutmut_{i}": "a bit row span read with 2 * (first // 8) (or "
+       "first // 8 - first // 9) bytes more than it needs: the bits past the span are sliced "
+       "off, so the rows are the same (a few bytes more read)" for i in (13, 19)},
+    # graphs/int8.py: numpy's default dtypes, g.const's cast, branches no int8 graph reaches
+    **{f"{INT8}_clamp_inputs__mutmut_{i}": "np.array of a Python int with no dtype is int64 "
+       "(numpy 2, Linux), the dtype given" for i in (14, 16, 24, 26)},
+    **{f"{INT8}_float_model__mutmut_{i}": "quantize left int8 (or misspelt) in the float "
+       "builder's config: the builders int8 calls never read config.quantize (only graphs/"
+       "sliced.py's binary builder does, and build_int8 refuses binary --mode sliced first)"
+       for i in (3, 5, 6, 7)},
+    **{f"{INT8}_int8_gathers__mutmut_{i}": "fold with whole starting False: every node then "
+       "takes the else branch, and the float table graph's Gather reads the table, so whole is "
+       "True after the loop (the same dequantise in front)" for i in (58, 60, 61)},
+    INT8 + "_output_range__mutmut_24": "2 << n patterns: positions 2^n .. 2^(n+1) - 1 wrap "
+    "to the same 2^n bit patterns, so the same peak",
+    INT8 + "_output_range__mutmut_44": "range step 1: overlapping chunks of the same 2^n rows, "
+    "the same peak (more work only)",
+    INT8 + "_output_range__mutmut_45": "the wrapped patterns from 1, not 0: binary-smooth (the "
+    "one quantised-output scheme that wraps) gives column k hi or lo by bit k alone; every lo "
+    "of row 0 recurs in row 2^n - 1 - 2^k for n >= 2, and for n = 1 the peak is row 1's "
+    "|hi| >= |lo|",
+    **{f"{INT8}_output_range__mutmut_{i}": "absmax's granularity defaults to 'channel'"
+       for i in (6, 49)},
+    **{f"{INT8}_projection__mutmut_{i}": "g.const(x, None, ...): np.asarray keeps x's dtype, "
+       "already the one given (q and the zero point int8, the scales float32 or float16, "
+       "mask_inverse float32)" for i in (88, 97, 125, 148, 169, 188, 200, 214, 245)},
+    **{f"{INT8}_projection__mutmut_{i}": "np.zeros(n) in float64 for the zero point: g.const "
+       "casts it to the int8 given" for i in (103, 105)},
+    INT8 + "_projection__mutmut_219": "half.reshape(None) keeps its [d] shape, the one asked "
+    "for: float16 scales are per channel only (one scale never pays for its Cast)",
+    **{f"{INT8}_projection__mutmut_{i}": "projection_quant's summation other than 'int32' is "
+       "the float32 sum (exact = summation == 'int32')" for i in (8, 14, 15)},
+    INT8 + "_projection__mutmut_20": "fold never reads rows or masked (only live_node does)",
+    INT8 + "_projection__mutmut_264": "module None to _mask_projection_model: it hands module "
+    "only to _bits_model (the shift form), which does not read it",
+    **{f"{INT8}_projection__mutmut_{i}": "held (the int8 RAM) is what runtime_section reports "
+       "for live only; fold reports 4 q.size, its first argument" for i in (26, 27, 28)},
+    **{f"{INT8}_projection__mutmut_{i}": "the row scales in float64 (astype(None)) or masked "
+       "astype(None): the same float32 values; every use casts them to float32 (dequantize, "
+       "g.const), and times 2^-k is exact either way" for i in (30, 53)},
+    INT8 + "_projection__mutmut_35": "scale.reshape(None) keeps the 1-D scale's shape",
+    INT8 + "_projection__mutmut_37": "reshape(-2): numpy takes any negative size as the one "
+    "inferred, as -1",
+    INT8 + "_quantised_output__mutmut_109": "reshape(-2, 1, 1): numpy takes any negative size "
+    "as the one inferred, as -1",
+    INT8 + "_quantised_output__mutmut_254": "astype(None) is astype(float64)",
+    INT8 + "_quantised_output__mutmut_64": "the message of a refusal no builder reaches (every "
+    "float graph has one output)",
+    INT8 + "_quantised_output__mutmut_78": "_clamp_inputs reads config only when high is not "
+    "given; the bias clamp gives both bounds",
+    **{f"{INT8}_rebuild__mutmut_{i}": "the float graphs int8 builds on declare only the default "
+       "domain (com.microsoft is in rope's apply graphs, which build_int8 refuses), so extra is "
+       "{} and no extra opset is passed either way" for i in (2, 5, 6, 14, 22, 24)},
+    **{f"{INT8}_replay_projection__mutmut_{i}": "np.arange of Python ints is int64, the dtype "
+       "given" for i in (4, 6, 19, 22)},
+    **{f"{INT8}_replay_projection__mutmut_{i}": "bits @ q in float64 (astype(None)) is exact "
+       "(|sum| <= 127 n), the same integers as int32's, cast to float32 the same"
+       for i in (8, 31)},
+    INT8 + "_replay_projection__mutmut_41": "max(initial=None) of a non-empty chunk: the same "
+    "max",
+    INT8 + "_replay_projection__mutmut_44": "astype(None) is astype(float64)",
+    INT8 + "_residual__mutmut_3": "the float32 residual in float64 (astype(None)): the same "
+    "values; quantize works in float64 and dequantize casts to float32 anyway",
+    **{f"{INT8}_residual__mutmut_{i}": "torch.arange of an int defaults to int64, the dtype "
+       "given" for i in (33, 35)},
+    **{f"{INT8}_residual__mutmut_{i}": "astype(None) is astype(float64)" for i in (48, 51)},
+    **{f"{INT8}_residual__mutmut_{i}": "the rtol terms of the residual bound: _residual is "
+       "sinusoidal-learned's alone, whose spec rtol is 0 (tests/test_mut_int8.py asserts it), "
+       "so rtol (1 + m) is 0 whatever its form" for i in (55, 56, 57, 58)},
+    **{f"{INT8}_weight__mutmut_{i}": "the float32 weights in float64 (astype(None)): the same "
+       "values; only their max and round(w / s), taken in float64 anyway, are used"
+       for i in (4, 5)},
+    INT8 + "max_popcount__mutmut_9": "the floor 0 dropped: bin(m).count('1') is never negative",
+    INT8 + "projection_quant__mutmut_132": "scale[:, None] of a one-element scale: the same "
+    "broadcast",
+    INT8 + "projection_quant__mutmut_33": "the float16 scales in float64 (astype(None)): the same "
+    "values; every use casts to float64 or float32",
+    INT8 + "projection_quant__mutmut_64": "astype(None) is astype(float64)",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

@@ -281,7 +281,8 @@ class Rows:
         if self.bit:
             first, last = start * cols, stop * cols
             chunk = self._read(first // 8, -(-last // 8) - first // 8)
-            bits = np.unpackbits(chunk, bitorder=self.manifest.get("bitorder", "little"))
+            # a null bitorder reads as little-endian, as read() and npy's reader take it
+            bits = np.unpackbits(chunk, bitorder=self.manifest.get("bitorder") or "little")
             offset = first % 8
             return bits[offset: offset + last - first].reshape(stop - start, cols)
         return self._read(start * cols, (stop - start) * cols).reshape(stop - start, cols)
