@@ -756,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.monotonic()
     failed, skipped = [], []
+    ran: dict[str, dict] = {}
     for module in modules:
         spent = time.monotonic() - start
         if args.budget_s is not None and spent >= args.budget_s:
@@ -781,13 +782,13 @@ def main(argv: list[str] | None = None) -> int:
                 old["score"] is not None and result["score"] is not None
                 and result["score"] < old["score"])):
             failed.append(module)
-        recorded[module] = result
+        recorded[module] = ran[module] = result
         if args.write:  # after each module: a long run stopped midway keeps what it did
-            write_docs(recorded)
+            write_docs({**load_recorded(), **ran})  # rows others wrote meanwhile are kept
     if skipped:
         print(f"mutation: budget spent; not run: {', '.join(skipped)}")
     if args.write:
-        write_docs({module: rescore(r) for module, r in recorded.items()})
+        write_docs({module: rescore(r) for module, r in {**load_recorded(), **ran}.items()})
         print(f"wrote {DOCS_JSON.relative_to(ROOT)} and {DOCS_MD.relative_to(ROOT)}")
     if failed and not args.write:
         print(f"mutation: new survivors or a lower score in {', '.join(failed)}", file=sys.stderr)
