@@ -367,6 +367,18 @@ EQUIVALENT: dict[str, str] = {
     **{f"{MT}recipe_distance__mutmut_{i}": "the chunks overlap or start at 1 instead of 0: the "
        "max over positions is the same (position 0's error is 0: cos 0 = 1, sin 0 = 0)"
        for i in (14, 15, 20)},
+    **{f"{MT}sliced_rope__mutmut_{i}": "a name that no output shows (the Graph's or the "
+       "graph's name, the squeeze axes constant's) or its int64 dtype left to numpy"
+       for i in (12, 13, 14, 127, 128, 38, 39, 42, 45, 46)},
+    **{f"{MT}sliced_rope__mutmut_{i}": "full_check=False or left out: the model is valid, so "
+       "the checker passes either way" for i in (143, 144)},
+    **{f"{MT}sliced_rope__mutmut_{i}": "zip's strict flag: the two halves and the two names "
+       "always pair" for i in (78, 81, 82)},
+    MT + "sliced_rope__mutmut_48": "a scale of ones when the attention factor is 1: each value "
+    "times 1.0 is itself",
+    **{f"{MT}sliced_rope__mutmut_{i}": "the dtype of the attention scale or of inv_freq left to "
+       "numpy: graphs.sliced stores both as float32 constants (g.const casts)"
+       for i in (54, 57, 70, 72, 74)},
     MT + "recipe_distance__mutmut_41": "max's initial dropped: a chunk always holds a row "
     "(start < max_len), so the max is of a non-empty array",
     # lead: formats/onnx.py

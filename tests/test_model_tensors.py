@@ -185,3 +185,24 @@ def test_models_pass_the_full_checker():
     for model in (mt.gathered_tables({"cos": COS}, 18, [2, 1]),
                   mt.alibi_distance_bias(np.ones(1, np.float32), 2, 18)):
         onnx.checker.check_model(model, full_check=True)
+
+
+@pytest.mark.parametrize("attention", [None, 2.0])
+def test_sliced_rope_of_batched_positions_defaults_and_float64_frequencies(attention):
+    from edgepe.graphs.sliced import bound
+
+    widths = (2, 2)  # positions 0 .. 15
+    kwargs = {} if attention is None else {"attention": attention}
+    a = 1.0 if attention is None else attention
+    model = mt.sliced_rope(np.array([0.5, 0.05]), widths, ("c", "s"), 19, [1, "S", 1],
+                           **kwargs)
+    assert model.ir_version == 8 and model.opset_import[0].version == 19
+    assert _dims(model.graph.input[0]) == [1, "S", 1]
+    assert [_dims(o) for o in model.graph.output] == [[1, "S", 4]] * 2
+    p = np.array([[[0], [7], [15]]], np.int64)
+    got = _run(model, positions=p)
+    angle = p[..., 0, None].astype(np.float64) * np.float32([0.5, 0.05]).astype(np.float64)
+    for name, f in (("c", np.cos), ("s", np.sin)):
+        assert got[name].shape == (1, 3, 4)
+        want = np.concatenate([a * f(angle)] * 2, axis=-1)
+        assert np.abs(got[name] - want).max() <= bound(widths, a), name
