@@ -388,6 +388,17 @@ EQUIVALENT: dict[str, str] = {
     **{f"edgepe.formats.onnx.x__int8_builder__mutmut_{i}": "the refusal when edgepe.graphs.int8 "
        "cannot be imported: it is part of this package, so the import never fails"
        for i in range(1, 7)},
+    # lead: verify/c_runner.py
+    **{f"edgepe.verify.c_runner.x_{fn}__mutmut_{i}": "the name of a temporary folder or of the "
+       "positions file inside it: a name no reader depends on" for fn, i in (
+           ("run_c_header", 1), ("run_c_header", 2), ("run_c_header", 3), ("run_program", 46),
+           ("run_program", 47), ("run_program", 48), ("run_program", 54), ("run_program", 55))},
+    "edgepe.verify.c_runner.x_run_program__mutmut_4": "'XXiuXX' still holds the kinds 'i' and "
+    "'u' (and no other dtype kind is X)",
+    **{f"edgepe.verify.c_runner.x_run_program__mutmut_{i}": "np.array of Python floats is "
+       "float64, the dtype given" for i in (83, 85)},
+    **{f"edgepe.verify.c_runner.x_run_program__mutmut_{i}": "the printed integers kept as "
+       "strings: astype to the result dtype parses the same decimal text" for i in (89, 91)},
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",

@@ -219,3 +219,34 @@ def test_flag_variants_are_the_four_sets_and_m32_where_it_runs():
         assert variants["m32"] == ("-m32", "-O2")
     assert c_runner.COMPILE_FLAGS == ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
     assert Path(c_runner.compiler()).name == "gcc"
+
+
+def test_no_compiler_names_gcc_when_cc_is_unset(tmp_path, monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcc on it
+    with pytest.raises(c_runner.CompilerNotFound) as info:
+        c_runner.compile_program(tmp_path / "h.h", COMPUTE, tmp_path)
+    assert str(info.value) == "no C compiler found ('gcc'): install gcc or set CC"
+
+
+@needs_gcc
+def test_headers_calling_libm_link_and_flags_reach_the_compiler(tmp_path):
+    # sinf of a volatile value is a libm call at -O0 (not folded): the program links -lm
+    path = tmp_path / "m.h"
+    path.write_text("#include <stdint.h>\n#include <math.h>\n"
+                    "static void pe_f(int64_t p, float *out) {\n"
+                    "    volatile float x = (float)p;\n"
+                    "    out[0] = sinf(x) * 0.0f + (float)VALUE; out[1] = (float)p;\n}\n")
+    got = c_runner.run_c_header(path, COMPUTE, np.array([3]), flags=("-O0", "-DVALUE=7"))
+    np.testing.assert_array_equal(got, [[7, 3]])
+
+
+@needs_gcc
+def test_the_positions_file_is_written_in_a_temporary_folder(tmp_path, monkeypatch):
+    header = tmp_path / "h.h"
+    header.write_text(COMPUTE_H)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    c_runner.run_c_header(header, COMPUTE, np.array([1]))
+    assert list(work.iterdir()) == []  # nothing left in the working folder

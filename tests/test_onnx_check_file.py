@@ -176,6 +176,7 @@ def test_option_refusals(options, message):
     from edgepe.contract.config import ExportConfig  # noqa: F401 - the type the check takes
     from edgepe.schemes import resolve
 
+    options = dict(options)  # the parameter itself stays as given (a rerun sees it whole)
     scheme = options.pop("scheme", "binary")
     base = api.make_config(scheme, 8, mode=options.get("mode"))
     config = base.__class__(**{**base.__dict__, **options,
