@@ -36,7 +36,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Up to this many in-range positions (rows) a sweep covers every one; past it (max_len up to 2^40
 # for integer schemes: a full sweep would never end) it covers a documented sample plus every
 # edge (``position_spans``): the first and last SAMPLE_WIDTH positions, SAMPLE_WIDTH around every
-# power of two below max_len (where a bit carries), and SAMPLE_CHUNKS seeded random spans.
+# power of two below max_len (where a bit carries), and SAMPLE_CHUNKS seeded random spans
+# (numpy.random.default_rng(2): the same sample every run).
 SWEEP_FULL = 1 << 24
 SAMPLE_WIDTH = 4096
 SAMPLE_CHUNKS = 64
@@ -87,7 +88,9 @@ class Chunk:
 def probe_values(config, limit: int | None, count: int, seed: int = 0) -> np.ndarray:
     """Positions outside ``0 .. max_len - 1``: negatives, just past the end, around ``2^n``, the
     float-exact edge ``2^24``, int64's extremes, and ``count`` seeded random ones of every
-    magnitude; all within ``|p| <= limit`` when the scheme has a limit."""
+    magnitude (``2^u``, ``u`` uniform in ``[0, 63)`` from ``numpy.random.default_rng(seed)``,
+    capped at ``2^62``, each with a random sign); all within ``|p| <= limit`` when the scheme
+    has a limit (then ``limit`` and ``-limit`` themselves are probed too)."""
     length, n = config.max_len, config.n_bits
     fixed = {-1, -2, -3, -length, -length - 1, length, length + 1, length + 2, 2 * length - 1,
              2 * length, 2**n - 1, 2**n, 2**n + 1, 2 ** (n + 1) + 3, 3 * 2**n + 5, 2**24 - 1,
