@@ -121,7 +121,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/verify/cortex_m.py": ("tests/test_cortex_m.py",),
     "edgepe/verify/report.py": ("tests/test_verify.py",),
     "edgepe/verify/runtimes.py": ("tests/test_verify.py",),
-    "edgepe/verify/sweep.py": ("tests/test_verify.py",),
+    "edgepe/verify/sweep.py": ("tests/test_mut_sweep.py",),
     "edgepe/graft/__init__.py": ("tests/test_graft.py", "tests/test_paths.py"),
     "edgepe/graft/find.py": ("tests/test_graft.py",),
     "edgepe/graft/find_hf.py": ("tests/test_graft_hf.py",),
@@ -139,6 +139,7 @@ UNT = "edgepe.graphs.untrusted.x_"
 COM = "edgepe.contract.commit.x_"
 CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
+SWP = "edgepe.verify.sweep.x_"  # h-m4
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -290,6 +291,20 @@ EQUIVALENT: dict[str, str] = {
     BIAS + "alibi__mutmut_50": "the slopes are float32 already: np.asarray(., None) keeps it",
     BIAS + "gaussian__mutmut_15": "2 sigma^2 is float32 already: np.asarray(., None) keeps it",
     BIAS + "gaussian__mutmut_50": "np.asarray([H, 1, 1], None) is int64, the dtype given",
+    # h-m4: verify/sweep.py, verify/runtimes.py, verify/__init__.py, verify/cortex_m.py
+    **{f"{SWP}_bias_chunks__mutmut_{i}": "dtype=np.int64 dropped or None: numpy's default "
+       "integer for np.arange / np.asarray of Python ints is int64 on 64-bit Linux (and "
+       "everywhere from numpy 2), the dtype given" for i in (4, 6, 34, 37, 64, 66, 77, 80)},
+    SWP + "_bias_chunks__mutmut_22": "max(2, heads * stop): heads * stop < 2 only for one head "
+    "and max_len 1, where the one query is one chunk whatever the step",
+    **{f"{SWP}in_range_total__mutmut_{i}": "the SWEEP_FULL test is a shortcut: "
+       "sampled_positions(n) is arange(n) up to SWEEP_FULL, so len() of it is n either way"
+       for i in (22, 24)},
+    SWP + "in_range_total__mutmut_32": "stop >= SWEEP_FULL: at stop == SWEEP_FULL = 2^24, "
+    "len(sampled_positions(stop)) is stop, and so is the count below it (a multi-index grid of "
+    "2^24 per coordinate is past GRID_LIMIT = 2^16)",
+    **{f"{SWP}in_range_total__mutmut_{i}": "the kind test after 'arity is not None': no bias "
+       "scheme has an arity (alibi and gaussian take [N] positions)" for i in (36, 37)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

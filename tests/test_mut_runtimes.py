@@ -276,6 +276,8 @@ def test_placement_from_a_trace_counts_each_node_once_per_provider():
         {"cat": "Node", "name": "a_fence_before", "args": {"op_name": "Add"}},  # no provider
         {"cat": "Node", "name": "b_kernel_time",
          "args": {"provider": "CUDAExecutionProvider", "op_name": "Mul"}},
+        {"cat": "Node", "name": "b",  # node b again, without the suffix
+         "args": {"provider": "CUDAExecutionProvider", "op_name": "Mul"}},
         {"cat": "Node", "name": "c_kernel_time",
          "args": {"provider": "CUDAExecutionProvider", "op_name": "Add"}},
         {"cat": "Node", "name": "d", "args": {"provider": "CUDAExecutionProvider",
@@ -358,6 +360,37 @@ def test_openvino_runs_in_float32_and_reports_its_layers(add_graph):
     assert own.placement == {"CPU": {"Eltwise": 1}}
 
 
+@pytest.mark.skipif(not HAS_OPENVINO, reason="the openvino package is not installed")
+def test_openvino_lists_the_ops_it_runs_in_low_precision(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.eye(4).ravel().tolist())])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    assert rt.OpenVinoRuntime(path).low_precision == []  # CONFIG: float32
+    bf16 = rt.OpenVinoRuntime(path, config={"INFERENCE_PRECISION_HINT": "bf16"})
+    if "bfloat16" not in bf16.precision:
+        pytest.skip("this CPU has no bf16: OpenVINO keeps float32")
+    assert bf16.low_precision == ["y (FullyConnected)"]
+
+
+def test_openvino_refusals_name_the_first_five():
+    assert rt.unplaced_refusal([]) is None
+    names = [f"op{i}" for i in range(7)]
+    assert rt.unplaced_refusal(names) == ("OpenVINO's CPU plugin cannot run 7 op(s): op0, op1, "
+                                          "op2, op3, op4")
+    assert rt.unplaced_refusal(["a"]) == "OpenVINO's CPU plugin cannot run 1 op(s): a"
+    f32, bf16 = "<Type: 'float32'>", "<Type: 'bfloat16'>"
+    assert rt.precision_refusal(f32, []) is None
+    assert rt.precision_refusal(bf16, []) == (
+        "OpenVINO ignored INFERENCE_PRECISION_HINT=f32 (<Type: 'bfloat16'>): ")
+    assert rt.precision_refusal(f32, names) == (
+        "OpenVINO ignored INFERENCE_PRECISION_HINT=f32 (<Type: 'float32'>): op0, op1, op2, op3, "
+        "op4")
+
+
 # --- table files -------------------------------------------------------------------------------
 
 def test_a_file_runtime_reads_rows_as_stored(artifacts):
@@ -399,6 +432,7 @@ def test_a_c_compute_header_is_compiled_and_evaluates_positions(artifacts):
     runtime = rt.CRuntime(path, _manifest(path), _rebuilt(path))
     tmp = Path(runtime._tmp.name)
     assert runtime.name == "c" and runtime.placement is None and tmp.is_dir()
+    assert tmp.name.startswith("edgepe-verify-c-")
     positions = np.arange(8, dtype=np.int64)
     np.testing.assert_array_equal(runtime.run({"positions": positions}), _gray(positions))
     runtime.close()
@@ -458,3 +492,13 @@ def test_no_profile_directory_is_left_behind(add_graph):
     after = {p for p in os.listdir(os.environ.get("TMPDIR", "/tmp"))
              if p.startswith("edgepe-profile-")}
     assert after <= before
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                    reason="executorch is not installed")
+def test_an_executorch_program_is_read_from_its_bytes_and_run(tmp_path):
+    path = tmp_path / "gray.pte"
+    export(ExportConfig(resolve("gray", 8), format="pte", out=path))
+    runtime = rt.open_positions_runtime("executorch", path, _manifest(path))
+    positions = np.arange(8, dtype=np.int64)
+    np.testing.assert_array_equal(runtime.run({"positions": positions}), _gray(positions))

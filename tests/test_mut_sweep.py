@@ -137,13 +137,16 @@ def test_probe_values_are_the_fixed_edges_outside_the_range():
     assert values.tolist() == sorted(FIXED_37)
 
 
-@pytest.mark.parametrize("seed", [0, 5])
-def test_probe_values_add_seeded_random_ones_of_every_magnitude(seed):
+@pytest.mark.parametrize("seed, count", [(0, 40), (5, 40), (5, 200)])
+def test_probe_values_add_seeded_random_ones_of_every_magnitude(seed, count):
     config, _ = _integer(37)
-    values = sweep.probe_values(config, None, 40, seed)
-    expected = sorted(v for v in FIXED_37 | _randoms(40, seed) if not 0 <= v < 37)
+    values = sweep.probe_values(config, None, count, seed)
+    expected = sorted(v for v in FIXED_37 | _randoms(count, seed) if not 0 <= v < 37)
     assert values.tolist() == expected
-    assert len(expected) > len(FIXED_37) + 20  # the randoms are there, of both signs
+    assert len(expected) > len(FIXED_37) + count // 2  # the randoms are there
+    if count == 200:  # some draws past 2^62, capped there (seed 5: four of them)
+        rng = np.random.default_rng(5)
+        assert (np.exp2(rng.uniform(0, 63, 200)) > 2.0**62).sum() == 4
     if seed == 0:
         assert sweep.probe_values(config, None, 40).tolist() == expected  # seed 0 by default
 
@@ -158,6 +161,7 @@ def test_probe_values_stay_within_the_limit_and_include_it():
         [-74, -38, -37, *low, 37, 38, 39, 63, 64, 65, 73, 74])
     # a limit inside the range is not a probe; minus it is
     assert sweep.probe_values(config, 10, 0).tolist() == [-10, -3, -2, -1]
+    assert sweep.probe_values(config, 0, 0).tolist() == []  # 0 is in range
 
 
 def test_position_limit_is_the_manifests_else_the_schemes():
@@ -583,3 +587,60 @@ def test_encoded_rows_follow_the_documented_mapping():
         h = resolve("hierarchical", 8, params={"widths": widths})
         rows = sweep.encoded_rows(h, build(h), 2, 8)
         np.testing.assert_array_equal(rows, _bits(range(2, 8), width))
+
+
+def test_a_bias_grid_past_16_grid_limits_is_swept_against_the_edge_keys(monkeypatch):
+    monkeypatch.setattr(sweep, "GRID_LIMIT", 3)  # 7 x 7 = 49 cells > 3 * 16
+    config, module = _alibi(7)
+    chunks = list(sweep.onnx_chunks(config, module, COMPUTE, False))
+    _check_bias_chunk(chunks[0], range(7), [0, 6], False)
+    assert chunks[1].probe
+    monkeypatch.setattr(sweep, "GRID_LIMIT", 4)  # 49 <= 64: the grid
+    chunks = list(sweep.onnx_chunks(config, module, COMPUTE, False))
+    _check_bias_chunk(chunks[0], range(7), range(7), False)
+
+
+def test_a_full_table_sweep_covers_every_row_past_4096():
+    config, module = _integer(5000, 1)
+    chunks = list(sweep.table_chunks(config, module, (5000, 1), False))
+    assert sum(c.positions for c in chunks) == 5000
+
+
+def test_a_one_column_table_takes_chunk_elements_rows_a_chunk(monkeypatch):
+    monkeypatch.setattr(sweep, "CHUNK_ELEMENTS", 6)
+    config, module = _integer(13, 1)
+    assert [c.start for c in sweep.table_chunks(config, module, (13, 1), False)] == [0, 6, 12]
+
+
+def test_a_full_pe_sweep_covers_every_position_past_4096():
+    config, module = _integer(5000, 1)
+    chunks = list(sweep.onnx_chunks(config, module, COMPUTE, False))
+    assert chunks[0].feeds["positions"].tolist() == list(range(5000))
+    assert chunks[1].probe and len(chunks[1].feeds["positions"]) == len(
+        sweep.probe_values(config, 2**24, 128))
+
+
+def test_multi_index_chunks_hold_at_most_chunk_positions_rows(monkeypatch):
+    monkeypatch.setattr(sweep, "CHUNK_POSITIONS", 3)
+    config = resolve("binary-2d", 4)
+    chunks = list(sweep.onnx_chunks(config, build(config), COMPUTE, False))
+    _check_multi_chunk(chunks[0], [(0, 0), (0, 1), (0, 2)], False)
+
+
+def test_a_one_position_multi_index_probe_holds_coordinate_0():
+    config = resolve("binary-2d", 1)
+    chunks = list(sweep.onnx_chunks(config, build(config), COMPUTE, False))
+    probe = sweep.probe_values(config, None, 128)
+    zero = np.zeros(len(probe), dtype=np.int64)
+    expected = np.concatenate([np.stack([probe, zero], 1), np.stack([zero, probe], 1),
+                               np.stack([probe, np.roll(probe, 1)], 1)])
+    assert chunks[0].feeds["positions"].tolist() == [[0, 0]]
+    assert chunks[1].feeds["positions"].tolist() == expected.tolist()
+
+
+def test_a_one_column_multi_index_scheme_takes_chunk_elements_rows(monkeypatch):
+    monkeypatch.setattr(sweep, "CHUNK_ELEMENTS", 3)
+    config = resolve("hierarchical", 4, params={"widths": [1]})
+    assert config.arity == 1 and config.d_model == 1
+    chunks = list(sweep.onnx_chunks(config, build(config), COMPUTE, False))
+    assert chunks[0].feeds["positions"].tolist() == [[0], [1], [2]]

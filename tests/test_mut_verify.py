@@ -10,6 +10,7 @@ module (scripts/mutation.py's MODULES).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import warnings
@@ -34,22 +35,35 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc")
 INTEGER = resolve("integer", 8, d_model=2)
 
 
+EXPORTS = {
+    "compute.onnx": ExportConfig(INTEGER),
+    "table.npy": ExportConfig(INTEGER, mode="table", format="npy"),
+    "table.bin": ExportConfig(INTEGER, mode="table", format="bin"),
+    "table.h": ExportConfig(INTEGER, mode="table", format="c"),
+    "gray.h": ExportConfig(resolve("gray", 8), format="c"),
+    # len(widths) > 1 at 256 positions: the sliced graph fuses with com.microsoft's kernel
+    "rope.onnx": ExportConfig(resolve("rope", 256, d_model=4), mode="sliced",
+                              extra={"rope_lowering": "ort"}),
+    "gray.pte": ExportConfig(resolve("gray", 8), format="pte"),
+}
+
+
+class _Made(dict):
+    """Each tiny export, made the first time a test asks for it (once a module)."""
+
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, name):
+        export(EXPORTS[name].with_out(self.out / name))
+        self[name] = self.out / name
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    out = tmp_path_factory.mktemp("made")
-    paths = {}
-    for name, config in {
-        "compute.onnx": ExportConfig(INTEGER),
-        "table.npy": ExportConfig(INTEGER, mode="table", format="npy"),
-        "table.bin": ExportConfig(INTEGER, mode="table", format="bin"),
-        "table.h": ExportConfig(INTEGER, mode="table", format="c"),
-        "gray.h": ExportConfig(resolve("gray", 8), format="c"),
-        "rope.onnx": ExportConfig(resolve("rope", 256, d_model=4), mode="sliced",
-                                  extra={"rope_lowering": "ort"}),
-    }.items():
-        export(config.with_out(out / name))
-        paths[name] = out / name
-    return paths
+    return _Made(tmp_path_factory.mktemp("made"))
 
 
 def _copy(path, tmp_path, name=None):
@@ -491,3 +505,11 @@ def test_an_exception_in_one_line():
     assert v._first_line(ValueError("")) == "ValueError"
     assert v._first_line(ValueError("ends with:")) == "ValueError: ends with"
     assert v._first_line(KeyError("k")) == "KeyError: 'k'"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                    reason="executorch is not installed")
+def test_an_executorch_program_is_checked_by_the_pte_reader(made):
+    path = made["gray.pte"]
+    manifest = json.loads(Path(f"{path}.json").read_text())
+    assert v._check_file(path, manifest) == (("positions",), set())
