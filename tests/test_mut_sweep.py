@@ -228,13 +228,14 @@ def test_single_positions_are_the_edges_and_seeded_ones_in_range():
 COMPUTE = {"mode": "compute", "dtype": "float32"}
 
 
-def _check_pe_chunk(chunk, positions, expected, probe):
+def _check_pe_chunk(chunk, positions, expected, probe, again=False):
+    """``again``: a single-position call, which adds nothing to the progress bar."""
     assert chunk.feeds.keys() == {"positions"}
     assert chunk.feeds["positions"].dtype == np.int64
     assert chunk.feeds["positions"].tolist() == list(positions)
     np.testing.assert_allclose(chunk.expected, expected, rtol=1e-6, atol=0)
     assert chunk.positions == len(positions) and chunk.probe is probe
-    assert chunk.progress == (0 if probe else len(positions))
+    assert chunk.progress == (0 if probe or again else len(positions))
 
 
 def test_a_pe_graph_is_swept_then_probed_then_called_one_position_at_a_time():
@@ -248,7 +249,7 @@ def test_a_pe_graph_is_swept_then_probed_then_called_one_position_at_a_time():
     _check_pe_chunk(chunks[1], probe, _integer_pe(probe, 37), True)
     assert max(abs(v) for v in probe) == 2**24
     for chunk, p in zip(chunks[2:], singles, strict=True):
-        _check_pe_chunk(chunk, [p], _integer_pe([p], 37), False)
+        _check_pe_chunk(chunk, [p], _integer_pe([p], 37), False, again=True)
     assert chunks[0].where((5, 1)) == "position 5 column 1"
     assert chunks[1].where((0, 0)) == f"position {probe[0]} column 0"
     assert chunks[2].where((0, 1)) == f"position {singles[0]} column 1"
@@ -304,13 +305,13 @@ def test_pe_chunks_hold_at_most_chunk_elements_and_chunk_positions(
 
 # --- onnx_chunks: bias schemes -----------------------------------------------------------------
 
-def _check_bias_chunk(chunk, queries, keys, probe):
+def _check_bias_chunk(chunk, queries, keys, probe, again=False):
     assert chunk.feeds.keys() == {"positions", "key_positions"}
     assert chunk.feeds["positions"].tolist() == list(queries)
     assert chunk.feeds["key_positions"].tolist() == list(keys)
     np.testing.assert_allclose(chunk.expected, _alibi_bias(queries, keys), rtol=1e-6, atol=0)
     assert chunk.positions == len(queries) * len(keys) and chunk.probe is probe
-    assert chunk.progress == (0 if probe else len(queries))
+    assert chunk.progress == (0 if probe or again else len(queries))
 
 
 def test_a_bias_graph_covers_the_grid_the_probes_and_single_queries():
@@ -325,8 +326,8 @@ def test_a_bias_graph_covers_the_grid_the_probes_and_single_queries():
     _check_bias_chunk(chunks[2], inside, probe, True)
     _check_bias_chunk(chunks[3], probe, probe, True)
     for i, q in enumerate(singles):
-        _check_bias_chunk(chunks[4 + 2 * i], [q], range(4), False)
-        _check_bias_chunk(chunks[5 + 2 * i], [q], [q], False)
+        _check_bias_chunk(chunks[4 + 2 * i], [q], range(4), False, again=True)
+        _check_bias_chunk(chunks[5 + 2 * i], [q], [q], False, again=True)
     assert chunks[0].where((1, 2, 3)) == "head 1 query 2 key 3"
     assert chunks[1].where((0, 0, 3)) == f"head 0 query {probe[0]} key 3"
 
@@ -368,7 +369,7 @@ def _binary_2d(rows, n_bits):
     return out
 
 
-def _check_multi_chunk(chunk, rows, probe, n_bits=3):
+def _check_multi_chunk(chunk, rows, probe, n_bits=3, again=False):
     assert chunk.feeds.keys() == {"positions"}
     got = chunk.feeds["positions"]
     assert got.dtype == np.int64 and got.flags.c_contiguous
@@ -378,7 +379,7 @@ def _check_multi_chunk(chunk, rows, probe, n_bits=3):
     else:
         np.testing.assert_array_equal(chunk.expected, _binary_2d(np.asarray(rows) % 8, n_bits))
     assert chunk.positions == len(rows) and chunk.probe is probe
-    assert chunk.progress == (0 if probe else len(rows))
+    assert chunk.progress == (0 if probe or again else len(rows))
 
 
 def test_a_multi_index_graph_covers_the_coordinate_grid_probes_and_singles():
@@ -396,7 +397,7 @@ def test_a_multi_index_graph_covers_the_coordinate_grid_probes_and_singles():
     # binary-2d wraps modulo 2^n_bits (8)
     _check_multi_chunk(chunks[1], expected.tolist(), True)
     for chunk, index in zip(chunks[2:], singles, strict=True):
-        _check_multi_chunk(chunk, [grid[index]], False)
+        _check_multi_chunk(chunk, [grid[index]], False, again=True)
     assert chunks[0].where((6, 4)) == "position (1, 2) bit 4"
 
 
@@ -644,3 +645,23 @@ def test_a_one_column_multi_index_scheme_takes_chunk_elements_rows(monkeypatch):
     assert config.arity == 1 and config.d_model == 1
     chunks = list(sweep.onnx_chunks(config, build(config), COMPUTE, False))
     assert chunks[0].feeds["positions"].tolist() == [[0], [1], [2]]
+
+
+@pytest.mark.parametrize("scheme, manifest", [
+    (("integer", 37, 2, None), COMPUTE), (("alibi", 9, None, 2), COMPUTE),
+    (("binary-2d", 4, None, None), COMPUTE), (("binary-2d", 300, None, None), COMPUTE),
+    (("integer", 37, 2, None), {"format": "npy", "mode": "table", "dtype": "float32"})])
+def test_the_progress_of_a_sweep_adds_up_to_its_total(scheme, manifest):
+    """The bar's total (``in_range_total``) is what the chunks' progress adds up to: the
+    single-position calls check again positions the sweep counted (before: 15 of 8)."""
+    name, max_len, d_model, heads = scheme
+    config = resolve(name, max_len, d_model=d_model, heads=heads)
+    module = build(config)
+    if manifest["mode"] == "table":
+        from edgepe.graphs.table_values import table_shape
+
+        chunks = sweep.table_chunks(config, module, table_shape(config), False)
+    else:
+        chunks = sweep.onnx_chunks(config, module, manifest, False)
+    full = {"format": "onnx", **manifest}
+    assert sum(c.progress for c in chunks) == sweep.in_range_total(config, full, False)

@@ -45,6 +45,8 @@ EXPORTS = {
     "rope.onnx": ExportConfig(resolve("rope", 256, d_model=4), mode="sliced",
                               extra={"rope_lowering": "ort"}),
     "gray.pte": ExportConfig(resolve("gray", 8), format="pte"),
+    "sin.onnx": ExportConfig(resolve("sinusoidal", 8192, d_model=4), mode="sliced"),
+    "sin.h": ExportConfig(resolve("sinusoidal", 64, d_model=4), mode="sliced", format="c"),
 }
 
 
@@ -262,19 +264,19 @@ def test_each_format_is_checked_by_its_own_reader(made, tmp_path):
 
 def test_a_graph_passes_on_cpu_and_ref_over_the_whole_sweep(made, tmp_path):
     report = v.verify_artifact(made["compute.onnx"], progress=False)
-    assert report and report.rebuild.reproduced and not report.quick
+    assert report and report.rebuild.reproduced and report.quick is False
     assert report.sha256_ok and report.artifact == str(made["compute.onnx"])
     assert [r.runtime for r in report.results] == ["cpu", "ref"]
     for r in report.results:
         assert r.positions == _sweep_positions(False) and r.elements == 2 * r.positions
-        assert r.max_abs_err == 0 and r.seconds > 0
+        assert r.max_abs_err == 0 and 0 < r.seconds < 60
     assert report.results[0].placement["CPUExecutionProvider"]
     assert report.results[1].placement is None
 
 
 def test_quick_runs_onnxruntimes_cpu_over_the_quick_probe(made):
     report = v.verify_artifact(made["compute.onnx"], quick=True, progress=False)
-    assert report and report.quick
+    assert report and report.quick is True
     assert [r.runtime for r in report.results] == ["cpu"]
     assert report.results[0].positions == _sweep_positions(True)
 
@@ -342,18 +344,20 @@ def test_a_graph_that_is_not_its_rebuild_is_never_run(made, tmp_path):
     model = onnx.load(path)
     model.graph.node[0].name += "_renamed"  # a valid graph that is not the rebuild's bytes
     onnx.save(model, path)
-    _edit_manifest(path)
+    _edit_manifest(path, tolerance={"rtol": 0.5, "atol": 0.5})
     report = v.verify_artifact(path, progress=False)
     assert not report and not report.rebuild.ok
     assert [r.runtime for r in report.results] == ["cpu", "ref"]
     for r in report.results:
         assert r.error == ("not run: the file is not the rebuild of its recorded inputs, so it "
                            "is not compiled or run")
+        # the rebuild's tolerance (0 for integer PE), never the file's 0.5
         assert r.elements == 0 and r.tolerance == Tolerance(0.0, 0.0, 0, "manifest")
 
 
-def test_a_table_that_is_not_its_rebuild_is_still_swept_quickly(made, tmp_path):
-    path = _copy(made["table.npy"], tmp_path)
+@pytest.mark.parametrize("name", ["table.npy", "table.bin"])
+def test_a_table_that_is_not_its_rebuild_is_still_swept_quickly(made, tmp_path, name):
+    path = _copy(made[name], tmp_path)
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x40  # the last float32 of the table
     path.write_bytes(bytes(data))
@@ -367,9 +371,12 @@ def test_a_table_that_is_not_its_rebuild_is_still_swept_quickly(made, tmp_path):
 
 def test_a_manifest_only_difference_still_sweeps_the_graph(made, tmp_path):
     path = _copy(made["compute.onnx"], tmp_path)
-    _edit_manifest(path, tolerance={"rtol": 0.5, "atol": 0.5})
+    manifest = json.loads(Path(f"{path}.json").read_text())
+    _edit_manifest(path, tolerance={"rtol": 0.5, "atol": 0.5},
+                   positions={**manifest["positions"], "limit": 100})
     report = v.verify_artifact(path, progress=False)
     assert not report and report.rebuild.bytes_match
+    # the probe goes to the rebuild's limit (2^24), not the file's 100
     assert [r.runtime for r in report.results] == ["cpu", "ref"]
     for r in report.results:  # quick: a failed rebuild bounds the sweep
         assert r.positions == _sweep_positions(True) and r.error is None
@@ -500,6 +507,7 @@ def test_only_bad_input_is_reraised():
 
 
 def test_an_exception_in_one_line():
+    assert v._first_line(ValueError("MAX")) == "ValueError: MAX"
     assert v._first_line(ValueError("first\nsecond")) == "ValueError: first"
     assert v._first_line(ValueError("  padded  \n")) == "ValueError: padded"
     assert v._first_line(ValueError("")) == "ValueError"
@@ -513,3 +521,62 @@ def test_an_executorch_program_is_checked_by_the_pte_reader(made):
     path = made["gray.pte"]
     manifest = json.loads(Path(f"{path}.json").read_text())
     assert v._check_file(path, manifest) == (("positions",), set())
+
+
+def test_another_versions_artifact_is_refused_or_checked_numerically(made, tmp_path):
+    path = _copy(made["compute.onnx"], tmp_path)
+    _edit_manifest(path, edgepe_version="0.0.0-other", tolerance={"rtol": 0.0, "atol": 0.5})
+    refused = v.verify_artifact(path, quick=True, progress=False)
+    assert not refused and refused.rebuild.unchecked == ()
+    accepted = v.verify_artifact(path, quick=True, progress=False, accept_foreign=True)
+    assert accepted.rebuild.unchecked == ("tolerance.atol: 0.5 != this edgepe's 0.0",)
+
+
+def test_a_sliced_sinusoidal_is_checked_against_the_float64_definition(made):
+    from edgepe.schemes import build
+    from edgepe.schemes.definition import reference_distance
+
+    module = build(resolve("sinusoidal", 8192, d_model=4))
+    quick = v.verify_artifact(made["sin.onnx"], quick=True, progress=False)
+    assert quick, str(quick)
+    # quick: measured over the first 4096 positions only (the float32 error grows with p)
+    assert quick.reference_distance == reference_distance(module, 4096)
+    assert quick.reference_distance < reference_distance(module, 8192)
+
+
+@needs_cc
+def test_a_sliced_c_header_evaluates_positions(made):
+    report = v.verify_artifact(made["sin.h"], quick=True, progress=False)
+    assert report, str(report)
+    assert report.results[0].positions > 64  # positions, the probe and singles: not rows
+
+
+def test_an_outer_reporting_block_decides(made, capfd):
+    from edgepe.contract.progress import reporting
+
+    with reporting(True, force=True):  # edgepe export's block: its bar, whatever progress says
+        v.verify_artifact(made["compute.onnx"], quick=True, progress=False)
+    assert "verify on cpu" in capfd.readouterr().err
+    with reporting(False):  # --quiet holds for the verification inside it
+        v.verify_artifact(made["compute.onnx"], quick=True, progress=True)
+    assert "verify on cpu" not in capfd.readouterr().err
+
+
+def test_a_checkpoint_artifact_is_rebuilt_with_the_checkpoint_given(tmp_path):
+    import torch
+
+    from edgepe.api import make_config
+    from edgepe.contract.errors import CheckpointError
+    from edgepe.schemes import build
+
+    config = resolve("binary", 8, d_model=4)
+    checkpoint = tmp_path / "trained.pt"
+    torch.save(build(config, seed=7).state_dict(), checkpoint)  # not the seed-0 weights
+    out = tmp_path / "b.onnx"
+    export(make_config(scheme="binary", max_len=8, d_model=4, checkpoint=checkpoint, out=out))
+    assert v.verify_artifact(out, checkpoint=checkpoint, quick=True, progress=False)
+    assert v.verify_artifact(out, checkpoint=checkpoint, quick=True, progress=False,
+                             rebuild=False)
+    for rebuild in (True, False):
+        with pytest.raises(CheckpointError):
+            v.verify_artifact(out, quick=True, progress=False, rebuild=rebuild)
