@@ -139,7 +139,7 @@ UNT = "edgepe.graphs.untrusted.x_"
 COM = "edgepe.contract.commit.x_"
 CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
-SWP = "edgepe.verify.sweep.x_"  # h-m4
+SWP, RTM = "edgepe.verify.sweep.x_", "edgepe.verify.runtimes."  # h-m4
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -305,6 +305,25 @@ EQUIVALENT: dict[str, str] = {
     "2^24 per coordinate is past GRID_LIMIT = 2^16)",
     **{f"{SWP}in_range_total__mutmut_{i}": "the kind test after 'arity is not None': no bias "
        "scheme has an arity (alibi and gaussian take [N] positions)" for i in (36, 37)},
+    **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "the 'ov' line is redundant for ONNX: ALIASES "
+       "maps ov to OpenVINOExecutionProvider, whose short name is openvino; elsewhere the "
+       "refusal names the raw name either way" for i in (11, 12)},
+    **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "the stem match of the provider search: a stem "
+       "differs from its provider's short name only for aliased providers (trt, whose stem "
+       "tensorrt is an alias too), so it never changes the key" for i in (29, 30, 31, 32)},
+    **{f"{RTM}xǁOrtRuntimeǁ__init____mutmut_{i}": "the search after ALIASES.get(name): every "
+       "provider installed here (CPU) has an alias, so the search is never evaluated, or finds "
+       "the same provider" for i in (4, 5, 6, 7, 8)},
+    **{f"{RTM}xǁOrtRuntimeǁ__init____mutmut_{i}": "onnxruntime's log level 4 (fatal) instead of "
+       "3 (error): a session on a graph edgepe checked logs no error" for i in (10, 13)},
+    RTM + "xǁOrtRuntimeǁ__init____mutmut_29": "the CPU fallback never added: the only provider "
+    "installed here is the CPU one, which never gets it",
+    **{f"{RTM}xǁOrtRuntimeǁ_read_profile__mutmut_{i}": "unlink's missing_ok: end_profiling "
+       "just wrote the trace this reads" for i in (5, 6)},
+    **{f"{RTM}xǁOrtRuntimeǁclose__mutmut_{i}": "rmtree's ignore_errors: the directory is this "
+       "runtime's own, made in __init__ and removed once" for i in (2, 4, 5)},
+    **{f"{RTM}x_placement_from_trace__mutmut_{i}": "the name of a Node event without one ('' or "
+       "'None'): any one string keys it" for i in (23, 24, 25)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
