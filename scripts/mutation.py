@@ -322,8 +322,35 @@ EQUIVALENT: dict[str, str] = {
        "just wrote the trace this reads" for i in (5, 6)},
     **{f"{RTM}xǁOrtRuntimeǁclose__mutmut_{i}": "rmtree's ignore_errors: the directory is this "
        "runtime's own, made in __init__ and removed once" for i in (2, 4, 5)},
-    **{f"{RTM}x_placement_from_trace__mutmut_{i}": "the name of a Node event without one ('' or "
-       "'None'): any one string keys it" for i in (23, 24, 25)},
+    **{f"{RTM}x_placement_from_trace__mutmut_{i}": "the name of a Node event without one ('', "
+       "'None' or 'XXXX'): any one string keys it" for i in (23, 24, 25, 28)},
+    RTM + "x_resolve_runtimes__mutmut_14": "the provider translation applied to every format: "
+    "it maps no name of another format's runtimes (file, c, executorch), ref and openvino map to "
+    "themselves, and a refusal names the raw name either way",
+    **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "ALIASES skipped: the provider search finds the "
+       "same provider for every alias that is its provider's stem (cpu, cuda, tensorrt, dml, "
+       "...); the others (trt, ov) are refused or mapped alike (ov by its own line), a refusal "
+       "naming the raw name" for i in (19, 20)},
+    **{f"{RTM}xǁOrtRuntimeǁ__init____mutmut_{i}": "providers left to onnxruntime: its default is "
+       "every available provider that runs nodes, the CPU one alone here (with_options adds "
+       "options for GPU providers only)" for i in (40, 43)},
+    **{f"{RTM}{fn}__mutmut_{i}": "run(None) returns every output, whose first is outputs[0], "
+       "the one named" for fn, i in (("xǁOrtRuntimeǁrun", 3), ("xǁOrtRuntimeǁrun", 9),
+                                     ("xǁRefRuntimeǁrun", 6), ("xǁRefRuntimeǁrun", 13))},
+    **{f"{RTM}xǁOpenVinoRuntimeǁ__init____mutmut_{i}": "OpenVINO's refusals are never raised "
+       "here: every op of a checked graph is placed on the CPU and CONFIG's f32 is honoured (the "
+       "messages are tested by themselves: unplaced_refusal, precision_refusal)"
+       for i in (12, 13, 18, 64, 71)},
+    **{f"{RTM}{fn}__mutmut_{i}": "dequantise's row0 is read only for per-row (axis 0) "
+       "parameters; a table's int8 scales run along its columns (axis 1) or are one per tensor"
+       for fn, i in (("xǁFileRuntimeǁrows", 3), ("xǁFileRuntimeǁrows", 6),
+                     ("xǁCRuntimeǁrows", 16), ("xǁCRuntimeǁrows", 19))},
+    **{f"{RTM}xǁCRuntimeǁrows__mutmut_{i}": "np.arange of Python ints is int64 (numpy's default "
+       "integer on 64-bit Linux), the dtype given" for i in (10, 13)},
+    **{f"{RTM}xǁCRuntimeǁrun__mutmut_{i}": "reshape(-2): numpy takes any negative size as the one "
+       "inferred, as -1" for i in (32, 47)},
+    RTM + "x_open_positions_runtime__mutmut_14": "open()'s closefd=True dropped: True is its "
+    "default",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -23,13 +22,15 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgepe import rebuild as rb
-from edgepe.contract.errors import BadParameterError, ParityError
+from edgepe.contract.errors import ArtifactError, BadParameterError, ParityError
 from edgepe.export import ExportConfig, export
 from edgepe.formats.onnx_table import SplitTable, split_table
 from edgepe.schemes import resolve
 from edgepe.verify import runtimes as rt
 
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+CPU_BF16 = any(flag in Path("/proc/cpuinfo").read_text().split()
+               for flag in ("avx512_bf16", "amx_bf16")) if Path("/proc/cpuinfo").is_file() else False
 # What onnxruntime runs nodes on here, by hand: its providers but Azure's (remote endpoints)
 ORT_HERE = [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
 
@@ -319,6 +320,10 @@ def test_a_streamed_table_graph_runs_with_its_table_read_in_place(artifacts):
         assert isinstance(split, SplitTable)
         runtime = rt.open_onnx(name, path, split)
         assert runtime.split is split and runtime.name == name
+        if name == "ref":  # the evaluator holds the graph without its table (fed in place)
+            held = runtime.session.proto_.graph
+            assert "table" not in [i.name for i in held.initializer]
+            assert "table" in [i.name for i in held.input]
         try:
             np.testing.assert_array_equal(runtime.run({"positions": positions}), expected)
             np.testing.assert_array_equal(runtime.run({"positions": positions[:2]}),
@@ -370,10 +375,32 @@ def test_openvino_lists_the_ops_it_runs_in_low_precision(tmp_path):
     path = tmp_path / "mm.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
     assert rt.OpenVinoRuntime(path).low_precision == []  # CONFIG: float32
+    if not CPU_BF16:
+        pytest.skip("this CPU has no bf16 instructions (avx512_bf16, amx_bf16): OpenVINO keeps "
+                    "float32 whatever it is asked")
     bf16 = rt.OpenVinoRuntime(path, config={"INFERENCE_PRECISION_HINT": "bf16"})
-    if "bfloat16" not in bf16.precision:
-        pytest.skip("this CPU has no bf16: OpenVINO keeps float32")
+    assert "bfloat16" in bf16.precision
     assert bf16.low_precision == ["y (FullyConnected)"]
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="the openvino package is not installed")
+def test_openvino_counts_each_layer_but_constants_inputs_and_outputs(tmp_path):
+    tables = [np.arange(8, dtype=np.float32).reshape(4, 2) + 10 * k for k in range(2)]
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["t0", "i"], ["a"], axis=0),
+         helper.make_node("Gather", ["t1", "i"], ["b"], axis=0),
+         helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "gathers",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor(f"t{k}", TensorProto.FLOAT, [4, 2], tables[k].ravel().tolist())
+         for k in range(2)])
+    path = tmp_path / "gathers.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    runtime = rt.OpenVinoRuntime(path)
+    # two Gathers of two constant tables, their Concat, and the int64 indices' Convert
+    assert runtime.placement == {"CPU": {"Concatenation": 1, "Convert": 1, "Gather": 2}}
+    np.testing.assert_array_equal(runtime.run({"i": np.array([1, 3])}),
+                                  [[2, 3, 12, 13], [6, 7, 16, 17]])
 
 
 def test_openvino_refusals_name_the_first_five():
@@ -484,21 +511,27 @@ def _edited_rebuild(path, tmp_path):
     return rebuilt
 
 
-def test_no_profile_directory_is_left_behind(add_graph):
-    before = {p for p in os.listdir(os.environ.get("TMPDIR", "/tmp"))
-              if p.startswith("edgepe-profile-")}
-    runtime = rt.OrtRuntime("cpu", add_graph)
-    runtime.close()
-    after = {p for p in os.listdir(os.environ.get("TMPDIR", "/tmp"))
-             if p.startswith("edgepe-profile-")}
-    assert after <= before
-
-
 @pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
                     reason="executorch is not installed")
 def test_an_executorch_program_is_read_from_its_bytes_and_run(tmp_path):
     path = tmp_path / "gray.pte"
     export(ExportConfig(resolve("gray", 8), format="pte", out=path))
+    rt.open_positions_runtime("executorch", path, _manifest(path))  # executorch's own set-up
+    fds = _open_fds()
     runtime = rt.open_positions_runtime("executorch", path, _manifest(path))
+    assert _open_fds() == fds  # the program is read from its bytes; the file is closed
     positions = np.arange(8, dtype=np.int64)
     np.testing.assert_array_equal(runtime.run({"positions": positions}), _gray(positions))
+
+
+def _open_fds():
+    """This process's open descriptors (Linux's /proc; None elsewhere)."""
+    fds = Path("/proc/self/fd")
+    return len(list(fds.iterdir())) if fds.is_dir() else None
+
+
+def test_an_executorch_path_that_is_not_a_file_is_refused_naming_the_artifact(tmp_path):
+    with pytest.raises(ArtifactError) as caught:
+        rt.open_positions_runtime("executorch", tmp_path, {})
+    assert str(caught.value) == (f"artifact {str(tmp_path)!r} is not a file (it is a folder): "
+                                 "edgepe reads regular files only")
