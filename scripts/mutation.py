@@ -305,6 +305,27 @@ EQUIVALENT: dict[str, str] = {
     "2^24 per coordinate is past GRID_LIMIT = 2^16)",
     **{f"{SWP}in_range_total__mutmut_{i}": "the kind test after 'arity is not None': no bias "
        "scheme has an arity (alibi and gaussian take [N] positions)" for i in (36, 37)},
+    **{f"{SWP}{fn}__mutmut_{i}": "np.arange of Python ints without dtype is int64 (numpy's "
+       "default integer on 64-bit Linux, and everywhere from numpy 2), the dtype given"
+       for fn, i in (("sampled_positions", 3), ("sampled_positions", 5),
+                     ("sampled_positions", 9), ("sampled_positions", 12),
+                     ("_apply_chunks", 28), ("_apply_chunks", 31), ("_multi_chunks", 10),
+                     ("_multi_chunks", 12), ("_multi_chunks", 39), ("_multi_chunks", 41),
+                     ("encoded_rows", 4), ("encoded_rows", 7))},
+    SWP + "_apply_chunks__mutmut_49": "17 quick probe values: the 17th seeded one (about "
+    "2.3e16) is past the limit of every rope apply graph (|p| <= 2^24), so it is filtered out "
+    "(and the first 16 keep their signs)",
+    SWP + "sampled_positions__mutmut_1": "stop < SWEEP_FULL: at stop == SWEEP_FULL "
+    "position_spans covers every position too, so the concatenation is arange(stop)",
+    SWP + "encoded_rows__mutmut_19": "+distance: the keys of the rows behind are then negative; "
+    "every registered bias scheme (alibi, gaussian) is a function of |q - k|, the same value",
+    **{f"{SWP}encoded_rows__mutmut_{i}": "a float32 zero instead of int64: the bias schemes "
+       "compute q - k in float32 anyway, the same values" for i in (24, 26)},
+    SWP + "encoded_rows__mutmut_27": "two zero positions: the second row (or column) is computed "
+    "and dropped by [:, 0, :] / [:, :, 0]",
+    SWP + "encoded_rows__mutmut_61": "binary-2d's odd columns (y's bits): every coordinate is "
+    "set to p, so y's bits are x's",
+    SWP + "encoded_rows__mutmut_78": ".to(None) keeps the dtype: encode returns float32 already",
     **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "the 'ov' line is redundant for ONNX: ALIASES "
        "maps ov to OpenVINOExecutionProvider, whose short name is openvino; elsewhere the "
        "refusal names the raw name either way" for i in (11, 12)},

@@ -665,3 +665,11 @@ def test_the_progress_of_a_sweep_adds_up_to_its_total(scheme, manifest):
         chunks = sweep.onnx_chunks(config, module, manifest, False)
     full = {"format": "onnx", **manifest}
     assert sum(c.progress for c in chunks) == sweep.in_range_total(config, full, False)
+
+
+def test_a_full_rope_apply_sweep_covers_every_position_past_4096():
+    config, module = _rope(5000, 2)
+    chunks = list(sweep.onnx_chunks(config, module, {**COMPUTE, "shape": [2, 5000, 2]}, False,
+                                    ("x", "positions")))
+    assert chunks[0].feeds["positions"].tolist() == list(range(5000))
+
