@@ -315,6 +315,32 @@ EQUIVALENT: dict[str, str] = {
     SWP + "_apply_chunks__mutmut_49": "17 quick probe values: the 17th seeded one (about "
     "2.3e16) is past the limit of every rope apply graph (|p| <= 2^24), so it is filtered out "
     "(and the first 16 keep their signs)",
+    SWP + "_reference__mutmut_28": ".to(None) keeps the dtype: encode and table_reference "
+    "return float32 already",
+    **{f"{SWP}onnx_chunks__mutmut_{i}": "np.arange of Python ints without dtype is int64 "
+       "(numpy's default integer on 64-bit Linux), the dtype given" for i in (120, 123)},
+    SWP + "onnx_chunks__mutmut_77": "_bias_chunks does not read its quick argument (stop and "
+    "the probe carry it)",
+    SWP + "onnx_chunks__mutmut_89": "_multi_chunks does not read its module argument (ref "
+    "carries it)",
+    SWP + "position_spans__mutmut_36": "max(1, ...): a span moves from 0 to 1 only when 2^k <= "
+    "width // 2, and the position width it adds is covered by the next power of two's span "
+    "(which starts at 2^k' - width // 2 <= width // 2)",
+    SWP + "probe_values__mutmut_108": "int(m) / +-1 instead of *: m is a float64, so the "
+    "quotient is the same integer-valued float, converted exactly by the final int64 asarray",
+    **{f"{SWP}probe_values__mutmut_{i}": "zip's strict flag: magnitude and sign both have count "
+       "values" for i in (120, 123, 124)},
+    **{f"{SWP}probe_values__mutmut_{i}": "0 is never a candidate (no fixed value is 0; a random "
+       "one is at least 1 in magnitude), so 0 <= v and 0 < v (or 1 <= v) filter alike"
+       for i in (129, 130)},
+    SWP + "probe_values__mutmut_135": "abs(v) < limit: the values dropped (+-limit) are added "
+    "back by the next line when outside the range",
+    SWP + "probe_values__mutmut_143": "limit == max_len counted as in range: max_len and -max_len "
+    "are fixed probe values, already kept within |v| <= limit",
+    SWP + "probe_values__mutmut_89": "astype(None) is astype(float64)",
+    SWP + "single_positions__mutmut_23": "stop > 1: for stop == 1 the seeded picks are all 0, "
+    "already a fixed single",
+    SWP + "single_positions__mutmut_7": "stop / 2: int() truncates it to stop // 2 (stop >= 0)",
     SWP + "sampled_positions__mutmut_1": "stop < SWEEP_FULL: at stop == SWEEP_FULL "
     "position_spans covers every position too, so the concatenation is arange(stop)",
     SWP + "encoded_rows__mutmut_19": "+distance: the keys of the rows behind are then negative; "

@@ -84,7 +84,7 @@ def test_spans_cover_every_position_up_to_the_full_sweep():
     assert sweep.position_spans(full, full) == [(0, full)]  # still a full sweep at 2^24
 
 
-@pytest.mark.parametrize("stop, step", [(1026, 64), (1026, 5), (1026, 2), (101, 64)])
+@pytest.mark.parametrize("stop, step", [(1026, 64), (1026, 5), (1026, 2), (1026, 1), (101, 64)])
 def test_a_long_sweep_covers_the_documented_sample_in_maximal_spans(monkeypatch, stop, step):
     monkeypatch.setattr(sweep, "SWEEP_FULL", 100)
     monkeypatch.setattr(sweep, "SAMPLE_WIDTH", 8)
@@ -161,7 +161,8 @@ def test_probe_values_stay_within_the_limit_and_include_it():
         [-74, -38, -37, *low, 37, 38, 39, 63, 64, 65, 73, 74])
     # a limit inside the range is not a probe; minus it is
     assert sweep.probe_values(config, 10, 0).tolist() == [-10, -3, -2, -1]
-    assert sweep.probe_values(config, 0, 0).tolist() == []  # 0 is in range
+    none = sweep.probe_values(config, 0, 0)  # 0 is in range
+    assert none.tolist() == [] and none.dtype == np.int64
 
 
 def test_position_limit_is_the_manifests_else_the_schemes():
@@ -399,6 +400,9 @@ def test_a_multi_index_graph_covers_the_coordinate_grid_probes_and_singles():
     for chunk, index in zip(chunks[2:], singles, strict=True):
         _check_multi_chunk(chunk, [grid[index]], False, again=True)
     assert chunks[0].where((6, 4)) == "position (1, 2) bit 4"
+    assert chunks[1].where((0, 1)) == f"position ({int(probe[0])}, 0) bit 1"
+    x, y = grid[singles[0]]
+    assert chunks[2].where((0, 5)) == f"position ({x}, {y}) bit 5"
 
 
 @pytest.mark.parametrize("grid, elements, first", [
@@ -673,3 +677,17 @@ def test_a_full_rope_apply_sweep_covers_every_position_past_4096():
                                     ("x", "positions")))
     assert chunks[0].feeds["positions"].tolist() == list(range(5000))
 
+
+
+def test_a_quick_table_graph_probes_16_random_values_unlimited():
+    config, module = _integer(37)
+    chunks = list(sweep.onnx_chunks(config, module, {"mode": "table", "dtype": "float32"}, True))
+    probe = sweep.probe_values(config, None, 16)
+    assert chunks[1].feeds["positions"].tolist() == probe.tolist()
+    assert len(sweep.probe_values(config, None, 17)) == len(probe) + 1  # a 17th would show
+
+
+def test_a_uint8_graph_of_a_float_scheme_names_bits():
+    config, module = _integer(8)
+    chunks = list(sweep.onnx_chunks(config, module, {"mode": "compute", "dtype": "uint8"}, False))
+    assert chunks[0].where((3, 1)) == "position 3 bit 1"
