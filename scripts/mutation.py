@@ -139,7 +139,7 @@ UNT = "edgepe.graphs.untrusted.x_"
 COM = "edgepe.contract.commit.x_"
 CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
-SWP, RTM = "edgepe.verify.sweep.x_", "edgepe.verify.runtimes."  # h-m4
+SWP, RTM, VER = "edgepe.verify.sweep.x_", "edgepe.verify.runtimes.", "edgepe.verify.x_"  # h-m4
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -352,6 +352,19 @@ EQUIVALENT: dict[str, str] = {
     SWP + "encoded_rows__mutmut_61": "binary-2d's odd columns (y's bits): every coordinate is "
     "set to p, so y's bits are x's",
     SWP + "encoded_rows__mutmut_78": ".to(None) keeps the dtype: encode returns float32 already",
+    **{f"{VER}_as_stored__mutmut_{i}": "np.asarray of a list of floats is float64, the dtype "
+       "given" for i in (29, 31)},
+    VER + "_as_stored__mutmut_47": "reshape to -2: numpy takes any negative size as the one "
+    "inferred, as -1",
+    **{f"{VER}_audit_placement__mutmut_{i}": "get's default None instead of {}: both are falsy, "
+       "the same note" for i in (7, 9)},
+    VER + "_verify_on__mutmut_79": "getattr's default: every runtime class has a placement "
+    "attribute (OrtRuntime, RefRuntime, OpenVinoRuntime, FileRuntime, CRuntime, pte.Program)",
+    **{f"{VER}{fn}__mutmut_{i}": "strict_placement reaches only _audit_placement, which acts on "
+       "it for a non-CPU onnxruntime provider with CPU-placed nodes: none is installed on this "
+       "CPU-only machine (the strict branch itself is tested on _audit_placement directly)"
+       for fn, i in (("verify_artifact", 2), ("verify_artifact", 95), ("_parity", 122))},
+    VER + "_verify_on__mutmut_90": "the default close's return value is discarded",
     **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "the 'ov' line is redundant for ONNX: ALIASES "
        "maps ov to OpenVINOExecutionProvider, whose short name is openvino; elsewhere the "
        "refusal names the raw name either way" for i in (11, 12)},

@@ -47,6 +47,9 @@ EXPORTS = {
     "gray.pte": ExportConfig(resolve("gray", 8), format="pte"),
     "sin.onnx": ExportConfig(resolve("sinusoidal", 8192, d_model=4), mode="sliced"),
     "sin.h": ExportConfig(resolve("sinusoidal", 64, d_model=4), mode="sliced", format="c"),
+    "sin-compute.onnx": ExportConfig(resolve("sinusoidal", 64, d_model=4)),
+    "table.onnx": ExportConfig(INTEGER, mode="table", format="onnx"),
+    "long.npy": ExportConfig(resolve("integer", 5000, d_model=1), mode="table", format="npy"),
 }
 
 
@@ -388,12 +391,14 @@ def test_rebuild_false_trusts_a_just_written_artifact(made):
     assert report and report.rebuild.reproduced
 
 
-def test_the_json_report_is_written_and_replaced_only_with_force(made, tmp_path):
+def test_the_json_report_is_written_and_replaced_only_with_force(made, tmp_path, capfd):
     out = tmp_path / "r.json"
     report = v.verify_artifact(made["compute.onnx"], quick=True, json_path=out, progress=False)
     assert json.loads(out.read_text()) == json.loads(json.dumps(report.as_dict()))
-    with pytest.raises(EdgepeError):
-        v.verify_artifact(made["compute.onnx"], quick=True, json_path=out, progress=False)
+    with pytest.raises(EdgepeError) as caught:  # refused before the sweep: no bar drawn
+        v.verify_artifact(made["compute.onnx"], quick=True, json_path=out, progress=True)
+    assert str(caught.value) == f"--json {str(out)!r} exists; pass --force to replace it"
+    assert "verify on" not in capfd.readouterr().err
     out.write_text("{}")
     v.verify_artifact(made["compute.onnx"], quick=True, json_path=out, progress=False,
                       force=True)
@@ -438,6 +443,11 @@ def test_one_runtime_over_its_chunks(made):
     result = v._verify_on("cpu", path, manifest, manifest, lambda: [good, wrong],
                           Tolerance(), Tolerance(), True, seen.append, None)
     assert result.mismatches == 6 and result.first_mismatches[0].where == "at (1, 0)"
+    # the probe's tolerance applies to probe chunks only
+    near = _chunk({"positions": p}, good.expected + np.float32(0.5), 4)
+    result = v._verify_on("cpu", path, manifest, manifest, lambda: [near], Tolerance(),
+                          Tolerance(0.0, 0.6), True, seen.append, None)
+    assert result.mismatches == 8
     # a run that fails ends the runtime's sweep
     bad = _chunk({"nope": p}, good.expected)
     result = v._verify_on("cpu", path, manifest, manifest, lambda: [bad, good], Tolerance(),
@@ -521,6 +531,10 @@ def test_an_executorch_program_is_checked_by_the_pte_reader(made):
     path = made["gray.pte"]
     manifest = json.loads(Path(f"{path}.json").read_text())
     assert v._check_file(path, manifest) == (("positions",), set())
+    bad = path.with_name("bad.pte")
+    bad.write_bytes(b"\0" * path.stat().st_size)  # the size it claims, not a program
+    with pytest.raises(EdgepeError):
+        v._check_file(bad, {**manifest, "sha256": sha256_file(bad)})
 
 
 def test_another_versions_artifact_is_refused_or_checked_numerically(made, tmp_path):
@@ -580,3 +594,29 @@ def test_a_checkpoint_artifact_is_rebuilt_with_the_checkpoint_given(tmp_path):
     for rebuild in (True, False):
         with pytest.raises(CheckpointError):
             v.verify_artifact(out, quick=True, progress=False, rebuild=rebuild)
+
+
+def test_only_a_sliced_rope_or_sinusoidal_is_checked_against_the_definition(made):
+    report = v.verify_artifact(made["sin-compute.onnx"], quick=True, progress=False)
+    assert report and report.reference_distance is None
+
+
+def test_a_full_sliced_check_measures_every_position(made):
+    from edgepe.schemes import build
+    from edgepe.schemes.definition import reference_distance
+
+    module = build(resolve("sinusoidal", 8192, d_model=4))
+    full = v.verify_artifact(made["sin.onnx"], providers=["cpu"], progress=False)
+    assert full.reference_distance == reference_distance(module, 8192)
+
+
+def test_an_onnx_table_graph_evaluates_positions(made):
+    report = v.verify_artifact(made["table.onnx"], quick=True, progress=False)
+    assert report, str(report)
+    assert report.results[0].positions > 8  # positions, the probe and singles: not 8 rows
+
+
+def test_a_quick_table_check_reads_4096_rows_and_says_so(made, capfd):
+    report = v.verify_artifact(made["long.npy"], quick=True, progress=True)
+    assert report and report.results[0].positions == 4096
+    assert "4096/4096" in capfd.readouterr().err  # the bar's total is the quick sweep's
