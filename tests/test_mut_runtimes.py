@@ -29,8 +29,9 @@ from edgepe.schemes import resolve
 from edgepe.verify import runtimes as rt
 
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
-CPU_BF16 = any(flag in Path("/proc/cpuinfo").read_text().split()
-               for flag in ("avx512_bf16", "amx_bf16")) if Path("/proc/cpuinfo").is_file() else False
+CPUINFO = Path("/proc/cpuinfo")
+CPU_BF16 = CPUINFO.is_file() and any(flag in CPUINFO.read_text().split()
+                                     for flag in ("avx512_bf16", "amx_bf16"))
 # What onnxruntime runs nodes on here, by hand: its providers but Azure's (remote endpoints)
 ORT_HERE = [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
 

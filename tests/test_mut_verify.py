@@ -27,7 +27,7 @@ from edgepe.contract.errors import BadParameterError, EdgepeError, ParityError
 from edgepe.export import ExportConfig, export
 from edgepe.schemes import resolve
 from edgepe.verify import sweep
-from edgepe.verify.compare import CompareResult, Comparison, Mismatch, Tolerance
+from edgepe.verify.compare import CompareResult, Mismatch, Tolerance
 from edgepe.verify.runtimes import OrtRuntime
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
