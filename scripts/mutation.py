@@ -116,12 +116,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/formats/onnx_table.py": ("tests/test_onnx_table_split.py",
                                      "tests/test_verify_table_memory.py"),
     "edgepe/formats/pte.py": ("tests/test_pte.py",),
-    "edgepe/verify/__init__.py": ("tests/test_verify.py",),
+    "edgepe/verify/__init__.py": ("tests/test_mut_verify.py",),
     "edgepe/verify/c_runner.py": ("tests/test_c_runner.py",),
     "edgepe/verify/cortex_m.py": ("tests/test_cortex_m.py",),
     "edgepe/verify/report.py": ("tests/test_verify_render.py",),
-    "edgepe/verify/runtimes.py": ("tests/test_verify.py",),
-    "edgepe/verify/sweep.py": ("tests/test_verify.py",),
+    "edgepe/verify/runtimes.py": ("tests/test_mut_runtimes.py",),
+    "edgepe/verify/sweep.py": ("tests/test_mut_sweep.py",),
     "edgepe/graft/__init__.py": ("tests/test_graft_entry.py",),
     "edgepe/graft/find.py": ("tests/test_graft_find.py",),
     "edgepe/graft/find_hf.py": ("tests/test_graft_hf.py",),
@@ -145,6 +145,7 @@ VREP = "edgepe.verify.report.x_"
 FIND = "edgepe.graft.find.x_"
 MT = "edgepe.graphs.model_tensors.x_"
 BIN, INT8 = "edgepe.formats.bin.", "edgepe.graphs.int8.x_"  # h-m1's (bin has a class: Rows)
+SWP, RTM, VER = "edgepe.verify.sweep.x_", "edgepe.verify.runtimes.", "edgepe.verify.x_"  # h-m4
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -506,6 +507,126 @@ EQUIVALENT: dict[str, str] = {
     INT8 + "projection_quant__mutmut_33": "the float16 scales in float64 (astype(None)): the same "
     "values; every use casts to float64 or float32",
     INT8 + "projection_quant__mutmut_64": "astype(None) is astype(float64)",
+    # h-m4: verify/sweep.py, verify/runtimes.py, verify/__init__.py, verify/cortex_m.py
+    **{f"{SWP}_bias_chunks__mutmut_{i}": "dtype=np.int64 dropped or None: numpy's default "
+       "integer for np.arange / np.asarray of Python ints is int64 on 64-bit Linux (and "
+       "everywhere from numpy 2), the dtype given" for i in (4, 6, 34, 37, 64, 66, 77, 80)},
+    SWP + "_bias_chunks__mutmut_22": "max(2, heads * stop): heads * stop < 2 only for one head "
+    "and max_len 1, where the one query is one chunk whatever the step",
+    **{f"{SWP}in_range_total__mutmut_{i}": "the SWEEP_FULL test is a shortcut: "
+       "sampled_positions(n) is arange(n) up to SWEEP_FULL, so len() of it is n either way"
+       for i in (22, 24)},
+    SWP + "in_range_total__mutmut_32": "stop >= SWEEP_FULL: at stop == SWEEP_FULL = 2^24, "
+    "len(sampled_positions(stop)) is stop, and so is the count below it (a multi-index grid of "
+    "2^24 per coordinate is past GRID_LIMIT = 2^16)",
+    **{f"{SWP}in_range_total__mutmut_{i}": "the kind test after 'arity is not None': no bias "
+       "scheme has an arity (alibi and gaussian take [N] positions)" for i in (36, 37)},
+    **{f"{SWP}{fn}__mutmut_{i}": "np.arange of Python ints without dtype is int64 (numpy's "
+       "default integer on 64-bit Linux, and everywhere from numpy 2), the dtype given"
+       for fn, i in (("sampled_positions", 3), ("sampled_positions", 5),
+                     ("sampled_positions", 9), ("sampled_positions", 12),
+                     ("_apply_chunks", 28), ("_apply_chunks", 31), ("_multi_chunks", 10),
+                     ("_multi_chunks", 12), ("_multi_chunks", 39), ("_multi_chunks", 41),
+                     ("encoded_rows", 4), ("encoded_rows", 7))},
+    SWP + "_apply_chunks__mutmut_49": "17 quick probe values: the 17th seeded one (about "
+    "2.3e16) is past the limit of every rope apply graph (|p| <= 2^24), so it is filtered out "
+    "(and the first 16 keep their signs)",
+    SWP + "_reference__mutmut_28": ".to(None) keeps the dtype: encode and table_reference "
+    "return float32 already",
+    **{f"{SWP}onnx_chunks__mutmut_{i}": "np.arange of Python ints without dtype is int64 "
+       "(numpy's default integer on 64-bit Linux), the dtype given" for i in (120, 123)},
+    SWP + "onnx_chunks__mutmut_77": "_bias_chunks does not read its quick argument (stop and "
+    "the probe carry it)",
+    SWP + "onnx_chunks__mutmut_89": "_multi_chunks does not read its module argument (ref "
+    "carries it)",
+    SWP + "position_spans__mutmut_36": "max(1, ...): a span moves from 0 to 1 only when 2^k <= "
+    "width // 2, and the position width it adds is covered by the next power of two's span "
+    "(which starts at 2^k' - width // 2 <= width // 2)",
+    SWP + "probe_values__mutmut_108": "int(m) / +-1 instead of *: m is a float64, so the "
+    "quotient is the same integer-valued float, converted exactly by the final int64 asarray",
+    **{f"{SWP}probe_values__mutmut_{i}": "zip's strict flag: magnitude and sign both have count "
+       "values" for i in (120, 123, 124)},
+    **{f"{SWP}probe_values__mutmut_{i}": "0 is never a candidate (no fixed value is 0; a random "
+       "one is at least 1 in magnitude), so 0 <= v and 0 < v (or 1 <= v) filter alike"
+       for i in (129, 130)},
+    SWP + "probe_values__mutmut_135": "abs(v) < limit: the values dropped (+-limit) are added "
+    "back by the next line when outside the range",
+    SWP + "probe_values__mutmut_143": "limit == max_len counted as in range: max_len and -max_len "
+    "are fixed probe values, already kept within |v| <= limit",
+    SWP + "probe_values__mutmut_89": "astype(None) is astype(float64)",
+    SWP + "single_positions__mutmut_23": "stop > 1: for stop == 1 the seeded picks are all 0, "
+    "already a fixed single",
+    SWP + "single_positions__mutmut_7": "stop / 2: int() truncates it to stop // 2 (stop >= 0)",
+    SWP + "sampled_positions__mutmut_1": "stop < SWEEP_FULL: at stop == SWEEP_FULL "
+    "position_spans covers every position too, so the concatenation is arange(stop)",
+    SWP + "encoded_rows__mutmut_19": "+distance: the keys of the rows behind are then negative; "
+    "every registered bias scheme (alibi, gaussian) is a function of |q - k|, the same value",
+    **{f"{SWP}encoded_rows__mutmut_{i}": "a float32 zero instead of int64: the bias schemes "
+       "compute q - k in float32 anyway, the same values" for i in (24, 26)},
+    SWP + "encoded_rows__mutmut_27": "two zero positions: the second row (or column) is computed "
+    "and dropped by [:, 0, :] / [:, :, 0]",
+    SWP + "encoded_rows__mutmut_61": "binary-2d's odd columns (y's bits): every coordinate is "
+    "set to p, so y's bits are x's",
+    SWP + "encoded_rows__mutmut_78": ".to(None) keeps the dtype: encode returns float32 already",
+    **{f"{VER}_as_stored__mutmut_{i}": "np.asarray of a list of floats is float64, the dtype "
+       "given" for i in (29, 31)},
+    VER + "_as_stored__mutmut_47": "reshape to -2: numpy takes any negative size as the one "
+    "inferred, as -1",
+    **{f"{VER}_audit_placement__mutmut_{i}": "get's default None instead of {}: both are falsy, "
+       "the same note" for i in (7, 9)},
+    VER + "_verify_on__mutmut_79": "getattr's default: every runtime class has a placement "
+    "attribute (OrtRuntime, RefRuntime, OpenVinoRuntime, FileRuntime, CRuntime, pte.Program)",
+    **{f"{VER}{fn}__mutmut_{i}": "strict_placement reaches only _audit_placement, which acts on "
+       "it for a non-CPU onnxruntime provider with CPU-placed nodes: none is installed on this "
+       "CPU-only machine (the strict branch itself is tested on _audit_placement directly)"
+       for fn, i in (("verify_artifact", 2), ("verify_artifact", 95), ("_parity", 122))},
+    VER + "_verify_on__mutmut_90": "the default close's return value is discarded",
+    **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "the 'ov' line is redundant for ONNX: ALIASES "
+       "maps ov to OpenVINOExecutionProvider, whose short name is openvino; elsewhere the "
+       "refusal names the raw name either way" for i in (11, 12)},
+    **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "the stem match of the provider search: a stem "
+       "differs from its provider's short name only for aliased providers (trt, whose stem "
+       "tensorrt is an alias too), so it never changes the key" for i in (29, 30, 31, 32)},
+    **{f"{RTM}xǁOrtRuntimeǁ__init____mutmut_{i}": "the search after ALIASES.get(name): every "
+       "provider installed here (CPU) has an alias, so the search is never evaluated, or finds "
+       "the same provider" for i in (4, 5, 6, 7, 8)},
+    **{f"{RTM}xǁOrtRuntimeǁ__init____mutmut_{i}": "onnxruntime's log level 4 (fatal) instead of "
+       "3 (error): a session on a graph edgepe checked logs no error" for i in (10, 13)},
+    RTM + "xǁOrtRuntimeǁ__init____mutmut_29": "the CPU fallback never added: the only provider "
+    "installed here is the CPU one, which never gets it",
+    **{f"{RTM}xǁOrtRuntimeǁ_read_profile__mutmut_{i}": "unlink's missing_ok: end_profiling "
+       "just wrote the trace this reads" for i in (5, 6)},
+    **{f"{RTM}xǁOrtRuntimeǁclose__mutmut_{i}": "rmtree's ignore_errors: the directory is this "
+       "runtime's own, made in __init__ and removed once" for i in (2, 4, 5)},
+    **{f"{RTM}x_placement_from_trace__mutmut_{i}": "the name of a Node event without one ('', "
+       "'None' or 'XXXX'): any one string keys it" for i in (23, 24, 25, 28)},
+    RTM + "x_resolve_runtimes__mutmut_14": "the provider translation applied to every format: "
+    "it maps no name of another format's runtimes (file, c, executorch), ref and openvino map to "
+    "themselves, and a refusal names the raw name either way",
+    **{f"{RTM}x_resolve_runtimes__mutmut_{i}": "ALIASES skipped: the provider search finds the "
+       "same provider for every alias that is its provider's stem (cpu, cuda, tensorrt, dml, "
+       "...); the others (trt, ov) are refused or mapped alike (ov by its own line), a refusal "
+       "naming the raw name" for i in (19, 20)},
+    **{f"{RTM}xǁOrtRuntimeǁ__init____mutmut_{i}": "providers left to onnxruntime: its default is "
+       "every available provider that runs nodes, the CPU one alone here (with_options adds "
+       "options for GPU providers only)" for i in (40, 43)},
+    **{f"{RTM}{fn}__mutmut_{i}": "run(None) returns every output, whose first is outputs[0], "
+       "the one named" for fn, i in (("xǁOrtRuntimeǁrun", 3), ("xǁOrtRuntimeǁrun", 9),
+                                     ("xǁRefRuntimeǁrun", 6), ("xǁRefRuntimeǁrun", 13))},
+    **{f"{RTM}xǁOpenVinoRuntimeǁ__init____mutmut_{i}": "OpenVINO's refusals are never raised "
+       "here: every op of a checked graph is placed on the CPU and CONFIG's f32 is honoured (the "
+       "messages are tested by themselves: unplaced_refusal, precision_refusal)"
+       for i in (12, 13, 18, 64, 71)},
+    **{f"{RTM}{fn}__mutmut_{i}": "dequantise's row0 is read only for per-row (axis 0) "
+       "parameters; a table's int8 scales run along its columns (axis 1) or are one per tensor"
+       for fn, i in (("xǁFileRuntimeǁrows", 3), ("xǁFileRuntimeǁrows", 6),
+                     ("xǁCRuntimeǁrows", 16), ("xǁCRuntimeǁrows", 19))},
+    **{f"{RTM}xǁCRuntimeǁrows__mutmut_{i}": "np.arange of Python ints is int64 (numpy's default "
+       "integer on 64-bit Linux), the dtype given" for i in (10, 13)},
+    **{f"{RTM}xǁCRuntimeǁrun__mutmut_{i}": "reshape(-2): numpy takes any negative size as the one "
+       "inferred, as -1" for i in (32, 47)},
+    RTM + "x_open_positions_runtime__mutmut_14": "open()'s closefd=True dropped: True is its "
+    "default",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
@@ -548,6 +669,10 @@ def configure(copy: Path, module: str, tests: tuple[str, ...]) -> None:
 def mutmut(copy: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutants/ must win
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # One OpenMP/MKL thread: a child mutmut forks from a process whose thread pool already ran
+    # (torch) can wait forever on the pool's lock; mutmut then counts it "timeout", i.e. killed
+    # (h-m4 measured 52 such hangs in one run of verify/sweep.py, gone with this).
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     # Its own process group: a run cut by the budget (or Ctrl-C) takes mutmut's forked workers
     # with it, so none keeps a core busy after CI's time for this step.
     with subprocess.Popen([sys.executable, "-m", "mutmut", *args], cwd=copy, env=env,

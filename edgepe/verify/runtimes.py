@@ -262,11 +262,10 @@ class OpenVinoRuntime:
         core = ov.Core()
         model = core.read_model(model=Path(path).read_bytes())
         on_cpu = core.query_model(model, "CPU")
-        missing = [op.get_friendly_name() for op in model.get_ops()
-                   if on_cpu.get(op.get_friendly_name()) != "CPU"]
-        if missing:
-            raise RuntimeError(f"OpenVINO's CPU plugin cannot run {len(missing)} op(s): "
-                               f"{', '.join(missing[:5])}")
+        refusal = unplaced_refusal([op.get_friendly_name() for op in model.get_ops()
+                                    if on_cpu.get(op.get_friendly_name()) != "CPU"])
+        if refusal:
+            raise RuntimeError(refusal)
         self.compiled = core.compile_model(model, "CPU", self.CONFIG if config is None
                                            else config)
         self.precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
@@ -280,14 +279,31 @@ class OpenVinoRuntime:
             layers[kind] += 1
             if info["runtimePrecision"].astype(str) in self.LOW_PRECISION:
                 self.low_precision.append(f"{op.get_friendly_name()} ({kind})")
-        if config is None and (self.low_precision or "float32" not in self.precision):
-            raise RuntimeError(f"OpenVINO ignored INFERENCE_PRECISION_HINT=f32 "
-                               f"({self.precision}): {', '.join(self.low_precision[:5])}")
+        refusal = precision_refusal(self.precision, self.low_precision)
+        if config is None and refusal:
+            raise RuntimeError(refusal)
         self.placement = {"CPU": dict(sorted(layers.items()))}
         self.output = self.compiled.outputs[0]
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.compiled(feeds)[self.output])
+
+
+def unplaced_refusal(missing: list[str]) -> str | None:
+    """Why OpenVINO cannot run a graph: the ops ``Core.query_model`` did not map to the CPU
+    (the first five named), or ``None`` when there are none."""
+    if not missing:
+        return None
+    return f"OpenVINO's CPU plugin cannot run {len(missing)} op(s): {', '.join(missing[:5])}"
+
+
+def precision_refusal(precision: str, low_precision: list[str]) -> str | None:
+    """Why a model compiled with ``OpenVinoRuntime.CONFIG`` is not float32: its inference
+    precision is not float32, or some ops run in bf16/f16 (the first five named); else ``None``."""
+    if not low_precision and "float32" in precision:
+        return None
+    return (f"OpenVINO ignored INFERENCE_PRECISION_HINT=f32 ({precision}): "
+            f"{', '.join(low_precision[:5])}")
 
 
 def open_onnx(name: str, path: Path, split=None):

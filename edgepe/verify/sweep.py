@@ -36,7 +36,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Up to this many in-range positions (rows) a sweep covers every one; past it (max_len up to 2^40
 # for integer schemes: a full sweep would never end) it covers a documented sample plus every
 # edge (``position_spans``): the first and last SAMPLE_WIDTH positions, SAMPLE_WIDTH around every
-# power of two below max_len (where a bit carries), and SAMPLE_CHUNKS seeded random spans.
+# power of two below max_len (where a bit carries), and SAMPLE_CHUNKS seeded random spans
+# (numpy.random.default_rng(2): the same sample every run).
 SWEEP_FULL = 1 << 24
 SAMPLE_WIDTH = 4096
 SAMPLE_CHUNKS = 64
@@ -87,7 +88,9 @@ class Chunk:
 def probe_values(config, limit: int | None, count: int, seed: int = 0) -> np.ndarray:
     """Positions outside ``0 .. max_len - 1``: negatives, just past the end, around ``2^n``, the
     float-exact edge ``2^24``, int64's extremes, and ``count`` seeded random ones of every
-    magnitude; all within ``|p| <= limit`` when the scheme has a limit."""
+    magnitude (``2^u``, ``u`` uniform in ``[0, 63)`` from ``numpy.random.default_rng(seed)``,
+    capped at ``2^62``, each with a random sign); all within ``|p| <= limit`` when the scheme
+    has a limit (then ``limit`` and ``-limit`` themselves are probed too)."""
     length, n = config.max_len, config.n_bits
     fixed = {-1, -2, -3, -length, -length - 1, length, length + 1, length + 2, 2 * length - 1,
              2 * length, 2**n - 1, 2**n, 2**n + 1, 2 ** (n + 1) + 3, 3 * 2**n + 5, 2**24 - 1,
@@ -167,7 +170,7 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
             yield _pe_chunk(ref, positions, col)
         yield _pe_chunk(ref, probe, col, probe=True)
         for position in single_positions(stop):
-            yield _pe_chunk(ref, position[None], col)
+            yield _again(_pe_chunk(ref, position[None], col))
 
 
 def single_positions(stop: int) -> np.ndarray:
@@ -178,6 +181,13 @@ def single_positions(stop: int) -> np.ndarray:
     picks = rng.integers(0, stop, SINGLES - len(fixed)) if stop > 0 else []
     values = sorted({int(v) for v in [*fixed, *picks] if 0 <= v < stop})
     return np.asarray(values, dtype=np.int64)
+
+
+def _again(chunk: Chunk) -> Chunk:
+    """A single-position call checks again a position the sweep has counted: it adds nothing to
+    the progress bar (whose total, ``in_range_total``, counts each in-range position once)."""
+    chunk.progress = 0
+    return chunk
 
 
 def _apply_chunks(config, module, manifest, quick) -> Iterator[Chunk]:
@@ -239,7 +249,7 @@ def _multi_chunks(config, ref, stop, probe, col, module) -> Iterator[Chunk]:
         yield _multi_chunk(ref, rows[start: start + step], col)
     yield _multi_chunk(ref, np.concatenate(probes), col, probe=True)
     for index in single_positions(len(rows)):
-        yield _multi_chunk(ref, rows[index][None], col)
+        yield _again(_multi_chunk(ref, rows[index][None], col))
 
 
 def _multi_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chunk:
@@ -272,8 +282,8 @@ def _bias_chunks(config, ref, stop, probe, quick) -> Iterator[Chunk]:
     yield _bias_chunk(ref, inside, probe, probe=True)
     yield _bias_chunk(ref, probe, probe, probe=True)
     for query in single_positions(stop):  # one query against every key, and one key alone
-        yield _bias_chunk(ref, query[None], all_keys)
-        yield _bias_chunk(ref, query[None], query[None])
+        yield _again(_bias_chunk(ref, query[None], all_keys))
+        yield _again(_bias_chunk(ref, query[None], query[None]))
 
 
 def _bias_chunk(ref, queries: np.ndarray, keys: np.ndarray, probe: bool = False) -> Chunk:
