@@ -237,3 +237,58 @@ def test_write_model_into_a_path_below_a_file_is_one_line(tmp_path):
     with pytest.raises(OutputPathError) as info:
         write_model(onnx.load(GPT2), tmp_path / "file" / "b.onnx", external=True)
     assert "\n" not in str(info.value) and "file" in str(info.value)
+
+
+def _artifact(tmp_path):
+    """An exported binary artifact (L 5, d 4) and the demo's weight it computes: its
+    ``projection_scaled`` rows times their bit masks (W / 2^k, times 2^k: exact)."""
+    out = tmp_path / "pe.onnx"
+    from edgepe import api
+
+    api.export(api.make_config("binary", 5, d_model=4, out=out), verify=False)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    return out, inits["projection_scaled"] * inits["bit_masks"].astype(np.float32)
+
+
+def _demo_with(tmp_path, weight) -> Path:
+    path = _demo(tmp_path)
+    model = onnx.load(path)
+    for t in model.graph.initializer:
+        if t.name == "w0":
+            t.CopyFrom(numpy_helper.from_array(weight, "w0"))
+    onnx.save(model, path)
+    return path
+
+
+def test_pe_graft_of_an_exported_artifact(tmp_path):
+    pe, weight = _artifact(tmp_path)
+    model = _demo_with(tmp_path, weight)
+    out = tmp_path / "out.onnx"
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", out=out, **FAST)
+    assert report and report.out == out
+    assert report.artifact == f"binary (compute) from {str(pe)!r}"
+    assert (report.at, report.positions, report.prefix) == ("pe0", "arange:x:1", "edgepe_pe0/")
+    assert report.removed_nodes == 3 and report.converted is None  # Shape, Slice, MatMul
+    assert report.bytes_before == model.stat().st_size and report.bytes_after == len(
+        out.read_bytes())
+    assert report.checks[0].max_abs_err == 0.0
+
+
+def test_pe_graft_that_changes_the_outputs_writes_nothing(tmp_path):
+    pe, weight = _artifact(tmp_path)
+    model = _demo_with(tmp_path, weight + 1.0)  # not the artifact's projection
+    out = tmp_path / "out.onnx"
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", out=out, **FAST)
+    assert not report and report.out is None and not out.exists()
+    assert report.checks[0].max_abs_err > report.checks[0].tolerance
+
+
+def test_pe_graft_into_an_opset_17_model_names_the_conversion(tmp_path):
+    pe, weight = _artifact(tmp_path)
+    model = onnx.load(_demo_with(tmp_path, weight))
+    model.opset_import[0].version = 17
+    path = tmp_path / "m17.onnx"
+    onnx.save(model, path)
+    report = graft(path, pe=pe, at="pe0", positions="arange:x", **FAST)
+    assert report.converted == "opset 17 -> 18" and report
+    assert "the model was converted opset 17 -> 18" in str(report)
