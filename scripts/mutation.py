@@ -400,6 +400,11 @@ EQUIVALENT: dict[str, str] = {
        "float64, the dtype given" for i in (83, 85)},
     **{f"edgepe.verify.c_runner.x_run_program__mutmut_{i}": "the printed integers kept as "
        "strings: astype to the result dtype parses the same decimal text" for i in (89, 91)},
+    **{f"edgepe.formats.onnx.x_check_options__mutmut_{i}": "COMPUTE.get's default for a "
+       "scheme with no compute graph: such a scheme has no compute mode, refused just above "
+       "(a table graph has no bitwise ops)" for i in (58, 60, 61)},
+    "edgepe.formats.onnx.x_check_file__mutmut_4": "the fallback for an exception with an empty "
+    "message: onnx's and protobuf's errors always carry one",
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",

@@ -96,6 +96,33 @@ def test_external_data_is_never_followed(tmp_path):
     assert str(path) in str(info.value) and "external" in str(info.value).lower()
 
 
+def test_external_data_beside_the_file_is_not_read_either(tmp_path):
+    (tmp_path / "t.bin").write_bytes(np.zeros(1, np.int64).tobytes())  # readable, inside
+    model = _graph(inputs=("positions", "t"), extra_init=True)
+    (table,) = model.graph.initializer
+    table.ClearField("int64_data")
+    table.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "t.bin"), ("length", "8")):
+        entry = table.external_data.add()
+        entry.key, entry.value = key, value
+    with pytest.raises(ArtifactError, match="external"):
+        check_file(_write(tmp_path, model), {})
+
+
+def test_a_table_over_its_cap_is_refused_and_a_compute_graph_is_not_sized():
+    from edgepe.contract.errors import BadParameterError as Refused
+
+    # make_config refuses it first; check_options holds for a config built otherwise (the API)
+    for mode in ("table", "compute"):
+        base = api.make_config("sinusoidal", 64, d_model=8, mode=mode)
+        config = base.__class__(**{**base.__dict__, "max_table_bytes": 64})
+        if mode == "table":
+            with pytest.raises(Refused, match=r"over --max-table-bytes \(64\)"):
+                check_options(config)
+        else:
+            check_options(config)
+
+
 def test_an_op_edgepe_never_emits_is_refused_naming_the_file(tmp_path):
     model = _graph()
     model.graph.node[0].op_type = "Loop"
@@ -157,7 +184,8 @@ def test_a_streamed_graph_without_positions_is_not_an_edgepe_graph(tmp_path, mon
     ({"dtype": "bit"}, "--dtype bit packs tables: use --format npy, bin or c (ONNX outputs "
      "float32, float16 or uint8)"),
     ({"scheme": "sinusoidal", "dtype": "uint8"}, "--dtype uint8 needs outputs that are exactly "
-     "0 or 1; scheme 'sinusoidal' has other values. uint8 schemes: "),
+     "0 or 1; scheme 'sinusoidal' has other values. uint8 schemes: binary-bits, gray, "
+     "binary-multilevel, binary-2d, hierarchical"),
     ({"quantize": "int8", "dtype": "float16"}, "--quantize int8 graphs output float32 "
      "(dequantised), not float16"),
     ({"scheme": "rope", "mode": "sliced", "lowering": "arith"}, "--lowering arith does not "
