@@ -4,8 +4,9 @@ Nine tiny ``--format c --mode sliced`` headers (rope with one, two and three sli
 attention factor; sinusoidal interleaved, half and with the fairseq offset; binary float32, and
 int8 lane-packed per column with an odd width and per tensor) and rope's compute header are
 included side by side in ONE C program, compiled once per session by gcc with the project's
-flags (``-std=c99 -Werror -pedantic``, no FP contraction) on GNU C's paths and once with
-``__GNUC__`` undefined (the strict C99 paths). Every row it prints is checked:
+flags (``-std=c99 -Werror -pedantic``, no FP contraction) on GNU C's paths at ``-O2`` and once
+with ``__GNUC__`` undefined (the strict C99 paths) at ``-O0`` (where a read past an array reads
+the memory after it instead of what the optimiser assumes). Every row it prints is checked:
 
 - rope/sinusoidal against the float32 arithmetic the module doc states (slice tables from
   ``graphs.sliced.slice_tables``, ``c' = t_c c - t_s s``, ``s' = t_s c + t_c s`` slice by slice,
@@ -47,7 +48,8 @@ HEADERS = {
     "sh": ("sinusoidal", 32, 6, {"layout": "half", "offset": "-3"}, {}),
     "so": ("sinusoidal", 16, 4, {"offset": "2"}, {}),
     "bf": ("binary", 511, 6, None, {"extra": {"slices": "3,3,3"}}),
-    "bq": ("binary", 511, 7, None, {"quantize": "int8", "extra": {"slices": "4,3,2"}}),
+    "b1": ("binary", 32, 4, None, {}),  # 6 bits: one slice
+    "bq": ("binary", 511, 9, None, {"quantize": "int8", "extra": {"slices": "4,3,2"}}),
     "bt": ("binary", 511, 6, None, {"quantize": "int8", "quant_granularity": "tensor"}),
 }
 FAR = [2**40 + 5, -(2**40) - 3, -(2**63), 2**63 - 1]
@@ -57,6 +59,25 @@ def config_of(name: str) -> ExportConfig:
     scheme, max_len, d, params, options = HEADERS[name]
     return ExportConfig(scheme=resolve(scheme, max_len, d, None, params), mode="sliced",
                         format="c", c_prefix=name, **options)
+
+
+def header(name: str):
+    """``(config, module, manifest, text)`` of one header, made by ``c_sliced.prepare``."""
+    config = config_of(name)
+    module = build(config.scheme)
+    prepared = cs.prepare(config, module)
+    f = io.BytesIO()
+    prepared.write(f)
+    return config, module, prepared.manifest, f.getvalue().decode()
+
+
+def fresh(outputs, name: str):
+    """The compiled header's outputs, its header made again here: mutmut selects a test by the
+    functions it calls itself (the session fixture's calls count for its first test only), and
+    the same config gives the same bytes."""
+    again = header(name)
+    assert again[3] == outputs[name][3] and again[2] == outputs[name][2]
+    return outputs[name]
 
 
 def probes(name: str, manifest: dict) -> np.ndarray:
@@ -109,29 +130,28 @@ def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("c_sliced")
     made, built = {}, {}
     for n in HEADERS:
-        config = config_of(n)
-        module = build(config.scheme)
-        prepared = cs.prepare(config, module)
-        f = io.BytesIO()
-        prepared.write(f)
-        (tmp / f"{n}.h").write_bytes(f.getvalue())
-        made[n] = (config, module, prepared.manifest, f.getvalue().decode())
-        built[n] = (prepared.manifest, probes(n, prepared.manifest))
+        made[n] = header(n)
+        (tmp / f"{n}.h").write_text(made[n][3])
+        built[n] = (made[n][2], probes(n, made[n][2]))
     compute = ExportConfig(scheme=resolve("rope", 32, 6, None, {}), format="c", c_prefix="r3",
                            extra={"slices": "2,1,2"})
     f = io.BytesIO()
     c_format.prepare(compute, build(compute.scheme)).write(f)
     (tmp / "compute.h").write_bytes(f.getvalue())
-    rows = {}
-    for kind, portable in (("gnu", ""), ("c99", "#undef __GNUC__\n#undef __BYTE_ORDER__")):
+    rows, preprocessed = {}, {}
+    for kind, portable, level in (("gnu", "", "-O2"),
+                                  ("c99", "#undef __GNUC__\n#undef __BYTE_ORDER__", "-O0")):
         (tmp / f"{kind}.c").write_text(program(built).replace("PORTABLE", portable))
         exe = tmp / kind
-        subprocess.run([cc, *COMPILE_FLAGS, "-O2", "-o", str(exe), f"{kind}.c"], check=True,
+        subprocess.run([cc, *COMPILE_FLAGS, level, "-o", str(exe), f"{kind}.c"], check=True,
                        cwd=tmp)
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
         rows[kind] = out.splitlines()
+        preprocessed[kind] = subprocess.run([cc, *COMPILE_FLAGS, "-E", "-P", f"{kind}.c"],
+                                            check=True, cwd=tmp, capture_output=True,
+                                            text=True).stdout
     assert rows["gnu"] == rows["c99"]
-    result = {}
+    result = {"preprocessed": preprocessed}
     for n, (config, module, manifest, text) in made.items():
         lines = [line.split() for line in rows["gnu"] if line.split()[0] == n]
         p = built[n][1]
@@ -174,7 +194,7 @@ def emulate_trig(config, module, p: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["r3", "r1", "ry", "si", "sh", "so"])
 def test_trig_rows_are_the_stated_float32_arithmetic_and_within_the_bound(outputs, name):
-    config, module, manifest, text, p, floats, _ = outputs[name]
+    config, module, manifest, text, p, floats, _ = fresh(outputs, name)
     want = emulate_trig(config, module, p)
     np.testing.assert_array_equal(floats.view(np.uint32), want.view(np.uint32))
     limit = manifest["positions"]["limit"]
@@ -187,22 +207,28 @@ def test_trig_rows_are_the_stated_float32_arithmetic_and_within_the_bound(output
     assert "sinf(" not in text and "cosf(" not in text and "math.h" not in text
 
 
-def test_binary_float_rows_are_the_in_order_sum_of_the_slice_tables(outputs):
-    config, module, manifest, text, p, floats, codes = outputs["bf"]
+@pytest.mark.parametrize("name,widths", [("bf", (3, 3, 3)), ("b1", (6,))])
+def test_binary_float_rows_are_the_in_order_sum_of_the_slice_tables(outputs, name, widths):
+    config, module, manifest, text, p, floats, codes = fresh(outputs, name)
     assert codes is None and "codes_function" not in manifest
+    assert manifest["sliced"]["slices"] == list(widths)
     weights = module.projection.weight.detach().numpy().astype(np.float32).T
-    tables = sl.binary_tables(weights, [3, 3, 3], False)
+    low = list(reversed(widths))
+    tables = sl.binary_tables(weights, low, False)
     u = [int(v) % 2**64 for v in p]
-    want = np.zeros((len(p), 6), np.float32)
-    for c, t in enumerate(tables):
-        want = t[[(v >> (3 * c)) & 7 for v in u]] if c == 0 else want + t[
-            [(v >> (3 * c)) & 7 for v in u]]
+    shifts = np.cumsum([0, *low[:-1]])
+    want = None
+    for t, k, w in zip(tables, shifts, low, strict=True):
+        rows = t[[(v >> int(k)) & ((1 << w) - 1) for v in u]]
+        want = rows if want is None else want + rows  # float32, in order
     np.testing.assert_array_equal(floats.view(np.uint32), want.view(np.uint32))
+    assert manifest["symbol_dtype"] == "float32"
+    assert manifest["symbol_shape"] == [1 << low[0], weights.shape[1]]
 
 
 @pytest.mark.parametrize("name", ["bq", "bt"])
 def test_binary_int8_codes_are_exact_sums_and_floats_their_scaled_values(outputs, name):
-    config, module, manifest, text, p, floats, codes = outputs[name]
+    config, module, manifest, text, p, floats, codes = fresh(outputs, name)
     d = manifest["shape"][-1]
     scale = np.broadcast_to(np.asarray(manifest["quant"]["scale"], np.float32), (d,))
     assert (manifest["quant"]["axis"] is None) == (name == "bt")
@@ -214,10 +240,23 @@ def test_binary_int8_codes_are_exact_sums_and_floats_their_scaled_values(outputs
     np.testing.assert_array_equal(floats.view(np.uint32),
                                   (scale * codes.astype(np.float32)).view(np.uint32))
     assert manifest["codes_function"] == f"{manifest['function']}_q"
+    base = cs._names(config)["base"]
+    assert manifest["quant"]["tensor"] == f"{base}_t0"
+    assert manifest["quant"]["scale_tensor"] == f"{base}_t0_scale"
+    assert (f" *   out[c] = {base}_t0_scale[{'0' if name == 'bt' else 'c'}] * (sum of the "
+            "slices' int16 sums)\n") in text
+    # GNU C takes the XOR and (little-endian) the word-store paths; strict C99 the other ones
+    gnu, c99 = (outputs["preprocessed"][k] for k in ("gnu", "c99"))
+    for code in ("w ^ 0x80008000u", "__builtin_memcpy(&out[2 * i], &v, 4)"):
+        assert code in gnu and code not in c99
 
 
 def test_headers_name_their_guard_and_hash(outputs):
-    for name, (config, module, manifest, text, *_rest) in outputs.items():
+    for name in HEADERS:
+        config, module, manifest, text, *_rest = fresh(outputs, name)
+        scheme = config.scheme.scheme
+        assert comment_of(text).startswith(f"edgepe: {scheme} sliced function scheme {scheme} ")
+        assert manifest["dtype"] == "float32"
         base = c_format.names(config)["base"] + "_sliced"
         guard = f"{base.upper()}_ENCODE_H"
         assert cs._names(config) == {"base": base, "macro": base.upper(), "guard": guard}
@@ -243,7 +282,7 @@ def test_headers_name_their_guard_and_hash(outputs):
 
 
 def test_trig_header_manifest_and_comment(outputs):
-    config, module, manifest, text, *_ = outputs["r3"]
+    config, module, manifest, text, *_ = fresh(outputs, "r3")
     base = cs._names(config)["base"]
     assert manifest["symbol"] == f"{base}_cos0" and manifest["symbol_shape"] == [4, 3]
     assert manifest["symbol_dtype"] == "float32"
@@ -259,45 +298,47 @@ def test_trig_header_manifest_and_comment(outputs):
             "error against the float64 definition <= "
             f"{sl.bound((2, 1, 2)):.4g} (graphs.sliced.bound; any position). Defined for "
             "|pos| < 2^5; past it the slices wrap.") in comment
-    _, _, half_manifest, half_text, *_ = outputs["sh"]
+    _, _, half_manifest, half_text, *_ = fresh(outputs, "sh")
     half_base = half_manifest["function"].removesuffix("_encode")
     assert (f"out[i] = sin(a_i), out[{half_base.upper()}_HALF + i] = cos(a_i), a_i = (pos + -3) "
             "* w_i") in comment_of(half_text)
-    _, _, _, si_text, *_ = outputs["si"]
+    _, _, _, si_text, *_ = fresh(outputs, "si")
     assert "out[2i] = sin(a_i), out[2i + 1] = cos(a_i), a_i = pos * w_i" in si_text
-    _, module, yarn, _, *_ = outputs["ry"]
-    assert yarn["sliced"]["bound"] == sl.bound((3, 2), float(module.scale.max()))
+    _, module, yarn, yarn_text, *_ = fresh(outputs, "ry")
+    a = float(module.scale.max())
+    assert a > 1 and yarn["sliced"]["bound"] == sl.bound((3, 2), a)
+    assert f"<= {sl.bound((3, 2), a):.4g} (graphs.sliced.bound" in comment_of(yarn_text)
 
 
 def test_binary_header_manifest_and_comment(outputs):
-    config, module, manifest, text, *_ = outputs["bq"]
+    config, module, manifest, text, *_ = fresh(outputs, "bq")
     base = cs._names(config)["base"]
     assert manifest["symbol"] == f"{base}_t0" and manifest["n_bits"] == 9
-    assert manifest["symbol_shape"] == [4, 4] and manifest["symbol_dtype"] == "uint32"
-    tables = sl.binary_tables(np.zeros((9, 7), np.int8), [2, 3, 4], True)
-    packed, biases = cs.pack_lanes([t + 1 for t in tables])  # shapes and count only
+    assert manifest["symbol_shape"] == [4, 5] and manifest["symbol_dtype"] == "uint32"
     assert manifest["sliced"]["slices"] == [4, 3, 2] and manifest["sliced"]["shifts"] == [5, 2, 0]
-    assert manifest["sliced"]["table_bytes"] == (4 + 8 + 16) * 4 * 4
+    assert manifest["sliced"]["table_bytes"] == (4 + 8 + 16) * 5 * 4  # 9 columns: 5 words
     assert len(manifest["sliced"]["lane_biases"]) == 3
     assert sum(manifest["sliced"]["lane_biases"]) == cs.LANE_BIAS
     comment = comment_of(text)
     for sentence in (
             f"{base}_encode: one position's row from 3 bit slices of p = pos mod 2^n (widths "
-            "[4, 3, 2], most significant first): out[7] float32 = sum_c T_c[(p >> k_c) & m_c], "
+            "[4, 3, 2], most significant first): out[9] float32 = sum_c T_c[(p >> k_c) & m_c], "
             "T_c[s] the sum of the projection rows of the bits set in s (exact int8 sums; one "
-            "float32 multiply by the column's scale, bit for bit the int8 compute header).",
-            "Every int64 position is defined, as in the reference (two's complement wrap).",
+            "float32 multiply by the column's scale, bit for bit the int8 compute header). "
+            "Every int64 position is defined, as in the reference (two's complement wrap). "
             f"{base}_encode_q: the same row's exact int16 sums (out[c] * {base}_t0_scale[c] is "
             f"{base}_encode's out[c]), for an int8 pipeline. The tables hold two columns a "
             "uint32_t word (2c low, 2c + 1 high), biased by "
             f"{manifest['sliced']['lane_biases']} so the lanes of a sum carry nothing into "
             "each other and add to the int16 sum + 0x8000."):
         assert sentence in comment
-    config, module, manifest, text, *_ = outputs["bf"]
+    config, module, manifest, text, *_ = fresh(outputs, "bf")
     assert manifest["quant"] is None and "lane_biases" not in manifest["sliced"]
     assert manifest["symbol_dtype"] == "float32" and manifest["symbol_shape"] == [8, 6]
     assert manifest["sliced"]["table_bytes"] == 3 * 8 * 6 * 4
-    assert "(float64 sums, stored float32)." in comment_of(text)
+    assert ("T_c[s] the sum of the projection rows of the bits set in s (float64 sums, stored "
+            "float32). Every int64 position is defined, as in the reference (two's complement "
+            "wrap). Names are") in comment_of(text)
 
 
 def test_check_refusals():
@@ -345,5 +386,15 @@ def test_pack_lanes_by_hand():
         cs.pack_lanes([*full, np.full((2, 2), 2, np.int16)])  # 0x8000 + 32768: over 0xFFFF
     with pytest.raises(BadParameterError, match="two 16-bit lanes"):  # |-32768| in int16 is < 0
         cs.pack_lanes([np.full((1, 1), 0, np.int16), np.full((1, 1), -32768, np.int16)])
+    # at the edges: every bias fits its table exactly, a column sum of 32767 fills the lanes
+    for tables in ([[[16384, 0]], [[0, 16384]]], [[[16383]], [[16384]]], [[[1000]], [[10]]],
+                   [[[5]], [[20000]]]):
+        tables = [np.array(t, np.int16) for t in tables]
+        packed, biases = cs.pack_lanes(tables)
+        assert biases[0] == 0x8000 - int(np.abs(tables[1]).max())
+        lanes = sum(p.astype(np.int64) for p in packed)
+        assert (lanes & 0xFFFF).max() <= 0xFFFF and (lanes >> 32).max() == 0
+        np.testing.assert_array_equal((lanes & 0xFFFF)[:, 0] - 0x8000,
+                                      sum(t[:, 0].astype(np.int64) for t in tables))
     with pytest.raises(BadParameterError, match="two 16-bit lanes"):  # b_0 < max|T_0|
         cs.pack_lanes([np.full((1, 1), 9000, np.int16), *[np.full((1, 1), 8000, np.int16)] * 3])
