@@ -5,8 +5,8 @@ attention factor; sinusoidal interleaved, half and with the fairseq offset; bina
 int8 lane-packed per column with an odd width and per tensor) and rope's compute header are
 included side by side in ONE C program, compiled once per session by gcc with the project's
 flags (``-std=c99 -Werror -pedantic``, no FP contraction) on GNU C's paths at ``-O2`` and once
-with ``__GNUC__`` undefined (the strict C99 paths) at ``-O0`` (where a read past an array reads
-the memory after it instead of what the optimiser assumes). Every row it prints is checked:
+with ``__GNUC__`` undefined (the strict C99 paths) at ``-O0`` under gcc's address and
+undefined-behaviour sanitizers (a read past an array stops it). Every row it prints is checked:
 
 - rope/sinusoidal against the float32 arithmetic the module doc states (slice tables from
   ``graphs.sliced.slice_tables``, ``c' = t_c c - t_s s``, ``s' = t_s c + t_c s`` slice by slice,
@@ -120,6 +120,16 @@ def program(built: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sanitizers(cc: str, tmp) -> list[str]:
+    """gcc's address and undefined-behaviour sanitizers (an index past an array stops the
+    program), where this toolchain has their libraries."""
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    (tmp / "probe.c").write_text("int main(void) { return 0; }\n")
+    done = subprocess.run([cc, *flags, "-o", str(tmp / "probe"), "probe.c"], cwd=tmp,
+                          capture_output=True)
+    return flags if done.returncode == 0 else []
+
+
 @pytest.fixture(scope="session")
 def outputs(tmp_path_factory):
     """Per header ``(config, module, manifest, text, positions, floats, codes)`` from the GNU C
@@ -139,11 +149,12 @@ def outputs(tmp_path_factory):
     c_format.prepare(compute, build(compute.scheme)).write(f)
     (tmp / "compute.h").write_bytes(f.getvalue())
     rows, preprocessed = {}, {}
-    for kind, portable, level in (("gnu", "", "-O2"),
-                                  ("c99", "#undef __GNUC__\n#undef __BYTE_ORDER__", "-O0")):
+    for kind, portable, level in (("gnu", "", ["-O2"]),
+                                  ("c99", "#undef __GNUC__\n#undef __BYTE_ORDER__",
+                                   ["-O0", *sanitizers(cc, tmp)])):
         (tmp / f"{kind}.c").write_text(program(built).replace("PORTABLE", portable))
         exe = tmp / kind
-        subprocess.run([cc, *COMPILE_FLAGS, level, "-o", str(exe), f"{kind}.c"], check=True,
+        subprocess.run([cc, *COMPILE_FLAGS, *level, "-o", str(exe), f"{kind}.c"], check=True,
                        cwd=tmp)
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
         rows[kind] = out.splitlines()
@@ -265,7 +276,8 @@ def test_headers_name_their_guard_and_hash(outputs):
         assert manifest["function"] == f"{base}_encode"
         assert manifest["macro_prefix"] == base.upper() and manifest["byte_order"] == "little"
         assert manifest["accessor"] is None
-        assert text.startswith("/*\n * edgepe: ") and text.rstrip().endswith(f"#endif /* {guard} */")
+        assert text.startswith("/*\n * edgepe: ")
+        assert text.rstrip().endswith(f"#endif /* {guard} */")
         digest, size = re.search(r"sha256 of the (\d+) bytes of the slice tables .*?\n.*?\n"
                                  r" \* ([0-9a-f]{64}) \*/", text, re.S).group(2, 1)
         arrays = re.findall(r"const (float|uint32_t) \w+\[(\d+)\]\[(\d+)\] = \{\n(.*?)\};",
@@ -320,8 +332,7 @@ def test_binary_header_manifest_and_comment(outputs):
     assert len(manifest["sliced"]["lane_biases"]) == 3
     assert sum(manifest["sliced"]["lane_biases"]) == cs.LANE_BIAS
     comment = comment_of(text)
-    for sentence in (
-            f"{base}_encode: one position's row from 3 bit slices of p = pos mod 2^n (widths "
+    assert (f"{base}_encode: one position's row from 3 bit slices of p = pos mod 2^n (widths "
             "[4, 3, 2], most significant first): out[9] float32 = sum_c T_c[(p >> k_c) & m_c], "
             "T_c[s] the sum of the projection rows of the bits set in s (exact int8 sums; one "
             "float32 multiply by the column's scale, bit for bit the int8 compute header). "
@@ -330,8 +341,7 @@ def test_binary_header_manifest_and_comment(outputs):
             f"{base}_encode's out[c]), for an int8 pipeline. The tables hold two columns a "
             "uint32_t word (2c low, 2c + 1 high), biased by "
             f"{manifest['sliced']['lane_biases']} so the lanes of a sum carry nothing into "
-            "each other and add to the int16 sum + 0x8000."):
-        assert sentence in comment
+            "each other and add to the int16 sum + 0x8000. Names are") in comment
     config, module, manifest, text, *_ = fresh(outputs, "bf")
     assert manifest["quant"] is None and "lane_biases" not in manifest["sliced"]
     assert manifest["symbol_dtype"] == "float32" and manifest["symbol_shape"] == [8, 6]
