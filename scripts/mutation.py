@@ -141,6 +141,7 @@ CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
 SLI = "edgepe.graphs.sliced.x_"
 CSL = "edgepe.formats.c_sliced.x_"
+TRG = "edgepe.graphs.trig.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -387,7 +388,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"{CSL}{fn}__mutmut_{i}": "the hashed bytes in the table's own dtype instead of an "
        "explicit little-endian one: the same bytes on a little-endian host (x86-64 and Arm64, "
        "every platform edgepe runs on)" for fn, nums in (("_binary", (181, 183)),
-                                                        ("_trig", (211, 213))) for i in nums},
+                                                        ("_trig", (222, 224))) for i in nums},
     CSL + "_binary__mutmut_27": "binary_tables(.., integer=None): float32 tables of the float64 "
     "sums of the int8 rows, exact integers, which pack_lanes converts to int64 as the int16 ones",
     CSL + "_binary__mutmut_31": "biases None at first: an int8 header replaces it with "
@@ -398,14 +399,63 @@ EQUIVALENT: dict[str, str] = {
     **{f"{CSL}_trig__mutmut_{i}": "astype(None) is float64: the float32 values widened "
        "exactly; slice_tables rounds them to float32 again and max() is the same"
        for i in (13, 28)},
-    CSL + "_trig__mutmut_162": "'pos += 0;' written for offset 0: adds 0",
+    CSL + "_trig__mutmut_162": "' - (uint64_t)0' written for offset 0: subtracts 0",
+    **{f"{CSL}_trig__mutmut_{i}": "the offset's sign test: ' + (uint64_t)K' and ' - "
+       "(uint64_t)-K' are the same sum mod 2^64 (uint64_t arithmetic), whichever is written"
+       for i in (163, 164, 165, 166)},
+    **{f"{CSL}_trig__mutmut_{i}": "the C comment after the first statement ('plus the fairseq "
+       "padding offset'): comment text only" for i in (171, 172, 174)},
     CSL + "_trig__mutmut_18": "getattr's default None: bool(None) is False",
     **{f"{CSL}_trig__mutmut_{i}": "rstrip(None) or rstrip('XX\\nXX'): the store lines end in "
-       "';\\n', the same newline stripped" for i in (203, 205)},
-    CSL + "_trig__mutmut_204": "lstrip for rstrip: the store's trailing newline stays, one "
+       "';\\n', the same newline stripped" for i in (214, 216)},
+    CSL + "_trig__mutmut_215": "lstrip for rstrip: the store's trailing newline stays, one "
     "blank line more inside the C function (whitespace)",
     **{f"{CSL}pack_lanes__mutmut_{i}": "np.full(.., b, None) of a python int is int64, the dtype "
        "given" for i in (50, 53)},
+    **{f"{TRG}{fn}__mutmut_{i}": "an initializer's or an intermediate output's name (None or "
+       "dropped: Graph numbers one, c_N or sin_N; XX or upper case: another literal): still "
+       "unique in the graph, and nothing reads it by name (the graph's inputs and outputs, "
+       "x, positions, pe, y, theta and the caches, are checked by tests/test_mut_trig.py)"
+       for fn, nums in (
+           ("_cache_model", (32, 35, 37, 38, 42, 45, 47, 48, 51, 54, 55, 56)),
+           ("_ort_rotary_4d", (4, 7, 12, 13, 38, 41, 43, 44, 54, 57, 59, 60, 99, 102, 104, 105,
+                               130, 133, 136, 137, 171, 174, 180, 181)),
+           ("_sin_cos", (11, 14, 18, 19, 22, 25, 29, 30)), ("rope", (89, 92, 94, 95)),
+           ("sinusoidal_learned", (15, 24, 25, 29, 32, 33, 34))) for i in nums},
+    **{f"{TRG}{fn}__mutmut_{i}": "g.const(python int(s) or an int64, None): np.asarray infers "
+       "int64, the dtype given" for fn, nums in (
+           ("_angles", (22, 47)), ("_cache_model", (31, 41, 50)), ("_interleaved", (8, 55)),
+           ("_onnx_rotary", (3, 10, 14, 35, 56)), ("_onnx_rotary_half", (3, 10, 115)),
+           ("_ort_rotary_4d", (3, 37, 53, 98, 129, 170)), ("_ort_rotary", (29,)),
+           ("_standard_rotary", (25,)), ("rope", (88,)), ("sinusoidal_learned", (84,)))
+       for i in nums},
+    **{f"{TRG}{fn}__mutmut_{i}": "g.const(a float32 buffer's array, None) keeps float32 "
+       "(inv_freq, scale and residual are float32 buffers)" for fn, i in (
+           ("_angles", 72), ("_sin_cos", 42), ("sinusoidal_learned", 28))},
+    **{f"{TRG}{fn}__mutmut_{i}": "inv_freq or scale as [k] (or reshape(1, -2): numpy takes any "
+       "negative size as the inferred one) instead of [1, k]: Mul broadcasts [N, 1] x [k] to "
+       "the same [N, k]" for fn, i in (("_angles", 55), ("_angles", 59), ("_sin_cos", 49),
+                                       ("_sin_cos", 53))},
+    **{f"{TRG}{fn}__mutmut_{i}": "getattr's default: every sinusoidal module has layout and "
+       "offset, and a default None is as falsy as 0 or False" for fn, i in (
+           ("_angles", 4), ("_sin_cos", 33), ("sinusoidal", 7), ("sinusoidal", 10),
+           ("sinusoidal", 13), ("sinusoidal", 14))},
+    **{f"{TRG}{fn}__mutmut_{i}": "r / 2 for r // 2: r is even, and g.const(.., np.int64) "
+       "converts the float 2.0 to 2" for fn, i in (("_onnx_rotary_half", 14),
+                                                   ("_ort_rotary_4d", 10))},
+    **{f"{TRG}{fn}__mutmut_{i}": "rotary_embedding_dim (and num_heads 1) given also when r == "
+       "d: the whole head, the ops' default; _onnx_rotary_half's extra Slice x[d:d] is empty "
+       "and Concat adds nothing" for fn, nums in (
+           ("_onnx_rotary_half", (99,)), ("_ort_rotary_4d", (184, 187)), ("_ort_rotary", (3, 9)),
+           ("_standard_rotary_4d", (3, 6)), ("_standard_rotary", (43, 46))) for i in nums},
+    TRG + "_ort_rotary_4d__mutmut_206": "num_heads=2 for a 4-D x: onnxruntime's "
+    "com.microsoft.RotaryEmbedding takes the heads of a [B, H, S, d] input from its shape "
+    "(the attribute is for 3-D input; measured: the same rows)",
+    TRG + "sinusoidal__mutmut_42": "Concat axis=+1 for -1: the [N, k] halves are rank 2",
+    **{f"{TRG}sinusoidal_learned__mutmut_{i}": "Gather's axis=None or dropped: make_node drops "
+       "a None attribute and Gather's axis defaults to 0" for i in (39, 43)},
+    TRG + "sinusoidal_learned__mutmut_87": "Unsqueeze at axis +1 for -1 of the rank-1 inside "
+    "flags: both make [N, 1]",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

@@ -161,6 +161,11 @@ def outputs(tmp_path_factory):
         preprocessed[kind] = subprocess.run([cc, *COMPILE_FLAGS, "-E", "-P", f"{kind}.c"],
                                             check=True, cwd=tmp, capture_output=True,
                                             text=True).stdout
+    # GNU C on a big-endian target (preprocessed only): no word stored as two int16
+    preprocessed["big"] = subprocess.run(
+        [cc, *COMPILE_FLAGS, "-E", "-P", "-U__BYTE_ORDER__",
+         "-D__BYTE_ORDER__=__ORDER_BIG_ENDIAN__", "gnu.c"], check=True, cwd=tmp,
+        capture_output=True, text=True).stdout
     assert rows["gnu"] == rows["c99"]
     result = {"preprocessed": preprocessed}
     for n, (config, module, manifest, text) in made.items():
@@ -257,9 +262,10 @@ def test_binary_int8_codes_are_exact_sums_and_floats_their_scaled_values(outputs
     assert (f" *   out[c] = {base}_t0_scale[{'0' if name == 'bt' else 'c'}] * (sum of the "
             "slices' int16 sums)\n") in text
     # GNU C takes the XOR and (little-endian) the word-store paths; strict C99 the other ones
-    gnu, c99 = (outputs["preprocessed"][k] for k in ("gnu", "c99"))
-    for code in ("w ^ 0x80008000u", "__builtin_memcpy(&out[2 * i], &v, 4)"):
+    gnu, c99, big = (outputs["preprocessed"][k] for k in ("gnu", "c99", "big"))
+    for code in ("w ^ 0x80008000u", "* (float)(int16_t)v;", "__builtin_memcpy(&out[2 * i], &v, 4)"):
         assert code in gnu and code not in c99
+    assert "* (float)(int16_t)v;" in big and "__builtin_memcpy" not in big
 
 
 def test_headers_name_their_guard_and_hash(outputs):
