@@ -255,3 +255,19 @@ def test_rope_choice_defaults_and_refusals():
                            r"add --rope-graph apply \(or --mode sliced, whose angle additions it "
                            r"fuses\)$"):
             trig.rope_choice(bad)
+
+
+def test_rope_cache_graph_takes_the_given_sin_cos():
+    """``sin_cos`` reaches every rope graph, the cache one too: ``--mode sliced``'s cache graph
+    has no Sin/Cos and is within the sliced bound of the float64 definition."""
+    from edgepe.graphs import sliced
+
+    config, module, model, manifest = make("rope", 16, 8, builder=sliced.rope, mode="sliced",
+                                           extra={"rope_graph": "cache"})
+    assert not {"Sin", "Cos"} & {n.op_type for n in model.graph.node}
+    p = np.arange(-15, 16, dtype=np.int64)
+    pe, cos_cache = run(model, ["pe", "cos_cache"], positions=p)
+    t = p.astype(np.float64)[:, None] * module.inv_freq.numpy().astype(np.float64)[None, :]
+    bound = sliced.bound(sliced.plan_of(config))
+    assert np.abs(pe - np.hstack([np.cos(t), np.sin(t)])).max() <= bound
+    np.testing.assert_array_equal(cos_cache, pe[:, :4])
