@@ -147,14 +147,15 @@ def _trig(config: ExportConfig, module) -> Prepared:
     index_lines = []
     for c, (k, w) in enumerate(zip(shifts, low_first, strict=True)):
         index_lines.append(f"    const uint32_t s{c} = (uint32_t)((a >> {k}) & {(1 << w) - 1}u);")
-    # pos + offset in uint64 (mod 2^64, as the reference's int64 add wraps): a signed add would
-    # overflow, undefined behaviour, at int64's ends
-    shift = (f" + (uint64_t){offset}" if offset > 0 else f" - (uint64_t){-offset}") if offset \
-        else ""
+    head = ["    const uint64_t u = (uint64_t)pos;  /* two's complement */",
+            "    const int neg = pos < 0;"]
+    if offset:  # pos + offset in uint64, mod 2^64 as the reference's int64 add wraps: a signed
+        # add would overflow (undefined behaviour) at int64's ends
+        head = [f"    const uint64_t u = (uint64_t)pos {'+' if offset > 0 else '-'} "
+                f"(uint64_t){abs(offset)};  /* plus the fairseq padding offset */",
+                "    const int neg = (int)(u >> 63);  /* the sign of pos + offset */"]
     body = [
-        f"    const uint64_t u = (uint64_t)pos{shift};  /* two's complement"
-        + (", plus the fairseq padding offset */" if offset else " */"),
-        "    const int neg = (int)(u >> 63);  /* its sign bit */",
+        *head,
         "    const uint64_t a = neg ? (uint64_t)0 - u : u;  /* |pos|, no overflow */",
         *index_lines,
         "    uint32_t i;",
