@@ -388,7 +388,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"{CSL}{fn}__mutmut_{i}": "the hashed bytes in the table's own dtype instead of an "
        "explicit little-endian one: the same bytes on a little-endian host (x86-64 and Arm64, "
        "every platform edgepe runs on)" for fn, nums in (("_binary", (181, 183)),
-                                                        ("_trig", (222, 224))) for i in nums},
+                                                        ("_trig", (220, 222))) for i in nums},
     CSL + "_binary__mutmut_27": "binary_tables(.., integer=None): float32 tables of the float64 "
     "sums of the int8 rows, exact integers, which pack_lanes converts to int64 as the int16 ones",
     CSL + "_binary__mutmut_31": "biases None at first: an int8 header replaces it with "
@@ -399,16 +399,12 @@ EQUIVALENT: dict[str, str] = {
     **{f"{CSL}_trig__mutmut_{i}": "astype(None) is float64: the float32 values widened "
        "exactly; slice_tables rounds them to float32 again and max() is the same"
        for i in (13, 28)},
-    CSL + "_trig__mutmut_162": "' - (uint64_t)0' written for offset 0: subtracts 0",
-    **{f"{CSL}_trig__mutmut_{i}": "the offset's sign test: ' + (uint64_t)K' and ' - "
-       "(uint64_t)-K' are the same sum mod 2^64 (uint64_t arithmetic), whichever is written"
-       for i in (163, 164, 165, 166)},
-    **{f"{CSL}_trig__mutmut_{i}": "the C comment after the first statement ('plus the fairseq "
-       "padding offset'): comment text only" for i in (171, 172, 174)},
+    CSL + "_trig__mutmut_169": "offset >= 0 for > 0 inside 'if offset:': the offset is "
+    "nonzero there, the same sign picked",
     CSL + "_trig__mutmut_18": "getattr's default None: bool(None) is False",
     **{f"{CSL}_trig__mutmut_{i}": "rstrip(None) or rstrip('XX\\nXX'): the store lines end in "
-       "';\\n', the same newline stripped" for i in (214, 216)},
-    CSL + "_trig__mutmut_215": "lstrip for rstrip: the store's trailing newline stays, one "
+       "';\\n', the same newline stripped" for i in (212, 214)},
+    CSL + "_trig__mutmut_213": "lstrip for rstrip: the store's trailing newline stays, one "
     "blank line more inside the C function (whitespace)",
     **{f"{CSL}pack_lanes__mutmut_{i}": "np.full(.., b, None) of a python int is int64, the dtype "
        "given" for i in (50, 53)},

@@ -46,7 +46,7 @@ HEADERS = {
     "ry": ("rope", 32, 8, YARN, {"extra": {"slices": "3,2"}}),
     "si": ("sinusoidal", 32, 6, None, {"extra": {"slices": "3,2"}}),
     "sh": ("sinusoidal", 32, 6, {"layout": "half", "offset": "-3"}, {}),
-    "so": ("sinusoidal", 16, 4, {"offset": "2"}, {}),
+    "so": ("sinusoidal", 16, 4, {"offset": "1"}, {}),
     "bf": ("binary", 511, 6, None, {"extra": {"slices": "3,3,3"}}),
     "b1": ("binary", 32, 4, None, {}),  # 6 bits: one slice
     "bq": ("binary", 511, 9, None, {"quantize": "int8", "extra": {"slices": "4,3,2"}}),
