@@ -106,12 +106,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/graphs/integer.py": ("tests/test_goldens.py",),
     "edgepe/graphs/lowerings.py": ("tests/test_goldens.py", "tests/test_lowerings.py"),
     "edgepe/graphs/model_tensors.py": ("tests/test_model_tensors.py",),
-    "edgepe/graphs/sliced.py": ("tests/test_sliced.py",),
+    "edgepe/graphs/sliced.py": ("tests/test_mut_sliced.py",),
     "edgepe/graphs/table.py": ("tests/test_goldens.py",),
     "edgepe/graphs/table_values.py": ("tests/test_table_values.py",),
-    "edgepe/graphs/trig.py": ("tests/test_rope.py",),
+    "edgepe/graphs/trig.py": ("tests/test_mut_trig.py",),
     "edgepe/formats/c.py": ("tests/test_goldens.py", "tests/test_c_header.py"),
-    "edgepe/formats/c_sliced.py": ("tests/test_sliced.py",),
+    "edgepe/formats/c_sliced.py": ("tests/test_mut_c_sliced.py",),
     "edgepe/formats/onnx.py": ("tests/test_onnx_check_file.py", "tests/test_goldens.py"),
     "edgepe/formats/onnx_table.py": ("tests/test_onnx_table_split.py",
                                      "tests/test_verify_table_memory.py"),
@@ -146,6 +146,9 @@ FIND = "edgepe.graft.find.x_"
 MT = "edgepe.graphs.model_tensors.x_"
 BIN, INT8 = "edgepe.formats.bin.", "edgepe.graphs.int8.x_"  # h-m1's (bin has a class: Rows)
 SWP, RTM, VER = "edgepe.verify.sweep.x_", "edgepe.verify.runtimes.", "edgepe.verify.x_"  # h-m4
+SLI = "edgepe.graphs.sliced.x_"
+CSL = "edgepe.formats.c_sliced.x_"
+TRG = "edgepe.graphs.trig.x_"
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -632,6 +635,165 @@ EQUIVALENT: dict[str, str] = {
        "inferred, as -1" for i in (32, 47)},
     RTM + "x_open_positions_runtime__mutmut_14": "open()'s closefd=True dropped: True is its "
     "default",
+    # h-m3: graphs/sliced.py, formats/c_sliced.py, graphs/trig.py
+    **{f"{SLI}{fn}__mutmut_{i}": "an initializer's name (None or dropped: Graph numbers one "
+       "c_N, under subgraph prefix_c_N; XX or upper case: another literal part): still unique "
+       "and, where the caller gave a prefix, prefixed (tests/test_mut_sliced.py checks both); "
+       "nothing reads an initializer by its name" for fn, nums in (
+           ("binary", (93, 96, 115, 118, 139, 142)),
+           ("columns_graph", (181, 182, 183, 184, 186, 187, 192, 199, 200, 207, 215, 216)),
+           ("cos_sin", (48, 49, 51, 52, 53, 54)),
+           ("rotary_columns", (161, 162, 164, 165, 166, 167, 169, 170, 179, 180, 181, 182, 184,
+                               185, 187, 188)),
+           ("sinusoidal", (57, 60, 62, 63))) for i in nums},
+    **{f"{SLI}{fn}__mutmut_{i}": "g.const(python int(s), None): np.asarray infers int64, the "
+       "dtype given" for fn, nums in (
+           ("_slice_indices", (42, 71, 92)), ("cos_sin", (34, 43)), ("sinusoidal", (56,)),
+           ("rotary_columns", (35, 69, 99, 156, 174, 324))) for i in nums},
+    **{f"{SLI}{fn}__mutmut_{i}": "g.const(a float32 array, None) keeps float32 (the slice "
+       "tables, is_sin and 1 - 2 is_sin are float32 already)" for fn, nums in (
+           ("binary", (138,)), ("columns_graph", (24, 30, 87, 94, 103, 219)),
+           ("rotary_columns", (111, 139, 146))) for i in nums},
+    **{f"{SLI}columns_graph__mutmut_{i}": "the slot indices' dtype: asarray(slots, None) is "
+       "int64 and g.const converts it to index_type, or g.const(.., None) keeps the index_type "
+       "array as it is" for i in (44, 50, 52)},
+    SLI + "columns_graph__mutmut_56": "is_sin as float64: every constant made of it is "
+    "converted by g.const(.., np.float32), and 0, 1 and -1 are exact",
+    **{f"{SLI}{fn}__mutmut_{i}": "Gather's axis=None or dropped: onnx.helper.make_node drops a "
+       "None attribute and Gather's axis defaults to 0" for fn, nums in (
+           ("binary", (129, 133)),
+           ("columns_graph", (280, 284, 300, 304, 317, 321, 341, 345, 356, 360, 426, 430)),
+           ("rotary_columns", (121, 125))) for i in nums},
+    **{f"{SLI}rotary_columns__mutmut_{i}": "RotaryEmbedding's interleaved=None or dropped "
+       "(make_node drops None): 0 is its default in com.microsoft's op and ONNX's"
+       for i in (277, 285, 300, 307)},
+    **{f"{SLI}rotary_columns__mutmut_{i}": "com.microsoft RotaryEmbedding's num_heads=None or "
+       "dropped: its default 0 makes the kernel take the head size from the cache (2 x k "
+       "columns) and num_heads = hidden / head size = 1, the value given" for i in (278, 286)},
+    **{f"{SLI}{fn}__mutmut_{i}": "zip's strict flag: the sequences have equal lengths (strict "
+       "never fires), or strict=False's default where they do not (idx, one shorter; "
+       "rotary_columns' shifts, one longer)" for fn, nums in (
+           ("_slice_indices", (18, 21, 22, 349, 352)), ("binary", (70, 73, 74)),
+           ("rotary_columns", (45, 48))) for i in nums},
+    SLI + "_frequencies__mutmut_5": "getattr's default None instead of False: as falsy",
+    SLI + "_half_ulp_below__mutmut_11": "x >= 1: at x = 1 ceil(log2 x) = 0, e = 0 either way",
+    SLI + "_half_ulp_below__mutmut_3": "the branch for every x: for 0 < x <= 1 ceil(log2 x) <= "
+    "0 and max(0, .) is 0, the else's value (callers pass x >= 1)",
+    SLI + "_half_ulp_below__mutmut_8": "max(1, .) for x > 1: ceil(log2 x) >= 1 there",
+    **{f"{SLI}_prefixed__mutmut_{i}": "the name counter stepped by -1 or 2: still a different "
+       "number for every name" for i in (2, 3)},
+    SLI + "_record__mutmut_3": "d_model / 2: rope and sinusoidal refuse an odd d_model "
+    "(resolve), so the slot count is an integer-valued float and int() of the bytes the same",
+    SLI + "_record__mutmut_104": "min(limit, spec_limit) always: rope's and sinusoidal's "
+    "spec.position_limit is 2^24, never None",
+    **{f"{SLI}{fn}__mutmut_{i}": "the offset's default or the scheme test: resolve fills "
+       "every declared param, so a sinusoidal config always holds 'offset', and rope (the "
+       "other sliced trig scheme) has none: .get's default is never used and rope's offset "
+       "is 0 either way" for fn, nums in (("_record", (71, 75, 77, 80)),
+                                           ("plan_of", (3, 7, 9, 12))) for i in nums},
+    **{f"{SLI}_record__mutmut_{i}": "position_limit without the lowering (bitwise's 2^bits - 1 "
+       "for trunc too): trunc's 2^24 cap is also rope's and sinusoidal's spec.position_limit, "
+       "taken by the min two lines below" for i in (93, 95)},
+    SLI + "_slice_indices__mutmut_134": "Clip(-2 x, 0, 1) for Clip(-x, 0, 1): x is an "
+    "integer-valued float32, so both are 1 for x <= -1 and 0 for x >= 0",
+    SLI + "binary__mutmut_26": "astype(None) is float64: the float32 weights widened exactly, "
+    "and binary_tables sums them in float64 anyway",
+    SLI + "binary__mutmut_30": "integer=None: as falsy as False",
+    SLI + "binary__mutmut_76": "BitShift by 0 of the lowest slice: the same bits",
+    SLI + "binary_plan__mutmut_13": "parse_plan's max_len 2 instead of 1: a plan of at least "
+    "one bit covers both (the exact bit count is checked just after)",
+    **{f"{SLI}binary_plan__mutmut_{i}": "default_plan(2^nb) for nb <= 6 is (nb,), one slice: "
+       "the else's value" for i in (16, 20)},
+    **{f"{SLI}binary_tables__mutmut_{i}": "the dtype of the bits or rows (float64 where int64 "
+       "was meant, or None = float64): the sums of <= 64 int8 rows are exact in float64 and "
+       "astype(int16) gives the same tables; the float path sums in float64 either way"
+       for i in (8, 13, 14, 16, 18)},
+    SLI + "binary_tables__mutmut_20": "len(rows) <= w: pads with w - len(rows) = 0 zero rows",
+    **{f"{SLI}binary_tables__mutmut_{i}": "the zero rows' dtype float64: the concatenation and "
+       "the matmul give the same exact sums (int16 after astype)" for i in (24, 26)},
+    SLI + "columns_graph__mutmut_170": "rows = 2^(w + 1): Slice clamps start and stop to the "
+    "table, so the kept block is the whole table (bitwise: its extra row too, which only moves "
+    "the negative rows one further, where Gather's negative index reads from the end) and the "
+    "mirrored block starts at its last row, as before",
+    SLI + "cos_sin__mutmut_56": "Slice end 3k instead of 2k: Slice clamps it to the axis",
+    SLI + "default_plan__mutmut_19": "bits < 24: at 24 bits ceil(24 / 12) = 2 slices either way",
+    **{f"{SLI}slice_tables__mutmut_{i}": "astype(None) is float64, and arange of int64 times a "
+       "float is float64: the same exact angles" for i in (3, 31, 33, 48)},
+    SLI + "subgraph__mutmut_6": "the Graph's name: subgraph returns its nodes and initializers "
+    "only",
+    SLI + "subgraph__mutmut_11": "names prefix_None_N instead of prefix_stem_N: still prefixed "
+    "and numbered",
+    **{f"{CSL}{fn}__mutmut_{i}": "zip's strict flag: the sequences have equal lengths (shifts "
+       "and widths of one plan, tables and their biases), so strict never fires"
+       for fn, nums in (("_binary", (113, 116, 117)), ("_trig", (150, 153, 154)),
+                        ("pack_lanes", (33, 36, 37))) for i in nums},
+    **{f"{CSL}{fn}__mutmut_{i}": "the hashed bytes in the table's own dtype instead of an "
+       "explicit little-endian one: the same bytes on a little-endian host (x86-64 and Arm64, "
+       "every platform edgepe runs on)" for fn, nums in (("_binary", (181, 183)),
+                                                        ("_trig", (220, 222))) for i in nums},
+    CSL + "_binary__mutmut_27": "binary_tables(.., integer=None): float32 tables of the float64 "
+    "sums of the int8 rows, exact integers, which pack_lanes converts to int64 as the int16 ones",
+    CSL + "_binary__mutmut_31": "biases None at first: an int8 header replaces it with "
+    "pack_lanes' list, a float header never reads it",
+    CSL + "_binary_lanes__mutmut_22": "0xffffu for 0xFFFFu: C's hex digits are case-insensitive",
+    **{f"{CSL}_binary_lanes__mutmut_{i}": "the odd last column's word read at r_c[i] instead of "
+       "r_c[even]: the loop before it leaves i == even" for i in (74, 75)},
+    **{f"{CSL}_trig__mutmut_{i}": "astype(None) is float64: the float32 values widened "
+       "exactly; slice_tables rounds them to float32 again and max() is the same"
+       for i in (13, 28)},
+    CSL + "_trig__mutmut_169": "offset >= 0 for > 0 inside 'if offset:': the offset is "
+    "nonzero there, the same sign picked",
+    CSL + "_trig__mutmut_18": "getattr's default None: bool(None) is False",
+    **{f"{CSL}_trig__mutmut_{i}": "rstrip(None) or rstrip('XX\\nXX'): the store lines end in "
+       "';\\n', the same newline stripped" for i in (212, 214)},
+    CSL + "_trig__mutmut_213": "lstrip for rstrip: the store's trailing newline stays, one "
+    "blank line more inside the C function (whitespace)",
+    **{f"{CSL}pack_lanes__mutmut_{i}": "np.full(.., b, None) of a python int is int64, the dtype "
+       "given" for i in (50, 53)},
+    **{f"{TRG}{fn}__mutmut_{i}": "an initializer's or an intermediate output's name (None or "
+       "dropped: Graph numbers one, c_N or sin_N; XX or upper case: another literal): still "
+       "unique in the graph, and nothing reads it by name (the graph's inputs and outputs, "
+       "x, positions, pe, y, theta and the caches, are checked by tests/test_mut_trig.py)"
+       for fn, nums in (
+           ("_cache_model", (32, 35, 37, 38, 42, 45, 47, 48, 51, 54, 55, 56)),
+           ("_ort_rotary_4d", (4, 7, 12, 13, 38, 41, 43, 44, 54, 57, 59, 60, 99, 102, 104, 105,
+                               130, 133, 136, 137, 171, 174, 180, 181)),
+           ("_sin_cos", (11, 14, 18, 19, 22, 25, 29, 30)), ("rope", (89, 92, 94, 95)),
+           ("sinusoidal_learned", (15, 24, 25, 29, 32, 33, 34))) for i in nums},
+    **{f"{TRG}{fn}__mutmut_{i}": "g.const(python int(s) or an int64, None): np.asarray infers "
+       "int64, the dtype given" for fn, nums in (
+           ("_angles", (22, 47)), ("_cache_model", (31, 41, 50)), ("_interleaved", (8, 55)),
+           ("_onnx_rotary", (3, 10, 14, 35, 56)), ("_onnx_rotary_half", (3, 10, 115)),
+           ("_ort_rotary_4d", (3, 37, 53, 98, 129, 170)), ("_ort_rotary", (29,)),
+           ("_standard_rotary", (25,)), ("rope", (88,)), ("sinusoidal_learned", (84,)))
+       for i in nums},
+    **{f"{TRG}{fn}__mutmut_{i}": "g.const(a float32 buffer's array, None) keeps float32 "
+       "(inv_freq, scale and residual are float32 buffers)" for fn, i in (
+           ("_angles", 72), ("_sin_cos", 42), ("sinusoidal_learned", 28))},
+    **{f"{TRG}{fn}__mutmut_{i}": "inv_freq or scale as [k] (or reshape(1, -2): numpy takes any "
+       "negative size as the inferred one) instead of [1, k]: Mul broadcasts [N, 1] x [k] to "
+       "the same [N, k]" for fn, i in (("_angles", 55), ("_angles", 59), ("_sin_cos", 49),
+                                       ("_sin_cos", 53))},
+    **{f"{TRG}{fn}__mutmut_{i}": "getattr's default: every sinusoidal module has layout and "
+       "offset, and a default None is as falsy as 0 or False" for fn, i in (
+           ("_angles", 4), ("_sin_cos", 33), ("sinusoidal", 7), ("sinusoidal", 10),
+           ("sinusoidal", 13), ("sinusoidal", 14))},
+    **{f"{TRG}{fn}__mutmut_{i}": "r / 2 for r // 2: r is even, and g.const(.., np.int64) "
+       "converts the float 2.0 to 2" for fn, i in (("_onnx_rotary_half", 14),
+                                                   ("_ort_rotary_4d", 10))},
+    **{f"{TRG}{fn}__mutmut_{i}": "rotary_embedding_dim (and num_heads 1) given also when r == "
+       "d: the whole head, the ops' default; _onnx_rotary_half's extra Slice x[d:d] is empty "
+       "and Concat adds nothing" for fn, nums in (
+           ("_onnx_rotary_half", (99,)), ("_ort_rotary_4d", (184, 187)), ("_ort_rotary", (3, 9)),
+           ("_standard_rotary_4d", (3, 6)), ("_standard_rotary", (43, 46))) for i in nums},
+    TRG + "_ort_rotary_4d__mutmut_206": "num_heads=2 for a 4-D x: onnxruntime's "
+    "com.microsoft.RotaryEmbedding takes the heads of a [B, H, S, d] input from its shape "
+    "(the attribute is for 3-D input; measured: the same rows)",
+    TRG + "sinusoidal__mutmut_42": "Concat axis=+1 for -1: the [N, k] halves are rank 2",
+    **{f"{TRG}sinusoidal_learned__mutmut_{i}": "Gather's axis=None or dropped: make_node drops "
+       "a None attribute and Gather's axis defaults to 0" for i in (39, 43)},
+    TRG + "sinusoidal_learned__mutmut_87": "Unsqueeze at axis +1 for -1 of the rank-1 inside "
+    "flags: both make [N, 1]",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

@@ -119,6 +119,9 @@ def _trig(config: ExportConfig, module) -> Prepared:
         "byte_order": "little",
     }
     sliced._record(config, manifest, widths, attention)
+    # the header's tables (no extra top row: C reads |pos|'s slices and flips the sign itself,
+    # where _record counts the bitwise ONNX graph's negative row)
+    manifest["sliced"]["table_bytes"] = int(sum(t.nbytes for pair in tables for t in pair))
     low_first = list(reversed(widths))
     shifts = np.cumsum([0, *low_first[:-1]]).tolist()
     total = sum(widths)
@@ -144,10 +147,15 @@ def _trig(config: ExportConfig, module) -> Prepared:
     index_lines = []
     for c, (k, w) in enumerate(zip(shifts, low_first, strict=True)):
         index_lines.append(f"    const uint32_t s{c} = (uint32_t)((a >> {k}) & {(1 << w) - 1}u);")
+    head = ["    const uint64_t u = (uint64_t)pos;  /* two's complement */",
+            "    const int neg = pos < 0;"]
+    if offset:  # pos + offset in uint64, mod 2^64 as the reference's int64 add wraps: a signed
+        # add would overflow (undefined behaviour) at int64's ends
+        head = [f"    const uint64_t u = (uint64_t)pos {'+' if offset > 0 else '-'} "
+                f"(uint64_t){abs(offset)};  /* plus the fairseq padding offset */",
+                "    const int neg = (int)(u >> 63);  /* the sign of pos + offset */"]
     body = [
-        *([f"    pos += {offset};  /* the fairseq padding offset */"] if offset else []),
-        "    const uint64_t u = (uint64_t)pos;  /* two's complement */",
-        "    const int neg = pos < 0;",
+        *head,
         "    const uint64_t a = neg ? (uint64_t)0 - u : u;  /* |pos|, no overflow */",
         *index_lines,
         "    uint32_t i;",
@@ -199,15 +207,16 @@ def pack_lanes(tables: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]]:
     ``sum_c T_c + 0x8000`` with no carry between them: ``b_c = max|T_c|`` for ``c >= 1`` and
     ``b_0 = 0x8000 - sum(b_c)``. The sum of int8 projections of n <= 64 bits is within
     ``64 * 127 = 8128`` of 0, so the lanes stay inside 16 bits whatever the plan."""
-    biases = [int(np.abs(t).max()) for t in tables[1:]]
+    wide = [t.astype(np.int64) for t in tables]  # |int16| and sums of them overflow int16
+    biases = [int(np.abs(t).max()) for t in wide[1:]]
     biases = [LANE_BIAS - sum(biases), *biases]
-    total = sum(np.abs(t).max(axis=0) for t in tables)
-    if biases[0] < int(np.abs(tables[0]).max()) or int(total.max()) + LANE_BIAS > 0xFFFF:
+    total = sum(np.abs(t).max(axis=0) for t in wide)
+    if biases[0] < int(np.abs(wide[0]).max()) or int(total.max()) + LANE_BIAS > 0xFFFF:
         raise BadParameterError("the slice sums do not fit two 16-bit lanes: use more, "
                                 "narrower --slices")
     packed = []
-    for t, b in zip(tables, biases, strict=True):
-        u = t.astype(np.int64) + b
+    for t, b in zip(wide, biases, strict=True):
+        u = t + b
         if u.shape[1] % 2:
             u = np.concatenate([u, np.full((len(u), 1), b, np.int64)], axis=1)
         packed.append((u[:, 0::2] | (u[:, 1::2] << 16)).astype(np.uint32))
