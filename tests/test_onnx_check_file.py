@@ -105,8 +105,15 @@ def test_external_data_beside_the_file_is_not_read_either(tmp_path):
     for key, value in (("location", "t.bin"), ("length", "8")):
         entry = table.external_data.add()
         entry.key, entry.value = key, value
-    with pytest.raises(ArtifactError, match="external"):
-        check_file(_write(tmp_path, model), {})
+    path = _write(tmp_path, model)
+    with pytest.raises(ArtifactError) as info:
+        check_file(path, {})
+    assert str(info.value) == (f"{str(path)!r} keeps tensor 't' in external data: edgepe never "
+                               "writes external data, and opens no path a graph names: refused")
+    (tmp_path / "t.bin").unlink()
+    (tmp_path / "t.bin").mkdir()  # a loader that followed the name would fail on a folder
+    with pytest.raises(ArtifactError, match="keeps tensor 't' in external data"):
+        check_file(path, {})
 
 
 def test_a_table_over_its_cap_is_refused_and_a_compute_graph_is_not_sized():
