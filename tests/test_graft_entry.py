@@ -292,3 +292,32 @@ def test_pe_graft_into_an_opset_17_model_names_the_conversion(tmp_path):
     report = graft(path, pe=pe, at="pe0", positions="arange:x", **FAST)
     assert report.converted == "opset 17 -> 18" and report
     assert "the model was converted opset 17 -> 18" in str(report)
+
+
+def test_found_graft_passes_check_config_quantize_and_mode_through(tmp_path):
+    config = json.loads((DATA / "llama" / "config.json").read_text())
+    unchecked = graft(LLAMA, max_len=16, check=False, hf_config=config)
+    assert unchecked.checks is None and unchecked.lengths == []
+    record = json.loads(unchecked.model.metadata_props[-1].value)
+    assert record["hf_config"]["model_type"] == "llama" and record["max_len"] == 16
+    # without --max-len the config's max_position_embeddings is the table's length
+    assert json.loads(graft(LLAMA, check=False, hf_config=config).model.metadata_props[-1]
+                      .value)["max_len"] == 256
+    wrong = {**config, "rope_theta": 500000.0}
+    with pytest.raises(BadParameterError, match="differs from edgepe's rope for this config"):
+        graft(LLAMA, max_len=16, check=False, hf_config=wrong)
+    int8 = graft(LLAMA, max_len=16, quantize="int8", mode="table", **FAST)
+    assert int8.artifact == "rope (table, int8, 16 positions)" and int8
+    assert json.loads(int8.model.metadata_props[-1].value)["quantize"] == "int8"
+
+
+def test_pe_and_scheme_grafts_pass_their_lengths_and_never_replace_the_pe(tmp_path):
+    pe, weight = _artifact(tmp_path)
+    model = _demo_with(tmp_path, weight)
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[2, 4])
+    assert report.lengths[:2] == [2, 4]  # (prove lists the lengths it ran)
+    assert graft(model, scheme="binary", lengths=[3]).lengths[0] == 3
+    before = pe.read_bytes()
+    with pytest.raises(OutputPathError):
+        graft(model, pe=pe, at="pe0", positions="arange:x", out=pe, force=True, **FAST)
+    assert pe.read_bytes() == before
