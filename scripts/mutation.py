@@ -107,7 +107,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/graphs/lowerings.py": ("tests/test_goldens.py", "tests/test_lowerings.py"),
     "edgepe/graphs/model_tensors.py": ("tests/test_model_tensors.py",),
     "edgepe/graphs/sliced.py": ("tests/test_mut_sliced.py",),
-    "edgepe/graphs/table.py": ("tests/test_goldens.py",),
+    "edgepe/graphs/table.py": ("tests/test_table_size.py", "tests/test_goldens.py"),
     "edgepe/graphs/table_values.py": ("tests/test_table_values.py",),
     "edgepe/graphs/trig.py": ("tests/test_mut_trig.py",),
     "edgepe/formats/c.py": ("tests/test_goldens.py", "tests/test_c_header.py"),
