@@ -122,14 +122,19 @@ def test_max_diff():
     assert prove._max_diff(np.array([127], np.int8), np.array([-128], np.int8)) == 255.0
 
 
-def _identity_session(dims, elem=TensorProto.FLOAT, name="x"):
+def _identity_model(dims, elem=TensorProto.FLOAT, name="x"):
     x = helper.make_tensor_value_info(name, elem, dims)
     y = helper.make_tensor_value_info("y", elem, dims)
     model = helper.make_model(helper.make_graph([helper.make_node("Identity", [name], ["y"])],
                                                 "g", [x], [y]),
                               opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return model
+
+
+def _identity_session(dims, elem=TensorProto.FLOAT, name="x"):
+    return ort.InferenceSession(_identity_model(dims, elem, name).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
 
 
 def test_a_run_that_fails_is_one_line_naming_the_length():
@@ -314,3 +319,197 @@ def test_feeds_for_a_proof_run():
     many = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 4000, "S",
                         _grafted(), 3, np.random.default_rng(0))
     assert set(np.unique(many["positions"])) == {0, 1, 2}
+
+
+# ---- prove: tiny models grafted by graft_model, proved on onnxruntime ---------------------------
+
+L, D = 8, 4
+# rows of k/7 - 1/2 (k = 0..7 cycling): every row holds -1/2 (even rows) or +1/2 (odd rows)
+T = ((np.arange(L * D).reshape(L, D) % 8) - 3.5) / 7
+
+
+def _manifest(atol=0.0, rtol=0.0, quant=None, max_len=L):
+    return {"kind": "pe", "scheme": "sinusoidal", "d_model": D, "max_len": max_len,
+            "tolerance": {"atol": atol, "rtol": rtol}, "quant": quant}
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    model = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs, list(inits)),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def _vi(name, elem, dims):
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def _squared(old=T, pos_dims=("B", "S"), batch_two=True):
+    """``y = (rows of old at pos + z)^2`` (z: zeros [2, 1, 1] when ``batch_two``, so the model
+    runs at batch 1 or 2 only); the PE to replace is ``pe_old``."""
+    inits = [onnx.numpy_helper.from_array(old.astype(np.float32), "old_table"),
+             onnx.numpy_helper.from_array(np.zeros((2 if batch_two else 1, 1, 1), np.float32),
+                                          "z")]
+    return _model([helper.make_node("Gather", ["old_table", "pos"], ["pe_old"]),
+                   helper.make_node("Add", ["pe_old", "z"], ["h"]),
+                   helper.make_node("Mul", ["h", "h"], ["y"])],
+                  [_vi("pos", TensorProto.INT64, list(pos_dims))],
+                  [_vi("y", TensorProto.FLOAT, [*pos_dims, D])], inits)
+
+
+def _graft(original, at="pe_old", positions="pos", add=False, manifest=None):
+    from edgepe.graft.splice import graft_model
+
+    pe = prove.table_pe(T, 18)
+    return graft_model(original, pe, manifest or _manifest(), at, positions, add), pe
+
+
+ULP_QUARTER = 64 * 2.0**-25  # 64 ulp of 0.25 (float32), the squared PE's largest value
+
+
+def test_prove_replacing_a_pe_by_the_same_rows_holds_it_to_64_ulp():
+    original = _squared()
+    grafted, pe = _graft(original)
+    lengths, checks = prove.prove(original, grafted, pe, _manifest())
+    # max_len 8: 2, max_len // 2 and max_len (positions reach max_len - 1)
+    assert lengths == [2, 4, 8]
+    (check,) = checks
+    assert (check.name, check.max_abs_err) == ("y", 0.0)
+    assert check.tolerance == ULP_QUARTER  # no PE tolerance: only the float term
+    assert prove.prove(original, grafted, pe, _manifest(max_len=3))[0] == [1, 2, 3]
+    assert prove.prove(original, grafted, pe, _manifest(), lengths=(5, 3))[0] == [5, 3]
+    assert prove.prove(original, grafted, pe, _manifest(), trials=1)[1][0].tolerance \
+        == ULP_QUARTER
+
+
+def test_prove_tolerance_is_twice_the_gain_times_the_pe_tolerance():
+    """y = pe^2 moves by 2|pe| d + d^2 when the PE moves by d: the gain measured with
+    d = 1e-3 max(1, max|pe|) = 1e-3 is 2 * 1/2 + 1e-3 (where d has the sign of pe = +-1/2)."""
+    original = _squared()
+    grafted, pe = _graft(original)
+    tol = _manifest(atol=0.01, rtol=0.02)  # eps = 0.01 + 0.02 * 1/2 = 0.02
+    (check,) = prove.prove(original, grafted, pe, tol)[1]
+    gain = (check.tolerance - ULP_QUARTER) / (2 * 0.02)
+    assert gain == pytest.approx(1.001, abs=1e-4)
+    # int8: the proven bound adds to eps when the original's own PE is the reference
+    quant = {**tol, "quant": {"bound": 0.25}}
+    (check,) = prove.prove(original, grafted, pe, quant)[1]
+    assert (check.tolerance - ULP_QUARTER) / (2 * 0.27) == pytest.approx(1.001, abs=1e-4)
+    # a single trial measures the same gain
+    (check,) = prove.prove(original, grafted, pe, tol, trials=1)[1]
+    assert (check.tolerance - ULP_QUARTER) / (2 * 0.02) == pytest.approx(1.001, abs=1e-4)
+
+
+def test_prove_gain_with_a_pe_larger_than_one():
+    """max|pe| = 2: the probe is 1e-3 * 2, so y = pe^2 moves by (2 * 2 + 2e-3) per unit."""
+    from edgepe.graft.splice import graft_model
+
+    big = T * 4
+    original = _squared(big)
+    pe = prove.table_pe(big, 18)
+    grafted = graft_model(original, pe, _manifest(), "pe_old", "pos")
+    (check,) = prove.prove(original, grafted, pe, _manifest(atol=0.01))[1]
+    ulps = 64 * 2.0**-21  # 64 ulp of 4
+    assert (check.tolerance - ulps) / 0.02 == pytest.approx(4.002, abs=1e-3)
+
+
+def test_prove_measures_the_difference_at_the_last_position():
+    old = T.copy()
+    old[L - 1, 3] = 0.25  # the original's row max_len - 1 differs: 1/2 there in the PE
+    original = _squared(old)
+    grafted, pe = _graft(original)
+    (check,) = prove.prove(original, grafted, pe, _manifest(atol=0.01))[1]
+    assert check.max_abs_err == 0.25 - 0.0625 and not check.passed
+
+
+def test_prove_an_added_pe_is_held_to_its_own_rows_without_the_int8_bound():
+    """``add`` at a model input: the original has no PE, the reference is the original with
+    the artifact's rows put in (err 0); the int8 bound does not count then."""
+    original = _model([helper.make_node("Mul", ["x", "x"], ["y"])],
+                      [_vi("x", TensorProto.FLOAT, ["B", "S", D]),
+                       _vi("pos", TensorProto.INT64, ["B", "S"])],
+                      [_vi("y", TensorProto.FLOAT, ["B", "S", D])])
+    grafted, pe = _graft(original, at="x", add=True)
+    assert grafted.add and grafted.from_input
+    plain = prove.prove(original, grafted, pe, _manifest(atol=0.01))[1][0]
+    quant = prove.prove(original, grafted, pe, _manifest(atol=0.01, quant={"bound": 0.5}))[1][0]
+    assert plain.max_abs_err == 0.0 and plain.tolerance == quant.tolerance
+    assert plain.tolerance > 2 * 0.01  # the gain (2 |x + pe|, x standard normal) is over 1
+
+
+def test_prove_a_pe_put_at_a_model_input():
+    """``--at`` a model input without ``add``: that input is gone, the PE makes it."""
+    original = _model([helper.make_node("Mul", ["x", "x"], ["y"])],
+                      [_vi("x", TensorProto.FLOAT, ["B", "S", D]),
+                       _vi("pos", TensorProto.INT64, ["B", "S"])],
+                      [_vi("y", TensorProto.FLOAT, ["B", "S", D])])
+    grafted, pe = _graft(original, at="x")
+    assert grafted.from_input and not grafted.add
+    (check,) = prove.prove(original, grafted, pe, _manifest(quant={"bound": 0.5}))[1]
+    assert check.max_abs_err == 0.0 and check.tolerance == ULP_QUARTER
+
+
+def test_prove_new_positions_input_is_fed_0_to_s_minus_1():
+    """The original gathers rows 0 .. S-1 itself (Range of x's sequence axis); graft makes a
+    new positions input, fed arange (the original does not take it)."""
+    one = onnx.numpy_helper.from_array(np.asarray(1, np.int64), "one")
+    zero = onnx.numpy_helper.from_array(np.asarray(0, np.int64), "zero")
+    axis = onnx.numpy_helper.from_array(np.asarray([0], np.int64), "axis")
+    old = onnx.numpy_helper.from_array(T.astype(np.float32), "old_table")
+    original = _model([helper.make_node("Shape", ["x"], ["s1"], start=1, end=2),
+                       helper.make_node("Squeeze", ["s1", "axis"], ["s"]),
+                       helper.make_node("Range", ["zero", "s", "one"], ["r"]),
+                       helper.make_node("Gather", ["old_table", "r"], ["pe_old"]),
+                       helper.make_node("Add", ["x", "pe_old"], ["y"])],
+                      [_vi("x", TensorProto.FLOAT, ["B", "S", D])],
+                      [_vi("y", TensorProto.FLOAT, ["B", "S", D])], [one, zero, axis, old])
+    grafted, pe = _graft(original, positions="p")
+    assert grafted.new_input
+    (check,) = prove.prove(original, grafted, pe, _manifest())[1]
+    assert check.max_abs_err == 0.0
+
+
+def test_prove_a_static_sequence_axis_gives_its_one_length():
+    for seq in (1, 3):
+        original = _squared(pos_dims=(2, seq))
+        grafted, pe = _graft(original)
+        assert grafted.seq_dim == seq
+        lengths, (check,) = prove.prove(original, grafted, pe, _manifest(), lengths=[5])
+        assert lengths == [seq] and check.max_abs_err == 0.0
+
+
+def test_prove_refuses_lengths_and_sizes_before_running():
+    original = _squared()
+    grafted, pe = _graft(original)
+    with pytest.raises(BadParameterError, match=r"^--lengths 9: each length must be 1 \.\. 8 "):
+        prove.prove(original, grafted, pe, _manifest(), lengths=[9])
+    with pytest.raises(BadParameterError, match=r"^max_len 67108864 x width 4: "):
+        prove.prove(original, grafted, pe, _manifest(max_len=1 << 26))
+
+
+def test_prove_names_the_model_that_fails_at_a_length():
+    """The original taking sequence length 4 only is bad input; the grafted failing where the
+    original runs is a failed proof."""
+    original = _squared()
+    fixed = onnx.numpy_helper.from_array(np.zeros((1, 4, 1), np.float32), "four")
+    stuck = onnx.ModelProto.FromString(original.SerializeToString())
+    stuck.graph.initializer.append(fixed)
+    stuck.graph.node[-1].output[0] = "y4"
+    stuck.graph.node.append(helper.make_node("Add", ["y4", "four"], ["y"]))
+    grafted, pe = _graft(original)
+    bad, _ = _graft(stuck)
+    with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
+                                                r"length 2 \("):
+        prove.prove(stuck, bad, pe, _manifest())
+    import dataclasses
+
+    broken = dataclasses.replace(grafted, model=bad.model)
+    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 2: "):
+        prove.prove(original, broken, pe, _manifest())
+
+
+def test_a_failing_session_logs_nothing(capfd):
+    session = prove._session(_identity_model([2]))
+    with pytest.raises(ParityError):
+        prove._run(session, ["y"], {"x": np.zeros(3, np.float32)}, 3, "grafted")
+    assert capfd.readouterr().err == ""

@@ -206,10 +206,14 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     gain = dict.fromkeys(names, 0.0)
     peak = dict.fromkeys(names, 0.0)
     wanted = {i.name for i in reference.get_inputs()}
+    # the sequence axis is known by name when an input carries it: not a name shape inference
+    # made up for the replaced tensor ('unk__0'), which only a new positions input has
+    named = seq if isinstance(seq, str) and any(
+        seq in i.shape for i in mine.get_inputs()
+        if not (grafted.new_input and i.name == grafted.positions.name)) else None
     for length in lengths:
         for trial in range(trials):
-            feeds = _feeds(mine, length, seq if isinstance(seq, str) else None, grafted, max_len,
-                           rng)
+            feeds = _feeds(mine, length, named, grafted, max_len, rng)
             inputs = {k: v for k, v in feeds.items() if k in wanted}
             want = dict(zip(names, _run(reference, names, inputs, length, "original"),
                             strict=True))
