@@ -5,6 +5,7 @@ producer cone removed, opsets reconciled, names prefixed, the manifest recorded 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ class Positions:
             name, _, axis = text[len("arange:"):].partition(":")
             if not name:
                 raise BadParameterError("--positions arange:INPUT needs an input name")
-            if axis and not axis.lstrip("-").isdigit():
+            if axis and not re.fullmatch(r"-?[0-9]+", axis):
                 raise BadParameterError(f"--positions {text!r}: the axis must be an integer")
             return cls("arange", name, int(axis) if axis else None)
         if not text:
