@@ -64,6 +64,8 @@ def test_pe_tolerance_refuses_a_tolerance_that_is_not_an_object():
     assert str(exc.value) == "the artifact's manifest tolerance must be an object, got [0.1]"
     with pytest.raises(ArtifactError, match=r"manifest tolerance\.rtol must be non-negative"):
         prove.pe_tolerance({"tolerance": {"rtol": -1}}, np.ones(2), quantised=False)
+    with pytest.raises(ArtifactError, match=r"manifest tolerance\.atol must be non-negative"):
+        prove.pe_tolerance({"tolerance": {"atol": -1}}, np.ones(2), quantised=False)
     with pytest.raises(ArtifactError, match=r"manifest quant\.bound must be non-negative numbers, "
                                             r"got None"):
         prove.pe_tolerance({"quant": {}}, np.ones(2), quantised=True)
@@ -183,6 +185,8 @@ def test_table_pe_gathers_rows_of_a_float32_table():
     assert out.dtype == np.float32 and out.tolist() == table[[3, 0, 3]].tolist()
     dims = model.graph.output[0].type.tensor_type.shape.dim
     assert [d.dim_param or d.dim_value for d in dims] == ["N", 3]
+    (dim,) = model.graph.input[0].type.tensor_type.shape.dim
+    assert dim.dim_param == "N"  # the same N: onnx's shape inference ties the two
     assert prove._pe_values(model, 4).tolist() == table.astype(np.float32).tolist()
 
 
@@ -234,7 +238,10 @@ def test_hf_feeds_mask_positions_and_dtypes():
     assert feeds["input_ids"].shape == (2, 5) and set(np.unique(feeds["input_ids"])) <= {0, 1}
     assert feeds["input_ids"].dtype == np.int64
     assert feeds["embeds"].shape == (2, 5, 4) and feeds["embeds"].dtype == np.float32
-    assert feeds["flags"].tolist() == [True, True]
+    assert not set(np.unique(feeds["embeds"])) <= {0.0, 1.0}  # standard normal
+    assert feeds["flags"].tolist() == [True, True] and feeds["flags"].dtype == bool
+    many = prove.hf_feeds(session, 64, 0, 0, 64, np.random.default_rng(0))
+    assert set(np.unique(many["input_ids"])) == {0, 1}
     assert feeds["other"].shape == (5,) and feeds["other"].dtype == np.float64  # unknown: seq
 
 
@@ -268,6 +275,9 @@ def test_proof_cases():
                       ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
     assert prove.proof_cases(cached, 64)[-2:] == [(3, 5, 0, 0), (1, 63, 0, 0)]
     assert prove.proof_cases(cached, 7)[-2:] == [(3, 4, 0, 0), (1, 6, 0, 0)]
+    # max_len 2: no 3-token step (its past would be -1), the decode step at position 1
+    assert prove.proof_cases(cached, 2) == [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0)]
+    assert prove.proof_cases(cached, 3)[-2:] == [(3, 0, 0, 0), (1, 2, 0, 0)]
     positioned = _session(("input_ids", ["b", "s"], "tensor(int64)"),
                           ("position_ids", ["b", "s"], "tensor(int64)"))
     assert prove.proof_cases(positioned, 64)[-1] == (16, 0, 0, 48)  # ends at position 63
@@ -302,15 +312,17 @@ def test_feeds_for_a_proof_run():
     assert feeds["x"].shape == (2, 7, 4) and feeds["x"].dtype == np.float32
     assert feeds["x"].std() > 0.5  # standard normal, not zeros
     assert feeds["mask"].dtype == bool and feeds["mask"].shape == (2, 7)
+    assert feeds["mask"].any() and not feeds["mask"].all()  # random, about half true
     assert feeds["ids"].shape == (3, 7) and feeds["ids"].dtype == np.int64
-    assert set(np.unique(feeds["ids"])) <= {0, 1}
+    assert set(np.unique(feeds["ids"])) == {0, 1}
     # the sequence axis not known by name: every free axis gets the length
     unknown = prove._feeds(session, 7, None, _grafted(), 50, np.random.default_rng(0))
     assert unknown["x"].shape == (7, 7, 4)
     # positions graft made itself (the original gathered 0 .. S-1): arange
-    new = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 5, "S",
+    new = prove._feeds(_session(("positions", ["S"], "tensor(int64)"),
+                                ("x", ["S"], "tensor(float)")), 5, "S",
                        _grafted(new_input=True), 50, np.random.default_rng(0))
-    assert new["positions"].tolist() == [0, 1, 2, 3, 4]
+    assert new["positions"].tolist() == [0, 1, 2, 3, 4] and new["x"].shape == (5,)
     # positions that are not an input of the model: fed like any integer input
     inner = prove._feeds(_session(("positions", ["S"], "tensor(int64)")), 5, "S",
                          _grafted(kind="node"), 50, np.random.default_rng(0))
@@ -513,3 +525,186 @@ def test_a_failing_session_logs_nothing(capfd):
     with pytest.raises(ParityError):
         prove._run(session, ["y"], {"x": np.zeros(3, np.float32)}, 3, "grafted")
     assert capfd.readouterr().err == ""
+
+
+# ---- proof_manifest: the tolerance and bound come from this edgepe's rebuild --------------------
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """binary at 16 x 8 (float32, int8) and binary-gated from a checkpoint (float32, int8)."""
+    import torch
+
+    from edgepe import api
+    from edgepe.schemes import build, resolve
+
+    folder = tmp_path_factory.mktemp("proof_manifest")
+    ckpt = folder / "gated.pt"
+    torch.save(build(resolve("binary-gated", 16, d_model=8), seed=3).state_dict(), ckpt)
+    made = {"ckpt": ckpt}
+    for name, scheme, options in (("float", "binary", {}), ("int8", "binary", {"quantize": "int8"}),
+                                  ("gated", "binary-gated", {"checkpoint": ckpt}),
+                                  ("gated_int8", "binary-gated", {"checkpoint": ckpt,
+                                                                  "quantize": "int8"})):
+        made[name] = api.export(api.make_config(scheme, 16, d_model=8, out=folder / f"{name}.onnx",
+                                                **options), verify=False)[0].path
+    return made
+
+
+def _loosened(path):
+    from edgepe.contract import manifest as manifest_io
+
+    manifest = manifest_io.read(path)
+    return manifest, {**manifest, "tolerance": {"atol": 1.0, "rtol": 1.0},
+                      "quant": None if manifest["quant"] is None else {"bound": 9.0}}
+
+
+def test_proof_manifest_takes_the_tolerance_from_the_rebuild(artifacts):
+    for name in ("float", "int8"):
+        true, loose = _loosened(artifacts[name])
+        held = prove.proof_manifest(artifacts[name], loose)
+        assert held == {**loose, "tolerance": true["tolerance"], "quant": true["quant"]}, name
+    assert held["quant"]["bound"] < 0.01
+
+
+def test_proof_manifest_of_a_checkpoint_artifact(artifacts):
+    """Without its checkpoint, a float artifact is held to the registry's tolerance (rtol 2.4e-7,
+    atol 1e-7 for binary_gated); an int8 one needs it (its bound comes from the weights), and a
+    wrong checkpoint is refused."""
+    from edgepe.contract.errors import CheckpointError
+
+    true, loose = _loosened(artifacts["gated"])
+    assert prove.proof_manifest(artifacts["gated"], loose) == {
+        **loose, "tolerance": {"rtol": 2.4e-7, "atol": 1e-7}, "quant": None}
+    assert prove.proof_manifest(artifacts["gated"], loose, artifacts["ckpt"])["tolerance"] == \
+        true["tolerance"]
+    with pytest.raises(CheckpointError, match="is not the one this artifact was exported from"):
+        prove.proof_manifest(artifacts["gated"], loose, artifacts["float"])
+    true, loose = _loosened(artifacts["gated_int8"])
+    with pytest.raises(CheckpointError, match="pass it with --checkpoint FILE"):
+        prove.proof_manifest(artifacts["gated_int8"], loose)
+    assert prove.proof_manifest(artifacts["gated_int8"], loose, artifacts["ckpt"])["quant"] == \
+        true["quant"]
+
+
+# ---- prove_found: a transformers-like export whose cos table graft replaces ---------------------
+
+E = np.array([[1.0] * D, [-1.0] * D], np.float32)  # token 0 -> +1, token 1 -> -1
+# rows of k/2 - 3/4 (k = 0..3 cycling): every row holds -3/4 and +3/4
+C = ((np.arange(L * D).reshape(L, D) % 4) - 1.5) / 2
+ULP_3_4 = 2.0**-24  # one ulp of 0.75 (float32)
+
+
+def _hf(cached=False, cos_output=False):
+    """``y = E[input_ids] * C[position_ids] * mask`` with inputs named as transformers names
+    them (``cached``: a KV cache input too, unused); ``cos``: the rows the PE replaces."""
+    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["emb"]),
+             helper.make_node("Gather", ["C", "position_ids"], ["cos"]),
+             helper.make_node("Mul", ["emb", "cos"], ["ec"])]
+    if cached:
+        nodes.append(helper.make_node("Identity", ["ec"], ["y"]))
+    else:
+        nodes += [helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
+                  helper.make_node("Unsqueeze", ["mf", "two"], ["mu"]),
+                  helper.make_node("Mul", ["ec", "mu"], ["y"])]
+    inputs = [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+              _vi("attention_mask", TensorProto.INT64, ["b", "t"]),
+              _vi("position_ids", TensorProto.INT64, ["b", "s"])]
+    if cached:
+        inputs.append(_vi("past_key_values.0.key", TensorProto.FLOAT, ["b", 2, "p", 4]))
+    outputs = [_vi("y", TensorProto.FLOAT, ["b", "s", D])]
+    if cos_output:
+        outputs.append(_vi("cos", TensorProto.FLOAT, ["b", "s", D]))
+    inits = [onnx.numpy_helper.from_array(E, "E"),
+             onnx.numpy_helper.from_array(C.astype(np.float32), "C"),
+             onnx.numpy_helper.from_array(np.asarray([2], np.int64), "two")]
+    return _model(nodes, inputs, outputs, inits)
+
+
+def _found(original, rows=C):
+    from edgepe.graft.splice import splice_found
+
+    return splice_found(original, prove.table_pe(rows, 18), {"pe": "cos"}, "position_ids",
+                        {"scheme": "test"})
+
+
+EVERY = "every position 0..7 (the replaced tensors)"
+
+
+def test_prove_found_compares_outputs_and_the_replaced_tensor():
+    original = _hf()
+    grafted = _found(original)
+    cases, checks = prove.prove_found(original, grafted, ["cos"], L)
+    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY]
+    assert [(c.name, c.max_abs_err, c.tolerance) for c in checks] == [
+        ("y", 0.0, 64 * ULP_3_4), ("cos", 0.0, 4 * ULP_3_4)]
+    # an int8 bound: the replaced tensor gets it; an output twice its gain (|E| = 1) times it
+    y, cos = prove.prove_found(original, grafted, ["cos"], L, bound=0.01)[1]
+    assert cos.tolerance == 0.01 + 4 * ULP_3_4
+    assert (y.tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(BadParameterError, match=r"^--lengths 9: each length must be 1 \.\. 8 "):
+        prove.prove_found(original, grafted, ["cos"], L, lengths=[9])
+
+
+def test_prove_found_checks_every_position_of_the_replaced_tensor():
+    """A row the runs never reach (4: runs at positions 0, 1, 6, 7) differs: only the cone run
+    at every position sees it, in the replaced tensor."""
+    rows = C.copy()
+    rows[4, 2] = 0.5  # 0.25 in the original
+    original = _hf()
+    cases, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
+                                        lengths=[2])
+    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY]
+    assert (y.name, y.max_abs_err, cos.name, cos.max_abs_err) == ("y", 0.0, "cos", 0.25)
+    assert not cos.passed and y.passed
+    # reached by a run (default lengths 1, 7, 8): the output differs too
+    _, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L)
+    assert y.max_abs_err == 0.25 and cos.max_abs_err == 0.25
+
+
+def test_prove_found_with_a_cache_decodes_at_the_last_position():
+    original = _hf(cached=True, cos_output=True)
+    rows = C.copy()
+    rows[L - 1, 0] = -0.25  # -0.75 in the original: reached by the decode step at max_len - 1
+    cases, checks = prove.prove_found(original, _found(original, rows), ["cos"], L, lengths=[2],
+                                      bound=0.01)
+    assert cases == ["2", "2 (left pad 1)", "3+5", "1+7", EVERY]
+    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.5), ("cos", 0.5)]
+    # the gain is measured on the last run (the decode step): |E| = 1 there too
+    assert (checks[0].tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
+
+
+def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes():
+    """A lowered model fuses the replaced tensor away: only the outputs are compared."""
+    original = _hf()
+    mine = onnx.ModelProto.FromString(original.SerializeToString())
+    for node in mine.graph.node:
+        node.input[:] = ["fused" if n == "cos" else n for n in node.input]
+        node.output[:] = ["fused" if n == "cos" else n for n in node.output]
+    cases, checks = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L)
+    assert cases == ["1", "7", "8", "8 (left pad 3)"]
+    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
+
+
+def test_gain_of_each_output_per_unit_change_of_the_replaced_tensors():
+    """y = E[ids] * cos * mask with |E| = 1: y moves one for one with cos (PROBE each)."""
+    original = _hf()
+    gain = prove._gain(original, ["cos"], [(8, 0, 0, 0)], L, ["y", "cos"], 0)
+    assert list(gain) == ["y"] and gain["y"] == pytest.approx(1.0, abs=1e-3)
+    # twice the embedding: twice the gain; the original model is left as it was
+    doubled = onnx.ModelProto.FromString(original.SerializeToString())
+    doubled.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(2 * E, "E"))
+    before = doubled.SerializeToString()
+    assert prove._gain(doubled, ["cos"], [(1, 0, 0, 0), (8, 0, 0, 0)], L, ["y"], 0)["y"] == \
+        pytest.approx(2.0, abs=2e-3)
+    assert doubled.SerializeToString() == before
+
+
+def test_cone_run_computes_the_named_tensors_alone():
+    original = _hf()
+    ids = np.array([[7, 0, 3]], np.int64)
+    feeds = {"position_ids": ids, "input_ids": np.zeros((1, 3), np.int64), "other": ids}
+    out = prove._cone_run(original, ["cos"], feeds, 3, "original")
+    assert list(out) == ["cos"] and out["cos"].tolist() == C[ids].astype(np.float32).tolist()
+    with pytest.raises(ParityError, match="^the grafted model fails at sequence length 3: "):
+        prove._cone_run(original, ["cos"], {"position_ids": ids.astype(np.int32)}, 3, "grafted")
