@@ -1,0 +1,421 @@
+"""graft's RoPE lowering at known values (edgepe.graft.lower; issue 33: mutmut survivors): tiny
+hand-built rotate-half and GPT-J rotations over graft-style tables, fused by ``lower_rope`` /
+``lower_interleaved`` / ``feed_tables``, run on onnxruntime against numpy's rotation, and every
+pattern that must not be fused. tests/test_graft_hf.py lowers real transformers exports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepe.contract.errors import BadParameterError
+from edgepe.graft import lower
+
+P = "edgepe_pe0/"
+L, B, H, S, R = 8, 1, 2, 3, 8
+HALF = R // 2
+ANGLES = np.arange(L)[:, None] * (1.0 / 10 ** (np.arange(HALF) / HALF))[None]
+COS, SIN = np.cos(ANGLES).astype(np.float32), np.sin(ANGLES).astype(np.float32)
+Q = np.random.default_rng(0).standard_normal((B, H, S, R)).astype(np.float32)
+IDS = np.array([[5, 0, 7]], np.int64)
+
+
+def _vi(name, elem, dims):
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def _const(name, values, dtype=np.int64):
+    return numpy_helper.from_array(np.asarray(values, dtype), name)
+
+
+def _rotate_half_nodes(x="q", out="out", axis=3, steps=True, tag=""):
+    """transformers' apply_rotary_pos_emb on ``x``: Add(Mul(x, cos'), Mul(Concat(Neg(x2), x1),
+    sin')) with cos' = Unsqueeze(cos, 1)."""
+    t = tag
+    nodes = [helper.make_node("Unsqueeze", ["cos", "one"], [f"cu{t}"]),
+             helper.make_node("Unsqueeze", ["sin", "one"], [f"su{t}"]),
+             helper.make_node("Mul", [x, f"cu{t}"], [f"m1{t}"]),
+             helper.make_node("Slice", [x, "zero", "half", f"axis{axis}",
+                                        *(["step1"] if steps else [])], [f"x1{t}"]),
+             helper.make_node("Slice", [x, "half", "big", f"axis{axis}",
+                                        *(["step1"] if steps else [])], [f"x2{t}"]),
+             helper.make_node("Neg", [f"x2{t}"], [f"nx2{t}"]),
+             helper.make_node("Concat", [f"nx2{t}", f"x1{t}"], [f"rot{t}"], axis=-1),
+             helper.make_node("Mul", [f"rot{t}", f"su{t}"], [f"m2{t}"]),
+             helper.make_node("Add", [f"m1{t}", f"m2{t}"], [out])]
+    return nodes
+
+
+def _tables_nodes():
+    """The graft's tables [L, R/2] read by its squeezed positions, doubled to [B, S, R]."""
+    return [helper.make_node("Identity", ["position_ids"], [f"{P}positions_squeezed"]),
+            helper.make_node("Gather", [f"{P}cos_table", f"{P}positions_squeezed"], ["ch"]),
+            helper.make_node("Concat", ["ch", "ch"], ["cos"], axis=-1),
+            helper.make_node("Gather", [f"{P}sin_table", f"{P}positions_squeezed"], ["sh"]),
+            helper.make_node("Concat", ["sh", "sh"], ["sin"], axis=-1)]
+
+
+def _inits():
+    return [numpy_helper.from_array(COS, f"{P}cos_table"),
+            numpy_helper.from_array(SIN, f"{P}sin_table"),
+            _const("one", [1]), _const("zero", [0]), _const("half", [HALF]),
+            _const("big", [2**62]), _const("axis3", [3]), _const("axis-1", [-1]),
+            _const("step1", [1])]
+
+
+def _rope_model(rotations=None, opset=18, outputs=("out",)):
+    nodes = [*_tables_nodes(), *(rotations if rotations is not None else _rotate_half_nodes())]
+    model = helper.make_model(helper.make_graph(
+        nodes, "m", [_vi("q", TensorProto.FLOAT, [B, H, "S", R]),
+                     _vi("position_ids", TensorProto.INT64, [B, "S"])],
+        [_vi(o, TensorProto.FLOAT, [B, H, "S", R]) for o in outputs], _inits()),
+        opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset >= 23 else 8
+    return model
+
+
+def _rotated(q=Q, ids=IDS):
+    cos, sin = np.concatenate([COS[ids]] * 2, -1)[:, None], np.concatenate([SIN[ids]] * 2,
+                                                                           -1)[:, None]
+    rot = np.concatenate([-q[..., HALF:], q[..., :HALF]], -1)
+    return q * cos + rot * sin
+
+
+def _run(model, **feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def test_the_test_model_rotates_half():
+    np.testing.assert_allclose(_run(_rope_model(), q=Q, position_ids=IDS)[0], _rotated(),
+                               rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("lowering", ["ort", "rotary23"])
+def test_lower_rope_fuses_the_rotation(lowering):
+    model = _rope_model(opset=23 if lowering == "rotary23" else 18)
+    fused, removed = lower.lower_rope(model, P, "cos", "sin", lowering)
+    assert fused == 1
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Identity", "RotaryEmbedding"], ops
+    # the Add, its 2 Muls, 2 Unsqueezes, 2 Slices, Neg, Concat, and the tables' 2 Gathers and 2
+    # Concats: 13, plus the fused op itself
+    assert removed == 13 + 1
+    node = model.graph.node[1]
+    assert node.output == ["out"] and node.name == f"{P}rotary0"
+    if lowering == "ort":
+        assert node.domain == "com.microsoft"
+        assert list(node.input) == ["q", f"{P}positions_squeezed", f"{P}cos_table",
+                                    f"{P}sin_table"]
+        assert ("com.microsoft", 1) in [(o.domain, o.version) for o in model.opset_import]
+    else:
+        assert node.domain == ""
+        assert list(node.input) == ["q", f"{P}cos_table", f"{P}sin_table",
+                                    f"{P}positions_squeezed"]
+        assert "com.microsoft" not in [o.domain for o in model.opset_import]
+    assert {a.name: a.i for a in node.attribute}["interleaved"] == 0
+    assert sorted(t.name for t in model.graph.initializer) == [f"{P}cos_table", f"{P}sin_table"]
+    lower.check_lowered(model)
+    np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], _rotated(), rtol=0,
+                               atol=1e-6)
+
+
+def _fused(rotations, lowering="ort", extra_inits=(), outputs=("out",), opset=None):
+    model = _rope_model(rotations, opset=opset or (23 if lowering == "rotary23" else 18),
+                        outputs=outputs)
+    model.graph.initializer.extend(extra_inits)
+    return model, lower.lower_rope(model, P, "cos", "sin", lowering)
+
+
+NONE_FOUND = ("--rope-lowering: no rotate-half arithmetic (Add(Mul(x, cos), Mul(Concat(Neg(x2), "
+              "x1), sin))) found on the RoPE's tensors")
+
+
+def _edited(edit):
+    nodes = _rotate_half_nodes()
+    edit({n.output[0]: n for n in nodes})
+    return nodes
+
+
+def test_lower_rope_takes_the_last_axis_as_minus_one_and_no_steps():
+    for rotations in (_rotate_half_nodes(axis="-1"), _rotate_half_nodes(steps=False)):
+        model, (fused, _) = _fused(rotations)
+        assert fused == 1
+        np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], _rotated(), rtol=0,
+                                   atol=1e-6)
+
+
+def test_lower_rope_fuses_every_rotation_and_leaves_other_adds():
+    nodes = [*_rotate_half_nodes(), *_rotate_half_nodes(x="out", out="out2", tag="k"),
+             helper.make_node("Add", ["out2", "q"], ["plus"]),  # not of two Muls
+             helper.make_node("Relu", ["q"], ["r"]), helper.make_node("Mul", ["q", "q"], ["qq"]),
+             helper.make_node("Add", ["qq", "r"], ["mixed"])]  # one Mul, one Relu
+    model, (fused, removed) = _fused(nodes, outputs=("plus", "mixed"))
+    assert fused == 2 and removed == 9 * 2 + 4 + 2
+    rotary = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert [n.name for n in rotary] == [f"{P}rotary0", f"{P}rotary1"]
+    assert [n.op_type for n in model.graph.node].count("Add") == 2
+    want = _rotated(_rotated()) + Q
+    np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], want, rtol=0, atol=1e-5)
+
+
+def test_lower_rope_through_a_float32_cast_and_traced_halves():
+    """Optimum's form: cos/sin cast to float32 before the Unsqueeze; the halves' bounds one traced
+    tensor, each through its own Unsqueeze."""
+    def edit(n):
+        n["cu"].input[0] = "cos32"
+        n["x1"].input[2] = "end"
+        n["x2"].input[1] = "start"
+
+    nodes = [helper.make_node("Cast", ["cos", ], ["cos32"], to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["four"], ["h"]),
+             helper.make_node("Unsqueeze", ["h", "zero"], ["end"]),
+             helper.make_node("Unsqueeze", ["h", "zero"], ["start"]), *_edited(edit)]
+    model, (fused, _) = _fused(nodes, extra_inits=[_const("four", 4)])
+    assert fused == 1
+    np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], _rotated(), rtol=0,
+                               atol=1e-6)
+
+
+def _refused(nodes, extra_inits=()):
+    with pytest.raises(BadParameterError) as exc:
+        _fused(nodes, extra_inits=extra_inits)
+    assert str(exc.value) == NONE_FOUND
+
+
+@pytest.mark.parametrize("change", [
+    "cast16", "step2", "start1", "second_axis2", "end3", "start3", "not_neg",
+    "not_concat", "three_inputs", "other_x1", "other_x2", "traced_axes", "traced_sources",
+    "unsqueeze_other", "both_in_one_mul", "rot_not_made"])
+def test_lower_rope_leaves_what_is_not_rotate_half(change):
+    extra = [_const("step2", [2]), _const("one_", [1]), _const("three", [3]),
+             _const("four", 4), _const("axis2", [2])]
+    pre = []
+
+    def edit(n):
+        if change == "cast16":
+            pre.append(helper.make_node("Cast", ["cos"], ["cos16"], to=TensorProto.FLOAT16))
+            pre.append(helper.make_node("Cast", ["cos16"], ["cos32"], to=TensorProto.FLOAT))
+            n["cu"].input[0] = "cos16"
+        elif change == "step2":
+            n["x1"].input[4] = "step2"
+        elif change == "start1":
+            n["x1"].input[1] = "one_"
+        elif change == "axis2":
+            n["x1"].input[3] = "axis2"
+        elif change == "second_axis2":
+            n["x2"].input[3] = "axis2"
+        elif change == "end3":
+            n["x1"].input[2] = "three"
+        elif change == "start3":
+            n["x2"].input[1] = "three"
+        elif change == "not_neg":
+            n["nx2"].op_type = "Abs"
+        elif change == "not_concat":
+            n["rot"].op_type = "Sum"
+            del n["rot"].attribute[:]
+        elif change == "three_inputs":
+            n["rot"].input.append("x1")
+        elif change == "other_x1":
+            pre.append(helper.make_node("Identity", ["q"], ["q2"]))
+            n["x1"].input[0] = "q2"
+        elif change == "other_x2":
+            pre.append(helper.make_node("Identity", ["q"], ["q2"]))
+            n["x2"].input[0] = "q2"
+        elif change in ("traced_axes", "traced_sources"):
+            pre.extend([helper.make_node("Identity", ["four"], ["h"]),
+                        helper.make_node("Identity", ["four"], ["h2"]),
+                        helper.make_node("Unsqueeze", ["h", "zero"], ["end"]),
+                        helper.make_node("Unsqueeze", ["h2" if change == "traced_sources" else
+                                                       "h", "zero"], ["start"])])
+            if change == "traced_axes":
+                pre[-1].input[1] = "one_"
+            n["x1"].input[2] = "end"
+            n["x2"].input[1] = "start"
+        elif change == "unsqueeze_other":
+            n["cu"].op_type = "Identity"
+            del n["cu"].input[1:]
+        elif change == "both_in_one_mul":
+            n["m1"].input[0] = "su"
+            n["m2"].input[:] = ["q", "q"]
+        elif change == "rot_not_made":
+            n["m2"].input[0] = "q"
+
+    nodes = _edited(edit)
+    _refused([*pre, *nodes], extra)
+
+
+def test_lower_rope_needs_the_float32_tables():
+    model = _rope_model()
+    model.graph.initializer.remove(model.graph.initializer[0])
+    with pytest.raises(BadParameterError) as exc:
+        lower.lower_rope(model, P, "cos", "sin", "ort")
+    assert str(exc.value) == lower.TABLES_NEEDED == (
+        "--rope-lowering needs the float32 RoPE tables (--mode table, not with --quantize int8 "
+        "or --mode sliced)")
+
+
+def _partial(concat_axis=-1, rest_start="rot8", reader=False):
+    """Partial rotary (GPT-NeoX): v [.., 12], x = v[..., :8] rotated, Concat(it, v[..., 8:])."""
+    nodes = [helper.make_node("Slice", ["v", "zero", "rot8", "axis3"], ["q"]),
+             *_rotate_half_nodes(),
+             helper.make_node("Slice", ["v", rest_start, "big", "axis3"], ["rest"]),
+             helper.make_node("Concat", ["out", "rest"], ["full"], axis=concat_axis)]
+    outputs = [_vi("full", TensorProto.FLOAT, [B, H, "S", 12])]
+    if reader:  # q read once more: the op cannot take all of v
+        nodes.append(helper.make_node("Identity", ["q"], ["q_copy"]))
+        outputs.append(_vi("q_copy", TensorProto.FLOAT, [B, H, "S", R]))
+    model = helper.make_model(helper.make_graph(
+        [*_tables_nodes(), *nodes], "m",
+        [_vi("v", TensorProto.FLOAT, [B, H, "S", 12]),
+         _vi("position_ids", TensorProto.INT64, [B, "S"])], outputs,
+        [*_inits(), _const("rot8", [R]), _const("rot7", [7])]),
+        opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return model
+
+
+V = np.random.default_rng(1).standard_normal((B, H, S, 12)).astype(np.float32)
+
+
+def test_rotary23_fuses_partial_rotary_over_all_of_v():
+    model = _partial()
+    fused, _ = lower.lower_rope(model, P, "cos", "sin", "rotary23")
+    assert fused == 1
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert node.input[0] == "v" and node.output == ["full"]
+    assert {a.name: a.i for a in node.attribute} == {"interleaved": 0, "rotary_embedding_dim": R}
+    assert "Concat" not in [n.op_type for n in model.graph.node]
+    want = np.concatenate([_rotated(V[..., :R]), V[..., R:]], -1)
+    np.testing.assert_allclose(_run(model, v=V, position_ids=IDS)[0], want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("change", [{"concat_axis": 2}, {"rest_start": "rot7"}, {"reader": True}])
+def test_rotary23_partial_rotary_needs_the_exact_pattern(change):
+    """Concatenated on another axis, the rest not from R on, or x read elsewhere: only the
+    rotation of x is fused (the Concat stays)."""
+    model = _partial(**change)
+    if change.get("concat_axis") == 2:
+        model.graph.output[0].type.tensor_type.ClearField("shape")
+    fused, _ = lower.lower_rope(model, P, "cos", "sin", "rotary23")
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert fused == 1 and node.input[0] == "q" and node.output == ["out"]
+    assert {a.name: a.i for a in node.attribute} == {"interleaved": 0}
+    assert "Concat" in [n.op_type for n in model.graph.node]
+
+
+# ---- feed_tables, to_opset, check_lowered, _drop, _prune -----------------------------------------
+
+
+def _onnx_rotary(cos="cos", sin="sin", domain=""):
+    """An opset-23 export's own RotaryEmbedding reading caches [B, S, R/2] gathered from the
+    graft's tables (what a graft leaves before feed_tables)."""
+    nodes = [helper.make_node("Identity", ["position_ids"], [f"{P}positions_squeezed"]),
+             helper.make_node("Gather", [f"{P}cos_table", f"{P}positions_squeezed"], ["cos"]),
+             helper.make_node("Gather", [f"{P}sin_table", f"{P}positions_squeezed"], ["sin"]),
+             helper.make_node("RotaryEmbedding", ["q", cos, sin], ["out"], domain=domain,
+                              name="rope")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "m", [_vi("q", TensorProto.FLOAT, [B, H, "S", R]),
+                     _vi("position_ids", TensorProto.INT64, [B, "S"])],
+        [_vi("out", TensorProto.FLOAT, [B, H, "S", R])], _inits()[:2]),
+        opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return model
+
+
+def test_feed_tables_points_onnx_rotary_at_the_tables():
+    model = _onnx_rotary()
+    before = _run(model, q=Q, position_ids=IDS)[0]
+    np.testing.assert_allclose(before, _rotated(), rtol=0, atol=1e-6)
+    assert lower.feed_tables(model, P, "cos", "sin") == (1, 2)  # the two Gathers went
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert list(node.input) == ["q", f"{P}cos_table", f"{P}sin_table",
+                                f"{P}positions_squeezed"]
+    np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], before, rtol=0, atol=0)
+    # another domain's op, or one reading other caches, is left alone
+    other = _onnx_rotary(domain="com.microsoft")
+    assert lower.feed_tables(other, P, "cos", "sin") == (0, 0)
+    swapped = _onnx_rotary(cos="sin", sin="cos")
+    assert lower.feed_tables(swapped, P, "cos", "sin") == (0, 0)
+    ai = _onnx_rotary(domain="ai.onnx")
+    assert lower.feed_tables(ai, P, "cos", "sin")[0] == 1
+    missing = _onnx_rotary()
+    missing.graph.initializer.pop()
+    with pytest.raises(BadParameterError) as exc:
+        lower.feed_tables(missing, P, "cos", "sin")
+    assert str(exc.value) == lower.TABLES_NEEDED
+
+
+def test_to_opset_converts_up_and_keeps_node_metadata():
+    model = _rope_model()
+    node = model.graph.node[0]
+    node.name = "ident"
+    entry = node.metadata_props.add()
+    entry.key, entry.value = "pkg.torch.stack", "here"
+    converted = lower.to_opset(model)
+    assert next(o.version for o in converted.opset_import if o.domain == "") == 23
+    assert converted.ir_version == 11  # what opset 23 needs (onnx 1.18 made both)
+    kept = {n.name: [(p.key, p.value) for p in n.metadata_props] for n in converted.graph.node}
+    assert kept["ident"] == [("pkg.torch.stack", "here")]
+    np.testing.assert_allclose(_run(converted, q=Q, position_ids=IDS)[0], _rotated(), rtol=0,
+                               atol=1e-6)
+    # a node the converter rewrote keeps what it has; nodes without metadata stay without
+    assert all(not n.metadata_props for n in converted.graph.node if n.name != "ident")
+    assert lower.to_opset(converted) is converted
+    assert lower.to_opset(model, 18) is model  # at 18 already
+    custom = helper.make_model(helper.make_graph([], "g", [], []),
+                               opset_imports=[helper.make_opsetid("my", 1)])
+    assert lower.to_opset(custom) is custom  # no default-domain opset: nothing to convert
+
+
+def test_to_opset_refuses_what_the_converter_cannot_take():
+    model = _rope_model()
+    model.graph.node.append(helper.make_node("NoSuchOp", ["q"], ["z"]))
+    with pytest.raises(BadParameterError) as exc:
+        lower.to_opset(model)
+    message = str(exc.value)
+    assert message.startswith("--rope-lowering rotary23 needs opset 23 and this model is opset "
+                              "18: onnx's version converter cannot take it there (")
+    assert message.endswith("); use --rope-lowering ort, or export the model at opset 23")
+    assert "\n" not in message
+
+
+def test_check_lowered_is_one_line():
+    model = _rope_model()
+    lower.check_lowered(model)
+    model.graph.node[-1].input[0] = "nowhere"
+    with pytest.raises(BadParameterError) as exc:
+        lower.check_lowered(model)
+    assert str(exc.value).startswith("the lowered model does not pass onnx.checker: ")
+    assert "nowhere" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_prune_drops_what_nothing_reads_repeatedly():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+         helper.make_node("Abs", ["x", "w"], ["c"]), helper.make_node("Identity", ["x"], ["y"])],
+        "g", [_vi("x", TensorProto.FLOAT, [1])], [_vi("y", TensorProto.FLOAT, [1]),
+                                                  _vi("kept", TensorProto.FLOAT, [1])],
+        [_const("w", [1]), _const("kept", [1]), _const("unread", [1])])
+    lower._prune(graph)
+    assert [n.op_type for n in graph.node] == ["Identity"]
+    assert [t.name for t in graph.initializer] == ["kept"]
+
+
+def test_drop_declares_the_contrib_domain_once_for_ort():
+    for lowering, domains in (("ort", ["", "com.microsoft"]), ("rotary23", [""])):
+        model = _rope_model()
+        add = model.graph.node[-1]
+        model.graph.node.append(helper.make_node("Identity", ["q"], ["out2"]))
+        model.graph.output[0].name = "out2"
+        # the rotation's 9 nodes, the tables' 4 and the positions' Identity nothing reads now
+        assert lower._drop(model, [add], lowering) == 9 + 4 + 1
+        assert [o.domain for o in model.opset_import] == domains
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    lower._drop(model, [], "ort")
+    assert [o.domain for o in model.opset_import] == ["", "com.microsoft"]
