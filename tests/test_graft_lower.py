@@ -419,3 +419,158 @@ def test_drop_declares_the_contrib_domain_once_for_ort():
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     lower._drop(model, [], "ort")
     assert [o.domain for o in model.opset_import] == ["", "com.microsoft"]
+
+
+# ---- lower_interleaved: GPT-J's rotate_every_two on [B, S, H, D] ----------------------------------
+
+SC = np.concatenate([SIN, COS], axis=1)  # the graft's [sin | cos] rows, [L, R]
+VJ = np.random.default_rng(2).standard_normal((B, S, H, 12)).astype(np.float32)
+
+
+def _rep(src, tag):
+    """GPT-J's repeat_interleave(rows[:, :, None, :], 2, 3): [B, S, R/2] -> [B, S, 1, R]."""
+    return [helper.make_node("Unsqueeze", [src, "m1"], [f"{tag}_u"]),
+            helper.make_node("Expand", [f"{tag}_u", "pair"], [f"{tag}_e"]),
+            helper.make_node("Reshape", [f"{tag}_e", "bsr"], [f"{tag}_r"]),
+            helper.make_node("Unsqueeze", [f"{tag}_r", "two"], [f"{tag}_rep"])]
+
+
+def _gptj(heads=H, partial=False, cast=None, positions=True, steps=2, rows_split=True,
+          flat_op="Reshape", stack_inputs=2, neg="Neg", odd_start=1, opset=18, x_source=None):
+    nodes = [helper.make_node("Identity", ["v_in"], ["v"])]  # q as a projection makes it
+    ids = f"{P}positions_squeezed" if positions else "position_ids"
+    if positions:
+        nodes.append(helper.make_node("Identity", ["position_ids"], [ids]))
+    nodes.append(helper.make_node("Gather", [f"{P}sc_table", ids], ["sc"]))
+    rows = "sc"
+    if cast is not None:
+        nodes.append(helper.make_node("Cast", ["sc"], ["sc32"], to=cast))
+        rows = "sc32"
+    if rows_split:
+        nodes.append(helper.make_node("Split", [rows], ["sin_r", "cos_r"], axis=-1,
+                                      num_outputs=2))
+    else:
+        nodes += [helper.make_node("Slice", [rows, "zero", "four", "m1"], ["sin_r"]),
+                  helper.make_node("Slice", [rows, "four", "big", "m1"], ["cos_r"])]
+    nodes += [*_rep("cos_r", "c"), *_rep("sin_r", "s")]
+    x = "v"
+    if partial:
+        nodes.append(helper.make_node("Slice", ["v", "zero", "rot8", "axis3"], ["x"]))
+        x = "x"
+    x_in = x_source or x
+    nodes += [helper.make_node("Mul", [x, "c_rep"], ["m_cos"]),
+              helper.make_node("Slice", [x_in, "zero", "big", "axis3", "step2"], ["even"]),
+              helper.make_node("Slice", [x, "one" if odd_start == 1 else "zero", "big", "axis3",
+                                         "step2" if steps == 2 else "step1"], ["odd"]),
+              helper.make_node(neg, ["odd"], ["nodd"]),
+              helper.make_node("Unsqueeze", ["nodd", "m1"], ["nodd_u"]),
+              helper.make_node("Unsqueeze", ["even", "m1"], ["even_u"]),
+              helper.make_node("Concat", ["nodd_u", "even_u", *(["even_u"] if stack_inputs == 3
+                                                                else [])], ["stack"], axis=-1),
+              helper.make_node(flat_op, ["stack", "flat4"] if flat_op == "Reshape" else
+                               ["stack"], ["flat"]),
+              helper.make_node("Mul", ["flat", "s_rep"], ["m_sin"]),
+              helper.make_node("Add", ["m_cos", "m_sin"], ["rotated"])]
+    out = "rotated"
+    if partial:
+        nodes += [helper.make_node("Slice", ["v", "rot8", "big", "axis3"], ["rest"]),
+                  helper.make_node("Concat", ["rotated", "rest"], ["full"], axis=-1)]
+        out = "full"
+    width = 12 if partial else R
+    inits = [numpy_helper.from_array(SC, f"{P}sc_table"), _const("m1", [-1]),
+             _const("two", [2]), _const("pair", [1, 1, 1, 2]), _const("bsr", [0, 0, R]),
+             _const("zero", [0]), _const("one", [1]), _const("four", [HALF]),
+             _const("big", [2**62]), _const("axis3", [3]), _const("step2", [2]),
+             _const("step1", [1]), _const("rot8", [R]), _const("flat4", [0, 0, 0, R])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "m", [_vi("v_in", TensorProto.FLOAT, [B, "S", heads, width]),
+                     _vi("position_ids", TensorProto.INT64, [B, "S"])],
+        [_vi(out, TensorProto.FLOAT, [B, "S", heads, width])], inits),
+        opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset >= 23 else 8
+    return model
+
+
+def _every_two(x, ids=IDS):
+    cos = np.repeat(COS[ids], 2, axis=-1)[:, :, None]
+    sin = np.repeat(SIN[ids], 2, axis=-1)[:, :, None]
+    rot = np.stack([-x[..., 1::2], x[..., ::2]], -1).reshape(x.shape)
+    return x * cos + rot * sin
+
+
+def test_the_gptj_test_model_rotates_every_two():
+    got = _run(_gptj(), v_in=VJ[..., :R], position_ids=IDS)[0]
+    np.testing.assert_allclose(got, _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("lowering", ["ort", "rotary23"])
+@pytest.mark.parametrize("partial", [False, True])
+def test_lower_interleaved_fuses_gptj(lowering, partial):
+    model = _gptj(partial=partial, opset=23 if lowering == "rotary23" else 18)
+    fused, removed = lower.lower_interleaved(model, P, "sc", lowering)
+    rotary = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert fused == 1 and len(rotary) == 1
+    node = rotary[0]
+    assert node.name == f"{P}rotary0"
+    assert {a.name: a.i for a in node.attribute} == {"interleaved": 1, "num_heads": H,
+                                                     "rotary_embedding_dim": R}
+    caches = [f"{P}cos_cache", f"{P}sin_cache"]
+    if lowering == "ort":
+        assert node.domain == "com.microsoft"
+        assert list(node.input) == [f"{P}rotary0/flat", f"{P}positions_squeezed", *caches]
+    else:
+        assert node.domain == ""
+        assert list(node.input) == [f"{P}rotary0/flat", *caches, f"{P}positions_squeezed"]
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Identity", "Identity", "Reshape", "RotaryEmbedding", "Shape", "Reshape"], ops
+    flat, _, shape, back = (model.graph.node[i] for i in (2, 3, 4, 5))
+    source = "v"
+    assert flat.input[0] == source and shape.input[0] == source
+    assert back.output[0] == ("full" if partial else "rotated")
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert inits[caches[0]].tolist() == COS.tolist() and inits[caches[1]].tolist() == SIN.tolist()
+    assert inits[f"{P}flat_shape"].tolist() == [0, 0, -1]
+    # removed: every node of the rotation but the two Identities (what _drop counts), plus 3
+    # per fused rotation (lower_interleaved's count; lower_rope adds 1 per rotation)
+    assert removed == len(_gptj(partial=partial).graph.node) - 2 + 3
+    v = VJ if partial else VJ[..., :R]
+    want = np.concatenate([_every_two(VJ[..., :R]), VJ[..., R:]], -1) if partial else \
+        _every_two(v)
+    np.testing.assert_allclose(_run(model, v_in=v, position_ids=IDS)[0], want, rtol=0,
+                               atol=1e-6)
+
+
+def test_lower_interleaved_reads_a_float32_cast_and_the_models_own_positions():
+    model = _gptj(cast=TensorProto.FLOAT, positions=False)
+    assert lower.lower_interleaved(model, P, "sc", "ort")[0] == 1
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert node.input[1] == "position_ids"
+    np.testing.assert_allclose(_run(model, v_in=VJ[..., :R], position_ids=IDS)[0],
+                               _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
+
+
+NO_GPTJ = ("--rope-lowering: no GPT-J rotation (Add(Mul(x, cos), Mul(rotate_every_two(x), sin)) "
+           "on [B, S, H, D] with static H) found on the [sin | cos] rows")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"rows_split": False}, "--rope-lowering: no Split of GPT-J's [sin | cos] rows 'sc' into sin "
+                            "and cos found"),
+    ({"cast": TensorProto.DOUBLE}, "--rope-lowering: no Split of GPT-J's [sin | cos] rows 'sc' "
+                                   "into sin and cos found"),
+    ({"heads": "H"}, NO_GPTJ), ({"steps": 1}, NO_GPTJ), ({"odd_start": 0}, NO_GPTJ),
+    ({"flat_op": "Identity"}, NO_GPTJ), ({"stack_inputs": 3}, NO_GPTJ), ({"neg": "Abs"}, NO_GPTJ),
+    ({"x_source": "position_ids"}, NO_GPTJ)])
+def test_lower_interleaved_leaves_what_is_not_gptj(change, message):
+    model = _gptj(**change)
+    with pytest.raises(BadParameterError) as exc:
+        lower.lower_interleaved(model, P, "sc", "ort")
+    assert str(exc.value) == message
+
+
+def test_lower_interleaved_needs_the_table():
+    model = _gptj()
+    model.graph.initializer.remove(model.graph.initializer[0])
+    with pytest.raises(BadParameterError) as exc:
+        lower.lower_interleaved(model, P, "sc", "ort")
+    assert str(exc.value) == lower.TABLES_NEEDED
