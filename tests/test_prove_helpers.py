@@ -275,9 +275,12 @@ def test_proof_cases():
                       ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
     assert prove.proof_cases(cached, 64)[-2:] == [(3, 5, 0, 0), (1, 63, 0, 0)]
     assert prove.proof_cases(cached, 7)[-2:] == [(3, 4, 0, 0), (1, 6, 0, 0)]
-    # max_len 2: no 3-token step (its past would be -1), the decode step at position 1
+    # steps after at least one cached token: none of 3 tokens below max_len 4 (past -1 or 0)
     assert prove.proof_cases(cached, 2) == [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0)]
-    assert prove.proof_cases(cached, 3)[-2:] == [(3, 0, 0, 0), (1, 2, 0, 0)]
+    assert prove.proof_cases(cached, 3) == [(1, 0, 0, 0), (3, 0, 0, 0), (1, 2, 0, 0)]
+    assert prove.proof_cases(cached, 4) == [(1, 0, 0, 0), (4, 0, 0, 0), (3, 1, 0, 0),
+                                            (1, 3, 0, 0)]
+    assert prove.proof_cases(cached, 1) == [(1, 0, 0, 0)]
     positioned = _session(("input_ids", ["b", "s"], "tensor(int64)"),
                           ("position_ids", ["b", "s"], "tensor(int64)"))
     assert prove.proof_cases(positioned, 64)[-1] == (16, 0, 0, 48)  # ends at position 63
@@ -708,3 +711,371 @@ def test_cone_run_computes_the_named_tensors_alone():
     assert list(out) == ["cos"] and out["cos"].tolist() == C[ids].astype(np.float32).tolist()
     with pytest.raises(ParityError, match="^the grafted model fails at sequence length 3: "):
         prove._cone_run(original, ["cos"], {"position_ids": ids.astype(np.int32)}, 3, "grafted")
+
+
+# ---- what the survivors of a first mutmut run showed untested -----------------------------------
+
+
+def test_a_session_is_cpu_only_and_silent(capfd):
+    """Only onnxruntime's CPU provider (this build also lists Azure's), no warning; a kernel that
+    fails at run time logs nothing (the error is the one line _run makes)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        session = prove._session(_squared())
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    with pytest.raises(ParityError, match="^the grafted model fails at sequence length 2: "):
+        prove._run(session, ["y"], {"pos": np.zeros((3, 2), np.int64)}, 2, "grafted")
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_dim_sizes_of_an_encoder_decoder():
+    """The decoder's ids [batch, seq]; the encoder's ids and mask [batch, past + seq]."""
+    inputs = _inputs(("decoder_input_ids", ["db", "d"], "tensor(int64)"),
+                     ("input_ids", ["b", "e"], "tensor(int64)"),
+                     ("attention_mask", ["b", "e"], "tensor(int64)"))
+    assert prove._dim_sizes(inputs, 2, 3, 5) == {"db": 2, "d": 3, "b": 2, "e": 8}
+    # a decoder input of another rank is not the decoder's
+    flat = _inputs(("decoder_input_ids", ["d"], "tensor(int64)"),
+                   ("input_ids", ["b", "e"], "tensor(int64)"))
+    assert prove._dim_sizes(flat, 2, 3, 5) == {"b": 2, "e": 3}
+
+
+def test_prove_with_no_trial_measures_nothing():
+    original = _squared()
+    grafted, pe = _graft(original)
+    lengths, (check,) = prove.prove(original, grafted, pe, _manifest(atol=0.5), trials=0)
+    assert lengths == [2, 4, 8] and check.max_abs_err == 0.0
+    assert check.tolerance == 64 * float(np.spacing(np.float32(0)))
+
+
+def _times_length(size=D, rows=None):
+    """``y = pe * S`` (S: the sequence length, from the positions' shape): its gain is S."""
+    rows = T if rows is None else rows
+    nodes = [helper.make_node("Gather", ["old_table", "pos"], ["pe_old"]),
+             helper.make_node("Shape", ["pos"], ["s_int"], start=1, end=2),
+             helper.make_node("Cast", ["s_int"], ["s"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["pe_old", "s"], ["y"])]
+    return _model(nodes, [_vi("pos", TensorProto.INT64, ["B", "S"])],
+                  [_vi("y", TensorProto.FLOAT, ["B", "S", size])],
+                  [onnx.numpy_helper.from_array(rows.astype(np.float32), "old_table")])
+
+
+def test_prove_measures_the_gain_at_the_last_length():
+    original = _times_length()
+    grafted, pe = _graft(original)
+    (check,) = prove.prove(original, grafted, pe, _manifest(atol=0.01))[1]
+    ulps = 64 * 2.0**-21  # 64 ulp of 4 = 1/2 * 8, the largest output
+    assert (check.tolerance - ulps) / 0.02 == pytest.approx(8.0, abs=1e-3)
+
+
+def test_prove_perturbs_each_element_by_its_own_random_sign():
+    """y = the sum of a wide PE row (64 zeros): the probe moves it by the sum of 64 random
+    signs times the step, far below 64 steps (all one sign); the PE's own tolerance is 0.5."""
+    wide = np.zeros((L, 64))
+    rows = helper.make_node("ReduceSum", ["pe_old", "axes"], ["y"], keepdims=1)
+    original = _model([helper.make_node("Gather", ["old_table", "pos"], ["pe_old"]), rows],
+                      [_vi("pos", TensorProto.INT64, ["B", "S"])],
+                      [_vi("y", TensorProto.FLOAT, ["B", "S", 1])],
+                      [onnx.numpy_helper.from_array(wide.astype(np.float32), "old_table"),
+                       onnx.numpy_helper.from_array(np.asarray([-1], np.int64), "axes")])
+    from edgepe.graft.splice import graft_model
+
+    pe = prove.table_pe(wide, 18)
+    manifest = {**_manifest(atol=0.5), "d_model": 64}
+    grafted = graft_model(original, pe, manifest, "pe_old", "pos")
+    (check,) = prove.prove(original, grafted, pe, manifest)[1]
+    gain = (check.tolerance - 64 * float(np.spacing(np.float32(0)))) / (2 * 0.5)
+    assert check.max_abs_err == 0.0 and 0 < gain < 32
+
+
+# a transformers-like model whose gain depends on the run: y = cos * w[position] * (16 - 15 mask)
+W = np.arange(1, L + 1, dtype=np.float32).reshape(L, 1)  # w[p] = p + 1
+
+
+def _weighted(scale=1.0, cos_rows=C):
+    mf = [helper.make_node("Cast", ["attention_mask"], ["mi"], to=TensorProto.FLOAT),
+          helper.make_node("Unsqueeze", ["mi", "two"], ["mf"]),
+          helper.make_node("Mul", ["mf", "fifteen"], ["m15"]),
+          helper.make_node("Sub", ["sixteen", "m15"], ["padf"])]
+    nodes = [helper.make_node("Gather", ["C", "position_ids"], ["cos"]),
+             helper.make_node("Gather", ["W", "position_ids"], ["w"]),
+             helper.make_node("Mul", ["cos", "w"], ["cw"]), *mf,
+             helper.make_node("Mul", ["cw", "padf"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(cos_rows.astype(np.float32), "C"),
+             onnx.numpy_helper.from_array(W * np.float32(scale), "W"),
+             onnx.numpy_helper.from_array(np.asarray([2], np.int64), "two"),
+             onnx.numpy_helper.from_array(np.float32(15), "fifteen"),
+             onnx.numpy_helper.from_array(np.float32(16), "sixteen")]
+    return _model(nodes, [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                          _vi("attention_mask", TensorProto.INT64, ["b", "t"]),
+                          _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                  [_vi("y", TensorProto.FLOAT, ["b", "s", D])], inits)
+
+
+@pytest.mark.parametrize(("cases", "want"), [
+    ([(8, 0, 0, 0), (2, 0, 0, 0)], 2.0),  # the last case only: positions 0, 1
+    ([(2, 0, 0, 6)], 8.0),  # shifted to positions 6, 7
+    ([(1, 0, 0, 0), (2, 0, 1, 0)], 32.0)])  # row 1's first token padded: w 2 (position 1) x 16
+def test_gain_is_measured_on_the_last_case(cases, want):
+    gain = prove._gain(_weighted(), ["cos"], cases, L, ["y", "cos"], 0)
+    assert list(gain) == ["y"] and gain["y"] == pytest.approx(want, rel=1e-3)
+    # a gain below 1 (w scaled by 1/4 at position 0): not rounded up to anything
+    assert prove._gain(_weighted(0.25), ["cos"], [(1, 0, 0, 0)], L, ["y"], 0)["y"] == \
+        pytest.approx(0.25, rel=1e-3)
+
+
+def test_gain_probe_signs_are_a_fixed_draw_of_seed_plus_one():
+    """y = the sum of a zero row of 64: its change is the sum of the first 64 probe signs (the
+    draw of 4096 signs from seed + 1) times PROBE."""
+    nodes = [helper.make_node("Gather", ["C", "position_ids"], ["cos"]),
+             helper.make_node("ReduceSum", ["cos", "axes"], ["y"], keepdims=1)]
+    model = _model(nodes, [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                           _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                   [_vi("y", TensorProto.FLOAT, ["b", "s", 1])],
+                   [onnx.numpy_helper.from_array(np.zeros((L, 64), np.float32), "C"),
+                    onnx.numpy_helper.from_array(np.asarray([-1], np.int64), "axes")])
+    for seed in (0, 5):
+        signs = np.random.default_rng(seed + 1).choice([-1.0, 1.0], size=4096)
+        gain = prove._gain(model, ["cos"], [(2, 0, 0, 0)], L, ["y"], seed)["y"]
+        assert gain == pytest.approx(abs(signs[:64].sum()), abs=1e-3)
+
+
+def test_gain_probes_one_output_of_a_node_with_several():
+    """cos and sin from one Split: only cos is probed (sin keeps its name)."""
+    both = np.concatenate([C, C], axis=1)
+    nodes = [helper.make_node("Gather", ["CS", "position_ids"], ["cs"]),
+             helper.make_node("Split", ["cs"], ["cos", "sin"], axis=-1, num_outputs=2),
+             helper.make_node("Mul", ["cos", "sin"], ["y"])]
+    model = _model(nodes, [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                           _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                   [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                   [onnx.numpy_helper.from_array(both.astype(np.float32), "CS")])
+    # y = cos * sin moves by |sin| <= 3/4 per unit of cos
+    assert prove._gain(model, ["cos"], [(8, 0, 0, 0)], L, ["y"], 0)["y"] == pytest.approx(
+        0.75, rel=1e-3)
+
+
+def test_prove_found_measures_the_gain_on_its_last_run():
+    """The weighted model, bound 1: the last run before the every-position one is the left-
+    padded prefill (gain 32), not the first (1), the prefill before (8) or the cone run."""
+    original = _weighted()
+    grafted = _found(original)
+    cases, (y, cos) = prove.prove_found(original, grafted, ["cos"], L, bound=1.0)
+    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY]
+    assert y.tolerance == pytest.approx(64.0, abs=0.01) and y.max_abs_err == 0.0
+    # a lowered model (no cos to compare): its last run is that prefill too
+    mine = onnx.ModelProto.FromString(grafted.model.SerializeToString())
+    for node in mine.graph.node:
+        node.input[:] = ["fused" if n == "cos" else n for n in node.input]
+        node.output[:] = ["fused" if n == "cos" else n for n in node.output]
+    cases, (y,) = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L,
+                                    bound=1.0)
+    assert cases[-1] == "8 (left pad 3)" and y.tolerance == pytest.approx(64.0, abs=0.01)
+
+
+def test_prove_found_peak_of_a_replaced_tensor_counts_every_position():
+    """Row 4 of the original's cos holds 1.5, reached only by the every-position run: the
+    replaced tensor's tolerance is 4 ulp of 1.5."""
+    rows = C.copy()
+    rows[4, 0] = 1.5
+    original = _hf()
+    original.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(
+        rows.astype(np.float32), "C"))
+    _, (_, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L, lengths=[2])
+    assert (cos.max_abs_err, cos.tolerance) == (0.0, 4 * 2.0**-23)
+
+
+def test_prove_found_names_the_model_whose_every_position_run_fails():
+    """cos + a constant [1, 4, D]: the runs at length 1 broadcast, the cone run at max_len
+    does not; the original's is bad input, the grafted's a failed proof."""
+    def stuck(model):
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        for node in model.graph.node:
+            node.output[:] = ["cos_raw" if n == "cos" else n for n in node.output]
+        model.graph.node.append(helper.make_node("Add", ["cos_raw", "four"], ["cos"]))
+        model.graph.initializer.append(onnx.numpy_helper.from_array(
+            np.zeros((1, 4, D), np.float32), "four"))
+        model.graph.output[0].type.tensor_type.ClearField("shape")
+        return model
+
+    original = _hf()
+    grafted = _found(original)
+    with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
+                                                r"length 8 \("):
+        prove.prove_found(stuck(original), grafted, ["cos"], L, lengths=[1])
+    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 8: "):
+        prove.prove_found(original, SimpleNamespace(model=stuck(grafted.model)), ["cos"], L,
+                          lengths=[1])
+
+
+def test_prove_found_a_replaced_constant_is_compared_through_the_outputs():
+    """The original reads cos as a constant [L, D] (MPT's bias): the PE (no input) makes it; the
+    original has no node making it to compare, so only y is compared."""
+    from edgepe.graft.splice import splice_found
+
+    nodes = [helper.make_node("Gather", ["cos", "position_ids"], ["rows"]),
+             helper.make_node("Gather", ["E", "input_ids"], ["emb"]),
+             helper.make_node("Mul", ["emb", "rows"], ["y"])]
+    original = _model(nodes, [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                              _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                      [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                      [onnx.numpy_helper.from_array(C.astype(np.float32), "cos"),
+                       onnx.numpy_helper.from_array(E, "E")])
+    pe = _model([helper.make_node("Identity", ["t"], ["b_out"])], [],
+                [_vi("b_out", TensorProto.FLOAT, [L, D])],
+                [onnx.numpy_helper.from_array(C.astype(np.float32), "t")])
+    grafted = splice_found(original, pe, {"b_out": "cos"}, "position_ids", {})
+    cases, checks = prove.prove_found(original, grafted, ["cos"], L)
+    assert cases == ["1", "7", "8"]
+    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
+
+
+def _diamond():
+    """sin = S[p], cos = C[q] + C[p] (p, q: copies of position_ids): the walk from cos meets p
+    again after sin's walk took it."""
+    nodes = [helper.make_node("Identity", ["position_ids"], ["p"]),
+             helper.make_node("Identity", ["position_ids"], ["q"]),
+             helper.make_node("Gather", ["S", "p"], ["sin"]),
+             helper.make_node("Gather", ["C", "q"], ["gq"]),
+             helper.make_node("Gather", ["C", "p"], ["gp"]),
+             helper.make_node("Add", ["gq", "gp"], ["cos"]),
+             helper.make_node("Mul", ["cos", "sin"], ["y"])]
+    return _model(nodes, [_vi("position_ids", TensorProto.INT64, ["b", "s"]),
+                          _vi("input_ids", TensorProto.INT64, ["b", "s"])],
+                  [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                  [onnx.numpy_helper.from_array(C.astype(np.float32), "C"),
+                   onnx.numpy_helper.from_array(-C.astype(np.float32), "S")])
+
+
+def test_cone_run_walks_every_branch():
+    ids = np.array([[7, 0, 3]], np.int64)
+    out = prove._cone_run(_diamond(), ["cos", "sin"], {"position_ids": ids}, 3, "original")
+    assert list(out) == ["cos", "sin"]
+    assert out["cos"].tolist() == (2 * C[ids]).astype(np.float32).tolist()
+    assert out["sin"].tolist() == (-C[ids]).astype(np.float32).tolist()
+    with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
+                                                r"length 3 \("):
+        prove._cone_run(_diamond(), ["cos"], {"position_ids": ids.astype(np.int32)}, 3,
+                        "original")
+
+
+def test_cone_run_keeps_the_models_opsets_and_functions():
+    """cos made by a model-local function (domain 'local'): the cone carries it and its domain."""
+    twice = helper.make_function("local", "Twice", ["a"], ["b"],
+                                 [helper.make_node("Add", ["a", "a"], ["b"])],
+                                 [helper.make_opsetid("", 18)])
+    nodes = [helper.make_node("Gather", ["C", "position_ids"], ["g"]),
+             helper.make_node("Twice", ["g"], ["cos"], domain="local"),
+             helper.make_node("Identity", ["cos"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "m", [_vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                          [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                          [onnx.numpy_helper.from_array(C.astype(np.float32), "C")]),
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+        functions=[twice])
+    model.ir_version = 8
+    ids = np.array([[1, 6]], np.int64)
+    out = prove._cone_run(model, ["cos"], {"position_ids": ids}, 2, "original")
+    assert out["cos"].tolist() == (2 * C[ids]).astype(np.float32).tolist()
+
+
+def _times_x():
+    """``y = pe * x`` (x: a float input, standard normal in the proof): the gain is max|x| of
+    the draw it is measured on."""
+    nodes = [helper.make_node("Gather", ["old_table", "pos"], ["pe_old"]),
+             helper.make_node("Mul", ["pe_old", "x"], ["y"])]
+    return _model(nodes, [_vi("pos", TensorProto.INT64, ["B", "S"]),
+                          _vi("x", TensorProto.FLOAT, ["B", "S", D])],
+                  [_vi("y", TensorProto.FLOAT, ["B", "S", D])],
+                  [onnx.numpy_helper.from_array(T.astype(np.float32), "old_table")])
+
+
+def test_prove_measures_the_gain_on_the_first_draw_at_the_last_length():
+    """A second draw changes the largest output (64 ulp of it), not the gain: that comes from the
+    first draw at the last length, the same whatever follows it."""
+    original = _times_x()
+    grafted, pe = _graft(original)
+    one = prove.prove(original, grafted, pe, _manifest(atol=1.0), lengths=[8], trials=1)[1][0]
+    two = prove.prove(original, grafted, pe, _manifest(atol=1.0), lengths=[8], trials=2)[1][0]
+    assert one.tolerance == pytest.approx(two.tolerance, abs=1e-4)
+    assert one.tolerance > 2 * 1.0  # the gain, max|x| of 64 normal draws, is over 1
+    # another seed draws other inputs: another gain
+    other = prove.prove(original, grafted, pe, _manifest(atol=1.0), lengths=[8], trials=1,
+                        seed=1)[1][0]
+    assert abs(other.tolerance - one.tolerance) > 1e-3
+
+
+def _embeds_times_cos():
+    """``y = inputs_embeds * cos``: what the proof measures depends on the random embeddings."""
+    nodes = [helper.make_node("Gather", ["C", "position_ids"], ["cos"]),
+             helper.make_node("Mul", ["inputs_embeds", "cos"], ["y"])]
+    return _model(nodes, [_vi("inputs_embeds", TensorProto.FLOAT, ["b", "s", D]),
+                          _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                  [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                  [onnx.numpy_helper.from_array(C.astype(np.float32), "C")])
+
+
+def test_prove_found_and_its_gain_are_reproducible_from_the_seed():
+    original = _embeds_times_cos()
+    rows = C.copy()
+    rows[0] += 0.25
+    grafted = _found(original, rows)
+
+    def run(seed):
+        _, (y, cos) = prove.prove_found(original, grafted, ["cos"], L, bound=1.0, seed=seed)
+        return y.max_abs_err, y.tolerance, cos.max_abs_err
+
+    first = run(0)
+    assert run(0) == first and first[2] == 0.25
+    assert run(1)[0] != first[0] and run(1)[1] != first[1]  # the draws matter
+    gain = prove._gain(original, ["cos"], [(8, 0, 0, 0)], L, ["y"], 0)
+    assert prove._gain(original, ["cos"], [(8, 0, 0, 0)], L, ["y"], 0) == gain
+    assert prove._gain(original, ["cos"], [(8, 0, 0, 0)], L, ["y"], 1) != gain
+
+
+def test_prove_found_peak_and_error_of_the_padded_and_shifted_runs():
+    """The weighted model: row 1's padded tokens (position 1, w 2, x16) give the largest output,
+    0.75 * 2 * 16 = 24; a difference at row 7 reaches y only in the shifted run (positions
+    6, 7), times w = 8."""
+    original = _weighted()
+    y, _ = prove.prove_found(original, _found(original), ["cos"], L)[1]
+    assert (y.max_abs_err, y.tolerance) == (0.0, 64 * 2.0**-19)
+    rows = C.copy()
+    rows[L - 1, 0] += 0.25
+    cases, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
+                                        lengths=[2])
+    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY]
+    assert y.max_abs_err == 0.25 * 8 and cos.max_abs_err == 0.25
+
+
+def test_prove_found_a_failing_run_is_named_by_its_case():
+    """An original that gathers one row by ``1 - mask`` fails where the mask has a 0 (the
+    left-padded run); one adding a [1, 4, D] constant fails at length 2 (the first run)."""
+    padded = _hf()
+    padded.graph.node.extend([
+        helper.make_node("Sub", ["one", "attention_mask"], ["unmask"]),
+        helper.make_node("Gather", ["row", "unmask"], ["g"]),
+        helper.make_node("Identity", ["g"], ["g_out"])])
+    padded.graph.initializer.extend([
+        onnx.numpy_helper.from_array(np.asarray(1, np.int64), "one"),
+        onnx.numpy_helper.from_array(np.ones(1, np.float32), "row")])
+    padded.graph.output.append(_vi("g_out", TensorProto.FLOAT, ["b", "t"]))
+    grafted = _found(_hf())
+    with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
+                                                r"length 2 \(past 0, left pad 1\) \("):
+        prove.prove_found(padded, grafted, ["cos"], L, lengths=[2])
+    fixed = _hf()
+    fixed.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.zeros((1, 4, 1), np.float32), "four"))
+    fixed.graph.node[-1].output[0] = "y4"
+    fixed.graph.node.append(helper.make_node("Add", ["y4", "four"], ["y"]))
+    fixed.graph.output[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
+                                                r"length 2 \(past 0\) \("):
+        prove.prove_found(fixed, grafted, ["cos"], L, lengths=[2])
+    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 2 \(past "
+                                          r"0\): "):
+        prove.prove_found(_hf(), SimpleNamespace(model=fixed), ["cos"], L, lengths=[2])

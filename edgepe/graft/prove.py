@@ -342,8 +342,8 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
     if has_mask:
         cases.append((max(seqs), 0, min(3, max(seqs) - 1), 0))
     if has_past:
-        # (a past below 0 would pass the length filter below: max_len < 3 has no 3-token step)
-        cases += [(3, max(0, min(5, max_len - 3)), 0, 0), (1, max_len - 1, 0, 0)]
+        # steps after at least one cached token (a past below 0 passed the length filter below)
+        cases += [c for c in ((3, min(5, max_len - 3), 0, 0), (1, max_len - 1, 0, 0)) if c[1] > 0]
     elif "position_ids" in names and max(seqs) < max_len:
         cases.append((max(seqs), 0, 0, max_len - max(seqs)))
     return [c for c in cases if c[0] + c[1] + c[3] <= max_len]
