@@ -574,3 +574,13 @@ def test_lower_interleaved_needs_the_table():
     with pytest.raises(BadParameterError) as exc:
         lower.lower_interleaved(model, P, "sc", "ort")
     assert str(exc.value) == lower.TABLES_NEEDED
+
+
+def test_check_lowered_refuses_a_type_clash_in_one_line():
+    """The full check's shape inference raises InferenceError, not ValidationError: one line
+    too."""
+    model = _rope_model()
+    model.graph.node[-1].input[1] = "position_ids"  # Add(float, int64)
+    with pytest.raises(BadParameterError, match=r"^the lowered model does not pass onnx\.checker: "
+                                                r"\[ShapeInferenceError\]"):
+        lower.check_lowered(model)

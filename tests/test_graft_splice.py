@@ -769,3 +769,256 @@ def test_record_and_check_stores_the_record_and_refuses_a_broken_model():
     message = str(exc.value)
     assert message.startswith("the grafted model does not pass onnx.checker: ")
     assert "nowhere" in message and "\n" not in message
+
+
+def test_reconcile_names_both_conversions_that_failed():
+    """A PE needing opset 18 (BitwiseAnd) and a model at 17 the converter cannot take up (an op
+    it does not know): one line naming both."""
+    model = _user()
+    model.opset_import[0].version = 17
+    model.graph.node.append(helper.make_node("NoSuchOp", ["x"], ["z"]))
+    pe = _pe()
+    pe.graph.node.insert(0, helper.make_node("BitwiseAnd", ["positions", "positions"], ["p2"]))
+    pe.graph.node[1].input[1] = "p2"
+    with pytest.raises(BadParameterError) as exc:
+        splice.reconcile(model, pe)
+    message = str(exc.value)
+    assert message.startswith("onnx's version converter takes neither the PE (opset 18) to the "
+                              "model's opset 17 nor the model up to 18: ")
+    assert "\n" not in message and len(message) > len("onnx's version converter takes neither "
+                                                      "the PE (opset 18) to the model's opset 17 "
+                                                      "nor the model up to 18: ")
+
+
+# ---- names, ranks and producers the first mutmut run showed untested -----------------------------
+
+OWN = "edgepe_pe0/graft0/"
+
+
+def test_graft_names_every_node_and_constant_it_adds_under_its_own_prefix():
+    """The names a grafted model carries (a user reads them in Netron): arange positions..."""
+    grafted = graft_model(_user(pos_name=None), _pe(), MANIFEST, "h", "arange:x")
+    graph = grafted.model.graph
+    assert [n.name for n in graph.node][:3] == [OWN + "seq_len_1", OWN + "seq_len",
+                                                 OWN + "arange"]
+    assert [n.output[0] for n in graph.node][:3] == [OWN + "seq_len_1", OWN + "seq_len",
+                                                      OWN + "arange"]
+    assert graph.node[-2].name == OWN + "out" and graph.node[-2].output == ["h"]
+    inits = {t.name: numpy_helper.to_array(t).tolist() for t in graph.initializer}
+    assert {k: v for k, v in inits.items() if k.startswith(OWN)} == {
+        OWN + "axis0": [0], OWN + "zero": 0, OWN + "one": 1, OWN + "lead": [0]}
+    assert grafted.new_input is False
+    # ...flattened positions of rank 2 shaped back...
+    grafted = graft_model(_user(), _pe(), MANIFEST, "h", "pos")
+    graph = grafted.model.graph
+    assert [n.name for n in graph.node] == [
+        OWN + "positions_shape", OWN + "positions_flat", "", OWN + "pe_shape", OWN + "out",
+        "neg"]
+    assert [n.output[0] for n in graph.node][:4] == [
+        OWN + "positions_shape", OWN + "positions_flat", "edgepe_pe0/pe", OWN + "pe_shape"]
+    assert graph.node[4].input[0] == "edgepe_pe0/pe"
+    inits = {t.name: numpy_helper.to_array(t).tolist() for t in graph.initializer}
+    assert inits[OWN + "flat"] == [-1] and inits[OWN + "d_model"] == [D]
+    assert grafted.new_input is False
+    # ...an unsqueeze added to: the sum and the unsqueezed rows keep their names
+    model = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, ["B", "S", D]),
+                    _vi("pos", TensorProto.INT64, ["S"])],
+                   [_vi("y", TensorProto.FLOAT, ["B", "S", D])])
+    grafted = graft_model(model, _pe(), MANIFEST, "h", "pos", add=True)
+    names = [n.name for n in grafted.model.graph.node]
+    assert OWN + "pe_unsqueezed" in names and grafted.model.graph.node[names.index(
+        OWN + "pe_unsqueezed")].output == [OWN + "pe_unsqueezed"]
+    relu = grafted.model.graph.node[0]
+    assert relu.output == [OWN + "replaced"]
+    add = grafted.model.graph.node[names.index("h")]
+    assert list(add.input) == [OWN + "replaced", OWN + "pe_unsqueezed"]
+
+
+def test_graft_arange_of_a_rank_2_input_is_its_axis_1():
+    model = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, ["S", D]), _vi("ids", TensorProto.INT64,
+                                                               ["B", "T"])],
+                   [_vi("y", TensorProto.FLOAT, ["S", D])])
+    grafted = graft_model(model, _pe(), MANIFEST, "h", "arange:ids")
+    assert grafted.positions == Positions("arange", "ids", 1) and grafted.seq_dim == "T"
+
+
+def test_graft_a_new_positions_input_for_a_rank_2_tensor():
+    model = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, ["T", D])], [_vi("y", TensorProto.FLOAT, ["T", D])])
+    grafted = graft_model(model, _pe(), MANIFEST, "h", "p")
+    assert grafted.seq_dim == "T"
+    assert _run(grafted.model, x=X[0], p=IDS[0]).tolist() == (-T[IDS[0]]).astype(
+        np.float32).tolist()
+
+
+def test_graft_refuses_a_last_axis_of_1():
+    model = _user()
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 1
+    with pytest.raises(BadParameterError, match=r"^shape mismatch: tensor 'x' has shape \['B', "
+                                                r"'S', 1\], the PE outputs \[N, 4\]"):
+        graft_model(model, _pe(), MANIFEST, "x", "pos")
+
+
+def test_graft_at_one_output_of_a_node_with_several():
+    """h is one half of a Split; the other half still feeds y2: only h is replaced."""
+    model = _model([helper.make_node("Split", ["x"], ["h", "g"], axis=-1, num_outputs=2),
+                    helper.make_node("Neg", ["h"], ["y"]), helper.make_node("Abs", ["g"], ["y2"])],
+                   [_vi("x", TensorProto.FLOAT, ["B", "S", 2 * D]),
+                    _vi("pos", TensorProto.INT64, ["B", "S"])],
+                   [_vi("y", TensorProto.FLOAT, ["B", "S", D]),
+                    _vi("y2", TensorProto.FLOAT, ["B", "S", D])])
+    grafted = graft_model(model, _pe(), MANIFEST, "h", "pos")
+    split = grafted.model.graph.node[0]
+    assert split.op_type == "Split" and list(split.output) == [OWN + "replaced", "g"]
+    x = np.arange(2 * 3 * 2 * D, dtype=np.float32).reshape(2, 3, 2 * D)
+    session = ort.InferenceSession(grafted.model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    y, y2 = session.run(None, {"x": x, "pos": IDS})
+    assert y.tolist() == (-T[IDS]).astype(np.float32).tolist()
+    assert y2.tolist() == np.abs(x[..., D:]).tolist()
+
+
+def test_graft_own_prefix_skips_every_prefix_the_pe_took():
+    """A PE whose four names (input, output, table, node) each take graft0/ .. graft3/: the
+    graft's own names go under graft4/ (one more than the PE has names: one is always free)."""
+    pe = _pe()
+    pe.graph.input[0].name = "graft0/p"
+    pe.graph.output[0].name = "graft1/o"
+    pe.graph.initializer[0].name = "graft2/t"
+    node = pe.graph.node[0]
+    node.input[:] = ["graft2/t", "graft0/p"]
+    node.output[:] = ["graft1/o"]
+    node.name = "graft3/n"
+    grafted = graft_model(_user(), pe, MANIFEST, "h", "pos")
+    assert grafted.model.graph.node[0].name == "edgepe_pe0/graft4/positions_shape"
+    assert _run(grafted.model, x=X, pos=IDS).tolist() == (-T[IDS]).astype(np.float32).tolist()
+
+
+def test_splice_found_replaces_several_constants_and_a_node_output():
+    """Two constants the model reads as they are and one node output: both constants' bytes
+    count, and the node output after them is replaced too."""
+    model = _model([helper.make_node("Relu", ["x"], ["h"], name="relu"),
+                    helper.make_node("Add", ["x", "b1"], ["s1"]),
+                    helper.make_node("Add", ["s1", "b2"], ["s2"]),
+                    helper.make_node("Add", ["s2", "h"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, [L, D])], [_vi("y", TensorProto.FLOAT, [L, D])],
+                   [numpy_helper.from_array(np.ones((L, D), np.float32), "b1"),
+                    numpy_helper.from_array(np.ones((L, D), np.float32), "b2")])
+    model.opset_import.append(helper.make_opsetid("my.domain", 1))
+    model.ir_version = 3
+    pe = _model([helper.make_node("Neg", ["t"], ["o1"]), helper.make_node("Abs", ["t"], ["o2"]),
+                 helper.make_node("Identity", ["t"], ["o3"])], [],
+                [_vi(o, TensorProto.FLOAT, [L, D]) for o in ("o1", "o2", "o3")],
+                [numpy_helper.from_array(T.astype(np.float32), "t")])
+    pe.graph.ClearField("input")
+    grafted = splice.splice_found(model, pe, {"o1": "b1", "o2": "b2", "o3": "h"}, "unused", {})
+    b1, b2 = model.graph.initializer
+    relu = onnx.NodeProto()
+    relu.CopyFrom(model.graph.node[0])
+    relu.output[0] = "edgepe_pe0/replaced2"
+    assert grafted.removed_nodes == 1
+    assert grafted.removed_bytes == b1.ByteSize() + b2.ByteSize() + relu.ByteSize()
+    assert grafted.model.ir_version == 8  # opset 18 (the unknown domain aside) needs IR 8
+    x = np.zeros((L, D), np.float32)
+    assert _run(grafted.model, x=x).tolist() == (-T + np.abs(T) + T).astype(np.float32).tolist()
+
+
+def test_splice_found_at_one_output_of_a_node_with_several():
+    model = _model([helper.make_node("Split", ["x"], ["h", "g"], axis=-1, num_outputs=2),
+                    helper.make_node("Neg", ["h"], ["y"]), helper.make_node("Abs", ["g"], ["y2"])],
+                   [_vi("x", TensorProto.FLOAT, [L, 2 * D])],
+                   [_vi("y", TensorProto.FLOAT, [L, D]), _vi("y2", TensorProto.FLOAT, [L, D])])
+    pe = _model([helper.make_node("Identity", ["t"], ["o"])], [],
+                [_vi("o", TensorProto.FLOAT, [L, D])],
+                [numpy_helper.from_array(T.astype(np.float32), "t")])
+    pe.graph.ClearField("input")
+    grafted = splice.splice_found(model, pe, {"o": "h"}, "unused", {})
+    assert list(grafted.model.graph.node[1].output) == ["edgepe_pe0/replaced0", "g"]
+    assert grafted.removed_nodes == 0
+
+
+def test_graft_arange_of_an_input_of_unknown_rank():
+    """Taken as rank 2 (axis 1 by default, -2 .. 1 allowed); onnx's full check then refuses the
+    model (an input needs a shape), in one line either way."""
+    model = _user(pos_name=None)
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(BadParameterError) as exc:
+        graft_model(model, _pe(), MANIFEST, "h", "arange:x:2")
+    assert str(exc.value) == "--positions arange:x:2: axis 2 is outside 'x''s 2 axes"
+    with pytest.raises(BadParameterError, match="^the grafted model does not pass onnx.checker: "):
+        graft_model(model, _pe(), MANIFEST, "h", "arange:x")
+
+
+def test_value_type_reads_a_model_shape_inference_disagrees_with():
+    """A stale value_info (h declared [3], Relu of x [2]): lenient inference keeps it, strict would
+    raise; graft reads models as they come."""
+    model = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])])
+    model.graph.value_info.append(_vi("h", TensorProto.FLOAT, [3]))
+    assert splice._value_type(model, "h") == (TensorProto.FLOAT, [3])
+
+
+def test_record_and_check_runs_the_full_check():
+    """Add(float, int64) passes onnx's basic check; the full check (shape inference) refuses
+    it."""
+    model = _model([helper.make_node("Add", ["x", "pos"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, [2]), _vi("pos", TensorProto.INT64, [2])],
+                   [_vi("y", TensorProto.FLOAT, [2])])
+    onnx.checker.check_model(model)
+    with pytest.raises(BadParameterError, match=r"^the grafted model does not pass onnx\.checker: "
+                                                r"\[ShapeInferenceError\]"):
+        splice._record_and_check(model, 0, {})
+
+
+def test_the_dead_cone_is_walked_through_every_branch():
+    """h = a + b, a = |x| + relu(x), b = -relu(x): the walk meets relu twice; all five nodes go."""
+    model = _model([helper.make_node("Relu", ["x"], ["c"], name="c"),
+                    helper.make_node("Abs", ["x"], ["d"], name="d"),
+                    helper.make_node("Add", ["d", "c"], ["a"], name="a"),
+                    helper.make_node("Neg", ["c"], ["b"], name="b"),
+                    helper.make_node("Add", ["a", "b"], ["h"], name="h"),
+                    helper.make_node("Neg", ["h"], ["y"], name="neg")],
+                   [_vi("x", TensorProto.FLOAT, ["B", "S", D]),
+                    _vi("pos", TensorProto.INT64, ["B", "S"])],
+                   [_vi("y", TensorProto.FLOAT, ["B", "S", D])])
+    grafted = graft_model(model, _pe(), MANIFEST, "h", "pos")
+    assert grafted.removed_nodes == 5
+    assert [n.name for n in grafted.model.graph.node][-1] == "neg"
+    assert not {"a", "b", "c", "d", "h"} & {n.name for n in grafted.model.graph.node}
+
+
+def test_a_cone_node_read_by_a_node_is_kept_beside_a_subgraph():
+    """m (in the cone) is read by Abs; an If elsewhere reads only x in its branch: the reads of
+    the subgraph add to the graph's, they do not replace them."""
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["b_out"])], "b", [],
+                               [_vi("b_out", TensorProto.FLOAT, ["B", "S", D])])
+    model = _chain([helper.make_node("Abs", ["m"], ["z"], name="abs"),
+                    helper.make_node("If", ["flag"], ["w"], name="if", then_branch=branch,
+                                     else_branch=branch)],
+                   [_vi("z", TensorProto.FLOAT, ["B", "S", D]),
+                    _vi("w", TensorProto.FLOAT, ["B", "S", D])],
+                   [numpy_helper.from_array(np.array(True), "flag")])
+    grafted = graft_model(model, _pe(), MANIFEST, "h", "pos")
+    assert grafted.removed_nodes == 1
+    assert "mul" in {n.name for n in grafted.model.graph.node}
+
+
+def test_reconcile_ends_its_line_with_the_converters_first():
+    from onnx import version_converter
+
+    model = _user()
+    model.opset_import[0].version = 17
+    model.graph.node.append(helper.make_node("NoSuchOp", ["x"], ["z"]))
+    try:
+        version_converter.convert_version(model, 18)
+    except Exception as exc:  # noqa: BLE001 - what onnx says, to compare with
+        first = str(exc).strip().splitlines()[0]
+    pe = _pe()
+    pe.graph.node.insert(0, helper.make_node("BitwiseAnd", ["positions", "positions"], ["p2"]))
+    pe.graph.node[1].input[1] = "p2"
+    with pytest.raises(BadParameterError) as exc:
+        splice.reconcile(model, pe)
+    assert str(exc.value) == ("onnx's version converter takes neither the PE (opset 18) to the "
+                              f"model's opset 17 nor the model up to 18: {first}")

@@ -461,7 +461,8 @@ def _record_and_check(model, number: int, record: dict[str, Any]):
     entry.key, entry.value = METADATA_KEY.format(number), json.dumps(record, sort_keys=True)
     try:
         onnx.checker.check_model(model, full_check=True)
-    except onnx.checker.ValidationError as exc:
+    # the full check's shape inference raises its own error (a type clash in the user's graph)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise BadParameterError(f"the grafted model does not pass onnx.checker: {first}") from None
     return entry
