@@ -436,7 +436,8 @@ def _rep(src, tag):
 
 
 def _gptj(heads=H, partial=False, cast=None, positions=True, steps=2, rows_split=True,
-          flat_op="Reshape", stack_inputs=2, neg="Neg", odd_start=1, opset=18, x_source=None):
+          flat_op="Reshape", stack_inputs=2, neg="Neg", odd_start=1, opset=18, x_source=None,
+          rest_start="rot8", concat_order=("rotated", "rest"), extra_reader=False, axis="axis3"):
     nodes = [helper.make_node("Identity", ["v_in"], ["v"])]  # q as a projection makes it
     ids = f"{P}positions_squeezed" if positions else "position_ids"
     if positions:
@@ -459,8 +460,8 @@ def _gptj(heads=H, partial=False, cast=None, positions=True, steps=2, rows_split
         x = "x"
     x_in = x_source or x
     nodes += [helper.make_node("Mul", [x, "c_rep"], ["m_cos"]),
-              helper.make_node("Slice", [x_in, "zero", "big", "axis3", "step2"], ["even"]),
-              helper.make_node("Slice", [x, "one" if odd_start == 1 else "zero", "big", "axis3",
+              helper.make_node("Slice", [x_in, "zero", "big", axis, "step2"], ["even"]),
+              helper.make_node("Slice", [x, "one" if odd_start == 1 else "zero", "big", axis,
                                          "step2" if steps == 2 else "step1"], ["odd"]),
               helper.make_node(neg, ["odd"], ["nodd"]),
               helper.make_node("Unsqueeze", ["nodd", "m1"], ["nodd_u"]),
@@ -473,9 +474,13 @@ def _gptj(heads=H, partial=False, cast=None, positions=True, steps=2, rows_split
               helper.make_node("Add", ["m_cos", "m_sin"], ["rotated"])]
     out = "rotated"
     if partial:
-        nodes += [helper.make_node("Slice", ["v", "rot8", "big", "axis3"], ["rest"]),
-                  helper.make_node("Concat", ["rotated", "rest"], ["full"], axis=-1)]
+        nodes += [helper.make_node("Slice", ["v", rest_start, "big", "axis3"], ["rest"]),
+                  helper.make_node("Concat", list(concat_order), ["full"], axis=-1)]
         out = "full"
+    outputs = []
+    if extra_reader:  # the rotation read once more
+        nodes.append(helper.make_node("Identity", ["rotated"], ["rotated_copy"]))
+        outputs.append(_vi("rotated_copy", TensorProto.FLOAT, [B, "S", heads, R]))
     width = 12 if partial else R
     inits = [numpy_helper.from_array(SC, f"{P}sc_table"), _const("m1", [-1]),
              _const("two", [2]), _const("pair", [1, 1, 1, 2]), _const("bsr", [0, 0, R]),
@@ -485,7 +490,8 @@ def _gptj(heads=H, partial=False, cast=None, positions=True, steps=2, rows_split
     model = helper.make_model(helper.make_graph(
         nodes, "m", [_vi("v_in", TensorProto.FLOAT, [B, "S", heads, width]),
                      _vi("position_ids", TensorProto.INT64, [B, "S"])],
-        [_vi(out, TensorProto.FLOAT, [B, "S", heads, width])], inits),
+        [_vi(out, TensorProto.FLOAT, [B, "S", heads, width]), *outputs],
+        [*inits, _const("rot7", [7]), _const("axism1", [-1])]),
         opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10 if opset >= 23 else 8
     return model
@@ -584,3 +590,25 @@ def test_check_lowered_refuses_a_type_clash_in_one_line():
     with pytest.raises(BadParameterError, match=r"^the lowered model does not pass onnx\.checker: "
                                                 r"\[ShapeInferenceError\]"):
         lower.check_lowered(model)
+
+
+@pytest.mark.parametrize("change", [{"rest_start": "rot7"}, {"concat_order": ("rest", "rotated")},
+                                    {"extra_reader": True}])
+def test_lower_interleaved_partial_needs_the_exact_pattern(change):
+    """The rest not from R on, the Concat the other way round, or the rotation read elsewhere:
+    only the rotation of x = v[..., :R] is fused (the Concat stays)."""
+    model = _gptj(partial=True, **change)
+    if "concat_order" in change or "rest_start" in change:
+        model.graph.output[0].type.tensor_type.ClearField("shape")
+    assert lower.lower_interleaved(model, P, "sc", "ort")[0] == 1
+    flatten = next(n for n in model.graph.node if n.name == f"{P}rotary0/flatten")
+    assert flatten.input[0] == "x" and "Concat" in [n.op_type for n in model.graph.node]
+    shape = next(n for n in model.graph.node if n.op_type == "Shape")
+    assert shape.input[0] == "x"
+
+
+def test_lower_interleaved_takes_the_last_axis_as_minus_one():
+    model = _gptj(axis="axism1")
+    assert lower.lower_interleaved(model, P, "sc", "ort")[0] == 1
+    np.testing.assert_allclose(_run(model, v_in=VJ[..., :R], position_ids=IDS)[0],
+                               _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
