@@ -133,6 +133,7 @@ COM = "edgepe.contract.commit.x_"
 CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
 PRV = "edgepe.graft.prove.x_"  # h-m2
+SPL = "edgepe.graft.splice.x_"  # h-m2
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -374,6 +375,24 @@ EQUIVALENT: dict[str, str] = {
     "the bound, 0",
     PRV + "prove_found__mutmut_244": "gain.get's default: with a bound every compared output "
     "that is not replaced has a gain; without one, it is multiplied by 0",
+    **{f"{SPL}{fn}__mutmut_{i}": "attr.g taken whether set or not: an unset g is an empty "
+       "graph, with no names and no reads" for fn, i in (("_names", 6), ("_used", 4),
+                                                          ("_remove_dead", 34))},
+    SPL + "_remove_dead__mutmut_19": "no node ever counts as seen: the walk revisits a node once "
+    "per path to it, and the graph is acyclic, so it ends with the same cone (work only)",
+    **{f"{SPL}_slim__mutmut_{i}": "weights_from added again or not: embedded_manifest (and "
+       "int8's embedded) keep every field but inputs, onnx and sha256, weights_from included"
+       for i in (5, 11, 12)},
+    SPL + "_value_type__mutmut_8": "strict_mode=False dropped: False is infer_shapes' default",
+    SPL + "graft_model__mutmut_134": "one more candidate for graft's own prefix: the first free "
+    "one is found before it",
+    **{f"{SPL}graft_model__mutmut_{i}": "np.asarray of Python ints with dtype None is int64, "
+       "the dtype given" for i in (144, 146)},
+    SPL + "reconcile__mutmut_11": "mine <= theirs: equal opsets returned before",
+    **{f"{SPL}reconcile__mutmut_{i}": "the type-name fallback for an empty message: onnx's "
+       "version converter always says why it failed" for i in (19, 22, 23)},
+    **{f"{SPL}splice_found__mutmut_{i}": "zip(strict=False) is the default: None or no "
+       "argument is the same" for i in (15, 18)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
