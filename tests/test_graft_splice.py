@@ -820,6 +820,11 @@ def test_graft_names_every_node_and_constant_it_adds_under_its_own_prefix():
     inits = {t.name: numpy_helper.to_array(t).tolist() for t in graph.initializer}
     assert inits[OWN + "flat"] == [-1] and inits[OWN + "d_model"] == [D]
     assert grafted.new_input is False
+    # added to: the shaped rows keep their name, read by the sum
+    grafted = graft_model(_user(), _pe(), MANIFEST, "h", "pos", add=True)
+    reshape, add = grafted.model.graph.node[5:7]
+    assert (reshape.name, list(reshape.output)) == (OWN + "pe_shaped", [OWN + "pe_shaped"])
+    assert list(add.input) == [OWN + "replaced", OWN + "pe_shaped"] and add.output == ["h"]
     # ...an unsqueeze added to: the sum and the unsqueezed rows keep their names
     model = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
                    [_vi("x", TensorProto.FLOAT, ["B", "S", D]),
