@@ -134,6 +134,7 @@ CKP = "edgepe.contract.checkpoint.x_"
 BIAS = "edgepe.graphs.bias.x_"
 PRV = "edgepe.graft.prove.x_"  # h-m2
 SPL = "edgepe.graft.splice.x_"  # h-m2
+LOW = "edgepe.graft.lower.x_"  # h-m2
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -393,6 +394,14 @@ EQUIVALENT: dict[str, str] = {
        "version converter always says why it failed" for i in (19, 22, 23)},
     **{f"{SPL}splice_found__mutmut_{i}": "zip(strict=False) is the default: None or no "
        "argument is the same" for i in (15, 18)},
+    LOW + "lower_interleaved__mutmut_119": "the positions' name left to the fallback: graft's "
+    "own Gather of the table reads {prefix}positions_squeezed whenever graft made that tensor, "
+    "so the fallback finds the same name",
+    **{f"{LOW}lower_interleaved__mutmut_{i}": "np.asarray([0, 0, -1], None) is int64, the "
+       "dtype given" for i in (417, 419)},
+    LOW + "lower_interleaved__mutmut_51": "shapes None instead of {} after infer_shapes raised: "
+    "non-strict inference skips a node it cannot infer instead of raising, for every model "
+    "graft has read (it was parsed and found first)",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

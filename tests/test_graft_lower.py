@@ -612,3 +612,274 @@ def test_lower_interleaved_takes_the_last_axis_as_minus_one():
     assert lower.lower_interleaved(model, P, "sc", "ort")[0] == 1
     np.testing.assert_allclose(_run(model, v_in=VJ[..., :R], position_ids=IDS)[0],
                                _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
+
+
+# ---- what the first mutmut run of lower.py showed untested -----------------------------------------
+
+
+def _maker(model, output):
+    return next(n for n in model.graph.node if output in n.output)
+
+
+def _lower_j(model, lowering="ort"):
+    return lower.lower_interleaved(model, P, "sc", lowering)
+
+
+def _refused_j(model, message=NO_GPTJ):
+    with pytest.raises(BadParameterError) as exc:
+        _lower_j(model)
+    assert str(exc.value) == message
+
+
+def test_lower_interleaved_names_its_nodes_and_counts_in_ints():
+    model = _gptj()
+    fused, removed = _lower_j(model)
+    assert isinstance(removed, int) and removed == 22 - 2 + 3
+    assert [n.name for n in model.graph.node][2:] == [
+        f"{P}rotary0/flatten", f"{P}rotary0", f"{P}rotary0/shape", f"{P}rotary0/unflatten"]
+    lower.check_lowered(model)  # the contrib domain is declared
+
+
+def test_lower_interleaved_refuses_a_source_without_a_static_4d_shape():
+    """v a model input (no inferred shape) or of rank 3: H is not known, nothing is fused."""
+    model = _gptj()
+    model.graph.node.remove(model.graph.node[0])
+    model.graph.input[0].name = "v"
+    _refused_j(model)
+    flat = _gptj()
+    flat.graph.node[0].op_type = "Flatten"
+    flat.graph.node[0].attribute.append(helper.make_attribute("axis", 3))
+    _refused_j(flat)
+
+
+def test_lower_interleaved_reads_heads_through_computed_shapes():
+    """v = Reshape(v_flat [B, S, H D], Concat(Shape(v_flat)[:2], [H, D])): onnx's data
+    propagation gives the static H."""
+    model = _gptj()
+    ident = model.graph.node[0]
+    model.graph.node.remove(ident)
+    model.graph.node.insert(0, helper.make_node("Shape", ["v_in"], ["bs"], start=0, end=2))
+    model.graph.node.insert(1, helper.make_node("Concat", ["bs", "hd"], ["shp"], axis=0))
+    model.graph.node.insert(2, helper.make_node("Reshape", ["v_in", "shp"], ["v"]))
+    model.graph.initializer.append(_const("hd", [H, R]))
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = H * R
+    model.graph.input[0].type.tensor_type.shape.dim.pop()
+    assert _lower_j(model)[0] == 1
+    got = _run(model, v_in=VJ[..., :R].reshape(B, S, H * R), position_ids=IDS)[0]
+    np.testing.assert_allclose(got, _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
+
+
+def test_lower_interleaved_with_tile_and_the_wrapper_limit():
+    """Optimum's Tile in repeat_interleave is walked through; a seventh wrapper is not."""
+    model = _gptj()
+    expand = _maker(model, "c_e")
+    expand.op_type = "Tile"
+    assert _lower_j(model)[0] == 1
+    deep = _gptj()
+    rep = _maker(deep, "c_rep")
+    rep.output[0] = "c_w0"
+    for k in range(3):
+        deep.graph.node.append(helper.make_node(
+            "Reshape", [f"c_w{k}", "same"], ["c_rep" if k == 2 else f"c_w{k + 1}"]))
+    deep.graph.initializer.append(_const("same", [0, 0, 1, R]))
+    _refused_j(deep)
+
+
+def test_lower_interleaved_looks_past_other_adds_and_muls():
+    """Adds of inputs, of two Muls of v, of cos alone, of sin alone, before the rotation: passed
+    over, the rotation still fused."""
+    model = _gptj()
+    decoys = [helper.make_node("Add", ["v", "v"], ["d0"]),
+              helper.make_node("Mul", ["v", "v"], ["vv"]),
+              helper.make_node("Add", ["vv", "vv"], ["d1"]),
+              helper.make_node("Mul", ["v", "c_rep"], ["vc"]),
+              helper.make_node("Add", ["vc", "vv"], ["d2"]),
+              helper.make_node("Mul", ["v", "s_rep"], ["vs"]),
+              helper.make_node("Add", ["vv", "vs"], ["d3"])]
+    at = list(model.graph.node).index(_maker(model, "m_cos"))
+    for k, node in enumerate(decoys):
+        model.graph.node.insert(at + k, node)
+    assert _lower_j(model)[0] == 1
+
+
+def test_lower_interleaved_takes_the_operands_in_either_order():
+    model = _gptj()
+    for name in ("m_cos", "m_sin"):
+        node = _maker(model, name)
+        node.input[:] = list(reversed(node.input))
+    assert _lower_j(model)[0] == 1
+    np.testing.assert_allclose(_run(model, v_in=VJ[..., :R], position_ids=IDS)[0],
+                               _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
+
+
+def test_lower_interleaved_finds_the_split_among_casts_and_refuses_others():
+    """Two float32 Casts of the rows, the Split reading the second: found. A Split in three, or
+    rows nothing reads: no Split of the rows."""
+    model = _gptj()
+    split = _maker(model, "sin_r")
+    at = list(model.graph.node).index(split)
+    model.graph.node.insert(at, helper.make_node("Cast", ["sc"], ["unread"], to=TensorProto.FLOAT))
+    model.graph.node.insert(at + 1, helper.make_node("Cast", ["sc"], ["sc32"],
+                                                     to=TensorProto.FLOAT))
+    split.input[0] = "sc32"
+    assert _lower_j(model)[0] == 1
+    message = ("--rope-lowering: no Split of GPT-J's [sin | cos] rows 'sc' into sin and cos "
+               "found")
+    three = _gptj()
+    split = _maker(three, "sin_r")
+    split.output.append("extra")
+    split.attribute[1].i = 3
+    _refused_j(three, message)
+    unread = _gptj()
+    _maker(unread, "sin_r").input[0] = "v"
+    _refused_j(unread, message)
+
+
+def test_lower_interleaved_optimum_positions_are_those_gathering_the_table():
+    model = _gptj(positions=False)
+    model.graph.input.append(_vi("tok", TensorProto.INT64, [B, "S"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros((4, 1), np.float32), "E"))
+    model.graph.node.insert(0, helper.make_node("Gather", ["E", "tok"], ["emb"]))
+    assert _lower_j(model)[0] == 1
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert node.input[1] == "position_ids"
+
+
+@pytest.mark.parametrize("change", ["no_steps", "computed_start", "not_unsqueezed"])
+def test_lower_interleaved_every_two_needs_constant_steps_of_two(change):
+    model = _gptj()
+    odd = _maker(model, "odd")
+    if change == "no_steps":
+        del odd.input[4:]
+    elif change == "computed_start":
+        # the batch size (1), from the positions' shape: a tensor, not a constant
+        model.graph.node.insert(0, helper.make_node("Shape", ["position_ids"], ["batch"],
+                                                    start=0, end=1))
+        odd.input[1] = "batch"
+    else:
+        stack = _maker(model, "stack")
+        stack.input[:] = ["nodd", "even"]
+    _refused_j(model)
+
+
+def test_lower_interleaved_partial_whose_rotation_is_an_output():
+    """x = v[..., :R] sliced, the rotation itself the model's output (no Concat reads it): the
+    rotation of x is fused."""
+    model = _gptj(partial=True)
+    concat = _maker(model, "full")
+    model.graph.node.remove(concat)
+    model.graph.node.remove(_maker(model, "rest"))
+    model.graph.output[0].name = "rotated"
+    model.graph.output[0].type.tensor_type.shape.dim[3].dim_value = R
+    assert _lower_j(model)[0] == 1
+    assert _maker(model, "rotated").op_type == "Reshape"
+    np.testing.assert_allclose(_run(model, v_in=VJ, position_ids=IDS)[0], _every_two(VJ[..., :R]),
+                               rtol=0, atol=1e-6)
+
+
+def test_lower_rope_defaults_to_ort_and_reads_operands_in_either_order():
+    nodes = _rotate_half_nodes()
+    for node in nodes:
+        if node.output[0] in ("m1", "m2"):
+            node.input[:] = list(reversed(node.input))
+    model = _rope_model(nodes)
+    assert lower.lower_rope(model, P, "cos", "sin")[0] == 1
+    assert [n.domain for n in model.graph.node if n.op_type == "RotaryEmbedding"] == [
+        "com.microsoft"]
+    np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], _rotated(), rtol=0,
+                               atol=1e-6)
+
+
+def test_lower_rope_looks_past_decoys_before_the_rotation():
+    """Before the real rotation: an Add of inputs, of two Muls without cos/sin, of cos alone, a
+    rotation whose Concat is a Sum, one whose halves are not Slices of x, one with step 2."""
+    decoys = [helper.make_node("Add", ["q", "q"], ["d0"]),
+              helper.make_node("Mul", ["q", "q"], ["qq"]),
+              helper.make_node("Add", ["qq", "qq"], ["d1"])]
+    for tag, flaw in (("a", "concat"), ("b", "slice"), ("c", "step"), ("d", "cos_only")):
+        nodes = _rotate_half_nodes(out=f"d_{tag}", tag=tag)
+        made = {n.output[0]: n for n in nodes}
+        if flaw == "concat":
+            made[f"rot{tag}"].op_type = "Sum"
+            del made[f"rot{tag}"].attribute[:]
+        elif flaw == "slice":
+            made[f"x1{tag}"].op_type = "Identity"
+            del made[f"x1{tag}"].input[1:]
+        elif flaw == "step":
+            made[f"x1{tag}"].input[4] = "step2"
+        else:
+            made[f"m2{tag}"].input[1] = "qq"
+        decoys += nodes
+    model = _rope_model([*decoys, *_rotate_half_nodes()])
+    model.graph.initializer.append(_const("step2", [2]))
+    assert lower.lower_rope(model, P, "cos", "sin", "ort")[0] == 1
+    assert next(n for n in model.graph.node if n.op_type == "RotaryEmbedding").output == ["out"]
+
+
+@pytest.mark.parametrize("change", ["axes_minus_1", "concat_axis_3"])
+def test_rotary23_partial_rotary_on_the_last_axis_either_way(change):
+    model = _partial()
+    if change == "axes_minus_1":
+        for node in model.graph.node:
+            if node.op_type == "Slice" and node.input[0] == "v":
+                node.input[3] = "axis-1"
+    else:
+        _maker(model, "full").attribute[0].i = 3
+    assert lower.lower_rope(model, P, "cos", "sin", "rotary23")[0] == 1
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert node.input[0] == "v" and node.name == f"{P}rotary0"
+    want = np.concatenate([_rotated(V[..., :R]), V[..., R:]], -1)
+    np.testing.assert_allclose(_run(model, v=V, position_ids=IDS)[0], want, rtol=0, atol=1e-6)
+
+
+def test_rotary23_partial_needs_slices_with_axes():
+    """x sliced without an axes input (axis 0 by default): not the partial pattern."""
+    model = _partial()
+    del _maker(model, "q").input[3:]
+    assert lower.lower_rope(model, P, "cos", "sin", "rotary23")[0] == 1
+    (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert node.input[0] == "q"
+
+
+def test_feed_tables_feeds_every_op():
+    model = _onnx_rotary()
+    model.graph.node.append(helper.make_node("RotaryEmbedding", ["out", "cos", "sin"], ["out2"]))
+    model.graph.output[0].name = "out2"
+    assert lower.feed_tables(model, P, "cos", "sin") == (2, 2)
+
+
+def test_to_opset_reads_ai_onnx_and_keeps_other_domains():
+    model = _rope_model()
+    model.opset_import[0].domain = "ai.onnx"
+    model.opset_import.append(helper.make_opsetid("my.domain", 1))
+    converted = lower.to_opset(model)
+    assert converted is not model
+    assert max(o.version for o in converted.opset_import if o.domain in ("", "ai.onnx")) == 23
+
+
+def test_to_opset_keeps_metadata_of_named_nodes_only():
+    model = _rope_model()
+    unnamed = model.graph.node[1]
+    assert not unnamed.name
+    entry = unnamed.metadata_props.add()
+    entry.key, entry.value = "k", "v"
+    converted = lower.to_opset(model)
+    assert all(not n.metadata_props for n in converted.graph.node)
+
+
+def test_to_opset_names_the_converters_error():
+    from onnx import version_converter
+
+    model = _rope_model()
+    model.graph.node.append(helper.make_node("N" * 250, ["q"], ["z"]))
+    try:
+        version_converter.convert_version(model, 23)
+    except Exception as exc:  # noqa: BLE001 - what onnx says, to compare with
+        kind, reason = type(exc).__name__, " ".join(str(exc).split())[:200]
+    assert len(reason) == 200
+    with pytest.raises(BadParameterError) as exc:
+        lower.to_opset(model)
+    assert str(exc.value) == (
+        f"--rope-lowering rotary23 needs opset 23 and this model is opset 18: onnx's version "
+        f"converter cannot take it there ({kind}: {reason}); use --rope-lowering ort, or export "
+        "the model at opset 23")
