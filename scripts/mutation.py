@@ -354,7 +354,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"{PRV}proof_cases__mutmut_{i}": "a sign in the length filter: only the shift case has a "
        "shift (seq + shift = max_len exactly) and only the cache cases a past (each built to "
        "end at max_len at most), so the filter drops the same cases (prefills longer than "
-       "max_len, past 0)" for i in (72, 73)},
+       "max_len, past 0)" for i in (75, 76)},
     **{f"{PRV}proof_manifest__mutmut_{i}": "the key 'quant' misspelt where it is None: "
        "ours.get('quant') is None without it too" for i in (26, 27)},
     **{f"{PRV}{fn}__mutmut_{i}": "the default seed: graft passes its own seed (--seed, "
