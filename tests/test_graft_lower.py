@@ -883,3 +883,64 @@ def test_to_opset_names_the_converters_error():
         f"--rope-lowering rotary23 needs opset 23 and this model is opset 18: onnx's version "
         f"converter cannot take it there ({kind}: {reason}); use --rope-lowering ort, or export "
         "the model at opset 23")
+
+
+ROTATION = ("m_cos", "even", "odd", "nodd", "nodd_u", "even_u", "stack", "flat", "m_sin",
+            "rotated")
+
+
+def _with_second_rotation(flaw=None):
+    """_gptj's model with a second rotation, of v2 (another projection of the same input),
+    placed before the first; ``flaw`` spoils it."""
+    model = _gptj()
+    made = {n.output[0]: n for n in model.graph.node}
+    clones = []
+    for name in ROTATION:
+        node = onnx.NodeProto()
+        node.CopyFrom(made[name])
+        node.input[:] = ["v2" if i == "v" else f"{i}2" if i in ROTATION else i
+                         for i in node.input]
+        node.output[:] = [f"{o}2" for o in node.output]
+        clones.append(node)
+    clone = {n.output[0]: n for n in clones}
+    if flaw == "stack":
+        clone["stack2"].op_type = "Sum"
+        del clone["stack2"].attribute[:]
+    elif flaw == "steps":
+        clone["odd2"].input[4] = "step1"
+    elif flaw == "heads":
+        clone["m_cos2"].input[0] = "v_in"
+        for name in ("even2", "odd2"):
+            clone[name].input[0] = "v_in"
+    at = list(model.graph.node).index(made["m_cos"])
+    for k, node in enumerate([helper.make_node("Identity", ["v_in"], ["v2"]), *clones]):
+        model.graph.node.insert(at + k, node)
+    model.graph.output.append(_vi("rotated2", TensorProto.FLOAT, [B, "S", H, R]))
+    return model
+
+
+@pytest.mark.parametrize("flaw", [None, "stack", "steps", "heads"])
+def test_lower_interleaved_every_rotation_after_one_it_passes_over(flaw):
+    model = _with_second_rotation(flaw)
+    fused, _ = _lower_j(model)
+    assert fused == (2 if flaw is None else 1)
+    assert _maker(model, "rotated").name == f"{P}rotary{1 if flaw is None else 0}/unflatten"
+    if flaw in (None, "heads"):  # (the other flaws do not run: not a rotation)
+        for out in _run(model, v_in=VJ[..., :R], position_ids=IDS):
+            np.testing.assert_allclose(out, _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
+
+
+def test_lower_interleaved_needs_unsqueezes_around_the_stack():
+    """Identity in place of the two Unsqueezes of rotate_every_two's stack: not GPT-J's."""
+    model = _gptj()
+    for name in ("nodd_u", "even_u"):
+        node = _maker(model, name)
+        node.op_type = "Identity"
+        del node.input[1:]
+    _refused_j(model)
+
+
+def test_lower_interleaved_passes_over_an_add_of_model_inputs():
+    model = _gptj()
+    model.graph.node.insert(1, helper.make_node("Add", ["v_in", "v_in"], ["d"]))
+    assert _lower_j(model)[0] == 1
