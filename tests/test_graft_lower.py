@@ -421,7 +421,7 @@ def test_drop_declares_the_contrib_domain_once_for_ort():
     assert [o.domain for o in model.opset_import] == ["", "com.microsoft"]
 
 
-# ---- lower_interleaved: GPT-J's rotate_every_two on [B, S, H, D] ----------------------------------
+# ---- lower_interleaved: GPT-J's rotate_every_two on [B, S, H, D] ---------------------------------
 
 SC = np.concatenate([SIN, COS], axis=1)  # the graft's [sin | cos] rows, [L, R]
 VJ = np.random.default_rng(2).standard_normal((B, S, H, 12)).astype(np.float32)
@@ -614,7 +614,7 @@ def test_lower_interleaved_takes_the_last_axis_as_minus_one():
                                _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
 
 
-# ---- what the first mutmut run of lower.py showed untested -----------------------------------------
+# ---- what the first mutmut run of lower.py showed untested ---------------------------------------
 
 
 def _maker(model, output):
