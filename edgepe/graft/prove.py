@@ -206,10 +206,14 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     gain = dict.fromkeys(names, 0.0)
     peak = dict.fromkeys(names, 0.0)
     wanted = {i.name for i in reference.get_inputs()}
+    # the sequence axis is known by name when an input carries it: not a name shape inference
+    # made up for the replaced tensor ('unk__0'), which only a new positions input has
+    named = seq if isinstance(seq, str) and any(
+        seq in i.shape for i in mine.get_inputs()
+        if not (grafted.new_input and i.name == grafted.positions.name)) else None
     for length in lengths:
         for trial in range(trials):
-            feeds = _feeds(mine, length, seq if isinstance(seq, str) else None, grafted, max_len,
-                           rng)
+            feeds = _feeds(mine, length, named, grafted, max_len, rng)
             inputs = {k: v for k, v in feeds.items() if k in wanted}
             want = dict(zip(names, _run(reference, names, inputs, length, "original"),
                             strict=True))
@@ -338,7 +342,8 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
     if has_mask:
         cases.append((max(seqs), 0, min(3, max(seqs) - 1), 0))
     if has_past:
-        cases += [(3, min(5, max_len - 3), 0, 0), (1, max_len - 1, 0, 0)]
+        # steps after at least one cached token (a past below 0 passed the length filter below)
+        cases += [c for c in ((3, min(5, max_len - 3), 0, 0), (1, max_len - 1, 0, 0)) if c[1] > 0]
     elif "position_ids" in names and max(seqs) < max_len:
         cases.append((max(seqs), 0, 0, max_len - max(seqs)))
     return [c for c in cases if c[0] + c[1] + c[3] <= max_len]

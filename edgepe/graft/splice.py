@@ -5,6 +5,7 @@ producer cone removed, opsets reconciled, names prefixed, the manifest recorded 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ class Positions:
             name, _, axis = text[len("arange:"):].partition(":")
             if not name:
                 raise BadParameterError("--positions arange:INPUT needs an input name")
-            if axis and not axis.lstrip("-").isdigit():
+            if axis and not re.fullmatch(r"-?[0-9]+", axis):
                 raise BadParameterError(f"--positions {text!r}: the axis must be an integer")
             return cls("arange", name, int(axis) if axis else None)
         if not text:
@@ -460,7 +461,8 @@ def _record_and_check(model, number: int, record: dict[str, Any]):
     entry.key, entry.value = METADATA_KEY.format(number), json.dumps(record, sort_keys=True)
     try:
         onnx.checker.check_model(model, full_check=True)
-    except onnx.checker.ValidationError as exc:
+    # the full check's shape inference raises its own error (a type clash in the user's graph)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise BadParameterError(f"the grafted model does not pass onnx.checker: {first}") from None
     return entry
