@@ -1188,7 +1188,8 @@ def main(argv: list[str] | None = None) -> int:
         modules = [m for m in MODULES if m in touched]
         unrecorded = [m for m in MODULES if m not in recorded]
         if unrecorded:
-            print(f"mutation: {len(unrecorded)} modules have no recorded run yet (docs/mutation.md)")
+            print(f"mutation: {len(unrecorded)} modules have no recorded run yet "
+                  "(docs/mutation.md)")
     else:
         modules = list(MODULES)
     if not modules:

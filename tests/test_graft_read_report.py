@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -360,7 +361,7 @@ def test_report_text_line_by_line():
     # saved = 2,000 B of 10,000: -20.0%; the PE's 500 B are 6.2% of the 8,000 B after
     # (6.25% rounds half to even).
     report = _report(lengths=[1, 64], checks=[OutputCheck("logits", 0.0, 1e-6)],
-                     out=__import__("pathlib").Path("out.onnx"), found="found binary at x")
+                     out=Path("out.onnx"), found="found binary at x")
     assert report.saved == 2000
     assert report.lines() == [
         "found binary at x",

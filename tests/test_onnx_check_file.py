@@ -6,7 +6,6 @@ here (issue 33: the mutation run of edgepe/formats/onnx.py runs these first).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -82,15 +81,20 @@ def test_a_graph_the_checker_refuses_names_the_checkers_first_line(tmp_path):
                               "file?): ") and "nowhere" in message and "\n" not in message
 
 
-def test_external_data_is_never_followed(tmp_path):
+def _external_table(location: str) -> onnx.ModelProto:
+    """A graph whose initializer ``t`` names 8 bytes of external data at ``location``."""
     model = _graph(inputs=("positions", "t"), extra_init=True)
     (table,) = model.graph.initializer
     table.ClearField("int64_data")
     table.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", "../../../../etc/passwd"), ("length", "8")):
+    for key, value in (("location", location), ("length", "8")):
         entry = table.external_data.add()
         entry.key, entry.value = key, value
-    path = _write(tmp_path, model)
+    return model
+
+
+def test_external_data_is_never_followed(tmp_path):
+    path = _write(tmp_path, _external_table("../../../../etc/passwd"))
     with pytest.raises(ArtifactError) as info:
         check_file(path, {})
     assert str(path) in str(info.value) and "external" in str(info.value).lower()
@@ -98,14 +102,7 @@ def test_external_data_is_never_followed(tmp_path):
 
 def test_external_data_beside_the_file_is_not_read_either(tmp_path):
     (tmp_path / "t.bin").write_bytes(np.zeros(1, np.int64).tobytes())  # readable, inside
-    model = _graph(inputs=("positions", "t"), extra_init=True)
-    (table,) = model.graph.initializer
-    table.ClearField("int64_data")
-    table.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", "t.bin"), ("length", "8")):
-        entry = table.external_data.add()
-        entry.key, entry.value = key, value
-    path = _write(tmp_path, model)
+    path = _write(tmp_path, _external_table("t.bin"))
     with pytest.raises(ArtifactError) as info:
         check_file(path, {})
     assert str(info.value) == (f"{str(path)!r} keeps tensor 't' in external data: edgepe never "

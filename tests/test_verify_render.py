@@ -139,8 +139,7 @@ def test_a_runtime_error_row_has_only_its_tolerance_and_verdict():
 def test_mismatch_lines_the_rest_counted_and_the_columns_most_first():
     first = [Mismatch("position 3 column 1", 0.5, 0.25), Mismatch("position 4 column 2", 1, 2)]
     result = _result(mismatches=12, first_mismatches=first,
-                     mismatches_by_column={c: n for c, n in
-                                           zip(range(10), (1, 5, 5, 2, 1, 1, 1, 1, 1, 1))})
+                     mismatches_by_column=dict(enumerate((1, 5, 5, 2, 1, 1, 1, 1, 1, 1))))
     lines = _text(Report("pe.onnx", MANIFEST, SHA, SHA, [result]))
     assert _right(_cells(lines, "cpu")[6], "12 of 1024")
     assert _left(_cells(lines, "cpu")[9], "FAIL")
