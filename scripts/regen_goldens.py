@@ -77,6 +77,8 @@ GOLDENS = {
         "mode": "table", "quantize": "int8", "quant_granularity": "tensor"}),
     "gaussian-table-L4": ("gaussian", 4, None, None, {"sigma": "2"}, {"mode": "table"}),
     "binary-2d-table-L6": ("binary-2d", 6, None, None, {}, {"mode": "table"}),
+    # d = 11 past its 2 x 4 bit columns: the Where mask of the columns holding no bit
+    "binary-2d-table-L6-d11": ("binary-2d", 6, 11, None, {}, {"mode": "table"}),
     # C headers (--format c): every scheme with a C function, the sliced functions, and tables
     # of each stored dtype, alignment and prefix (edgepe/formats/c.py, c_sliced.py).
     **{f"{scheme}-c-L8": (scheme, 8, 4 if scheme in ("binary", "sinusoidal", "rope") else None,
