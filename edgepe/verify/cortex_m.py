@@ -324,8 +324,11 @@ int main(void)
 def _run(command: Sequence[str], what: str, **kw) -> subprocess.CompletedProcess:
     done = subprocess.run(list(command), capture_output=True, text=True, **kw)
     if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if "error" in ln] or [done.stderr.strip()]
-        error = CompileError(f"{what} failed: {lines[0].strip() if lines else done.returncode}")
+        # One line: the first that says "error", else the first at all, else the exit status.
+        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "error" in ln),
+                     lines[0] if lines else f"exit status {done.returncode}")
+        error = CompileError(f"{what} failed: {first}")
         error.stderr = done.stderr
         raise error
     return done
@@ -348,9 +351,10 @@ def _map_costs(map_text: str, pe_object: str) -> tuple[int, int]:
                 ours.add(member)
                 todo.append(member)
     flash = ram = 0
-    # " .section  0xADDR  0xSIZE file", the name alone on its line when it is long.
+    # " .section  0xADDR  0xSIZE file", the name alone on its line when it is long; common
+    # symbols (gcc -fcommon) are " COMMON  0xADDR  0xSIZE file".
     for name, size, file in re.findall(
-        r"^ (\.[\w.$]+)\s+0x[0-9a-f]+\s+0x([0-9a-f]+)\s+(\S.*)$", layout, re.M
+        r"^ (\.[\w.$]+|COMMON)\s+0x[0-9a-f]+\s+0x([0-9a-f]+)\s+(\S.*)$", layout, re.M
     ):
         if file.strip() not in ours or name.startswith((".text.pe_raw", ".text.pe_none")):
             continue
