@@ -21,7 +21,8 @@ What tracing needs (issue 22): ``>>`` traces to ``aten.__rshift__``, outside Cor
 schemes shift with ``torch.bitwise_right_shift``, which ExecuTorch keeps through
 ``_core_aten_ops_exception_list`` and runs with its portable kernel; data-dependent position
 checks skip while exporting (the runtimes check positions before a call); state ``encode`` does
-not use (the demo's ``pe_binary`` table) is dropped, so the program holds only the weights.
+not use (the demo's ``pe_binary`` table) is not lifted by strict export, so the program holds only
+the weights.
 Integer ``Div``/``Mod`` are avoided: ExecuTorch's ``remainder(-1, 2)`` is -1 where PyTorch's is 1;
 float divisions divide tensors of one shape (``edgepe.schemes._base.divide``): ExecuTorch divides
 by a broadcast divisor through its reciprocal, one ulp off.
@@ -29,7 +30,6 @@ by a broadcast divisor through its reciprocal, one ulp off.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -215,26 +215,10 @@ def _lower(config: ExportConfig, program_module) -> tuple[bytes, list[str]]:
     # torch.export's pytree warns (FutureWarning) about its own LeafSpec use: not the user's.
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        program_module = program_module.eval()
-        exported = export(program_module, args, dynamic_shapes=dynamic, strict=True)
-        unused = _unused_state(exported)
-        if unused:  # export again without it (the demo's pe_binary: 20 KB at L = 512)
-            program_module = copy.deepcopy(program_module)
-            for name in unused:
-                owner, _, attr = name.rpartition(".")
-                delattr(program_module.get_submodule(owner), attr)
-            exported = export(program_module, args, dynamic_shapes=dynamic, strict=True)
+        # Strict export lifts only the state the graph reads: the demo's unused pe_binary table
+        # (20 KB at L = 512) is not in the program.
+        exported = export(program_module.eval(), args, dynamic_shapes=dynamic, strict=True)
         return _to_executorch(exported)
-
-
-def _unused_state(exported) -> list[str]:
-    """Parameters and buffers the exported graph never reads (by their module path)."""
-    from torch.export.graph_signature import InputKind
-
-    used = {n.name for n in exported.graph.nodes if n.op == "placeholder" and n.users}
-    return [spec.target for spec in exported.graph_signature.input_specs
-            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-            and spec.arg.name not in used]
 
 
 def _to_executorch(exported) -> tuple[bytes, list[str]]:
@@ -439,6 +423,9 @@ def describe_program(data: bytes) -> dict[str, Any]:
 
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ArtifactError(f"not an ExecuTorch program edgepe can read ({first})") from None
+    # A flatbuffer that parses can still lack the tables a program needs (a zeroed body).
+    if not program.execution_plan:
+        raise ArtifactError("not an ExecuTorch program edgepe can read (no execution plan)")
     portable = _portable_operators()
     registered = set(_get_operator_names())
     methods = []
@@ -451,7 +438,7 @@ def describe_program(data: bytes) -> dict[str, Any]:
             "operators": [(op, op in portable, op in registered) for op in operators],
         })
     return {"methods": methods,
-            "constant_bytes": sum(len(b.storage) for b in program.constant_buffer)}
+            "constant_bytes": sum(len(b.storage) for b in program.constant_buffer or ())}
 
 
 def _portable_operators() -> set[str]:
