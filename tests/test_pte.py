@@ -241,6 +241,19 @@ def test_verify_refuses_a_file_that_is_not_a_program(demo_pte, tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1
 
 
+def test_inspect_of_a_program_with_no_execution_plan_is_one_line(demo_pte, tmp_path):
+    """The ET identifier and a zeroed body parse as a flatbuffer with no execution plan: inspect
+    says so in one line, exit 2 (it was an internal error)."""
+    fake = tmp_path / "empty.pte"
+    fake.write_bytes(b"\x10\0\0\0ET12" + b"\0" * 56)
+    fake.with_name("empty.pte.json").write_bytes(
+        demo_pte.with_name(demo_pte.name + ".json").read_bytes())
+    run = subprocess.run([sys.executable, "-m", "edgepe", "inspect", str(fake)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert run.stderr == "error: not an ExecuTorch program edgepe can read (no execution plan)\n"
+
+
 def test_inspect_lists_operators_and_the_kernels_they_need(demo_pte):
     run = subprocess.run([sys.executable, "-m", "edgepe", "inspect", str(demo_pte)],
                          capture_output=True, text=True, check=False)
