@@ -70,7 +70,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/rebuild.py": ("tests/test_rebuild_claims.py", "tests/test_compare_fields.py",
                           "tests/test_rebuild_paths.py"),
     "edgepe/targets/check.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
-    "edgepe/graphs/quant.py": ("tests/test_bound_pins.py", "tests/test_mutation_kills.py"),
+    "edgepe/graphs/quant.py": ("tests/test_mut_quant.py", "tests/test_bound_pins.py",
+                              "tests/test_mutation_kills.py"),
     "edgepe/audit.py": ("tests/test_graph_audit.py", "tests/test_mutation_kills.py",
                         "tests/test_describe.py"),
     "edgepe/graphs/untrusted.py": ("tests/test_tensor_bound.py", "tests/test_mutation_kills.py",
@@ -147,6 +148,9 @@ PRV = "edgepe.graft.prove.x_"  # h-m2
 SPL = "edgepe.graft.splice.x_"  # h-m2
 LOW = "edgepe.graft.lower.x_"  # h-m2
 TAB = "edgepe.graphs.table.x_"
+QNT = "edgepe.graphs.quant.x_"
+PTE = "edgepe.formats.pte.x_"
+PTEM = "edgepe.formats.pte."  # methods: xǁClassǁmethod
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -419,6 +423,51 @@ EQUIVALENT: dict[str, str] = {
     **{f"edgepe.graphs.quant.x_{fn}__mutmut_{i}": "astype(None) is astype(float64)"
        for fn, i in (("absmax", 21), ("measure_table", 25), ("measure_table", 30),
                      ("scales", 13), ("half_scales", 27))},
+    # lead: graphs/quant.py (survivors of the rerun, tests/test_mut_quant.py)
+    QNT + "absmax__mutmut_23": "reshape with -2 for the row axis: numpy takes any negative size "
+    "as the one inferred, as -1",
+    **{f"{QNT}{fn}__mutmut_{i}": "the peak's dtype left to numpy: every caller passes absmax's "
+       "float64 peaks, so m / 127 is the same float64" for fn, i in (("scales", 4), ("scales", 6))},
+    **{f"{QNT}half_scales__mutmut_{i}": "the peak's dtype left to numpy: callers pass float64 "
+       "peaks; and a float32 peak gives the same scales: 127 h is exact in float32 for a float16 "
+       "h and its float32 neighbours are >= 64 ulp(h) away, beyond the 63.5 ulp(h) that would "
+       "round m / 127 onto h from above, so the smallest float16 >= m / 127 is the same"
+       for i in (4, 6)},
+    QNT + "measure_table__mutmut_16": "cols starts at 1 instead of 0: it is overwritten by the "
+    "first chunk, and a table has at least one row (iter_table yields >= 1 chunk)",
+    QNT + "measure_table__mutmut_37": "max(initial=None) instead of 0.0: differs only on an empty "
+    "chunk, which iter_table never yields (its chunks hold 1 to CHUNK_ROWS rows)",
+    **{f"{QNT}quant_section__mutmut_{i}": "the per-tensor scale is a [1] array: reshape(None), "
+       "reshape(1) and reshape(-2) give its one element at [0] as reshape(-1) does"
+       for i in (31, 32, 33)},
+    **{f"{QNT}quant_section__mutmut_{i}": "the bound's dtype left to numpy: a float32 or float64 "
+       "bound gives the same float() of each element and of the max" for i in (7, 9)},
+    # lead: formats/pte.py (tests/test_mut_pte.py)
+    **{f"{PTE}_projection_quant__mutmut_{i}": "a dtype or shape argument that changes nothing: "
+       "np.arange's default integer is int64, q is int8 and scale float32 (or float16, whose "
+       "values float32 holds) already, a 1-D scale reshaped by None, 1 or -2 is itself"
+       for i in (31, 33, 35, 37, 38, 40, 42, 44)},
+    PTE + "_projection_quant__mutmut_18": "pop without a default: projection_quant's section "
+    "always holds the three graph-only keys, so none is missing",
+    **{f"{PTE}check_file__mutmut_{i}": "reading more than 8 bytes (all, or 9): the checks look "
+       "at bytes 4..8 only, and head[6:9] of 8 bytes is head[6:8]" for i in (5, 6, 18)},
+    PTE + "describe_program__mutmut_20": "an operator without an overload would print as "
+    "'name.': every operator of these programs is an out variant with an overload",
+    **{f"{PTE}describe_program__mutmut_{i}": "the fallback for an exception with an empty "
+       "message: the flatbuffer parser's errors always carry one" for i in (4, 6)},
+    **{f"{PTEM}xǁProgramǁ__init____mutmut_{i}": "the fallback for an exception with an empty "
+       "message: ExecuTorch's load errors always carry one" for i in (47, 48)},
+    PTEM + "xǁProgramǁ_call__mutmut_12": "/dev/null opened for reading: the runtime's writes to "
+    "fd 2 then fail instead of being discarded; nothing reaches stderr either way",
+    PTEM + "xǁProgramǁ_call__mutmut_19": "fd 3 silenced instead of 2: on x86-64 (here and CI) the "
+    "runtime's first call logs nothing to fd 2 (its probe is for an Arm CPU id), so the "
+    "difference cannot be seen; the test pins that fd 2 is restored",
+    **{f"{PTEM}xǁProgramǁrun__mutmut_{i}": "the default empty keys in float64: np.asarray(..., "
+       "int64) converts them" for i in (20, 22)},
+    **{f"{PTEM}xǁ_Tableǁ__init____mutmut_{i}": "torch.tensor of a Python int is int64 by default, "
+       "the dtype given" for i in (85, 87)},
+    PTEM + "xǁ_Tableǁ__init____mutmut_94": "the column mask left bool: multiplied into the "
+    "gathered values, torch promotes it to the table's dtype, the same 0/1",
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",

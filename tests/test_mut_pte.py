@@ -56,7 +56,8 @@ def alibi_table():
      "with ExecuTorch's portable bitwise kernels"),
     ({"int8_runtime": "live"}, "--int8-runtime live chooses how an ONNX graph holds int8; a pte "
      "program keeps its int8 tensors int8 and dequantises per call"),
-    ({"dtype": "bit", "mode": "table"}, "--dtype bit packs table files: use --format npy, bin or c"),
+    ({"dtype": "bit", "mode": "table"},
+     "--dtype bit packs table files: use --format npy, bin or c"),
     ({"extra": {"opt": 1, "b": "x"}}, "opt=1, b=x applies to ONNX graphs, not to --format pte"),
     ({"mode": "sliced"}, "--mode sliced is an ONNX graph or a C header (--format onnx or c); an "
      "ExecuTorch program is --mode compute or table"),
@@ -278,7 +279,8 @@ def test_a_program_takes_one_to_max_n_positions_in_a_call(demo):
 @pytest.mark.parametrize("limit", [1, 8, pte.MAX_N])
 def test_max_n_from_1_to_the_limit_is_taken(demo, limit):
     _, _, data, manifest = demo
-    assert pte.Program(data, {**manifest, "pte": {**manifest["pte"], "max_n": limit}}).max_n == limit
+    program = pte.Program(data, {**manifest, "pte": {**manifest["pte"], "max_n": limit}})
+    assert program.max_n == limit
 
 
 @pytest.mark.parametrize("limit", [0, -1, pte.MAX_N + 1, True, 8.0, "8", None])
@@ -329,6 +331,9 @@ def test_empty_calls_return_empty_outputs_of_the_right_shape(demo, alibi_table):
     _, _, data, manifest = demo
     out = pte.Program(data, manifest).run({"positions": np.zeros(0, np.int64)})
     assert out.shape == (0, manifest["d_model"]) and out.dtype == np.float32
+    _, _, data, manifest = in_memory("binary-2d", 8, mode="compute", format="pte")
+    out = pte.Program(data, manifest).run({"positions": np.zeros((0, 2), np.int64)})
+    assert out.shape == (0, manifest["d_model"])
     _, _, data, manifest = alibi_table
     program = pte.Program(data, manifest)
     heads = manifest["heads"]
@@ -336,6 +341,63 @@ def test_empty_calls_return_empty_outputs_of_the_right_shape(demo, alibi_table):
     assert out.shape == (heads, 3, 0) and out.dtype == np.float32
     out = program.run({"positions": np.zeros(0, np.int64), "key_positions": np.arange(2)})
     assert out.shape == (heads, 0, 2)
+
+
+def test_positions_of_any_integer_dtype_are_fed_as_int64(alibi_table, demo):
+    _, module, data, manifest = demo
+    with torch.no_grad():
+        reference = module.encode(torch.arange(-2, 6)).numpy()
+    program = pte.Program(data, manifest)
+    for dtype in (np.int32, np.int16):
+        positions = np.arange(-2, 6).astype(dtype)
+        np.testing.assert_array_equal(program.run({"positions": positions}), reference)
+    positions = np.arange(6, dtype=np.uint8)
+    np.testing.assert_array_equal(program.run({"positions": positions}), reference[2:])
+    config, module, data, manifest = alibi_table
+    t, u = np.array([0, 3, 9], np.int32), np.array([1, -2], np.int32)
+    table = full_table(config.scheme, module)
+    rows = np.clip(t[:, None].astype(np.int64) - u[None, :], -7, 7) + 7
+    out = pte.Program(data, manifest).run({"positions": t, "key_positions": u})
+    np.testing.assert_array_equal(out, table[rows].transpose(2, 0, 1))
+
+
+def test_a_program_the_runtime_finds_inconsistent_is_refused_before_it_runs():
+    """The demo's program (binary, L = 8) with byte 293 set to 122: ExecuTorch's minimal
+    verification loads it and plans its method (it would run on a corrupt program);
+    ``Program`` asks for the internal-consistency check, which refuses it."""
+    from executorch.runtime import Runtime, Verification
+
+    _, _, data, manifest = in_memory("binary", 8, mode="compute", format="pte")
+    assert data[293] == 0
+    bad = data[:293] + bytes([122]) + data[294:]
+    Runtime.get().load_program(bad, verification=Verification.Minimal).load_method("forward")
+    with pytest.raises(ArtifactError) as err:
+        pte.Program(bad, manifest)
+    assert str(err.value).startswith("the .pte does not load in ExecuTorch: ")
+
+
+def test_a_multi_index_table_program_places_each_coordinates_bits():
+    """hierarchical (widths 3,2,1 at L = 8): columns read bits of the coordinate their width
+    block belongs to (the manifest's params say which), equal to ``encode`` at clamped
+    coordinates."""
+    s = resolve("hierarchical", 8, params={"widths": "3,2,1"})
+    module = build(s)
+    program = pte._Table(s, full_table(s, module), None, torch.float32)
+    rng = np.random.default_rng(5)
+    positions = np.stack([rng.permutation(_probe(8)) for _ in range(s.arity)], axis=1)
+    with torch.no_grad():
+        expected = module.encode(torch.from_numpy(np.clip(positions, 0, 7))).to(torch.float32)
+    np.testing.assert_array_equal(program(torch.from_numpy(positions)).numpy(), expected.numpy())
+
+
+def test_the_int8_projection_program_has_the_c_headers_int32_bound():
+    """Both sum int8 x bits exactly in int32 and rescale once: the same quantisation and proven
+    bound as the C header's int8 function (the ONNX graph's float32 sum has a looser one)."""
+    program = in_memory("binary", 64, mode="compute", format="pte", quantize="int8")[3]["quant"]
+    header = in_memory("binary", 64, mode="compute", format="c", quantize="int8")[3]["quant"]
+    graph = in_memory("binary", 64, mode="compute", format="onnx", quantize="int8")[3]["quant"]
+    assert program["bound"] == header["bound"] < graph["bound"]
+    assert program["scale"] == header["scale"]
 
 
 def test_the_first_call_silences_fd_2_and_restores_it(demo, capfd):
@@ -370,8 +432,10 @@ def test_describe_program_lists_each_operator_with_its_kernel(demo):
 def test_describe_program_refuses_bytes_that_are_not_a_program(demo):
     with pytest.raises(ArtifactError) as err:
         pte.describe_program(demo[2][:40])
-    assert str(err.value).startswith("not an ExecuTorch program edgepe can read (")
-    assert "\n" not in str(err.value)
+    # the parser's own first line: the flatbuffer header is cut short
+    assert str(err.value) == ("not an ExecuTorch program edgepe can read (unpack_from requires "
+                              "a buffer of at least 64 bytes for unpacking 4 bytes at offset 60 "
+                              "(actual buffer size is 40))")
     # The ET identifier and a zeroed body parse as a flatbuffer holding no execution plan.
     with pytest.raises(ArtifactError) as err:
         pte.describe_program(b"\x10\x00\x00\x00ET12" + b"\x00" * 56)

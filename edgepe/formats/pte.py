@@ -246,6 +246,9 @@ def _to_executorch(exported) -> tuple[bytes, list[str]]:
     return data, operators
 
 
+# The methods torch.export traces carry "pragma: no mutate block": mutmut's trampoline, which
+# picks the mutant at call time, is Python that dynamo cannot trace (scripts/mutation.py).
+# tests/test_mut_pte.py runs each of them against NumPy instead.
 class _Encode(torch.nn.Module):
     """``positions [N] (or [N, k]) -> encode(positions)`` in the output dtype."""
 
@@ -254,14 +257,14 @@ class _Encode(torch.nn.Module):
         self.scheme = scheme_module
         self.dtype = dtype
 
-    def forward(self, positions):
+    def forward(self, positions):  # pragma: no mutate block (traced)
         return self.scheme.encode(positions).to(self.dtype)
 
 
 class _Bias(_Encode):
     """``positions [N], key_positions [M] -> bias [H, N, M]``."""
 
-    def forward(self, positions, key_positions):
+    def forward(self, positions, key_positions):  # pragma: no mutate block (traced)
         return self.scheme.encode(positions, key_positions).to(self.dtype)
 
 
@@ -276,7 +279,7 @@ class _Int8Projection(torch.nn.Module):
         self.register_buffer("weight_int8", torch.from_numpy(q))
         self.register_buffer("weight_scale", torch.from_numpy(scale))
 
-    def forward(self, positions):
+    def forward(self, positions):  # pragma: no mutate block (traced)
         shifted = torch.bitwise_right_shift(positions.unsqueeze(-1), self.shifts)
         bits = torch.bitwise_and(shifted, 1).to(torch.int32)
         acc = torch.mm(bits, self.weight_int8.to(torch.int32))
@@ -309,11 +312,11 @@ class _Table(torch.nn.Module):
             self.register_buffer("width", torch.tensor(width, dtype=torch.int64))
             self.register_buffer("valid", torch.from_numpy(np.asarray(valid)).to(self.table.dtype))
 
-    def _rows(self, index):
+    def _rows(self, index):  # pragma: no mutate block (traced)
         rows = self.table[index]
         return rows if self.scale is None else rows.to(torch.float32) * self.scale
 
-    def forward(self, positions, key_positions=None):
+    def forward(self, positions, key_positions=None):  # pragma: no mutate block (traced)
         if self.kind == "bias":
             # Rows by distance, as every bias table (table_values.bias_rows): positions
             # saturated at +-2^61 (t - u cannot overflow), the distance clamped to the table.
@@ -393,8 +396,7 @@ class Program:
         keys = np.asarray(feeds.get("key_positions", np.zeros(0, np.int64)), dtype=np.int64)
         step = self.max_n
         if not len(positions) or (self.bias and not len(keys)):  # a program takes N >= 1
-            shape = (self.width, len(positions), len(keys)) if self.bias else (
-                0, self.width, *positions.shape[1:-1])
+            shape = (self.width, len(positions), len(keys)) if self.bias else (0, self.width)
             return np.zeros(shape, dtype=self.dtype)
         if not self.bias:
             return np.concatenate([self._call(positions[i:i + step])

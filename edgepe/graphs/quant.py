@@ -116,7 +116,8 @@ def half_scales(peak: np.ndarray) -> np.ndarray | None:
     if ((exact[live] < 2.0**-14) | (exact[live] > 65504)).any():
         return None
     s = exact.astype(np.float16)
-    s = np.where(s.astype(np.float64) < exact, np.nextafter(s, np.float16(np.inf)), s)
+    with np.errstate(over="ignore"):  # nextafter(65504) is inf; where() never takes it there
+        s = np.where(s.astype(np.float64) < exact, np.nextafter(s, np.float16(np.inf)), s)
     return np.where(live, s, np.float16(1.0)).astype(np.float16)
 
 
