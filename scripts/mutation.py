@@ -433,6 +433,7 @@ EQUIVALENT: dict[str, str] = {
        "h and its float32 neighbours are >= 64 ulp(h) away, beyond the 63.5 ulp(h) that would "
        "round m / 127 onto h from above, so the smallest float16 >= m / 127 is the same"
        for i in (4, 6)},
+    QNT + "half_scales__mutmut_30": "astype(None) is astype(float64)",
     QNT + "measure_table__mutmut_16": "cols starts at 1 instead of 0: it is overwritten by the "
     "first chunk, and a table has at least one row (iter_table yields >= 1 chunk)",
     QNT + "measure_table__mutmut_37": "max(initial=None) instead of 0.0: differs only on an empty "

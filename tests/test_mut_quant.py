@@ -61,6 +61,7 @@ def test_zero_channels_get_scale_one():
     (65504.5, False),
     (65505.0, False),
 ])
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # 65504's next float16 is inf: no warning
 def test_half_scales_cover_exactly_float16s_normal_range(scale, fits):
     h = quant.half_scales(np.array([127 * scale, 127.0]))
     if not fits:
