@@ -94,9 +94,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/graphs/__init__.py": ("tests/test_goldens.py",),
     "edgepe/graphs/_common.py": ("tests/test_graph_common.py", "tests/test_goldens.py"),
     "edgepe/graphs/bias.py": ("tests/test_bias_tables.py",),
-    "edgepe/graphs/bits.py": ("tests/test_goldens.py",),
+    "edgepe/graphs/bits.py": ("tests/test_mut_bits.py", "tests/test_goldens.py"),
     "edgepe/graphs/integer.py": ("tests/test_goldens.py",),
-    "edgepe/graphs/lowerings.py": ("tests/test_goldens.py",),
+    "edgepe/graphs/lowerings.py": ("tests/test_mut_lowerings.py", "tests/test_lowerings.py"),
     "edgepe/graphs/model_tensors.py": ("tests/test_model_tensors.py",),
     "edgepe/graphs/sliced.py": ("tests/test_mut_sliced.py",),
     "edgepe/graphs/table.py": ("tests/test_table_graph.py", "tests/test_table_size.py",
@@ -151,6 +151,7 @@ TAB = "edgepe.graphs.table.x_"
 QNT = "edgepe.graphs.quant.x_"
 PTE = "edgepe.formats.pte.x_"
 PTEM = "edgepe.formats.pte."  # methods: xǁClassǁmethod
+LWR, BTS = "edgepe.graphs.lowerings.x_", "edgepe.graphs.bits.x_"  # h-n2
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -993,6 +994,70 @@ EQUIVALENT: dict[str, str] = {
     LOW + "lower_interleaved__mutmut_51": "shapes None instead of {} after infer_shapes raised: "
     "non-strict inference skips a node it cannot infer instead of raising, for every model "
     "graft has read (it was parsed and found first)",
+    # h-n2: graphs/lowerings.py, graphs/bits.py
+    **{f"{LWR}{fn}__mutmut_{i}": "an initializer's name (None or dropped: Graph numbers a "
+       "fresh c_N; XX or upper case: another literal): still unique in the graph "
+       "(tests/test_mut_lowerings.py checks), and nothing reads a lowering's initializer by "
+       "its name" for fn, nums in (
+           ("arith32_columns", (31, 34, 40, 41, 60, 63, 69, 70, 83, 86, 98, 99, 123, 126, 128,
+                                129)),
+           ("float_columns", (36, 39, 46, 47, 69, 72, 78, 79, 88, 91, 93, 94, 113, 116, 125,
+                              128, 129, 132, 141, 142, 164, 173, 174)),
+           ("trunc_columns", (47, 50, 70, 73, 76, 77, 99, 103, 104, 146, 150, 151, 170, 173, 175,
+                              176, 180, 190, 191, 204, 208, 209, 222, 232, 233))) for i in nums},
+    **{f"{LWR}arith32_columns__mutmut_{i}": "Mod's fmod=None or dropped: make_node drops a None "
+       "attribute and ONNX Mod's fmod defaults to 0, the value given" for i in (21, 25, 113, 117)},
+    LWR + "arith32_columns__mutmut_130": "the last Mod's fmod=1 (C fmod, the dividend's sign): "
+    "its dividend is a sum of quotients of r in [0, 2^w) by positive powers of two, never "
+    "negative, where fmod and floor mod agree",
+    **{f"{BTS}{fn}__mutmut_{i}": "module passed as None: _bits_model never reads its module "
+       "argument and _mask_projection_model only hands it to _bits_model (the builders read "
+       "the module's tensors before the call)" for fn, i in (
+           ("_mask_projection_model", 22), ("binary", 4), ("binary_2d", 2), ("binary_bits", 2),
+           ("binary_gated", 55), ("binary_multilevel", 3), ("binary_signed", 39),
+           ("binary_smooth", 5), ("fourier_binary", 4), ("gray", 2), ("hierarchical", 10),
+           ("hybrid_int_binary", 46))},
+    **{f"{BTS}{fn}__mutmut_{i}": "an initializer's name (None or dropped: Graph numbers a fresh "
+       "c_N; XX or upper case: another literal): still unique, and nothing reads these "
+       "initializers by name (the shift form's unscaled weights and arith Gray's powers_next "
+       "are in no golden)" for fn, nums in (
+           ("binary", (18, 23, 24)), ("fourier_binary", (18, 23, 24)),
+           ("stored_weight", (4, 7)), ("bit_columns", (203, 206, 218, 219))) for i in nums},
+    **{f"{BTS}{fn}__mutmut_{i}": "g.const(a float32 array, None) keeps float32: _f32's values "
+       "(lo, hi, gate, 1 - gate, the weights) and the astype(np.float32)'d scaled weights"
+       for fn, nums in (("_bits_model", (63, 71)), ("binary_gated", (21, 47)),
+                        ("stored_weight", (3, 9))) for i in nums},
+    **{f"{BTS}{fn}__mutmut_{i}": "np.asarray/g.const of Python ints or int64 arrays with dtype "
+       "None is int64 (numpy's default integer on 64-bit Linux), the dtype given: [-1], "
+       "[1, half], 2, np.left_shift(1, int64 array), the int64 shifts of np.arange and of the "
+       "modules' torch.int64 buffers, the n_bits int, hierarchical's tuple of int widths"
+       for fn, nums in (("_columns", (12,)), ("hybrid_int_binary", (25,)),
+                        ("bit_columns", (4, 6, 9, 11, 151, 175, 202, 242)),
+                        ("hierarchical", (4, 6))) for i in nums},
+    **{f"{BTS}_f32__mutmut_{i}": "asarray's dtype=float32 dropped: every value _f32 gets is a "
+       "float32 torch tensor (the modules' float32 parameters and buffers, which "
+       "load_state_dict copies into, and gates()), whose .numpy() is float32 already"
+       for i in (2, 4)},
+    BTS + "_f32__mutmut_6": "the torch branch taken always: every value _f32 gets is a torch "
+    "tensor (module.lo, hi, gates(), basis, projection.weight)",
+    BTS + "bit_columns__mutmut_1": "gray's default True: the only caller, _bits_model, always "
+    "passes gray",
+    BTS + "bit_columns__mutmut_24": "inside as bool: g.const(inside, np.uint64) converts it to "
+    "the same 0/1",
+    BTS + "bit_columns__mutmut_127": "g.const(inside, None): inside is uint64 already",
+    BTS + "_mask_projection_model__mutmut_51": "the masks' dtype None: bit_masks returns int32 "
+    "for width 32 and int64 for 64, the dtype given",
+    **{f"{BTS}_mask_projection_model__mutmut_{i}": "bit_masks at its default width 64: for "
+       "width 64 the same; for width 32 the int64 masks 2^k (k < 32) are cast by "
+       "g.const(.., np.int32), numpy's wrapping cast, to the same int32 values (2^31 to "
+       "INT32_MIN, the view's value)" for i in (57, 59)},
+    BTS + "bit_masks__mutmut_1": "default width 65: the width only selects the int32 branch at "
+    "32; 64 and 65 both take the int64 view",
+    BTS + "mask_scaling__mutmut_10": "_mask_weights at width 64 for n <= 32: mask_inverse(n, 64) "
+    "and (n, 32) differ only in bit 31's sign, and exactness and normality depend on "
+    "magnitudes; n <= 32 < 64 is never refused (n > 32 has width 64 anyway)",
+    BTS + "stored_weight__mutmut_14": "the scaled weights in float64: w * 2^-k is exact there, "
+    "and g.const's cast to float32 rounds it once, as float32's multiply does",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
@@ -1119,8 +1184,21 @@ def run_module(module: str, tests: tuple[str, ...], jobs: int, timeout: float) -
         # printed, not recorded: lets a reader check each listed reason against its mutant
         "equivalent_diffs": {n: survivors[n]["diff"] for n in equivalent},
         "finished": finished, "seconds": round(time.monotonic() - start),
-        **({} if finished and total else {"note": tail.strip().splitlines()[-1:]}),
+        **({} if finished and total else {"note": _failure_note(tail)}),
     }
+
+
+def _failure_note(tail: str) -> list[str]:
+    """mutmut's last line and, when its clean (unmutated) run failed, pytest's ``FAILED``/
+    ``ERROR`` lines and the exception: "Failed to run clean test" alone names no test. A
+    test that passes alone can fail there because mutmut runs pytest twice in one process (its
+    stats run, then the clean run; the mutants in forks of it): a test that changes a
+    module-level object, e.g. pops from its parametrize dict, sees the change the second time
+    (tests/test_lowerings.py did, issue 33)."""
+    lines = tail.strip().splitlines()
+    failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    raised = [ln for ln in lines if ln.startswith("E ")]
+    return (failed + raised)[:4] + lines[-1:]
 
 
 def stale_modules(recorded: dict) -> list[str]:

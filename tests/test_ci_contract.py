@@ -111,3 +111,18 @@ def test_changed_reruns_the_recorded_modules_whose_source_is_not_the_one_recorde
     assert mutation.stale_modules({module: {"source_sha256": now[:-1] + "x"}}) == [module]
     assert mutation.stale_modules({module: {}}) == [module]  # a record from before the hashes
     assert mutation.stale_modules({}) == []  # a module never run is listed, not rerun
+
+
+def test_a_failed_clean_run_is_noted_with_the_failing_test():
+    """mutmut's own last line says only "Failed to run clean test": the note keeps pytest's
+    FAILED line too (the tail of tests/test_lowerings.py's clean run before its fix)."""
+    tail = ("    graph(scheme, options.pop('max_len'), lowering=lowering, **options)\n"
+            "KeyError: 'max_len'\n"
+            "=========================== short test summary info ===========================\n"
+            "FAILED tests/test_lowerings.py::test_widths_past_the_exact_range_are_refused[a]\n"
+            "!!!!!!!!!!!!!!!!!!!!!!!!!! stopping after 1 failures !!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+            "Failed to run clean test\n")
+    assert _mutation()._failure_note(tail) == [
+        "FAILED tests/test_lowerings.py::test_widths_past_the_exact_range_are_refused[a]",
+        "Failed to run clean test"]
+    assert _mutation()._failure_note("timed out after 900 s") == ["timed out after 900 s"]

@@ -96,14 +96,16 @@ def test_float_lowering_edges_for_gray_multi_index_and_signed(scheme, params):
 
 
 @pytest.mark.parametrize(
-    "lowering,scheme,options,needle",
-    [("float", "binary-bits", {"max_len": EDGE}, "up to 24"),
-     ("float", "hierarchical", {"max_len": 8, "params": {"widths": "25,2"}}, "needs 25"),
-     ("arith32", "gray", {"max_len": 2**30}, "needs 31"),
-     ("arith32", "binary-signed", {"max_len": 2**31}, "up to 30")])
-def test_widths_past_the_exact_range_are_refused(lowering, scheme, options, needle):
+    "lowering,scheme,max_len,params,needle",
+    [("float", "binary-bits", EDGE, None, "up to 24"),
+     ("float", "hierarchical", 8, {"widths": "25,2"}, "needs 25"),
+     ("arith32", "gray", 2**30, None, "needs 31"),
+     ("arith32", "binary-signed", 2**31, None, "up to 30")])
+def test_widths_past_the_exact_range_are_refused(lowering, scheme, max_len, params, needle):
+    # The parameters are read, never changed: pytest shares them between runs in one process
+    # (mutmut runs the tests twice in its process, then in forks of it).
     with pytest.raises(BadParameterError, match=needle):
-        graph(scheme, options.pop("max_len"), lowering=lowering, **options)
+        graph(scheme, max_len, params=params, lowering=lowering)
 
 
 @pytest.mark.parametrize("lowering,limit", [("float", EDGE), ("arith32", 2**31 - 1),
