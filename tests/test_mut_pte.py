@@ -362,15 +362,13 @@ def test_positions_of_any_integer_dtype_are_fed_as_int64(alibi_table, demo):
 
 
 def test_a_program_the_runtime_finds_inconsistent_is_refused_before_it_runs():
-    """The demo's program (binary, L = 8) with byte 293 set to 122: ExecuTorch's minimal
-    verification loads it and plans its method (it would run on a corrupt program);
-    ``Program`` asks for the internal-consistency check, which refuses it."""
-    from executorch.runtime import Runtime, Verification
-
+    """The demo's program (binary, L = 8) with byte 293 set to 122. When this test was written,
+    ExecuTorch's minimal verification loaded it and planned its method (a corrupt program that
+    would then run; other single-byte changes crashed the process there, so that is not done
+    here); ``Program`` asks for the internal-consistency check, which refuses it."""
     _, _, data, manifest = in_memory("binary", 8, mode="compute", format="pte")
     assert data[293] == 0
     bad = data[:293] + bytes([122]) + data[294:]
-    Runtime.get().load_program(bad, verification=Verification.Minimal).load_method("forward")
     with pytest.raises(ArtifactError) as err:
         pte.Program(bad, manifest)
     assert str(err.value).startswith("the .pte does not load in ExecuTorch: ")
