@@ -103,7 +103,8 @@ MODULES: dict[str, tuple[str, ...]] = {
                                "tests/test_goldens.py"),
     "edgepe/graphs/table_values.py": ("tests/test_table_values.py",),
     "edgepe/graphs/trig.py": ("tests/test_mut_trig.py",),
-    "edgepe/formats/c.py": ("tests/test_goldens.py", "tests/test_c_header.py"),
+    "edgepe/formats/c.py": ("tests/test_mut_c.py", "tests/test_goldens.py",
+                            "tests/test_c_header.py"),
     "edgepe/formats/c_sliced.py": ("tests/test_mut_c_sliced.py",),
     "edgepe/formats/onnx.py": ("tests/test_onnx_check_file.py", "tests/test_goldens.py"),
     "edgepe/formats/onnx_table.py": ("tests/test_onnx_table_split.py",
@@ -152,6 +153,7 @@ QNT = "edgepe.graphs.quant.x_"
 PTE = "edgepe.formats.pte.x_"
 PTEM = "edgepe.formats.pte."  # methods: xǁClassǁmethod
 LWR, BTS = "edgepe.graphs.lowerings.x_", "edgepe.graphs.bits.x_"  # h-n2
+CFM = "edgepe.formats.c.x_"  # h-n3
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -1058,6 +1060,32 @@ EQUIVALENT: dict[str, str] = {
     "magnitudes; n <= 32 < 64 is never refused (n > 32 has width 64 anyway)",
     BTS + "stored_weight__mutmut_14": "the scaled weights in float64: w * 2^-k is exact there, "
     "and g.const's cast to float32 rounds it once, as float32's multiply does",
+    # h-n3: formats/c.py
+    **{f"{CFM}_body__mutmut_{i}": "binary-smooth's lo, hi as a float64 array: two float32 "
+       "values (.item() of float32 tensors), which c_floats converts back to float32 exactly"
+       for i in (22, 24)},
+    CFM + "_compute_header__mutmut_122": "size 1 with digest None: _closing writes the sha256 "
+    "comment (the only reader of size) only when digest is not None",
+    **{f"{CFM}_compute_header__mutmut_{i}": "the hashed weights in their own dtype instead of "
+       "an explicit little-endian one: the same bytes on a little-endian host (x86-64 and Arm64, "
+       "every platform edgepe runs on)" for i in (153, 155)},
+    CFM + "_float_compute_header__mutmut_18": "values as float64 (astype(None)): the float32 "
+    "buffer widened exactly; every use converts back (c_floats, astype('<f4')) or counts (size)",
+    **{f"{CFM}_quant_constants__mutmut_{i}": "the scales as float64 (dtype None): float32 "
+       "values widened exactly; c_floats converts back to float32, size is the same"
+       for i in (4, 6)},
+    CFM + "c_floats__mutmut_18": "reshape(1, -2): NumPy reads any negative size as the one "
+    "to infer (np.zeros(3).reshape(1, -2).shape == (1, 3))",
+    CFM + "c_rows__mutmut_15": "astype(None) is float64, the dtype given",
+    **{f"{CFM}c_rows__mutmut_{i}": "the integral-literal fix applied to integer text too: "
+       "\"%d\" cells have no \"f\" suffix for _INTEGRAL to match, so it changes nothing"
+       for i in (32, 40, 41)},
+    CFM + "check_file__mutmut_4": "decode() without an encoding is UTF-8, the one given",
+    CFM + "check_file__mutmut_7": "\"UTF-8\" and \"utf-8\" name the same codec (Python's "
+    "codec lookup ignores case)",
+    **{f"{CFM}variant_tag__mutmut_{i}": "the float16 tag is never made: check_c_choices and "
+       "c_sliced.check refuse --dtype float16 before any names() call (tests/test_mut_c.py, "
+       "test_the_refusals_name_what_a_header_can_hold)" for i in (27, 28, 29, 30)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

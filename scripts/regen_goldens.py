@@ -99,6 +99,16 @@ GOLDENS = {
         "format": "c", "mode": "table", "quantize": "int8"}),
     "gaussian-c-table-L4": ("gaussian", 4, None, 2, {"sigma": "2"}, {"format": "c",
                                                                     "mode": "table"}),
+    # the C compute variants with their own branches (formats/c.py: half layout and offset,
+    # yarn's attention factor over more than 8 columns, d/2 = 0 and L - 1 = 1, one int8 scale)
+    "sinusoidal-c-L8-d4-half-fairseq": ("sinusoidal", 8, 4, None, {
+        "layout": "half", "frequencies": "fairseq", "offset": "2"}, {"format": "c"}),
+    "rope-c-L8-d20-half-yarn": ("rope", 8, 20, None, {
+        "layout": "half", "rope_type": "yarn", "factor": "2",
+        "original_max_position_embeddings": "4"}, {"format": "c"}),
+    "hybrid-int-binary-c-L2-d1": ("hybrid-int-binary", 2, 1, None, {}, {"format": "c"}),
+    "binary-c-L8-int8-tensor": ("binary", 8, 4, None, {}, {
+        "format": "c", "quantize": "int8", "quant_granularity": "tensor"}),
 }
 EXTENSIONS = {"onnx": ".onnx", "c": ".h"}
 

@@ -3,6 +3,8 @@ terminal, without --quiet), never for short work, never when not asked."""
 
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from edgepe import api
@@ -18,6 +20,24 @@ BIG = ["--scheme", "sinusoidal", "--max-len", "65536", "--d-model", "64", "--mod
 def _config(tmp_path, max_len: str, name: str):
     return api.make_config("sinusoidal", max_len, d_model="64", mode="table", format="npy",
                            out=tmp_path / name)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_the_bar_draws_description_bar_count_and_time_then_erases_itself(capfd):
+    """One line per frame: the description as given, a bar, done/total, the elapsed time; on
+    exit the bar is transient: rich moves up onto its line and erases it (1A, 2K), so nothing of
+    it stays on the terminal."""
+    with reporting(True, force=True):
+        advance = track("rows of t", 5)
+        advance(2)
+        advance(3)
+    err = capfd.readouterr().err
+    frames = [_ANSI.sub("", f) for f in err.split("\r") if "rows" in f]
+    assert frames, err
+    assert re.fullmatch(r"rows of t ━{10,} 5/5 \d+:\d\d:\d\d\n?", frames[-1]), frames[-1]
+    assert err.endswith("\x1b[1A\x1b[2K"), repr(err[-40:])
 
 
 def test_a_large_table_reports_its_rows(tmp_path, capfd):

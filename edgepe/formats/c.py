@@ -323,7 +323,7 @@ def _table_header(config: ExportConfig, module) -> Prepared:
         if config.scheme.spec.kind == "bias":
             f.write(_bias_row_function(symbol, macro).encode())
         if packed:
-            index = "uint32_t" if rows * cols <= 2**32 else "uint64_t"
+            index = _bit_index(rows, cols)
             f.write(
                 (
                     f"\n/* Entry (p, k) of the table, 0 or 1 (p < {macro}_ROWS, "
@@ -336,6 +336,12 @@ def _table_header(config: ExportConfig, module) -> Prepared:
         f.write(_closing(config, symbol, digest.hexdigest(), size).encode())
 
     return Prepared(manifest, write)
+
+
+def _bit_index(rows: int, cols: int) -> str:
+    """The C type of a bit-packed table's entry index ``p * cols + k``, at most
+    ``rows * cols - 1``: ``uint32_t`` while that fits in 32 bits, else ``uint64_t``."""
+    return "uint32_t" if rows * cols <= 2**32 else "uint64_t"
 
 
 def _bias_row_function(symbol: str, macro: str) -> str:
@@ -594,6 +600,8 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         "byte_order": "little",
     }
     limit = s.spec.position_limit
+    # yarn / longrope: cos, sin times the attention factor, as Rope.encode (Rope always sets it)
+    scaled = s.scheme == "rope" and module.scaled
     if alibi:
         signature = (f"static inline void {function}(int64_t t, int64_t u, "
                      f"float out[{macro}_HEADS])")
@@ -615,7 +623,7 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
     else:
         signature = f"static inline void {function}(int64_t pos, float out[{macro}_D])"
         half_sin = s.scheme == "sinusoidal" and s.params.get("layout") == "half"
-        offset = s.params.get("offset", 0) if s.scheme == "sinusoidal" else 0
+        offset = s.params["offset"] if s.scheme == "sinusoidal" else 0  # resolved: always set
         layout = (f"out[i] = sinf(a_i), out[{macro}_HALF + i] = cosf(a_i)" if half_sin
                   else "out[2i] = sinf(a_i), out[2i + 1] = cosf(a_i)" if s.scheme == "sinusoidal"
                   else f"out[i] = cosf(a_i), out[{macro}_HALF + i] = sinf(a_i)")
@@ -633,8 +641,7 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
             "|pos| <= 2^24.",
         ]
         head = f"#define {macro}_D {s.d_model}\n#define {macro}_HALF {s.d_model // 2}\n\n"
-        scaled = s.scheme == "rope" and getattr(module, "scaled", False)
-        if scaled:  # yarn / longrope: cos, sin times the attention factor, as Rope.encode
+        if scaled:
             lines.append(f"cos, sin times {base}_scale[i] (the attention factor), in float32.")
         store = (f"        out[i] = cosf(a) * {base}_scale[i];\n"
                  f"        out[{macro}_HALF + i] = sinf(a) * {base}_scale[i];\n" if scaled else
@@ -661,8 +668,8 @@ def _float_compute_header(config: ExportConfig, module) -> Prepared:
         literals = ",\n    ".join(", ".join(cells[i:i + 8]) for i in range(0, len(cells), 8))
         f.write(f"static {macro}_ATTR const float {symbol}[{count}] = {{\n    {literals}\n}};"
                 "\n\n".encode())
-        if not alibi and s.scheme == "rope" and getattr(module, "scaled", False):
-            scale = c_floats(module.scale.detach().numpy().astype(np.float32))
+        if scaled:
+            scale = c_floats(module.scale.detach().numpy())  # c_floats writes float32
             rows = ",\n    ".join(", ".join(scale[i:i + 8]) for i in range(0, len(scale), 8))
             f.write(f"static {macro}_ATTR const float {base}_scale[{count}] = {{\n    {rows}\n}};"
                     "\n\n".encode())
