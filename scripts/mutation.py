@@ -971,6 +971,17 @@ EQUIVALENT: dict[str, str] = {
     "binary-2d's width is max_len's bit count), so n = 64 or 65 zeroes none",
     TVL + "table_rows__mutmut_44": ".to(None) keeps the dtype: bits() and every scheme's encode "
     "(and the float64 Definition's, rounded) return float32 already",
+    **{f"{VER}_parity__mutmut_{i}": "the probe's own tolerance (None, or probe=False/None): "
+       "tolerance_for(m, probe=True) differs from tolerance_for(m) only when m has "
+       "quant.bound_all_positions, and _parity's m is the rebuild's manifest (this edgepe's; with "
+       "rebuild=False the one this process just exported), which never has it: no exporter "
+       "writes the field (grep -rn bound_all_positions edgepe/ finds its readers only: "
+       "tolerance_for, rebuild.looser, the schema); tests/test_mut_verify.py tests "
+       "tolerance_for's probe branch directly" for i in (31, 33, 35, 36, 101)},
+    **{f"{RBD}read_manifest__mutmut_{i}": "prepare(config) without the module builds it from the "
+       "config: build(scheme, seed, checkpoint=None (a manifest embedded with a checkpoint is "
+       "refused above), no key, no param (the embedded inputs record neither)), the very module "
+       "config_from_manifest built, so the same bytes (work only)" for i in (74, 76)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import
