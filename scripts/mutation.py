@@ -154,6 +154,8 @@ PTE = "edgepe.formats.pte.x_"
 PTEM = "edgepe.formats.pte."  # methods: xǁClassǁmethod
 LWR, BTS = "edgepe.graphs.lowerings.x_", "edgepe.graphs.bits.x_"  # h-n2
 CFM = "edgepe.formats.c.x_"  # h-n3
+ONX, OTB = "edgepe.formats.onnx.x_", "edgepe.formats.onnx_table."  # h-n5 (OTB has a class)
+TVL, RBD = "edgepe.graphs.table_values.x_", "edgepe.rebuild.x_"  # h-n5
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -1086,6 +1088,43 @@ EQUIVALENT: dict[str, str] = {
     **{f"{CFM}variant_tag__mutmut_{i}": "the float16 tag is never made: check_c_choices and "
        "c_sliced.check refuse --dtype float16 before any names() call (tests/test_mut_c.py, "
        "test_the_refusals_name_what_a_header_can_hold)" for i in (27, 28, 29, 30)},
+    # h-n5: rebuild.py, verify/__init__.py, formats/npy.py, graphs/table_values.py,
+    # formats/onnx_table.py, formats/onnx.py, graphs/untrusted.py
+    ONX + "check_file__mutmut_18": "onnx.load(load_external_data=None): onnx.load tests it for "
+    "truth (`if load_external_data:`), and None is falsy like False: nothing external is loaded",
+    OTB + "x_split_table__mutmut_113": "frombuffer without count reads from the offset to the "
+    "mapping's end: graph_bytes is the file's size less the header and the table's rows * cols * "
+    "itemsize bytes, so that is the same rows * cols entries (it differs only if the file grows "
+    "between the stat and the mmap, a race a test cannot stage without a writer thread)",
+    OTB + "x_split_table__mutmut_71": "graph_bytes of 1 let through: one byte is never a "
+    "protobuf message (each of the 256 fails onnx.load_from_string: every field tag needs a value "
+    "after it), so None is returned either way",
+    OTB + "x_split_table__mutmut_91": "the second open(path) is only for its descriptor, which "
+    "mmap maps read-only (ACCESS_READ): text or binary mode opens the same O_RDONLY descriptor",
+    **{f"{TVL}table_rows__mutmut_{i}": "torch.arange of Python ints without a dtype is int64 "
+       "(torch's default integer), the dtype given" for i in (4, 7)},
+    **{f"{TVL}table_rows__mutmut_{i}": "the key position 0 as a float32 zero: alibi's and "
+       "gaussian's encode cast q - k to float32 at once, and an int64 distance minus a float32 0 "
+       "is that distance in float32, exact within +-2^24, the limit their check_domain enforces"
+       for i in (21, 23)},
+    TVL + "table_rows__mutmut_24": "two key positions 0: [:, :, 0] keeps the first column, the "
+    "same rows (the second is computed and dropped)",
+    TVL + "table_rows__mutmut_41": "bits(index, width, 65): columns with a shift >= n are zeroed, "
+    "and the shifts are the column indices below width <= 63 (hierarchical refuses widths > 63; "
+    "binary-2d's width is max_len's bit count), so n = 64 or 65 zeroes none",
+    TVL + "table_rows__mutmut_44": ".to(None) keeps the dtype: bits() and every scheme's encode "
+    "(and the float64 Definition's, rounded) return float32 already",
+    **{f"{VER}_parity__mutmut_{i}": "the probe's own tolerance (None, or probe=False/None): "
+       "tolerance_for(m, probe=True) differs from tolerance_for(m) only when m has "
+       "quant.bound_all_positions, and _parity's m is the rebuild's manifest (this edgepe's; with "
+       "rebuild=False the one this process just exported), which never has it: no exporter "
+       "writes the field (grep -rn bound_all_positions edgepe/ finds its readers only: "
+       "tolerance_for, rebuild.looser, the schema); tests/test_mut_verify.py tests "
+       "tolerance_for's probe branch directly" for i in (31, 33, 35, 36, 101)},
+    **{f"{RBD}read_manifest__mutmut_{i}": "prepare(config) without the module builds it from the "
+       "config: build(scheme, seed, checkpoint=None (a manifest embedded with a checkpoint is "
+       "refused above), no key, no param (the embedded inputs record neither)), the very module "
+       "config_from_manifest built, so the same bytes (work only)" for i in (74, 76)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

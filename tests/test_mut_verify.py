@@ -11,8 +11,10 @@ module (scripts/mutation.py's MODULES).
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -44,7 +46,8 @@ EXPORTS = {
     # len(widths) > 1 at 256 positions: the sliced graph fuses with com.microsoft's kernel
     "rope.onnx": ExportConfig(resolve("rope", 256, d_model=4), mode="sliced",
                               extra={"rope_lowering": "ort"}),
-    "gray.pte": ExportConfig(resolve("gray", 8), format="pte"),
+    "table.pte": ExportConfig(INTEGER, mode="table", format="pte"),
+    "apply.onnx": ExportConfig(resolve("rope", 16, d_model=4), extra={"rope_graph": "apply"}),
     "sin.onnx": ExportConfig(resolve("sinusoidal", 8192, d_model=4), mode="sliced"),
     "sin.h": ExportConfig(resolve("sinusoidal", 64, d_model=4), mode="sliced", format="c"),
     "sin-compute.onnx": ExportConfig(resolve("sinusoidal", 64, d_model=4)),
@@ -414,6 +417,21 @@ def test_a_progress_bar_only_when_asked(made, capfd):
     assert "verify on cpu" not in capfd.readouterr().err
 
 
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal (as the CLI's is when run from a shell)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_none_draws_the_bar_when_stderr_is_a_terminal(made, monkeypatch, terminal):
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert v.verify_artifact(made["compute.onnx"], quick=True, progress=None)
+    assert ("verify on cpu" in err.getvalue()) is terminal
+
+
 def test_a_missing_compiler_is_bad_input_not_a_parity_failure(made, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")  # a machine without a C compiler
     monkeypatch.delenv("CC", raising=False)
@@ -528,9 +546,15 @@ def test_an_exception_in_one_line():
 @pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
                     reason="executorch is not installed")
 def test_an_executorch_program_is_checked_by_the_pte_reader(made):
-    path = made["gray.pte"]
+    path = made["table.pte"]
     manifest = json.loads(Path(f"{path}.json").read_text())
     assert v._check_file(path, manifest) == (("positions",), set())
+    # a program of the table mode still evaluates positions (it is run, not read as rows)
+    report = v.verify_artifact(path, quick=True, progress=False)
+    assert report, str(report)
+    # 8 positions, the probe of a table (clamped: no limit) and the singles, not 8 rows
+    assert report.results[0].positions == 8 + len(sweep.probe_values(INTEGER, None, 16)) + len(
+        sweep.single_positions(8))
     bad = path.with_name("bad.pte")
     bad.write_bytes(b"\0" * path.stat().st_size)  # the size it claims, not a program
     with pytest.raises(EdgepeError):
@@ -608,6 +632,14 @@ def test_a_full_sliced_check_measures_every_position(made):
     module = build(resolve("sinusoidal", 8192, d_model=4))
     full = v.verify_artifact(made["sin.onnx"], providers=["cpu"], progress=False)
     assert full.reference_distance == reference_distance(module, 8192)
+
+
+def test_a_rope_apply_graph_is_fed_x_as_well_as_positions(made):
+    """The graph's inputs decide the feeds: a rope apply graph gets x [2, N, d] besides the
+    positions (fed only positions, onnxruntime refuses the run)."""
+    report = v.verify_artifact(made["apply.onnx"], quick=True, progress=False)
+    assert report, str(report)
+    assert v._check_file(made["apply.onnx"], report.manifest)[0] == ("x", "positions")
 
 
 def test_an_onnx_table_graph_evaluates_positions(made):

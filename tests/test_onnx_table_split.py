@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import mmap
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -143,3 +144,30 @@ def test_a_body_that_already_holds_a_table_is_loaded_whole(copy):
     model.graph.initializer.append(numpy_helper.from_array(np.zeros((1, 1), np.float32), TABLE))
     path.write_bytes(model.SerializeToString() + data[at:])
     assert split_table(path, manifest) is None
+
+
+def _resident_kib(address: int) -> int | None:
+    """``Rss`` of the mapping of this process that holds ``address`` (Linux /proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(maxsplit=1)[0]
+        if "-" in first and all(c in "0123456789abcdef-" for c in first):
+            low, high = (int(x, 16) for x in first.split("-"))
+            inside = low <= address < high
+        elif inside and line.startswith("Rss:"):
+            return int(line.split()[1])
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+def test_release_drops_the_touched_table_pages_from_the_resident_set(copy):
+    """After a run reads the table, release() leaves none of the mapping's pages resident in
+    this process (MADV_DONTNEED); reading again maps them back with the same values."""
+    split = split_table(*copy)
+    address = np.frombuffer(split.mapping, np.uint8).ctypes.data
+    values = np.array(split.table)  # touches every page of the table
+    assert _resident_kib(address) > 0
+    split.release()
+    assert _resident_kib(address) == 0
+    np.testing.assert_array_equal(split.table, values)
+    assert _resident_kib(address) > 0

@@ -23,7 +23,8 @@ def made(tmp_path_factory):
     for name, kw in (("onnx", {"scheme": "binary", "d_model": 8}),
                      ("npy", {"scheme": "sinusoidal", "d_model": 8, "mode": "table",
                               "format": "npy", "quantize": "int8"}),
-                     ("int8", {"scheme": "sinusoidal", "d_model": 8, "quantize": "int8"})):
+                     ("int8", {"scheme": "sinusoidal", "d_model": 8, "quantize": "int8"}),
+                     ("rope", {"scheme": "rope", "d_model": 8})):
         scheme = kw.pop("scheme")
         ext = ".npy" if kw.get("format") == "npy" else ".onnx"
         path = api.export(api.make_config(scheme, 16, out=folder / f"{name}{ext}", **kw),
@@ -127,6 +128,85 @@ def test_a_float_checkpoint_artifact_without_its_checkpoint_is_not_checked(made)
         rebuild.check_claims(made["npy"], {**float_ckpt, "quant": m["quant"]})
     assert str(exc.value) == ("this artifact was exported from a checkpoint with sha256 ab: pass "
                               "it with --checkpoint FILE (no path from a manifest is opened)")
+
+
+def test_a_float_rope_graphs_layout_is_a_claim(made):
+    """A float rope graph is checked (load rotates by the manifest's layout), unlike a float pe
+    graph: an edited layout is refused."""
+    m = manifest_io.read(made["rope"])
+    assert m["kind"] == "rope" and m["quant"] is None and m["params"]["layout"] == "interleaved"
+    rebuild.check_claims(made["rope"], m)
+    edited = {**m, "params": {**m["params"], "layout": "half"}}
+    with pytest.raises(ArtifactError, match=r"\(params\.layout: \"half\" != this edgepe's "
+                                            r"\"interleaved\"\)"):
+        rebuild.check_claims(made["rope"], edited)
+
+
+def test_a_float_executorch_programs_manifest_is_not_rebuilt(made, tmp_path):
+    """A float .pte of a pe scheme gives its values from its bytes alone, like a float ONNX
+    graph: check_claims returns before it even looks at the file (none lies at the path here:
+    a .pte export takes seconds), whatever the manifest says beyond its inputs."""
+    m = manifest_io.read(made["onnx"])
+    program = {k: v for k, v in m.items() if k != "onnx"}
+    program.update(format="pte", inputs={**m["inputs"], "format": "pte"},
+                   positions={**m["positions"], "limit": 3})
+    rebuild.check_claims(tmp_path / "absent.pte", program)
+    with pytest.raises(FileNotFoundError):  # an int8 one is checked: the file is stat'ed
+        rebuild.check_claims(tmp_path / "absent.pte", {**program, "quant": {"scale": 1.0}})
+
+
+def test_a_checkpoint_section_without_a_recorded_sha256_is_a_claim_not_an_input(made):
+    """The recorded checkpoint path goes back into the config only for an artifact whose inputs
+    record the checkpoint's sha256; a manifest that adds a checkpoint section is refused."""
+    m = manifest_io.read(made["npy"])
+    edited = {**m, "checkpoint": {"path": "/elsewhere/w.pt", "sha256": "ab" * 32}}
+    config, _ = rebuild.config_from_manifest(edited, None, 1 << 30)
+    assert config.checkpoint is None and config.checkpoint_sha256 is None
+    with pytest.raises(ArtifactError, match=r"\(checkpoint: \{.* != this edgepe's null\)"):
+        rebuild.check_claims(made["npy"], edited)
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory):
+    """An int8 npy table of scheme learned (L=16, d=8) from one named tensor of a checkpoint
+    (``--checkpoint-param wpe.weight``): seed-5 weights, not the seed-0 ones a rebuild without
+    the checkpoint would make."""
+    import torch
+
+    from edgepe.schemes import build, resolve
+
+    folder = tmp_path_factory.mktemp("learned")
+    (weight,) = build(resolve("learned", 16, d_model=8), seed=5).state_dict().values()
+    ckpt = folder / "model.pt"
+    torch.save({"wpe.weight": weight, "other.bias": torch.zeros(3)}, ckpt)
+    config = api.make_config("learned", 16, d_model=8, mode="table", format="npy",
+                             quantize="int8", checkpoint=ckpt, checkpoint_param="wpe.weight",
+                             out=folder / "t.npy")
+    return api.export(config, verify=False)[0].path, ckpt
+
+
+def test_a_checkpoint_param_artifact_is_rebuilt_and_checked_from_the_users_copy(learned,
+                                                                              tmp_path):
+    """The checkpoint moved (nothing at the recorded path): rebuild and check_claims build the
+    reference from the user's copy, loading the one named tensor, never the recorded path."""
+    path, ckpt = learned
+    m = manifest_io.read(path)
+    assert m["inputs"]["checkpoint_param"] == "wpe.weight"
+    assert m["checkpoint"]["param"] == "wpe.weight"
+    moved = tmp_path / "copy.pt"
+    moved.write_bytes(ckpt.read_bytes())
+    ckpt.rename(ckpt.with_name("gone.pt"))
+    try:
+        got = rebuild.rebuild(path, m, checkpoint=moved)
+        assert got.reproduced, str(got)
+        assert got.config.checkpoint_param == "wpe.weight"
+        assert got.config.checkpoint == str(ckpt)  # the recorded path, back into the bytes
+        rebuild.check_claims(path, m, checkpoint=moved)
+        edited = {**m, "quant": {**m["quant"], "scale": [2 * v for v in m["quant"]["scale"]]}}
+        with pytest.raises(ArtifactError, match=r"\(quant\.scale"):
+            rebuild.check_claims(path, edited, checkpoint=moved)
+    finally:
+        ckpt.with_name("gone.pt").rename(ckpt)
 
 
 # ---- inputs from an embedded manifest, lone ONNX files -----------------------------------------

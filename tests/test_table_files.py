@@ -251,3 +251,21 @@ def test_bit_rows_start_mid_byte(tables):
         assert np.array_equal(rows.rows(1, 2), want[1:2])  # bits 6 .. 11 straddle bytes 0 and 1
     finally:
         rows.close()
+
+
+@pytest.mark.parametrize(("scheme", "kw", "shape"), [
+    ("gray", {"dtype": "bit"}, [10]),  # 13 x 6 bits packed: ceil(78 / 8) bytes, one axis
+    ("gray", {"dtype": "uint8"}, [ROWS, COLS]),
+    ("sinusoidal", {"quantize": "int8"}, [ROWS, COLS]),
+])
+def test_the_manifest_records_the_shape_np_load_gives(scheme, kw, shape):
+    """``layout.npy_shape`` is what ``np.load`` of the written bytes returns (prepare is called
+    here, in the test, so mutmut's run of npy.py attributes it to this test, not to a fixture)."""
+    from edgepe.schemes import build
+
+    config = api.make_config(scheme, ROWS, d_model=COLS, mode="table", format="npy", **kw)
+    prepared = npy_fmt.prepare(config, build(config.scheme))
+    assert prepared.manifest["layout"]["npy_shape"] == shape
+    f = io.BytesIO()
+    prepared.write(f)
+    assert list(np.load(io.BytesIO(f.getvalue()), allow_pickle=False).shape) == shape

@@ -342,3 +342,18 @@ def test_an_empty_optional_output_is_skipped_and_the_next_one_checked():
     model.graph.output[0].name = "yh"
     assert _refusal(model, 64) is None
     assert _refusal(model, 63) == _over("l", "LSTM", 64, [1, 1, 64], 63)
+
+
+def test_each_output_is_checked_after_one_of_unknown_size():
+    """BatchNormalization in training mode on a tensor of unknown dims (a Reshape to input
+    values): Y is unknown (skipped: not data-shaped), but running_mean and running_var [3] come
+    from the [3] statistics and are still bounded."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    shape = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    stats = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in ("sc", "b", "m", "v")]
+    model = _model([helper.make_node("Reshape", ["x", "s"], ["xr"], name="r"),
+                    helper.make_node("BatchNormalization", ["xr", "sc", "b", "m", "v"],
+                                     ["y", "rm", "rv"], name="bn", training_mode=1)],
+                   [x, shape], [Y_FLOAT], stats)
+    assert _refusal(model, 3) is None
+    assert _refusal(model, 2) == _over("bn", "BatchNormalization", 3, [3], 2)
