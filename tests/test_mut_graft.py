@@ -250,3 +250,167 @@ def test_a_small_model_that_came_with_data_beside_it_is_written_whole(tmp_path):
     report = graft(path, out=out, check=False)
     assert report.out == out and sorted(p.name for p in out.parent.iterdir()) == ["out.onnx"]
     assert onnx.load(out) == report.model
+
+
+# --- the --pe path ------------------------------------------------------------------------------
+
+
+BITS5 = ((np.arange(5)[:, None] >> np.arange(3)) & 1).astype(np.float32)  # binary, L = 5
+
+
+def _demo(tmp_path, weight, op="Add", name="m.onnx") -> Path:
+    """``y = x OP bits[:S] @ weight`` with ``x [1, S, 4]``, and an int64 ``pos [S]`` the model
+    does not read (positions a graft may be told to take instead)."""
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+         helper.make_node("Slice", ["table", "zero", "shape", "zero"], ["rows"]),
+         helper.make_node("MatMul", ["rows", "w"], ["pe0"]),
+         helper.make_node(op, ["x", "pe0"], ["y"])], "demo",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 4]),
+         helper.make_tensor_value_info("pos", TensorProto.INT64, ["S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 4])],
+        [numpy_helper.from_array(BITS5, "table"), numpy_helper.from_array(weight, "w"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    path = tmp_path / name
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    """An exported binary artifact (L 5, d 4) and the weight it computes (W / 2^k times 2^k:
+    exact), as tests/test_graft_entry.py's."""
+    from edgepe import api
+
+    out = tmp_path_factory.mktemp("pe") / "pe.onnx"
+    api.export(api.make_config("binary", 5, d_model=4, out=out), verify=False)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    return out, inits["projection_scaled"] * inits["bit_masks"].astype(np.float32)
+
+
+def _y(path, x) -> np.ndarray:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["y"], {"x": x, "pos": np.arange(x.shape[1], dtype=np.int64)})[0]
+
+
+def test_pe_graft_takes_the_positions_it_is_given(tmp_path, artifact):
+    pe, weight = artifact
+    model = _demo(tmp_path, weight)
+    report = graft(model, pe=pe, at="pe0", positions="pos", check=False)
+    assert report.positions == "pos"
+    assert any("pos" in n.input for n in report.model.graph.node)
+    chosen = graft(model, scheme="binary", positions="pos", check=False)
+    assert chosen.positions == "pos" and any("pos" in n.input for n in chosen.model.graph.node)
+    assert graft(model, scheme="binary", check=False).positions == "arange:x:1"  # the found one
+
+
+def test_pe_graft_with_add_keeps_the_tensor_and_adds_the_pe(tmp_path, artifact):
+    pe, weight = artifact
+    model = _demo(tmp_path, weight)
+    out = tmp_path / "out.onnx"
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", add=True, out=out,
+                   lengths=[3])
+    assert report and report.model is not None
+    assert report.model.SerializeToString() == out.read_bytes()
+    (record,) = _records(report.model)
+    assert record["add"] is True
+    x = np.random.default_rng(0).standard_normal((1, 4, 4)).astype(np.float32)
+    # the PE's rows (bits of 0..3 times the weight: exact) once more on top of the model's own;
+    # y = x + (pe0 + PE) against x + pe0, both rounded once to float32 (|y| < 4: 1e-6 > 4 ulp)
+    np.testing.assert_allclose(_y(out, x) - _y(model, x), (BITS5[:4] @ weight)[None], rtol=0,
+                               atol=1e-6)
+
+
+def test_pe_graft_holds_the_proof_to_edgepes_tolerance_not_the_manifests(tmp_path, artifact):
+    """A manifest stating a looser tolerance does not loosen the proof (issue 30): the weight
+    off by 1 fails against the rebuilt tolerance, whatever the copy's manifest says."""
+    pe, weight = artifact
+    loose = tmp_path / "pe.onnx"
+    loose.write_bytes(pe.read_bytes())
+    manifest = json.loads(Path(f"{pe}.json").read_text())
+    manifest["tolerance"] = {"atol": 100.0, "rtol": 100.0}
+    Path(f"{loose}.json").write_text(json.dumps(manifest))
+    model = _demo(tmp_path, weight + 1.0)
+    report = graft(model, pe=loose, at="pe0", positions="arange:x", lengths=[3])
+    assert not report
+    assert report.checks[0].max_abs_err > report.checks[0].tolerance
+
+
+def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp_path):
+    import torch
+
+    from edgepe import api
+    from edgepe.schemes import build, resolve
+
+    module = build(resolve("binary", 5, d_model=4))
+    weight = np.array([[0.5, -0.25, 1.0], [2.0, 0.75, -1.5], [0.125, 1.25, -0.5],
+                       [-2.0, 0.5, 0.25]], np.float32)  # [d_model, n_bits]
+    with torch.no_grad():
+        module.projection.weight.copy_(torch.from_numpy(weight))
+    checkpoint = tmp_path / "pe.pt"
+    torch.save(module.state_dict(), checkpoint)
+    pe = tmp_path / "pe.onnx"
+    api.export(api.make_config("binary", 5, d_model=4, quantize="int8", checkpoint=checkpoint,
+                               out=pe), verify=False)
+    model = _demo(tmp_path, weight.T.copy())
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", checkpoint=checkpoint,
+                   lengths=[3])
+    assert report and 0 < report.checks[0].max_abs_err <= report.checks[0].tolerance
+    with pytest.raises(Exception, match="checkpoint"):  # its int8 bound comes from the weights
+        graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[3])
+
+
+def test_pe_graft_proof_is_seeded_default_0(tmp_path, artifact):
+    """``y = x * PE`` with the weight off by 1: the error scales with the random ``x``."""
+    pe, weight = artifact
+    model = _demo(tmp_path, weight + 1.0, op="Mul")
+
+    def error(**kwargs):
+        return graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[4],
+                     **kwargs).checks[0].max_abs_err
+
+    default = error()
+    assert default > 0 and default == error(seed=0) != error(seed=1)
+
+
+# --- write_model --------------------------------------------------------------------------------
+
+
+def _tensors_model(*sizes: int):
+    """A model holding uint8 initializers of the given byte counts."""
+    inits = [numpy_helper.from_array(np.full(n, 7, np.uint8), f"t{i}")
+             for i, n in enumerate(sizes)]
+    graph = helper.make_graph(
+        [helper.make_node("Concat", [t.name for t in inits], ["y"], axis=0)], "t", [],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [sum(sizes)])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_write_model_external_from_1_kb_as_onnx_counts_it(tmp_path):
+    """onnx moves a tensor out when ``sys.getsizeof(raw_data) >= size_threshold`` (1024): the
+    tensor whose bytes object is 1024 goes out, one byte shorter stays in."""
+    at = 1024 - sys.getsizeof(b"")
+    model = _tensors_model(at, at - 1)
+    write_model(model, tmp_path / "deep" / "er" / "m.onnx", external=True)  # folders made
+    saved = onnx.load(tmp_path / "deep" / "er" / "m.onnx", load_external_data=False)
+    where = {t.name: t.data_location for t in saved.graph.initializer}
+    assert where == {"t0": TensorProto.EXTERNAL, "t1": TensorProto.DEFAULT}
+    assert (tmp_path / "deep" / "er" / "m.onnx.data").stat().st_size == at
+    write_model(model, tmp_path / "deep" / "er" / "n.onnx", external=True)  # folder there now
+    loaded = onnx.load(tmp_path / "deep" / "er" / "n.onnx")  # reads its data back in
+    assert [numpy_helper.to_array(t).tobytes() for t in loaded.graph.initializer] == [
+        numpy_helper.to_array(t).tobytes() for t in model.graph.initializer]
+
+
+def test_write_model_stages_beside_out_with_the_umask(tmp_path, monkeypatch):
+    """Staged in OUT's folder, not the system's temp folder (a rename within one folder is
+    atomic); both files get 0o666 less the umask, as a file open() makes."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no" / "such" / "folder"))
+    old = os.umask(0o002)
+    try:
+        write_model(_tensors_model(2048), tmp_path / "m.onnx", external=True)
+    finally:
+        os.umask(old)
+    for name in ("m.onnx", "m.onnx.data"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o664
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
