@@ -414,3 +414,100 @@ def test_write_model_stages_beside_out_with_the_umask(tmp_path, monkeypatch):
     for name in ("m.onnx", "m.onnx.data"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o664
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+# --- RoPE built by hand: opset-23 RotaryEmbedding ops, longrope's run-time choice ----------------
+
+
+R = 4  # rotary dim: inv_freq [2]
+INV_FREQ = (1.0 / 10000 ** (np.arange(0, R, 2, dtype=np.float32) / R)).astype(np.float32)
+
+
+def _positions_nodes():
+    """``pf = Cast(position_ids[..., None])``: the angle's float positions ``[B, S, 1]``."""
+    return [helper.make_node("Unsqueeze", ["position_ids", "axis2"], ["p3"], name="unsqueeze"),
+            helper.make_node("Cast", ["p3"], ["pf"], to=TensorProto.FLOAT, name="cast")]
+
+
+def _save(tmp_path, name, nodes, inputs, width, inits, opset) -> Path:
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                    ["B", "S"]), *inputs,
+                      helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", width])],
+        [numpy_helper.from_array(np.array([2], np.int64), "axis2"), *inits])
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def _fused(tmp_path) -> Path:
+    """torch's opset-23 export in small: two RotaryEmbedding ops (2 heads of 4) on ``x``, each
+    with its own Cos and Sin of one ``freqs = pf * inv_freq``: the second pair duplicates the
+    first, bit for bit."""
+    nodes = [*_positions_nodes(), helper.make_node("Mul", ["pf", "inv_freq"], ["freqs"],
+                                                   name="freqs")]
+    for k in range(2):
+        nodes += [helper.make_node("Cos", ["freqs"], [f"cos{k}"], name=f"cos{k}"),
+                  helper.make_node("Sin", ["freqs"], [f"sin{k}"], name=f"sin{k}"),
+                  helper.make_node("RotaryEmbedding", ["x", f"cos{k}", f"sin{k}"], [f"r{k}"],
+                                   name=f"rotary{k}", num_heads=2, rotary_embedding_dim=R)]
+    nodes.append(helper.make_node("Add", ["r0", "r1"], ["y"], name="sum"))
+    return _save(tmp_path, "fused", nodes, [], 8, [numpy_helper.from_array(INV_FREQ,
+                                                                           "inv_freq")], 23)
+
+
+def test_opset_23_rotary_ops_one_table_for_their_duplicate_caches(tmp_path):
+    path = _fused(tmp_path)
+    report = graft(path, max_len=16)
+    assert report and report.at == "cos0, sin0"
+    # the PE's cone but the Unsqueeze making its positions: Cast, Mul, both Cos and both Sin
+    # (the second pair merged into the first, then gone with it)
+    assert report.removed_nodes == 6
+    ops = [n.op_type for n in report.model.graph.node]
+    assert ops.count("RotaryEmbedding") == 2 and "Cos" not in ops and "Sin" not in ops
+
+
+def test_opset_23_rotary_ops_fed_with_rotary23_and_refused_with_ort(tmp_path):
+    path = _fused(tmp_path)
+    report = graft(path, max_len=16, rope_lowering="rotary23", lengths=[3])
+    assert report
+    assert report.artifact == ("rope (table, float32, 16 positions, rotations fused into "
+                               "RotaryEmbedding (ONNX opset 23) x2)")  # already 23: no opset
+    (record,) = _records(report.model)
+    assert record["rope_lowering"] == {"op": "RotaryEmbedding (ONNX opset 23)", "fused": 2}
+    with pytest.raises(BadParameterError) as info:
+        graft(path, max_len=16, rope_lowering="ort", check=False)
+    assert str(info.value) == (
+        "--rope-lowering ort: this model rotates with ONNX's RotaryEmbedding (opset 23) "
+        "already; --rope-lowering rotary23 feeds it graft's tables")
+
+
+def test_longrope_choice_is_fed_the_models_own_condition(tmp_path):
+    """Phi-3's longrope in small: ``Where(use_long, long inv_freq, short inv_freq)`` picks the
+    frequencies at run time; the grafted tables pick their rows by the same tensor."""
+    long = (INV_FREQ / np.float32(4)).astype(np.float32)
+    nodes = [*_positions_nodes(),
+             helper.make_node("Where", ["use_long", "inv_long", "inv_short"], ["inv"],
+                              name="where"),
+             helper.make_node("Mul", ["pf", "inv"], ["freqs"], name="freqs"),
+             helper.make_node("Concat", ["freqs", "freqs"], ["emb"], axis=-1, name="concat"),
+             helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
+             helper.make_node("Sin", ["emb"], ["sin"], name="sin"),
+             helper.make_node("Mul", ["x", "cos"], ["xc"], name="xc"),
+             helper.make_node("Add", ["xc", "sin"], ["y"], name="y")]
+    path = _save(tmp_path, "longrope", nodes,
+                 [helper.make_tensor_value_info("use_long", TensorProto.BOOL, [])], R,
+                 [numpy_helper.from_array(INV_FREQ, "inv_short"),
+                  numpy_helper.from_array(long, "inv_long")], 18)
+    out = tmp_path / "out.onnx"
+    report = graft(path, max_len=16, out=out, lengths=[3])
+    assert report and _records(report.model)[0]["condition"] == "use_long"
+    x = np.random.default_rng(0).standard_normal((1, 16, R)).astype(np.float32)
+    for use_long in (True, False):  # (the proof feeds True only)
+        feeds = {"position_ids": np.arange(16, dtype=np.int64)[None],
+                 "use_long": np.array(use_long), "x": x}
+        want, got = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+                     .run(["y"], feeds)[0] for p in (path, out))
+        # the tables hold cos/sin of the model's own float32 angle, correctly rounded; |y| < 5
+        np.testing.assert_allclose(got, want, rtol=0, atol=4 * float(np.spacing(np.float32(4))))
