@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from _graft_models import BITS5, demo, exported
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.contract.errors import BadParameterError, OutputPathError
@@ -255,37 +256,9 @@ def test_a_small_model_that_came_with_data_beside_it_is_written_whole(tmp_path):
 # --- the --pe path ------------------------------------------------------------------------------
 
 
-BITS5 = ((np.arange(5)[:, None] >> np.arange(3)) & 1).astype(np.float32)  # binary, L = 5
-
-
-def _demo(tmp_path, weight, op="Add", name="m.onnx") -> Path:
-    """``y = x OP bits[:S] @ weight`` with ``x [1, S, 4]``, and an int64 ``pos [S]`` the model
-    does not read (positions a graft may be told to take instead)."""
-    graph = helper.make_graph(
-        [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
-         helper.make_node("Slice", ["table", "zero", "shape", "zero"], ["rows"]),
-         helper.make_node("MatMul", ["rows", "w"], ["pe0"]),
-         helper.make_node(op, ["x", "pe0"], ["y"])], "demo",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 4]),
-         helper.make_tensor_value_info("pos", TensorProto.INT64, ["S"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 4])],
-        [numpy_helper.from_array(BITS5, "table"), numpy_helper.from_array(weight, "w"),
-         numpy_helper.from_array(np.array([0], np.int64), "zero")])
-    path = tmp_path / name
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    """An exported binary artifact (L 5, d 4) and the weight it computes (W / 2^k times 2^k:
-    exact), as tests/test_graft_entry.py's."""
-    from edgepe import api
-
-    out = tmp_path_factory.mktemp("pe") / "pe.onnx"
-    api.export(api.make_config("binary", 5, d_model=4, out=out), verify=False)
-    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
-    return out, inits["projection_scaled"] * inits["bit_masks"].astype(np.float32)
+    return exported(tmp_path_factory.mktemp("pe") / "pe.onnx")
 
 
 def _y(path, x) -> np.ndarray:
@@ -295,7 +268,7 @@ def _y(path, x) -> np.ndarray:
 
 def test_pe_graft_takes_the_positions_it_is_given(tmp_path, artifact):
     pe, weight = artifact
-    model = _demo(tmp_path, weight)
+    model = demo(tmp_path, weight=weight)
     report = graft(model, pe=pe, at="pe0", positions="pos", check=False)
     assert report.positions == "pos"
     assert any("pos" in n.input for n in report.model.graph.node)
@@ -306,7 +279,7 @@ def test_pe_graft_takes_the_positions_it_is_given(tmp_path, artifact):
 
 def test_pe_graft_with_add_keeps_the_tensor_and_adds_the_pe(tmp_path, artifact):
     pe, weight = artifact
-    model = _demo(tmp_path, weight)
+    model = demo(tmp_path, weight=weight)
     out = tmp_path / "out.onnx"
     report = graft(model, pe=pe, at="pe0", positions="arange:x", add=True, out=out,
                    lengths=[3])
@@ -330,7 +303,7 @@ def test_pe_graft_holds_the_proof_to_edgepes_tolerance_not_the_manifests(tmp_pat
     manifest = json.loads(Path(f"{pe}.json").read_text())
     manifest["tolerance"] = {"atol": 100.0, "rtol": 100.0}
     Path(f"{loose}.json").write_text(json.dumps(manifest))
-    model = _demo(tmp_path, weight + 1.0)
+    model = demo(tmp_path, weight=weight + 1.0)
     report = graft(model, pe=loose, at="pe0", positions="arange:x", lengths=[3])
     assert not report
     assert report.checks[0].max_abs_err > report.checks[0].tolerance
@@ -352,7 +325,7 @@ def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp
     pe = tmp_path / "pe.onnx"
     api.export(api.make_config("binary", 5, d_model=4, quantize="int8", checkpoint=checkpoint,
                                out=pe), verify=False)
-    model = _demo(tmp_path, weight.T.copy())
+    model = demo(tmp_path, weight=weight.T.copy())
     report = graft(model, pe=pe, at="pe0", positions="arange:x", checkpoint=checkpoint,
                    lengths=[3])
     assert report and 0 < report.checks[0].max_abs_err <= report.checks[0].tolerance
@@ -363,7 +336,7 @@ def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp
 def test_pe_graft_proof_is_seeded_default_0(tmp_path, artifact):
     """``y = x * PE`` with the weight off by 1: the error scales with the random ``x``."""
     pe, weight = artifact
-    model = _demo(tmp_path, weight + 1.0, op="Mul")
+    model = demo(tmp_path, weight=weight + 1.0, op="Mul")
 
     def error(**kwargs):
         return graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[4],
