@@ -229,6 +229,19 @@ def test_llama_sliced_names_its_slice_widths():
                                "positions)")
 
 
+def test_llama_sliced_is_held_to_its_proof_bound():
+    """Sliced RoPE is no table of the model's own values: its distance from them is at most
+    the record's ``proof_bound`` (the slices' bound plus the model's float32 recipe's distance),
+    and each replaced tensor is held to that plus 4 ulp of its peak (|cos|, |sin| <= 1)."""
+    report = graft(LLAMA, max_len=16, mode="sliced", lengths=[1])
+    (record,) = _records(report.model)
+    assert report and record["proof_bound"] > 0
+    replaced = [c for c in report.checks if c.name in record["replaces"]]
+    assert len(replaced) == 2
+    for check in replaced:
+        assert 0 < check.tolerance - record["proof_bound"] <= 4 * float(np.spacing(np.float32(1)))
+
+
 def test_a_model_of_exactly_the_size_limit_is_written_inline(tmp_path, monkeypatch):
     """External data beside OUT only for a model over MODEL_BYTES_LIMIT (or one that came so)."""
     path = _streams(tmp_path, rows=(70, 80))  # tables of 1 kB and more: they go outside
