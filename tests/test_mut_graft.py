@@ -220,6 +220,13 @@ def test_gptj_interleaved_rotations_fused_counted_and_recorded(tmp_path):
     assert entry.value == json.dumps(record, sort_keys=True)  # canonical, as every record
 
 
+@pytest.mark.parametrize(("lowering", "domain"), [("ort", "com.microsoft"), ("rotary23", "")])
+def test_llama_rotations_fused_into_the_op_asked_for(lowering, domain):
+    report = graft(LLAMA, max_len=16, rope_lowering=lowering, check=False)
+    rotary = [n for n in report.model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 4 and {n.domain for n in rotary} == {domain}
+
+
 def test_llama_sliced_names_its_slice_widths():
     report = graft(LLAMA, max_len=256, mode="sliced", check=False)
     (record,) = _records(report.model)
