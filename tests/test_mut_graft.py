@@ -2,9 +2,10 @@
 leaves open: one PE per input stream (a hand-built encoder-decoder: two position tables read by
 two position inputs) with its report totals and its proof's bound and length, the proof's seed,
 ``--force`` on the found path, OPT's offset, MPT's PE without positions, GPT-J's interleaved
-lowering, ``--pe`` with given positions, ``add``, a loosened manifest and a checkpoint, and
-``write_model``'s folder, staging place, umask and external-data threshold (issue 33: the
-mutation run of that module runs this file first; each test well under a second).
+lowering, sliced RoPE's proof bound, hand-built opset-23 RotaryEmbedding ops and longrope's
+run-time choice, ``--pe`` with given positions, ``add``, a loosened manifest and a checkpoint,
+and ``write_model``'s folders, staging place, umask and external-data threshold (issue 33: the
+mutation run of that module runs this file first; the whole file takes seconds).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from _graft_models import BITS5, demo, exported
 from onnx import TensorProto, helper, numpy_helper
 
-from edgepe.contract.errors import BadParameterError, OutputPathError
+from edgepe.contract.errors import BadParameterError, CheckpointError, OutputPathError
 from edgepe.graft import graft, graft_found, write_model
 from edgepe.graft.find_hf import find_pe
 
@@ -350,7 +351,7 @@ def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp
     report = graft(model, pe=pe, at="pe0", positions="arange:x", checkpoint=checkpoint,
                    lengths=[3])
     assert report and 0 < report.checks[0].max_abs_err <= report.checks[0].tolerance
-    with pytest.raises(Exception, match="checkpoint"):  # its int8 bound comes from the weights
+    with pytest.raises(CheckpointError):  # its int8 bound comes from the weights
         graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[3])
 
 
