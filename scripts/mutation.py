@@ -116,7 +116,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/verify/report.py": ("tests/test_verify_render.py",),
     "edgepe/verify/runtimes.py": ("tests/test_mut_runtimes.py",),
     "edgepe/verify/sweep.py": ("tests/test_mut_sweep.py",),
-    "edgepe/graft/__init__.py": ("tests/test_graft_entry.py",),
+    "edgepe/graft/__init__.py": ("tests/test_mut_graft.py", "tests/test_graft_entry.py"),
     "edgepe/graft/find.py": ("tests/test_graft_find.py",),
     "edgepe/graft/find_hf.py": ("tests/test_graft_hf.py",),
     "edgepe/graft/lower.py": ("tests/test_graft_lower.py",),
@@ -156,6 +156,7 @@ LWR, BTS = "edgepe.graphs.lowerings.x_", "edgepe.graphs.bits.x_"  # h-n2
 CFM = "edgepe.formats.c.x_"  # h-n3
 ONX, OTB = "edgepe.formats.onnx.x_", "edgepe.formats.onnx_table."  # h-n5 (OTB has a class)
 TVL, RBD = "edgepe.graphs.table_values.x_", "edgepe.rebuild.x_"  # h-n5
+GRF = "edgepe.graft.x_"  # h-n1: edgepe/graft/__init__.py
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -1125,6 +1126,19 @@ EQUIVALENT: dict[str, str] = {
        "config: build(scheme, seed, checkpoint=None (a manifest embedded with a checkpoint is "
        "refused above), no key, no param (the embedded inputs record neither)), the very module "
        "config_from_manifest built, so the same bytes (work only)" for i in (74, 76)},
+    # h-n1: edgepe/graft/__init__.py
+    GRF + "_umask__mutmut_3": "os.umask(1) instead of umask(0) to read the mask: either call "
+    "returns the mask it replaces, and the next line puts that back",
+    **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over found and hf_records: "
+       "hf_records is made [None] * len(found) just above, so strict never fires"
+       for i in (107, 110, 111)},
+    **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over the PE's outputs and "
+       "one.replaces: build_found makes one output per replaced tensor (find_hf's tables are "
+       "keyed by found.replaces), so strict never fires" for i in (154, 157, 158)},
+    **{f"{GRF}graft_found__mutmut_{i}": "streams() for one candidate too: it returns None for "
+       "fewer than two (its first check), the value the else gives" for i in (59, 64)},
+    **{f"{GRF}write_model__mutmut_{i}": "size_threshold=1024 dropped: 1024 is "
+       "onnx.save_model's default" for i in (33, 35)},
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

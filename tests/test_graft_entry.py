@@ -11,40 +11,17 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from _graft_models import demo, exported
+from onnx import numpy_helper
 
 from edgepe.contract.errors import BadParameterError, OutputPathError
 from edgepe.graft import graft, write_model
 
 DATA = Path(__file__).resolve().parent / "data" / "optimum"
 LLAMA, GPT2 = DATA / "llama" / "model.onnx", DATA / "gpt2" / "model.onnx"
-BITS5 = ((np.arange(5)[:, None] >> np.arange(3)) & 1).astype(np.float32)  # binary, L = 5
 FAST = {"lengths": [1, 3]}
-
-
-def _demo(tmp_path, copies=1, name="m.onnx") -> Path:
-    """``x [B, S, 4] + bits[:S] @ W``: the demo's PE, ``copies`` times (added up)."""
-    nodes, inits = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2)], [
-        numpy_helper.from_array(np.array([0], np.int64), "zero"),
-        numpy_helper.from_array(np.array([0], np.int64), "axis0")]
-    total = "x"
-    for i in range(copies):
-        inits += [numpy_helper.from_array(BITS5, f"table{i}"),
-                  numpy_helper.from_array(np.full((3, 4), 0.5 + i, np.float32), f"w{i}")]
-        nodes += [helper.make_node("Slice", [f"table{i}", "zero", "shape", "axis0"], [f"rows{i}"]),
-                  helper.make_node("MatMul", [f"rows{i}", f"w{i}"], [f"pe{i}"]),
-                  helper.make_node("Add", [total, f"pe{i}"], [f"sum{i}"])]
-        total = f"sum{i}"
-    nodes.append(helper.make_node("Identity", [total], ["y"]))
-    graph = helper.make_graph(
-        nodes, "demo", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 4])], inits)
-    path = tmp_path / name
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
-    return path
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -81,7 +58,7 @@ def test_max_len_1_is_accepted_as_an_option(tmp_path):
 
 
 def test_scheme_graft_of_the_demo_model(tmp_path):
-    model = _demo(tmp_path)
+    model = demo(tmp_path)
     out = tmp_path / "out.onnx"
     report = graft(model, scheme="binary", out=out, **FAST)
     assert report and report.out == out and out.is_file()
@@ -99,7 +76,7 @@ def test_scheme_graft_of_the_demo_model(tmp_path):
 
 
 def test_scheme_graft_int8_names_int8_and_no_check_writes_unproven(tmp_path):
-    model = _demo(tmp_path)
+    model = demo(tmp_path)
     report = graft(model, scheme="binary", quantize="int8", check=False,
                    out=tmp_path / "o.onnx")
     assert report.artifact == "binary (compute, int8) built from 'table0' and 'w0'"
@@ -108,7 +85,7 @@ def test_scheme_graft_int8_names_int8_and_no_check_writes_unproven(tmp_path):
 
 
 def test_scheme_graft_at_picks_one_of_several_and_refuses_a_wrong_one(tmp_path):
-    model = _demo(tmp_path, copies=2)
+    model = demo(tmp_path, copies=2)
     with pytest.raises(BadParameterError) as info:
         graft(model, scheme="binary", check=False)
     assert str(info.value) == (f"2 'binary' PE subgraphs found in {str(model)!r} (at 'pe0', "
@@ -133,7 +110,7 @@ def test_scheme_graft_of_a_model_without_the_pe(tmp_path):
 
 
 def test_an_existing_out_needs_force_and_the_model_is_never_replaced(tmp_path):
-    model = _demo(tmp_path)
+    model = demo(tmp_path)
     out = tmp_path / "out.onnx"
     out.write_bytes(b"old")
     with pytest.raises(OutputPathError):
@@ -189,7 +166,7 @@ def test_rope_lowering_of_a_model_whose_pe_is_not_rope():
 
 
 def test_no_pe_found(tmp_path):
-    model = _demo(tmp_path)
+    model = demo(tmp_path)
     with pytest.raises(BadParameterError) as info:
         graft(model)
     assert str(info.value) == (
@@ -240,24 +217,11 @@ def test_write_model_into_a_path_below_a_file_is_one_line(tmp_path):
 
 
 def _artifact(tmp_path):
-    """An exported binary artifact (L 5, d 4) and the demo's weight it computes: its
-    ``projection_scaled`` rows times their bit masks (W / 2^k, times 2^k: exact)."""
-    out = tmp_path / "pe.onnx"
-    from edgepe import api
-
-    api.export(api.make_config("binary", 5, d_model=4, out=out), verify=False)
-    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
-    return out, inits["projection_scaled"] * inits["bit_masks"].astype(np.float32)
+    return exported(tmp_path / "pe.onnx")
 
 
 def _demo_with(tmp_path, weight) -> Path:
-    path = _demo(tmp_path)
-    model = onnx.load(path)
-    for t in model.graph.initializer:
-        if t.name == "w0":
-            t.CopyFrom(numpy_helper.from_array(weight, "w0"))
-    onnx.save(model, path)
-    return path
+    return demo(tmp_path, weight=weight)
 
 
 def test_pe_graft_of_an_exported_artifact(tmp_path):

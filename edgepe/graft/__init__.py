@@ -317,8 +317,9 @@ def _data_path(out: Path) -> Path:
 
 
 def write_model(model, out: Path, external: bool) -> None:
-    """``out`` (atomically); ``external``: the tensors in ``OUT.data`` beside it, as torch's
-    exporter writes them (both files written to temporary names, then renamed, data first)."""
+    """``out`` (atomically); ``external``: the tensors of 1 kB and more in ``OUT.data`` beside
+    it, as torch's exporter writes them (both files written to temporary names, then renamed,
+    data first; no ``OUT.data`` when no tensor is that large: the model is whole in ``out``)."""
     import onnx
     if not external:
         atomic_write(out, lambda f: f.write(model.SerializeToString()))
@@ -337,10 +338,11 @@ def write_model(model, out: Path, external: bool) -> None:
                         save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data.name, size_threshold=1024)
         mode = 0o666 & ~_umask()
-        for path in (staged, Path(tmp) / data.name):
+        written = [p for p in (Path(tmp) / data.name, staged) if p.exists()]  # data first
+        for path in written:
             path.chmod(mode)
-        os.replace(Path(tmp) / data.name, data)
-        os.replace(staged, out)
+        for path in written:
+            os.replace(path, out.parent / path.name)
 
 
 def _umask() -> int:

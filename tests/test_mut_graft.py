@@ -1,0 +1,508 @@
+"""``graft``'s whole command (edgepe/graft/__init__.py), the parts tests/test_graft_entry.py
+leaves open: one PE per input stream (a hand-built encoder-decoder: two position tables read by
+two position inputs) with its report totals and its proof's bound and length, the proof's seed,
+``--force`` on the found path, OPT's offset, MPT's PE without positions, GPT-J's interleaved
+lowering, sliced RoPE's proof bound, hand-built opset-23 RotaryEmbedding ops and longrope's
+run-time choice, ``--pe`` with given positions, ``add``, a loosened manifest and a checkpoint,
+and ``write_model``'s folders, staging place, umask and external-data threshold (issue 33: the
+mutation run of that module runs this file first; the whole file takes seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from _graft_models import BITS5, demo, exported
+from onnx import TensorProto, helper, numpy_helper
+
+from edgepe.contract.errors import BadParameterError, CheckpointError, OutputPathError
+from edgepe.graft import graft, graft_found, write_model
+from edgepe.graft.find_hf import find_pe
+
+DATA = Path(__file__).resolve().parent / "data" / "optimum"
+LLAMA, OPT, MPT, GPTJ = (DATA / name / "model.onnx" for name in ("llama", "opt", "mpt", "gptj"))
+ROWS = (6, 8)  # the encoder's table is the shorter one: the proof reaches its last row only
+
+
+def _streams(tmp_path, second="decoder_position_ids", rows=ROWS) -> Path:
+    """``y = x * (wpe_a[position_ids] + wpe_b[SECOND])``: an encoder-decoder's two position
+    tables, one per input stream when ``second`` is another input than ``position_ids``."""
+    rng = np.random.default_rng(0)
+    tables = [numpy_helper.from_array(rng.standard_normal((r, 4)).astype(np.float32), n)
+              for r, n in zip(rows, ("wpe_a", "wpe_b"), strict=True)]
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["wpe_a", "position_ids"], ["a"]),
+         helper.make_node("Gather", ["wpe_b", second], ["b"]),
+         helper.make_node("Add", ["a", "b"], ["ab"]),
+         helper.make_node("Mul", ["x", "ab"], ["y"])], "streams",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["B", "S"])
+         for n in dict.fromkeys(["position_ids", second])]
+        + [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], tables)
+    path = tmp_path / "streams.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def _records(model) -> list[dict]:
+    return [json.loads(p.value) for p in model.metadata_props
+            if p.key.startswith("edgepe.graft.")]
+
+
+# --- one PE per input stream --------------------------------------------------------------------
+
+
+def test_one_pe_per_stream_each_replaced_and_the_report_sums_them(tmp_path):
+    path = _streams(tmp_path)
+    original = onnx.load(path)
+    where = [f.where for f in find_pe(original)]
+    out = tmp_path / "out.onnx"
+    report = graft(path, out=out)
+    assert report and report.out == out
+    assert report.found == f"found learned x2, one per input stream: {where[0]}; {where[1]}"
+    assert report.artifact.startswith("learned x2 (table, float32, ")
+    assert (report.at, report.positions) == ("a; b", "position_ids, decoder_position_ids")
+    assert report.prefix == "edgepe_pe0/, edgepe_pe1/"  # the second graft's first free prefix
+    # the two Gathers and their tables go; each PE's nodes, tables and record come in
+    tables = sum(t.ByteSize() for t in original.graph.initializer)
+    gathers = sum(n.ByteSize() for n in original.graph.node if n.op_type == "Gather")
+    assert report.removed_nodes == 2
+    # (a removed node is counted with its output renamed PREFIX/replaced0: a few bytes more)
+    assert tables + gathers < report.removed_bytes <= tables + gathers + 2 * 24
+    grafted = onnx.load(out)
+    assert report.model.SerializeToString() == grafted.SerializeToString()
+    # the PEs' nodes: each output prefixed, but the two renamed to the tensors they replace
+    pe = [n for n in grafted.graph.node
+          if all(o.startswith("edgepe_pe") or o in ("a", "b") for o in n.output)]
+    pe_inits = [t for t in grafted.graph.initializer if t.name.startswith("edgepe_pe")]
+    assert {o for n in pe for o in n.output} >= {"a", "b"}
+    assert {t.name.split("/")[0] for t in pe_inits} == {"edgepe_pe0", "edgepe_pe1"}
+    assert report.pe_bytes == sum(n.ByteSize() for n in pe) + sum(t.ByteSize() for t in pe_inits)
+    entries = [p for p in grafted.metadata_props if p.key.startswith("edgepe.graft.")]
+    assert [p.key for p in entries] == ["edgepe.graft.0", "edgepe.graft.1"]
+    assert report.metadata_bytes == sum(p.ByteSize() for p in entries)
+    assert report.bytes_before == path.stat().st_size
+    assert report.bytes_after == grafted.ByteSize()
+    assert [r["table"] for r in _records(grafted)] == ["wpe_a", "wpe_b"]
+    # proven up to the shorter table's last row (min over the streams), every output exact
+    assert report.lengths[-1] == f"every position 0..{min(ROWS) - 1} (the replaced tensors)"
+    assert [c.name for c in report.checks] == ["y", "a", "b"]
+    assert all(c.max_abs_err == 0 for c in report.checks)
+    # float tables: a replaced tensor is held to 4 ulp of its peak, no quantisation bound
+    peak = {n: np.abs(numpy_helper.to_array(t)).max() for n, t in
+            zip("ab", original.graph.initializer, strict=True)}
+    for check in report.checks[1:]:
+        assert check.tolerance == 4 * float(np.spacing(np.float32(peak[check.name])))
+
+
+def test_one_pe_per_stream_int8_is_held_to_the_larger_bound(tmp_path):
+    path = _streams(tmp_path)
+    original = onnx.load(path)
+    report = graft(path, quantize="int8", check=False)
+    records = _records(report.model)
+    assert report.artifact.startswith("learned x2 (table, int8, ")
+    assert [r["quantize"] for r in records] == ["int8", "int8"]
+    bound = max(r["quant"]["bound"] for r in records)
+    assert bound > 0
+    proven = graft(path, quantize="int8")
+    assert proven
+    peak = {n: np.abs(numpy_helper.to_array(t)).max() for n, t in
+            zip("ab", original.graph.initializer, strict=True)}
+    for check in proven.checks[1:]:  # both streams held to the larger of the two bounds
+        assert check.tolerance == bound + 4 * float(np.spacing(np.float32(peak[check.name])))
+        assert 0 < check.max_abs_err <= bound
+
+
+def test_the_proof_draws_its_inputs_from_the_seed_default_0(tmp_path):
+    """An int8 table times a random input: the output's error depends on the draw. The same seed
+    gives the same errors (default 0, through ``graft`` and ``graft_found``); another, others."""
+    path = _streams(tmp_path)
+
+    def errors(**kwargs):
+        return [c.max_abs_err for c in graft(path, quantize="int8", lengths=[3], **kwargs).checks]
+
+    default = errors()
+    assert default == errors(seed=0)
+    assert errors(seed=1)[0] != default[0]
+    assert [c.max_abs_err for c in graft_found(path, quantize="int8", lengths=[3]).checks] == \
+        default
+
+
+def test_two_pes_on_one_stream_or_with_a_rope_lowering_are_refused(tmp_path):
+    path = _streams(tmp_path)
+    where = "; ".join(f.describe() for f in find_pe(onnx.load(path)))
+    with pytest.raises(BadParameterError) as info:
+        graft(path, rope_lowering="ort", check=False)
+    assert str(info.value) == (
+        f"2 PE candidates in {str(path)!r}: {where}; graft one with --pe ARTIFACT --at TENSOR "
+        "(one per input stream: graft replaces them all, without --rope-lowering)")
+    one = _streams(tmp_path, second="position_ids")
+    where = "; ".join(f.describe() for f in find_pe(onnx.load(one)))
+    with pytest.raises(BadParameterError) as info:
+        graft(one, check=False)
+    assert str(info.value) == (f"2 PE candidates in {str(one)!r}: {where}; graft one with --pe "
+                               "ARTIFACT --at TENSOR")
+
+
+# --- the found path's options and fixtures ------------------------------------------------------
+
+
+def test_found_graft_checks_by_default_and_replaces_out_only_with_force(tmp_path):
+    path = _streams(tmp_path)
+    out = tmp_path / "out.onnx"
+    assert graft_found(path, lengths=[2]).checks is not None  # check=True unless told
+    out.write_bytes(b"old")
+    for call in (graft, graft_found):
+        with pytest.raises(OutputPathError):
+            call(path, out=out, check=False)
+        assert out.read_bytes() == b"old"
+    for call in (graft, graft_found):
+        report = call(path, out=out, force=True, check=False)
+        assert report.out == out and onnx.load(out).graph.node == report.model.graph.node
+    data = tmp_path / "out.onnx.data"  # OUT's data beside it: replaced only with force too
+    data.write_bytes(b"old")
+    with pytest.raises(OutputPathError):
+        graft(path, out=out, check=False)
+    assert graft(path, out=out, force=True, check=False).out == out
+
+
+@pytest.mark.parametrize("quantize", [None, "none"])
+def test_found_graft_float_tables_by_default_and_with_quantize_none(quantize):
+    report = graft_found(LLAMA, max_len=16, quantize=quantize, check=False)
+    (record,) = _records(report.model)
+    assert record["quantize"] == "none" and "quant" not in record
+    assert report.artifact == "rope (table, float32, 16 positions)"
+
+
+def test_found_graft_int8_through_graft_found():
+    report = graft_found(LLAMA, max_len=16, quantize="int8", check=False)
+    assert _records(report.model)[0]["quantize"] == "int8"
+    assert report.artifact == "rope (table, int8, 16 positions)"
+
+
+def test_opt_table_is_proven_up_to_its_rows_less_the_offset():
+    """OPT gathers row ``position + 2`` of its 258-row table: positions reach 255, and the
+    proof runs at every one of them, no further (row 258 does not exist)."""
+    report = graft(OPT, lengths=[1])
+    (record,) = _records(report.model)
+    assert (record["max_len"], record["offset"]) == (258, 2)
+    assert report and report.lengths[-1] == "every position 0..255 (the replaced tensors)"
+    assert report.lengths[-2] == "1+255"  # the decode step at the last position
+
+
+def test_a_pe_without_positions_is_reported_so():
+    report = graft(MPT, check=False)
+    assert report.positions == "none (a Range inside the PE)"
+    assert report.found.startswith("found alibi (MPT bias constant ")
+
+
+def test_gptj_interleaved_rotations_fused_counted_and_recorded(tmp_path):
+    plain = graft(GPTJ, check=False)
+    out = tmp_path / "out.onnx"
+    lowered = graft(GPTJ, check=False, rope_lowering="ort", out=out)
+    assert lowered.artifact == ("rope (table, float32, 256 positions, rotations fused into "
+                                "RotaryEmbedding x4)")
+    ops = [n.op_type for n in lowered.model.graph.node]
+    assert ops.count("RotaryEmbedding") == 4 and "GatherElements" not in ops
+    # the lowering's removals come on top of the PE's own: at least the net nodes it took out
+    taken = len(plain.model.graph.node) - len(lowered.model.graph.node)
+    assert lowered.removed_nodes - plain.removed_nodes >= taken > 0
+    (entry,) = [p for p in onnx.load(out).metadata_props if p.key == "edgepe.graft.0"]
+    record = json.loads(entry.value)
+    assert record["rope_lowering"] == {"op": "com.microsoft.RotaryEmbedding", "fused": 4}
+    assert entry.value == json.dumps(record, sort_keys=True)  # canonical, as every record
+
+
+@pytest.mark.parametrize(("lowering", "domain"), [("ort", "com.microsoft"), ("rotary23", "")])
+def test_llama_rotations_fused_into_the_op_asked_for(lowering, domain):
+    report = graft(LLAMA, max_len=16, rope_lowering=lowering, check=False)
+    rotary = [n for n in report.model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 4 and {n.domain for n in rotary} == {domain}
+
+
+def test_llama_sliced_names_its_slice_widths():
+    report = graft(LLAMA, max_len=256, mode="sliced", check=False)
+    (record,) = _records(report.model)
+    widths = record["slices"]
+    assert len(widths) > 1 and sum(widths) == (256 - 1).bit_length()  # the bits of 0..255
+    assert report.artifact == (f"rope (sliced {','.join(map(str, widths))}, float32, 256 "
+                               "positions)")
+
+
+def test_llama_sliced_is_held_to_its_proof_bound():
+    """Sliced RoPE is no table of the model's own values: its distance from them is at most
+    the record's ``proof_bound`` (the slices' bound plus the model's float32 recipe's distance),
+    and each replaced tensor is held to that plus 4 ulp of its peak: cos's is cos(0) = 1 (ulp
+    2^-23), sin's in [sin(1) = 0.84, 1) (position 1 at inv_freq[0] = 1; ulp 2^-24)."""
+    report = graft(LLAMA, max_len=16, mode="sliced", lengths=[1])
+    (record,) = _records(report.model)
+    assert report and record["proof_bound"] > 0
+    tolerance = {c.name: c.tolerance for c in report.checks}
+    cos, sin = record["replaces"]
+    assert tolerance[cos] - record["proof_bound"] == pytest.approx(4 * 2.0**-23, rel=1e-6)
+    assert tolerance[sin] - record["proof_bound"] == pytest.approx(4 * 2.0**-24, rel=1e-6)
+
+
+def test_a_model_of_exactly_the_size_limit_is_written_inline(tmp_path, monkeypatch):
+    """External data beside OUT only for a model over MODEL_BYTES_LIMIT (or one that came so)."""
+    path = _streams(tmp_path, rows=(70, 80))  # tables of 1 kB and more: they go outside
+    module = sys.modules["edgepe.graft"]  # (edgepe.graft is the function, edgepe's API)
+    monkeypatch.setattr(module, "MODEL_BYTES_LIMIT", path.stat().st_size)
+    out = tmp_path / "out.onnx"
+    graft(path, out=out, check=False)
+    assert not (tmp_path / "out.onnx.data").exists()
+    monkeypatch.setattr(module, "MODEL_BYTES_LIMIT", path.stat().st_size - 1)
+    graft(path, out=out, check=False, force=True)
+    assert (tmp_path / "out.onnx.data").stat().st_size >= 70 * 4 * 4 + 80 * 4 * 4
+
+
+def test_a_small_model_that_came_with_data_beside_it_is_written_whole(tmp_path):
+    """No tensor of 1 kB: nothing goes outside, so no OUT.data (was an internal error: the data
+    file onnx never wrote was renamed)."""
+    path = _streams(tmp_path)
+    (tmp_path / "streams.onnx.data").write_bytes(b"")  # came with external data
+    out = tmp_path / "o" / "out.onnx"
+    report = graft(path, out=out, check=False)
+    assert report.out == out and sorted(p.name for p in out.parent.iterdir()) == ["out.onnx"]
+    assert onnx.load(out) == report.model
+
+
+# --- the --pe path ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    return exported(tmp_path_factory.mktemp("pe") / "pe.onnx")
+
+
+def _y(path, x) -> np.ndarray:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["y"], {"x": x, "pos": np.arange(x.shape[1], dtype=np.int64)})[0]
+
+
+def test_pe_graft_takes_the_positions_it_is_given(tmp_path, artifact):
+    pe, weight = artifact
+    model = demo(tmp_path, weight=weight)
+    report = graft(model, pe=pe, at="pe0", positions="pos", check=False)
+    assert report.positions == "pos"
+    assert any("pos" in n.input for n in report.model.graph.node)
+    chosen = graft(model, scheme="binary", positions="pos", check=False)
+    assert chosen.positions == "pos" and any("pos" in n.input for n in chosen.model.graph.node)
+    assert graft(model, scheme="binary", check=False).positions == "arange:x:1"  # the found one
+
+
+def test_pe_graft_with_add_keeps_the_tensor_and_adds_the_pe(tmp_path, artifact):
+    pe, weight = artifact
+    model = demo(tmp_path, weight=weight)
+    out = tmp_path / "out.onnx"
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", add=True, out=out,
+                   lengths=[3])
+    assert report and report.model is not None
+    assert report.model.SerializeToString() == out.read_bytes()
+    (record,) = _records(report.model)
+    assert record["add"] is True
+    x = np.random.default_rng(0).standard_normal((1, 4, 4)).astype(np.float32)
+    # the PE's rows (bits of 0..3 times the weight: exact) once more on top of the model's own;
+    # y = x + (pe0 + PE) against x + pe0, both rounded once to float32 (|y| < 4: 1e-6 > 4 ulp)
+    np.testing.assert_allclose(_y(out, x) - _y(model, x), (BITS5[:4] @ weight)[None], rtol=0,
+                               atol=1e-6)
+
+
+def test_pe_graft_holds_the_proof_to_edgepes_tolerance_not_the_manifests(tmp_path, artifact):
+    """A manifest stating a looser tolerance does not loosen the proof (issue 30): the weight
+    off by 1 fails against the rebuilt tolerance, whatever the copy's manifest says."""
+    pe, weight = artifact
+    loose = tmp_path / "pe.onnx"
+    loose.write_bytes(pe.read_bytes())
+    manifest = json.loads(Path(f"{pe}.json").read_text())
+    manifest["tolerance"] = {"atol": 100.0, "rtol": 100.0}
+    Path(f"{loose}.json").write_text(json.dumps(manifest))
+    model = demo(tmp_path, weight=weight + 1.0)
+    report = graft(model, pe=loose, at="pe0", positions="arange:x", lengths=[3])
+    assert not report
+    assert report.checks[0].max_abs_err > report.checks[0].tolerance
+
+
+def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp_path):
+    import torch
+
+    from edgepe import api
+    from edgepe.schemes import build, resolve
+
+    module = build(resolve("binary", 5, d_model=4))
+    weight = np.array([[0.5, -0.25, 1.0], [2.0, 0.75, -1.5], [0.125, 1.25, -0.5],
+                       [-2.0, 0.5, 0.25]], np.float32)  # [d_model, n_bits]
+    with torch.no_grad():
+        module.projection.weight.copy_(torch.from_numpy(weight))
+    checkpoint = tmp_path / "pe.pt"
+    torch.save(module.state_dict(), checkpoint)
+    pe = tmp_path / "pe.onnx"
+    api.export(api.make_config("binary", 5, d_model=4, quantize="int8", checkpoint=checkpoint,
+                               out=pe), verify=False)
+    model = demo(tmp_path, weight=weight.T.copy())
+    report = graft(model, pe=pe, at="pe0", positions="arange:x", checkpoint=checkpoint,
+                   lengths=[3])
+    assert report and 0 < report.checks[0].max_abs_err <= report.checks[0].tolerance
+    with pytest.raises(CheckpointError):  # its int8 bound comes from the weights
+        graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[3])
+
+
+def test_pe_graft_proof_is_seeded_default_0(tmp_path, artifact):
+    """``y = x * PE`` with the weight off by 1: the error scales with the random ``x``."""
+    pe, weight = artifact
+    model = demo(tmp_path, weight=weight + 1.0, op="Mul")
+
+    def error(**kwargs):
+        return graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[4],
+                     **kwargs).checks[0].max_abs_err
+
+    default = error()
+    assert default > 0 and default == error(seed=0) != error(seed=1)
+
+
+# --- write_model --------------------------------------------------------------------------------
+
+
+def _tensors_model(*sizes: int):
+    """A model holding uint8 initializers of the given byte counts."""
+    inits = [numpy_helper.from_array(np.full(n, 7, np.uint8), f"t{i}")
+             for i, n in enumerate(sizes)]
+    graph = helper.make_graph(
+        [helper.make_node("Concat", [t.name for t in inits], ["y"], axis=0)], "t", [],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [sum(sizes)])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_write_model_external_from_1_kb_as_onnx_counts_it(tmp_path):
+    """onnx moves a tensor out when ``sys.getsizeof(raw_data) >= size_threshold`` (1024): the
+    tensor whose bytes object is 1024 goes out, one byte shorter stays in."""
+    at = 1024 - sys.getsizeof(b"")
+    model = _tensors_model(at, at - 1)
+    write_model(model, tmp_path / "deep" / "er" / "m.onnx", external=True)  # folders made
+    saved = onnx.load(tmp_path / "deep" / "er" / "m.onnx", load_external_data=False)
+    where = {t.name: t.data_location for t in saved.graph.initializer}
+    assert where == {"t0": TensorProto.EXTERNAL, "t1": TensorProto.DEFAULT}
+    assert (tmp_path / "deep" / "er" / "m.onnx.data").stat().st_size == at
+    write_model(model, tmp_path / "deep" / "er" / "n.onnx", external=True)  # folder there now
+    loaded = onnx.load(tmp_path / "deep" / "er" / "n.onnx")  # reads its data back in
+    assert [numpy_helper.to_array(t).tobytes() for t in loaded.graph.initializer] == [
+        numpy_helper.to_array(t).tobytes() for t in model.graph.initializer]
+
+
+def test_write_model_stages_beside_out_with_the_umask(tmp_path, monkeypatch):
+    """Staged in OUT's folder, not the system's temp folder (a rename within one folder is
+    atomic); both files get 0o666 less the umask, as a file open() makes."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no" / "such" / "folder"))
+    old = os.umask(0o002)
+    try:
+        write_model(_tensors_model(2048), tmp_path / "m.onnx", external=True)
+    finally:
+        os.umask(old)
+    for name in ("m.onnx", "m.onnx.data"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o664
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+# --- RoPE built by hand: opset-23 RotaryEmbedding ops, longrope's run-time choice ----------------
+
+
+R = 4  # rotary dim: inv_freq [2]
+INV_FREQ = (1.0 / 10000 ** (np.arange(0, R, 2, dtype=np.float32) / R)).astype(np.float32)
+
+
+def _positions_nodes():
+    """``pf = Cast(position_ids[..., None])``: the angle's float positions ``[B, S, 1]``."""
+    return [helper.make_node("Unsqueeze", ["position_ids", "axis2"], ["p3"], name="unsqueeze"),
+            helper.make_node("Cast", ["p3"], ["pf"], to=TensorProto.FLOAT, name="cast")]
+
+
+def _save(tmp_path, name, nodes, inputs, width, inits, opset) -> Path:
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                    ["B", "S"]), *inputs,
+                      helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", width])],
+        [numpy_helper.from_array(np.array([2], np.int64), "axis2"), *inits])
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def _fused(tmp_path) -> Path:
+    """torch's opset-23 export in small: two RotaryEmbedding ops (2 heads of 4) on ``x``, each
+    with its own Cos and Sin of one ``freqs = pf * inv_freq``: the second pair duplicates the
+    first, bit for bit."""
+    nodes = [*_positions_nodes(), helper.make_node("Mul", ["pf", "inv_freq"], ["freqs"],
+                                                   name="freqs")]
+    for k in range(2):
+        nodes += [helper.make_node("Cos", ["freqs"], [f"cos{k}"], name=f"cos{k}"),
+                  helper.make_node("Sin", ["freqs"], [f"sin{k}"], name=f"sin{k}"),
+                  helper.make_node("RotaryEmbedding", ["x", f"cos{k}", f"sin{k}"], [f"r{k}"],
+                                   name=f"rotary{k}", num_heads=2, rotary_embedding_dim=R)]
+    nodes.append(helper.make_node("Add", ["r0", "r1"], ["y"], name="sum"))
+    return _save(tmp_path, "fused", nodes, [], 8, [numpy_helper.from_array(INV_FREQ,
+                                                                           "inv_freq")], 23)
+
+
+def test_opset_23_rotary_ops_one_table_for_their_duplicate_caches(tmp_path):
+    path = _fused(tmp_path)
+    report = graft(path, max_len=16)
+    assert report and report.at == "cos0, sin0"
+    # the PE's cone but the Unsqueeze making its positions: Cast, Mul, both Cos and both Sin
+    # (the second pair merged into the first, then gone with it)
+    assert report.removed_nodes == 6
+    ops = [n.op_type for n in report.model.graph.node]
+    assert ops.count("RotaryEmbedding") == 2 and "Cos" not in ops and "Sin" not in ops
+
+
+def test_opset_23_rotary_ops_fed_with_rotary23_and_refused_with_ort(tmp_path):
+    path = _fused(tmp_path)
+    report = graft(path, max_len=16, rope_lowering="rotary23", lengths=[3])
+    assert report
+    assert report.artifact == ("rope (table, float32, 16 positions, rotations fused into "
+                               "RotaryEmbedding (ONNX opset 23) x2)")  # already 23: no opset
+    (record,) = _records(report.model)
+    assert record["rope_lowering"] == {"op": "RotaryEmbedding (ONNX opset 23)", "fused": 2}
+    with pytest.raises(BadParameterError) as info:
+        graft(path, max_len=16, rope_lowering="ort", check=False)
+    assert str(info.value) == (
+        "--rope-lowering ort: this model rotates with ONNX's RotaryEmbedding (opset 23) "
+        "already; --rope-lowering rotary23 feeds it graft's tables")
+
+
+def test_longrope_choice_is_fed_the_models_own_condition(tmp_path):
+    """Phi-3's longrope in small: ``Where(use_long, long inv_freq, short inv_freq)`` picks the
+    frequencies at run time; the grafted tables pick their rows by the same tensor."""
+    long = (INV_FREQ / np.float32(4)).astype(np.float32)
+    nodes = [*_positions_nodes(),
+             helper.make_node("Where", ["use_long", "inv_long", "inv_short"], ["inv"],
+                              name="where"),
+             helper.make_node("Mul", ["pf", "inv"], ["freqs"], name="freqs"),
+             helper.make_node("Concat", ["freqs", "freqs"], ["emb"], axis=-1, name="concat"),
+             helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
+             helper.make_node("Sin", ["emb"], ["sin"], name="sin"),
+             helper.make_node("Mul", ["x", "cos"], ["xc"], name="xc"),
+             helper.make_node("Add", ["xc", "sin"], ["y"], name="y")]
+    path = _save(tmp_path, "longrope", nodes,
+                 [helper.make_tensor_value_info("use_long", TensorProto.BOOL, [])], R,
+                 [numpy_helper.from_array(INV_FREQ, "inv_short"),
+                  numpy_helper.from_array(long, "inv_long")], 18)
+    out = tmp_path / "out.onnx"
+    report = graft(path, max_len=16, out=out, lengths=[3])
+    assert report and _records(report.model)[0]["condition"] == "use_long"
+    x = np.random.default_rng(0).standard_normal((1, 16, R)).astype(np.float32)
+    for use_long in (True, False):  # (the proof feeds True only)
+        feeds = {"position_ids": np.arange(16, dtype=np.int64)[None],
+                 "use_long": np.array(use_long), "x": x}
+        want, got = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+                     .run(["y"], feeds)[0] for p in (path, out))
+        # the tables hold cos/sin of the model's own float32 angle, correctly rounded; |y| < 5
+        np.testing.assert_allclose(got, want, rtol=0, atol=4 * float(np.spacing(np.float32(4))))
