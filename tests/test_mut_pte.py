@@ -254,11 +254,15 @@ def test_program_output_dtypes_follow_dtype():
 
 
 def test_int8_table_program_records_its_quantisation():
-    _, _, data, manifest = in_memory("sinusoidal", 8, mode="table", format="pte",
-                                     quantize="int8")
+    config, module, data, manifest = in_memory("sinusoidal", 8, mode="table", format="pte",
+                                               quantize="int8")
     assert manifest["quant"]["tensor"] == "table_int8"
-    out = pte.Program(data, manifest).run({"positions": np.arange(8, dtype=np.int64)})
-    assert out.dtype == np.float32 and out.shape == (8, 64)
+    out = pte.Program(data, manifest).run({"positions": np.arange(-2, 10, dtype=np.int64)})
+    assert out.dtype == np.float32 and out.shape == (12, 64)
+    with torch.no_grad():
+        reference = module.encode(torch.from_numpy(np.clip(np.arange(-2, 10), 0, 7))).numpy()
+    error = np.abs(out.astype(np.float64) - reference).max()
+    assert 0 < error <= manifest["quant"]["bound"] < 0.004  # half a step of 1/127
 
 
 def test_a_program_takes_one_to_max_n_positions_in_a_call(demo):
@@ -371,7 +375,9 @@ def test_a_program_the_runtime_finds_inconsistent_is_refused_before_it_runs():
     bad = data[:293] + bytes([122]) + data[294:]
     with pytest.raises(ArtifactError) as err:
         pte.Program(bad, manifest)
-    assert str(err.value).startswith("the .pte does not load in ExecuTorch: ")
+    # the runtime's own line (0x23: Error::InvalidProgram)
+    assert str(err.value) == ("the .pte does not load in ExecuTorch: Failed to load program, "
+                              "error: 0x:23")
 
 
 def test_a_multi_index_table_program_places_each_coordinates_bits():
