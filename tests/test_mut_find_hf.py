@@ -222,9 +222,10 @@ def _fused_model(ops=2, interleaved=(0, 0), factor=None, factors=None, domain=""
             nodes.append(oh.make_node("Mul", [f"a{k}", sin_], [f"{sin_}_a"]))
             cos, sin_ = f"{cos}_a", f"{sin_}_a"
         caches = [sin_, cos] if slot_swap else [cos, sin_]
+        layout = {} if interleaved[k] is None else {"interleaved": interleaved[k]}
         nodes.append(oh.make_node("RotaryEmbedding", [x, *caches], [f"y{k}"],
                                   name=f"rot{k}" if names else "", num_heads=2,
-                                  interleaved=interleaved[k], domain=domain))
+                                  domain=domain, **layout))
         x = f"y{k}"
     if output_cache:
         outputs.append(_vi("cos1", TP.FLOAT, None))
@@ -285,6 +286,32 @@ def test_fused_rope_not_found_when_one_condition_breaks(kwargs):
     else:
         model = _fused_model(**kwargs)
     assert _find(model, fh._rope_fused) == []
+
+
+def test_fused_rope_default_layout_and_the_ai_onnx_domain():
+    f, = _find(_fused_model(interleaved=(None, None)), fh._rope_fused)  # no attribute: half
+    assert f.params["layout"] == "half"
+    assert _find(_fused_model(interleaved=(None, 0)), fh._rope_fused) != []
+    assert _find(_fused_model(interleaved=(None, 1)), fh._rope_fused) == []
+    model = _fused_model(ops=1)
+    for node in model.graph.node:
+        if node.op_type == "RotaryEmbedding":
+            node.domain = "ai.onnx"
+    assert len(_find(model, fh._rope_fused)) == 1
+
+
+def test_fused_rope_needs_both_caches_and_a_read_angle():
+    model = _fused_model(ops=1)
+    rot = next(n for n in model.graph.node if n.op_type == "RotaryEmbedding")
+    rot.input[:] = ["x", "posf", "sin0"]  # no Cos cache: the cos slot holds something else
+    model.graph.node.remove(next(n for n in model.graph.node if n.op_type == "Cos"))
+    assert _find(model, fh._rope_fused) == []
+    nodes = [oh.make_node("Unsqueeze", ["position_ids", "axes"], ["pos"]),
+             oh.make_node("Cast", ["pos"], ["posf"], to=TP.FLOAT),
+             oh.make_node("Mul", ["posf", "inv_freq"], ["f"])]  # f read by nothing
+    model = _model(nodes, [_vi("position_ids", TP.INT64, [1, "s"])], [_vi("f", TP.FLOAT, None)],
+                   {"axes": np.array([-1], np.int64), "inv_freq": INV})
+    assert fh.find_pe(model) == []
 
 
 def test_fused_rope_refuses_a_cache_read_by_a_non_rotary_node_or_by_none():
@@ -582,6 +609,21 @@ def test_learned_table_by_range_or_cumsum_and_not_by_other_indices():
 ], ids=["axis", "op", "f64", "3d", "1d"])
 def test_learned_not_found_when_one_condition_breaks(kwargs):
     assert _find(_gather_model(token_embedding=False, **kwargs), fh._learned) == []
+
+
+def test_learned_gather_axis_defaults_to_0_and_only_inputs_named_position_count():
+    model = _gather_model()
+    del next(n for n in model.graph.node if n.output[0] == "pe").attribute[:]
+    assert len(_find(model, fh._learned)) == 1  # Gather's axis defaults to 0
+    # an input named position_ids elsewhere in the graph does not make idx positions
+    model = _gather_model(indices="idx", extra_inputs=("position_ids",))
+    assert _find(model, fh._learned) == []
+    # nor does an initializer whose name says position
+    nodes = [oh.make_node("Add", ["idx", "position_offset"], ["q"]),
+             oh.make_node("Gather", ["wpe", "q"], ["pe"], axis=0)]
+    model = _model(nodes, [_vi("idx", TP.INT64, [1, "s"])], [_vi("pe", TP.FLOAT, None)],
+                   {"wpe": WPE, "position_offset": np.array(1, np.int64)})
+    assert _find(model, fh._learned) == []
 
 
 def test_learned_table_read_by_a_gather_of_a_non_constant():
@@ -893,6 +935,7 @@ def test_gptj_by_gather_elements_found(axes, three_d):
     {"table": _gptj_table(8, 4).astype(np.float64)}, {"table": _gptj_table(8, 4)[None, None]}],
     ids=["axis", "axes", "no-unsqueeze", "not-sincos", "f64", "4d"])
 def test_gptj_by_gather_elements_not_found_when_one_condition_breaks(kwargs):
+    kwargs = dict(kwargs)  # a copy: the parametrized dict is shared between runs
     table = kwargs.pop("table", _gptj_table(8, 4))
     if table.ndim == 4:
         model = _gather_elements_model(_gptj_table(8, 4))
@@ -904,6 +947,9 @@ def test_gptj_by_gather_elements_not_found_when_one_condition_breaks(kwargs):
     node = next(n for n in model.graph.node if n.op_type == "Unsqueeze")
     del node.input[1:]
     assert _find(model, fh._gptj_gather_elements) == []
+    model = _gather_elements_model(_gptj_table(8, 4))
+    del next(n for n in model.graph.node if n.op_type == "GatherElements").attribute[:]
+    assert _find(model, fh._gptj_gather_elements) == []  # axis 0 by default
     model = _gather_elements_model(_gptj_table(8, 4))
     model.graph.initializer[0].CopyFrom(nh.from_array(_gptj_table(8, 4)[None].repeat(2, 0),
                                                       "emb3"))
@@ -1533,3 +1579,17 @@ def test_check_hf_config_fairseq_table_is_not_compared_as_marian():
     xglm = {"model_type": "xglm", "d_model": 8, "max_position_embeddings": 8}
     length, record = fh.check_hf_config(f, xglm, None)
     assert length is None and "table" not in record and record["scheme"] == "sinusoidal"
+
+
+def test_sliced_trunc_limit_is_inclusive(monkeypatch):
+    """Exactly ``TRUNC_LIMIT`` positions are sliced by float arithmetic, one more refused (the
+    limit lowered to 70 here: at 2^24 the recipe distance alone takes seconds)."""
+    from edgepe.graphs import sliced as sl
+
+    monkeypatch.setattr(sl, "TRUNC_LIMIT", 70)
+    model = _rope_model()
+    model.opset_import[0].version = 17
+    f, = fh.find_pe(model)
+    assert fh.build_found(model, f, 70, mode="sliced")[1]["lowering"] == "trunc"
+    with pytest.raises(BadParameterError, match="exact below 70 positions; got --max-len 71$"):
+        fh.build_found(model, f, 71, mode="sliced")
