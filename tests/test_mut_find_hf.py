@@ -684,6 +684,17 @@ def test_fairseq_and_marian_tables_read_by_gather_are_sinusoidal():
     assert (f.family, f.params["sincos"], f.params["layout"]) == ("sinusoidal", False, "half")
 
 
+def _angle_slack_edges(table, accepts, row, half):
+    """Column 0 (w = 1) of ``row``: the angle is ``row`` radians, so the slack is ``4 ulp(1) +
+    row 2^-19``; 0.9 of it off is accepted, 1.1 refused, on the sin half and the cos half."""
+    slack = 4 * EPS32 + row * 2.0**-19
+    for column, exact in ((0, math.sin(row)), (half, math.cos(row))):
+        for scale, want in ((0.9, True), (1.1, False), (-0.9, True), (-1.1, False)):
+            off = table.copy()
+            off[row, column] = exact + scale * slack
+            assert accepts(off) is want, (column, scale)
+
+
 def test_is_sincos_recognises_gptj_within_4_ulp_only():
     table = _gptj_table(16, 8)
     assert fh._is_sincos(table)
@@ -697,6 +708,7 @@ def test_is_sincos_recognises_gptj_within_4_ulp_only():
     edge[0, 0] = 5 * EPS32
     assert not fh._is_sincos(edge)
     assert not fh._is_sincos(_gptj_table(16, 8) * np.float32(1 + 2**-10))
+    _angle_slack_edges(table, fh._is_sincos, row=11, half=4)
     assert not fh._is_sincos(_fairseq_table(16, 8))  # other frequencies
 
 
@@ -710,11 +722,12 @@ def test_is_fairseq_sinusoidal():
     padded = table.copy()
     padded[1, 3] = 1e-30
     assert not fh._is_fairseq_sinusoidal(padded)  # row 1 not zero
-    close = table.copy()
-    close[0, 0] = 9.5e-6
-    assert fh._is_fairseq_sinusoidal(close)
-    close[0, 0] = 1.05e-5
-    assert not fh._is_fairseq_sinusoidal(close)
+    edge = table.copy()
+    edge[0, 0] = 4 * EPS32  # sin(0) = 0: exactly 4 ulp(1) off
+    assert fh._is_fairseq_sinusoidal(edge)
+    edge[0, 0] = 5 * EPS32
+    assert not fh._is_fairseq_sinusoidal(edge)
+    _angle_slack_edges(table, fh._is_fairseq_sinusoidal, row=11, half=4)
     assert not fh._is_fairseq_sinusoidal(_marian_table(12, 8))
     assert not fh._is_fairseq_sinusoidal(np.zeros((4, 2), np.float32))  # half = 1
 
@@ -1593,3 +1606,236 @@ def test_sliced_trunc_limit_is_inclusive(monkeypatch):
     assert fh.build_found(model, f, 70, mode="sliced")[1]["lowering"] == "trunc"
     with pytest.raises(BadParameterError, match="exact below 70 positions; got --max-len 71$"):
         fh.build_found(model, f, 71, mode="sliced")
+
+
+# --- decoys: a near-miss of the same kind before the real subgraph ------------------------------
+
+
+def _prefixed(model, prefix):
+    """``model``'s graph with every tensor name prefixed (a second, independent subgraph)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+
+    def name(n):
+        return prefix + n if n else n
+
+    for node in graph.node:
+        node.input[:] = [name(n) for n in node.input]
+        node.output[:] = [name(n) for n in node.output]
+        node.name = name(node.name)
+    for value in (*graph.input, *graph.output, *graph.initializer):
+        value.name = name(value.name)
+    return graph
+
+
+def _with_decoy(decoy, model):
+    """One model: ``decoy``'s nodes (names prefixed ``d_``) first, then ``model``'s."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    first = _prefixed(decoy, "d_")
+    graph = model.graph
+    nodes = [*first.node, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.input.extend(first.input)
+    graph.output.extend(first.output)
+    graph.initializer.extend(first.initializer)
+    return model
+
+
+def _matmul_scaled_sin_only():
+    model = _matmul_model()
+    model.graph.initializer.append(nh.from_array(np.array(3.0, np.float32), "b"))
+    model.graph.node.append(oh.make_node("Mul", ["sin", "b"], ["sin_b"]))
+    return model
+
+
+DECOYS = {  # matcher -> (the real model, near-misses failing at each of its checks in turn)
+    "rope": (fh._rope, _rope_model, lambda: [
+        _edit(_rope_model(), "Sin", input=["f"]), _edit(_rope_model(), "Mul", op_type="Add"),
+        _rope_model(inv=np.ones((1, 2), np.float32)), _rope_model(cast_op="Identity"),
+        _rope_model(factor=2.0, sin_factor=3.0)]),
+    "fused": (fh._rope_fused, _fused_model, lambda: [
+        _edit(_fused_model(), "Cast", op_type="Identity"), _fused_model(extra_reader=True),
+        _fused_model(factors=[0.5, 2.0]), _fused_model(interleaved=(0, 1))]),
+    "matmul": (fh._rope_matmul, _matmul_model, lambda: [
+        _edit(_matmul_model(), "Sin", input=["t"]), _matmul_model(perm=(0, 1, 2)),
+        _edit(_matmul_model(), "MatMul", op_type="Mul"),
+        _matmul_model(inv=INV3.astype(np.float64)), _matmul_model(axes=2),
+        _matmul_scaled_sin_only()]),
+    "gather_elements": (fh._gptj_gather_elements,
+                        lambda: _gather_elements_model(_gptj_table(8, 4)), lambda: [
+                            _gather_elements_model(WPE), _gather_elements_model(
+                                _gptj_table(8, 4), axes=1)]),
+    "learned": (fh._learned, _gather_model, lambda: [
+        _gathernd_model(_gptj_table(8, 4), axes=0), _gather_model(indices="idx")]),
+    "mpt": (fh._mpt_alibi, lambda: _mpt_model(_mpt_bias(6)), lambda: [
+        _mpt_model(_mpt_bias(6) * np.float32(2))]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DECOYS))
+def test_a_near_miss_before_the_pe_does_not_hide_it(kind):
+    matcher, real, decoys = DECOYS[kind]
+    want = [(f.family, f.replaces, f.positions) for f in _find(real(), matcher)]
+    assert len(want) == 1
+    for i, decoy in enumerate(decoys()):
+        assert _find(decoy, matcher) == [], (kind, i)
+        got = [(f.family, f.replaces, f.positions) for f in _find(_with_decoy(decoy, real()),
+                                                                  matcher)]
+        assert got == want, (kind, i)
+
+
+# --- more kills: each a behaviour the tests above leave open -----------------------------------
+
+
+def test_ancestors_visits_a_shared_node_once():
+    """D(q, a, b), a = A(c), b = B(c), c = C(p), q = Q(r): c is reached twice."""
+    nodes = [oh.make_node("Q", ["r"], ["q"]), oh.make_node("C", ["p"], ["c"]),
+             oh.make_node("A", ["c"], ["a"]), oh.make_node("B", ["c"], ["b"]),
+             oh.make_node("D", ["q", "a", "b"], ["d"])]
+    makers = {o: n for n in nodes for o in n.output}
+    assert fh._ancestors("d", makers) == ({"D", "A", "B", "C", "Q"}, {"p", "r"})
+    # five nodes within a limit of five: C is counted once
+    assert fh._ancestors("d", makers, limit=5)[0] == {"D", "A", "B", "C", "Q"}
+
+
+def test_large_real_tables_are_recognised_with_the_models_float32_angles():
+    """GPT-J (2048 positions, R = 64) and XGLM (2048, D = 64) tables as transformers/fairseq
+    compute them in torch float32: their angles are float32 products, off the exact ones by up
+    to half an ulp of 2048 (1.2e-4), far past the 4-ulp / 1e-5 tolerances, so only the models'
+    own float32 recipe recognises them."""
+    import torch
+
+    inv = 1.0 / (10000 ** (torch.arange(0, 64, 2, dtype=torch.int64).float() / 64))
+    angle = torch.einsum("i,j->ij", torch.arange(2048, dtype=torch.float), inv)
+    gptj = torch.cat((torch.sin(angle), torch.cos(angle)), dim=1).numpy()
+    assert fh._is_sincos(gptj)
+    step = math.log(10000) / (32 - 1)
+    w = torch.exp(torch.arange(32, dtype=torch.float) * -step)
+    angle = torch.arange(2048, dtype=torch.float).unsqueeze(1) * w.unsqueeze(0)
+    xglm = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).numpy()
+    xglm[1] = 0
+    assert fh._is_fairseq_sinusoidal(xglm)
+
+
+def test_mpt_bias_of_sixteen_heads_is_float32_products():
+    """16 heads: slopes 2^(-k/2), not powers of two, so the bias holds float32-rounded
+    products (MPT's int32 distance times float32 slopes)."""
+    slopes = np.array([2.0 ** (-0.5 * (i + 1)) for i in range(16)], np.float32)
+    bias = _mpt_bias(6, slopes)
+    exact = slopes.astype(np.float64)[:, None, None] * np.arange(-5, 1)[None, None, :]
+    assert not np.array_equal(bias, exact)  # the float32 rounding is visible
+    f, = fh.find_pe(_mpt_model(bias))
+    assert f.params["length"] == 6 and np.array_equal(f.params["slopes"], slopes)
+
+
+def test_an_unread_mpt_shaped_constant_is_not_found():
+    model = _mpt_model(_mpt_bias(6))
+    model.graph.initializer.append(nh.from_array(_mpt_bias(4), "unread"))
+    assert [f.replaces for f in fh.find_pe(model)] == [["bias"]]
+
+
+def test_identity_links_in_gptj_gather_elements_and_positions_made_by_an_op():
+    model = _gather_elements_model(_gptj_table(8, 4))
+    graph = model.graph
+    for node in graph.node:
+        if node.op_type == "GatherElements":
+            node.input[:] = ["t_id", "ut_id"]
+    graph.node.extend([oh.make_node("Identity", ["t"], ["t_id"]),
+                       oh.make_node("Identity", ["ut"], ["ut_id"])])
+    rest = [n for n in graph.node if n.op_type != "GatherElements"]
+    gather = [n for n in graph.node if n.op_type == "GatherElements"]
+    del graph.node[:]
+    graph.node.extend([*rest, *gather])
+    f, = _find(model, fh._gptj_gather_elements)
+    assert f.params["table_name"] == "emb3"
+    # positions made by an op: described by where they come from
+    model = _gather_elements_model(_gptj_table(8, 4))
+    graph = model.graph
+    graph.initializer.append(nh.from_array(np.array(0, np.int64), "zero"))
+    graph.node.insert(0, oh.make_node("Add", ["position_ids", "zero"], ["pos"]))
+    next(n for n in graph.node if n.op_type == "Unsqueeze").input[0] = "pos"
+    f, = _find(model, fh._gptj_gather_elements)
+    assert f.positions == "pos"
+    assert f.where.endswith("positions 'pos' (from 'position_ids')")
+
+
+def test_rope_by_matmul_edge_cases():
+    model = _matmul_model()  # positions made by an op
+    graph = model.graph
+    graph.initializer.append(nh.from_array(np.array(0, np.int64), "zero"))
+    graph.node.insert(0, oh.make_node("Add", ["position_ids", "zero"], ["pos"]))
+    next(n for n in graph.node if n.op_type == "Unsqueeze").input[0] = "pos"
+    f, = fh.find_pe(model)
+    assert f.positions == "pos" and f.where.endswith("positions 'pos' (from 'position_ids')")
+    # the MatMul's positions side is a graph input: nothing to climb
+    model = _edit(_matmul_model(), "MatMul", input=["ec", "position_ids"])
+    assert _find(model, fh._rope_matmul) == []
+    model = _matmul_model()  # a Transpose with no perm attribute (the reverse of the axes)
+    del next(n for n in model.graph.node if n.op_type == "Transpose").attribute[:]
+    assert _find(model, fh._rope_matmul) == []
+
+
+def test_scalar_add_wants_one_integer():
+    consts = {"v": np.array([3, 4], np.int64)}
+    assert fh._scalar_add(oh.make_node("Add", ["x", "v"], ["y"]), consts) is None
+
+
+def test_rope_tables_need_one_name_per_table():
+    found = fh.Found("rope", ["only_cos"], "p", "", {"inv_freq": INV,
+                                                     "attention_factor": np.float32(1)})
+    with pytest.raises(ValueError):
+        fh.rope_tables(found, 4)
+
+
+def test_gathernd_table_marian_allows_but_gptj_does_not_is_a_learned_table():
+    """A low frequency (w_3 = 10^-3 at p = 1: angle 10^-3) moved by 2e-6: inside Marian's flat
+    slack (4 ulp(1) + L 2^-24 = 4.3e-6 for L = 64), outside GPT-J's (4 ulp(1) + 10^-3 2^-19 =
+    4.8e-7). Read by GatherND (GPT-J's read, not Marian's Gather) it is a learned table."""
+    table = _marian_table(64, 8)
+    table[1, 3] = math.sin(1e-3) + 2e-6
+    assert not fh._is_sincos(table) and fh._half_sinusoidal_distance(table) is not None
+    f, = fh.find_pe(_gathernd_model(table))
+    assert (f.family, f.params["squeeze"], "layout" in f.params) == ("learned", True, False)
+    f, = fh.find_pe(_gather_model(table=table, name="emb"))  # by Gather: Marian's
+    assert (f.family, f.params["layout"]) == ("sinusoidal", "half")
+
+
+def test_bloom_alibi_int32_positions_keep_their_type():
+    model = _bloom_model()
+    model.graph.input[0].type.tensor_type.elem_type = TP.INT32
+    for t in model.graph.initializer:
+        if t.name in ("axis", "one", "zero"):
+            t.CopyFrom(nh.from_array(nh.to_array(t).astype(np.int32), t.name))
+    f, = fh.find_pe(model)
+    pe, _ = fh.build_found(model, f, None)
+    value = pe.graph.input[0]
+    assert value.type.tensor_type.elem_type == TP.INT32
+    out = _run(pe, **{value.name: np.array([[[0, 3]]], np.int32)})
+    assert np.array_equal(next(iter(out.values())), SLOPES41[None] * np.float32([0, 3]))
+
+
+def test_build_found_learned_keeps_the_models_dims_and_quantizes_int8():
+    model = _gather_model()
+    f, = fh.find_pe(model)
+    pe, _ = fh.build_found(model, f, None)
+    dims = pe.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value or d.dim_param for d in dims] == [1, "s"]
+    pe, record = fh.build_found(model, f, None, quantize="int8")
+    assert any(t.data_type == TP.INT8 for t in pe.graph.initializer)
+    out = _run(pe, positions=np.array([[0, 1, 2, 3, 4, 5]], np.int64))["pe"][0]
+    assert not np.array_equal(out, WPE)  # int8 rows, not the float32 table
+    assert np.abs(out - WPE).max() <= record["quant"]["bound"] * (1 + 1e-6)
+    with pytest.raises(BadParameterError, match="^the tables for 6 positions would be 96 B"):
+        fh.build_found(model, f, None, table_bytes_limit=95)
+
+
+def test_check_hf_config_uses_the_configs_rope_parameters():
+    theta = 500000.0
+    inv = (1.0 / (np.float32(theta) ** (np.arange(0, 4, 2, dtype=np.float32)
+                                        / np.float32(4)))).astype(np.float32)
+    f, = fh.find_pe(_rope_model(inv=inv))
+    _, record = fh.check_hf_config(f, {**LLAMA, "rope_theta": theta}, None)
+    assert record["params"]["base"] == theta and record["inv_freq"].startswith("equal")
+    with pytest.raises(BadParameterError, match="differs from edgepe's rope"):
+        fh.check_hf_config(f, LLAMA, None)  # theta 10000: other frequencies
