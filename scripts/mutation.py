@@ -938,8 +938,11 @@ EQUIVALENT: dict[str, str] = {
     **{f"{FHF}_half_sinusoidal_distance__mutmut_{i}": "np.arange's dtype dropped: an int64 "
        "arange times a float64 (-2.0 * i, p * w) is the same float64 values" for i in (21, 23,
                                                                                     27, 29)},
-    FHF + "_half_sinusoidal_distance__mutmut_3": "width / 2 for width // 2: the width is even "
-    "(checked first), so half is the same number as a float; np.arange(4.0) == np.arange(4)",
+    **{f"{FHF}{fn}__mutmut_3": "width / 2 for width // 2: the width is even (checked "
+       "first), so half is the same number as a float; np.arange(4.0) == np.arange(4)"
+       for fn in ("_half_sinusoidal_distance", "_is_fairseq_sinusoidal")},
+    **{f"{FHF}_sinusoid_within__mutmut_{i}": "np.arange's dtype dropped: an int64 arange times "
+       "the float64 w is the same float64 angles" for i in (4, 6)},
     FHF + "_learned__mutmut_157": "half computed for a Gather of a fairseq table too: its row 1 "
     "is zero where Marian's definition has cos(w) >= cos(1) > 0.5, far past the bound: None, "
     "as before",

@@ -1629,7 +1629,8 @@ def _prefixed(model, prefix):
 
 
 def _with_decoy(decoy, model):
-    """One model: ``decoy``'s nodes (names prefixed ``d_``) first, then ``model``'s."""
+    """One model: ``decoy``'s nodes and initializers (names prefixed ``d_``) first, then
+    ``model``'s."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     first = _prefixed(decoy, "d_")
     graph = model.graph
@@ -1638,7 +1639,9 @@ def _with_decoy(decoy, model):
     graph.node.extend(nodes)
     graph.input.extend(first.input)
     graph.output.extend(first.output)
-    graph.initializer.extend(first.initializer)
+    inits = [*first.initializer, *graph.initializer]  # the decoy's constants first too (MPT's)
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
     return model
 
 
