@@ -541,7 +541,7 @@ def _gather_model(table=WPE, indices="position_ids", pre=(), op="Gather", axis=0
         nodes.append(oh.make_node("Gather", ["wte", "input_ids"], ["tok"], axis=0))
     inputs = [_vi("input_ids", TP.INT64, [1, "s"])] + [
         _vi(n, TP.INT64, [1, "s"]) for n in (indices, *extra_inputs)
-        if n not in ("input_ids",) and not n.startswith("r")]
+        if n != "input_ids"]
     return _model(nodes, inputs, [_vi("pe", TP.FLOAT, None)], inits)
 
 
