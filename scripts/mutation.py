@@ -118,7 +118,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/verify/sweep.py": ("tests/test_mut_sweep.py",),
     "edgepe/graft/__init__.py": ("tests/test_mut_graft.py", "tests/test_graft_entry.py"),
     "edgepe/graft/find.py": ("tests/test_graft_find.py",),
-    "edgepe/graft/find_hf.py": ("tests/test_graft_hf.py",),
+    "edgepe/graft/find_hf.py": ("tests/test_mut_find_hf.py",),
     "edgepe/graft/lower.py": ("tests/test_graft_lower.py",),
     "edgepe/graft/read.py": ("tests/test_graft_read_report.py",),
     "edgepe/graft/report.py": ("tests/test_graft_read_report.py",),
@@ -158,6 +158,7 @@ CFM = "edgepe.formats.c.x_"  # h-n3
 ONX, OTB = "edgepe.formats.onnx.x_", "edgepe.formats.onnx_table."  # h-n5 (OTB has a class)
 TVL, RBD = "edgepe.graphs.table_values.x_", "edgepe.rebuild.x_"  # h-n5
 GRF = "edgepe.graft.x_"  # h-n1: edgepe/graft/__init__.py
+FHF = "edgepe.graft.find_hf.x_"  # h-n4
 EQUIVALENT: dict[str, str] = {
     ERR + "did_you_mean__mutmut_8": "n=1 dropped (default 3): get_close_matches sorts "
     "best first and only close[0] is used",
@@ -1195,6 +1196,76 @@ EQUIVALENT: dict[str, str] = {
        "fewer than two (its first check), the value the else gives" for i in (59, 64)},
     **{f"{GRF}write_model__mutmut_{i}": "size_threshold=1024 dropped: 1024 is "
        "onnx.save_model's default" for i in (33, 35)},
+    # h-n4: graft/find_hf.py
+    FHF + "_alibi__mutmut_48": "continue -> break leaves only the Mul's other (slopes, Cast) "
+    "reading: input 0 is then a constant and input 1 Cast-made, so the reverse would need a "
+    "constant (an initializer, a Constant's or an Identity's output) made by a Cast",
+    **{f"{FHF}_flat_positions__mutmut_{i}": "np.asarray([-1], None) is int64, the dtype given"
+       for i in (31, 33)},
+    **{f"{FHF}_flat_positions__mutmut_{i}": "the checker without full_check on a graph that "
+       "passes the full check (edgepe's own gathered_tables/sliced_rope graph plus one "
+       "Unsqueeze; the tests run every one through onnxruntime)" for i in (39, 40)},
+    **{f"{FHF}_gptj_gather_elements__mutmut_{i}": "GatherElements' axis when unset: None and 0 "
+       "both differ from 1" for i in (10, 13)},
+    **{f"{FHF}{fn}__mutmut_{i}": "the default for axes that are no constant: "
+       "np.asarray(None).ravel().tolist() is [None], refused as [] is" for fn, i in (
+           ("_gptj_gather_elements", 88), ("_gptj_gather_elements", 90),
+           ("_rope_matmul", 130), ("_rope_matmul", 132))},
+    **{f"{FHF}_half_sinusoidal_distance__mutmut_{i}": "np.arange's dtype dropped: an int64 "
+       "arange times a float64 (-2.0 * i, p * w) is the same float64 values" for i in (21, 23,
+                                                                                    27, 29)},
+    **{f"{FHF}{fn}__mutmut_3": "width / 2 for width // 2: the width is even (checked "
+       "first), so half is the same number as a float; np.arange(4.0) == np.arange(4)"
+       for fn in ("_half_sinusoidal_distance", "_is_fairseq_sinusoidal")},
+    **{f"{FHF}_sinusoid_within__mutmut_{i}": "np.arange's dtype dropped: an int64 arange times "
+       "the float64 w is the same float64 angles" for i in (4, 6)},
+    FHF + "_learned__mutmut_157": "half computed for a Gather of a fairseq table too: its row 1 "
+    "is zero where Marian's definition has cos(w) >= cos(1) > 0.5, far past the bound: None, "
+    "as before",
+    **{f"{FHF}{fn}__mutmut_{i}": "readers.get's default for a Cos's input: the Cos itself reads "
+       "it, so it is always there" for fn, i in (("_rope", 13), ("_rope", 15),
+                                                 ("_rope_matmul", 12), ("_rope_matmul", 14))},
+    **{f"{FHF}{fn}__mutmut_{i}": "concat.input[1] for [0]: the check before requires them "
+       "equal" for fn, i in (("_rope", 40), ("_rope_matmul", 41))},
+    **{f"{FHF}{fn}__mutmut_{i}": "factors[1] for factors[0]: the check before requires them "
+       "equal" for fn, i in (("_rope", 178), ("_rope", 179), ("_rope", 215),
+                             ("_rope_matmul", 184), ("_rope_matmul", 185),
+                             ("_rope_matmul", 217))},
+    **{f"{FHF}_rope_fused__mutmut_{i}": "next()'s default (no non-constant input): then both "
+       "inputs are 1-D constants, len(inv) == 2 refuses the Mul, and makers.get of None or of "
+       "an absent name is None alike" for i in (15, 19)},
+    **{f"{FHF}_rope_fused__mutmut_{i}": "readers.get's default for a scaled cache read by "
+       "nothing: None and [] are both refused by `not users` before anything iterates them"
+       for i in (84, 86)},
+    FHF + "_rope_matmul__mutmut_140": "reshape(-2): numpy takes any negative size as the "
+    "unknown dimension, as -1",
+    FHF + "_scalar_add__mutmut_17": "dtype.kind in 'XXiuXX': kind is one letter, never X; 'i' "
+    "and 'u' are found as in 'iu'",
+    **{f"{FHF}build_found__mutmut_{i}": "flat_positions' default None for False: both falsy, "
+       "and flat is only tested for truth" for i in (10, 12)},
+    **{f"{FHF}build_found__mutmut_{i}": "stored's longrope factor or int8 byte size: stored is "
+       "compared only when choice is None and quantize is 'none' (the same `and`), where the "
+       "factor is 1 and the size 4 either way" for i in (52, 56, 58, 60, 62, 64, 65)},
+    **{f"{FHF}check_hf_config__mutmut_{i}": "`family = 'rope' if found.family == 'rope' else "
+       "found.family` is found.family whatever the test" for i in (4, 9, 10)},
+    **{f"{FHF}check_hf_config__mutmut_{i}": "Marian's refusal on frequencies or offset: "
+       "hf_config._sinusoidal gives frequencies 'fairseq' and an offset >= 1 together (xglm, "
+       "m2m100: pad_token_id + 1), or neither (marian), so either test alone refuses the same "
+       "configs" for i in (141, 144, 148, 149, 155, 156, 157, 158, 159, 160)},
+    **{f"{FHF}check_hf_config__mutmut_{i}": "astype(None) is float64, the dtype given" for i in
+       (104, 181)},
+    FHF + "check_hf_config__mutmut_78": "edgepe's inv_freq kept in float64: rope with "
+    "freq_dtype=float32 holds float32 values, equal as float64 to the model's float32 ones "
+    "(array_equal compares values)",
+    **{f"{FHF}check_hf_config__mutmut_{i}": "np.asarray of the found inv_freq without float32: "
+       "every matcher requires it float32 already" for i in (86, 88)},
+    **{f"{FHF}find_pe__mutmut_{i}": "an argument the matcher never reads (readers for _learned, "
+       "_alibi and _gptj_gather_elements; makers for _mpt_alibi) passed as None"
+       for i in (25, 33, 40, 57)},
+    **{f"{FHF}rope_tables__mutmut_{i}": "astype(None) is float64, the dtype given"
+       for i in (21, 27)},
+    FHF + "streams__mutmut_12": "_ancestors of MPT's empty positions name: '' has no maker and "
+    "is no graph input, so its cone of inputs is empty, as set()",
 }
 
 # Mutants mutmut runs but cannot observe, by name pattern: functions called once at import

@@ -62,6 +62,13 @@ DEFAULT_MAX_LEN = 4096
 # RoPE goes in as tables up to this many bytes (both tables, as stored: float32 or int8). A
 # 128k-position Llama (R = 128) needs 64 MiB in float32 with the halves stored once, 16 MiB int8.
 TABLE_BYTES_LIMIT = 32 * 2**20
+# GPT-J's and fairseq's sinusoidal tables are recognised by their values: within this much of
+# their angle ``p w`` (relative) of the float64 definition, beside sin/cos's own rounding. The
+# model's float32 angle is off the exact one by w's error (torch's float32 pow for GPT-J: 0.6 ulp
+# measured; fairseq's exp of a float32 product ``i * -ln(10000) / (D/2 - 1)``: 7.1 ulp measured at
+# D = 1024) plus half an ulp for ``p w``: 16 ulp (2^-19) bounds both with room, and is still
+# ~10^4 times tighter than anything a learned table could match by chance.
+ANGLE_SLACK = 2.0**-19
 
 
 @dataclass
@@ -332,39 +339,44 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
     return found
 
 
+def _sinusoid_within(table, w) -> bool:
+    """Whether ``table [L, 2 k]`` is ``[sin(p w) | cos(p w)]`` (``w [k]`` float64, the exact
+    frequencies) as a model computes it in float32: within ``4 ulp(1)`` (sin/cos rounded to
+    float32) plus ``ANGLE_SLACK`` of the angle ``p w`` (the model's float32 angle: its ``w`` from a
+    float32 pow or exp, then times ``p`` rounded)."""
+    import numpy as np
+
+    angle = np.arange(table.shape[0], dtype=np.float64)[:, None] * w[None, :]
+    ref = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+    slack = 4 * 2.0**-23 + np.concatenate([angle, angle], axis=1) * ANGLE_SLACK
+    return bool(np.all(np.abs(ref - table) <= slack))
+
+
 def _is_sincos(table) -> bool:
     """Whether ``table [L, W]`` is GPT-J's ``create_sinusoidal_positions``: ``[sin(p w) | cos(p
-    w)]``, ``w = 1 / 10000^(2i / W)`` in float32 (within 4 ulp of 1: the model's own float32
-    rounding of sin/cos)."""
+    w)]``, ``w = 1 / 10000^(2i / W)``, as torch computes it in float32 (``_sinusoid_within``)."""
     import numpy as np
 
     length, width = table.shape
     if width % 2 or length < 2:
         return False
-    w = (1.0 / (np.float32(10000.0) ** (np.arange(0, width, 2).astype(np.float32) /
-                                        np.float32(width)))).astype(np.float32)
-    angle = np.arange(length, dtype=np.float32)[:, None] * w[None, :]
-    ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
-                         axis=1)
-    return bool(np.abs(ref - table).max() <= 4 * np.spacing(np.float32(1.0)))
+    return _sinusoid_within(table, 10000.0 ** (-np.arange(0, width, 2) / width))
 
 
 def _is_fairseq_sinusoidal(table) -> bool:
     """Whether ``table [L, D]`` is fairseq's (XGLM, M2M100) sinusoidal table: ``[sin(p w) |
-    cos(p w)]``, ``w_i = exp(-i ln(10000) / (D/2 - 1))``, row 1 (the padding index) zero; within
-    1e-5 (float32 angles up to ``L`` radians round by ~``L`` ulp)."""
+    cos(p w)]``, ``w_i = exp(-i ln(10000) / (D/2 - 1))``, row 1 (the padding index) zero, as torch
+    computes it in float32 (``_sinusoid_within``)."""
     import numpy as np
 
     length, width = table.shape
     half = width // 2
     if width % 2 or half < 2 or length < 3 or np.any(table[1]):
         return False
-    w = np.exp(np.arange(half, dtype=np.float32) * np.float32(-np.log(10000.0) / (half - 1)))
-    angle = np.arange(length, dtype=np.float32)[:, None] * w[None, :].astype(np.float32)
-    ref = np.concatenate([np.sin(angle.astype(np.float64)), np.cos(angle.astype(np.float64))],
-                         axis=1)
-    ref[1] = 0
-    return bool(np.abs(ref - table).max() <= 1e-5)
+    w = np.exp(-np.arange(half) * (np.log(10000.0) / (half - 1)))
+    padded = table.copy()
+    padded[1] = np.concatenate([np.sin(w), np.cos(w)])  # row 1 checked zero above
+    return _sinusoid_within(padded, w)
 
 
 def _half_sinusoidal_distance(table) -> float | None:
