@@ -239,6 +239,24 @@ def test_a_program_that_stops_early_is_a_parity_error_with_what_it_said(tmp_path
         cortex_m.run_header(header + stop, {**manifest, "function": "edgepe_stop"},
                             np.arange(4))
     assert str(err.value) == "the m4f program failed (QEMU exit 1): stopped early"
+    # ADP_Stopped_ApplicationExit: QEMU exits 0, but the values never came
+    clean = stop.replace(b"0x20024u", b"0x20026u")
+    with pytest.raises(ParityError) as err:
+        cortex_m.run_header(header + clean, {**manifest, "function": "edgepe_stop"},
+                            np.arange(4))
+    assert str(err.value) == "the m4f program failed (QEMU exit 0): stopped early"
+
+
+@needs_tools
+def test_a_header_larger_than_the_boards_flash_fails_at_the_link(tmp_path):
+    """The M3 board has 256 KiB of flash: sinusoidal's float32 table of 1100 x 64 (281,600
+    bytes) does not fit, and the linker script's region says so."""
+    header, manifest, _ = _header(tmp_path, "sinusoidal", 1100, 64, mode="table")
+    assert 1100 * 64 * 4 > cortex_m.BOARDS["m3"].flash_kib * 1024
+    with pytest.raises(CompileError) as err:
+        cortex_m.run_header(header, manifest, np.arange(2), "m3")
+    assert str(err.value).startswith("linking failed: ")
+    assert "will not fit in region `FLASH'" in str(err.value)
 
 
 @needs_tools
