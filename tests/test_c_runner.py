@@ -250,3 +250,20 @@ def test_the_positions_file_is_written_in_a_temporary_folder(tmp_path, monkeypat
     monkeypatch.chdir(work)
     c_runner.run_c_header(header, COMPUTE, np.array([1]))
     assert list(work.iterdir()) == []  # nothing left in the working folder
+
+
+@pytest.mark.parametrize("stderr, line", [
+    # gcc: the first ": error: " line, not a note or a path that merely contains "error"
+    ("In file included from /tmp/errors/x.c:1:\nh.h:3:5: error: bad\nh.h:4:1: error: worse\n",
+     "h.h:3:5: error: bad"),
+    # ld: its own line, not the "in function" context before it or collect2's summary
+    ("/usr/bin/ld: pe.o: in function `main':\npe.c:(.text+0x0): multiple definition of `main'\n"
+     "collect2: error: ld returned 1 exit status\n",
+     "pe.c:(.text+0x0): multiple definition of `main'"),
+    # only the summary: it is what there is
+    ("collect2: error: ld returned 1 exit status\n", "collect2: error: ld returned 1 exit status"),
+    ("\n   \n  first words  \nsecond\n", "first words"),
+    ("", "exit status 4"),
+])
+def test_first_error_line_is_one_line_that_says_what_failed(stderr, line):
+    assert c_runner.first_error_line(stderr, 4) == line

@@ -178,15 +178,24 @@ def compile_program(
     command = [cc, *COMPILE_FLAGS, *flags, str(src), "-o", str(exe), "-lm"]  # sinf, cosf
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        # gcc's "FILE:LINE:COL: error: ..." (a folder named "error..." is not an error line)
-        lines = [line for line in done.stderr.splitlines() if ": error: " in line] or [
-            done.stderr]
-        error = CompileError(
-            f"{Path(header).name} does not compile with {' '.join(flags)}: {lines[0].strip()}"
-        )
+        error = CompileError(f"{Path(header).name} does not compile with {' '.join(flags)}: "
+                             f"{first_error_line(done.stderr, done.returncode)}")
         error.stderr = done.stderr
         raise error
     return exe
+
+
+def first_error_line(stderr: str, returncode: int) -> str:
+    """The one line of a failed gcc/ld run that says what failed: the first of gcc's
+    ``FILE:LINE:COL: error: ...`` (a folder named "error..." does not make a line one), else ld's
+    own first line (``multiple definition of``, ``will not fit in region``), skipping collect2's
+    summary and ld's ``in function`` context line unless nothing else was said, else the exit
+    status."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    told = [line for line in lines
+            if not line.startswith("collect2:") and ": in function `" not in line] or lines
+    return next((line for line in told if ": error: " in line),
+                told[0] if told else f"exit status {returncode}")
 
 
 def run_program(exe: str | Path, manifest: Mapping[str, Any], positions) -> np.ndarray:

@@ -51,6 +51,7 @@ from edgepe.verify.c_runner import (
     FUNCTION_MODES,
     CompileError,
     call,
+    first_error_line,
     out_width,
     record_arity,
 )
@@ -324,15 +325,7 @@ int main(void)
 def _run(command: Sequence[str], what: str, **kw) -> subprocess.CompletedProcess:
     done = subprocess.run(list(command), capture_output=True, text=True, **kw)
     if done.returncode != 0:
-        # One line: the first that says "error", else the first at all, else the exit status;
-        # collect2's summary ("ld returned 1 exit status") and ld's "in function" context
-        # lines are skipped when the line they refer to is there ("multiple definition of").
-        lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
-        told = [ln for ln in lines
-                if not ln.startswith("collect2:") and ": in function `" not in ln] or lines
-        first = next((ln for ln in told if "error" in ln),
-                     told[0] if told else f"exit status {done.returncode}")
-        error = CompileError(f"{what} failed: {first}")
+        error = CompileError(f"{what} failed: {first_error_line(done.stderr, done.returncode)}")
         error.stderr = done.stderr
         raise error
     return done
