@@ -267,3 +267,12 @@ def test_the_positions_file_is_written_in_a_temporary_folder(tmp_path, monkeypat
 ])
 def test_first_error_line_is_one_line_that_says_what_failed(stderr, line):
     assert c_runner.first_error_line(stderr, 4) == line
+
+
+def test_a_compiler_that_fails_silently_is_named_by_its_exit_status(tmp_path, monkeypatch):
+    """A $CC wrapper that exits 1 and prints nothing (``false``): the one line says so."""
+    monkeypatch.setenv("CC", "false")
+    (tmp_path / "h.h").write_text("")
+    with pytest.raises(c_runner.CompileError) as info:
+        c_runner.compile_program(tmp_path / "h.h", COMPUTE, tmp_path)
+    assert str(info.value) == "h.h does not compile with -O2: exit status 1"
