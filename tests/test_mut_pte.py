@@ -166,11 +166,17 @@ def test_bias_rows_are_read_by_the_clamped_distance_of_saturated_positions():
     assert (u[0], u[1]) == (INT64_MAX, 2**33) and rows[0, 0] == 0 and rows[-1, 1] == 14
 
 
-def test_multi_index_rows_equal_the_scheme_at_clamped_coordinates():
-    s = resolve("binary-2d", 8)
+@pytest.mark.parametrize("scheme, params, seed", [
+    ("binary-2d", None, 3),
+    # widths 3,2,1: columns read bits of the coordinate their width block belongs to (the
+    # manifest's params say which)
+    ("hierarchical", {"widths": "3,2,1"}, 5),
+])
+def test_multi_index_rows_equal_the_scheme_at_clamped_coordinates(scheme, params, seed):
+    s = resolve(scheme, 8, params=params)
     module = build(s)
     program = pte._Table(s, full_table(s, module), None, torch.float32)
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     positions = np.stack([rng.permutation(_probe(8)) for _ in range(s.arity)], axis=1)
     with torch.no_grad():
         expected = module.encode(torch.from_numpy(np.clip(positions, 0, 7))).to(torch.float32)
@@ -378,20 +384,6 @@ def test_a_program_the_runtime_finds_inconsistent_is_refused_before_it_runs():
     # the runtime's own line (0x23: Error::InvalidProgram)
     assert str(err.value) == ("the .pte does not load in ExecuTorch: Failed to load program, "
                               "error: 0x:23")
-
-
-def test_a_multi_index_table_program_places_each_coordinates_bits():
-    """hierarchical (widths 3,2,1 at L = 8): columns read bits of the coordinate their width
-    block belongs to (the manifest's params say which), equal to ``encode`` at clamped
-    coordinates."""
-    s = resolve("hierarchical", 8, params={"widths": "3,2,1"})
-    module = build(s)
-    program = pte._Table(s, full_table(s, module), None, torch.float32)
-    rng = np.random.default_rng(5)
-    positions = np.stack([rng.permutation(_probe(8)) for _ in range(s.arity)], axis=1)
-    with torch.no_grad():
-        expected = module.encode(torch.from_numpy(np.clip(positions, 0, 7))).to(torch.float32)
-    np.testing.assert_array_equal(program(torch.from_numpy(positions)).numpy(), expected.numpy())
 
 
 def test_the_int8_projection_program_has_the_c_headers_int32_bound():
