@@ -303,3 +303,131 @@ def test_cli_export_of_cohere_is_interleaved_and_its_manifest_names_the_family(t
     assert manifest["inputs"]["params"]["layout"] == "interleaved"
     verified = CliRunner().invoke(app, ["verify", str(out)])
     assert verified.exit_code == 0, verified.output
+
+
+# ------------------------------------------------------------------ ALiBi
+
+
+@pytest.mark.parametrize("family, heads", [("bloom", 4), ("bloom", 12), ("mpt", 8)])
+def test_alibi_artifact_is_the_models_bias_at_every_position(family, heads):
+    """The exported alibi graph against the model's own bias builder: BLOOM's
+    ``build_alibi_tensor`` (slope x key position, the query's row constant dropped, as softmax
+    does) and MPT's ``build_mpt_alibi_tensor`` (slope x (key - last query)). Both are the graph's
+    ``-m |t - u|`` at query row 0 (BLOOM, negated) or row L-1 (MPT). Power-of-two head counts:
+    exact (the slopes are powers of 2). BLOOM's 12 heads take 4 slopes ``2^(-k/2)`` that
+    ``torch.pow`` rounds in float32, 1 ulp from edgepe's correctly rounded ones: the bias differs
+    by at most ``u m 2^-23`` plus one rounding of the product (measured 9.5e-7 at u = 47)."""
+    import onnxruntime as ort
+
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    if family == "bloom":
+        config = transformers.BloomConfig(hidden_size=8 * heads, n_head=heads)
+        model = -build_alibi_tensor(torch.ones(1, L, dtype=torch.long), heads,
+                                    torch.float32)[:, 0].numpy()
+        row = 0
+    else:
+        config = transformers.MptConfig(d_model=8 * heads, n_heads=heads, max_seq_len=L)
+        model = build_mpt_alibi_tensor(heads, L)[:, 0].numpy()
+        row = L - 1
+    t = from_hf_config(as_json(config))
+    assert (t.scheme, t.heads, t.model_type) == ("alibi", heads, family)
+    buffer = io.BytesIO()
+    prepare(api.make_config("alibi", t.max_len or L, heads=t.heads, params=t.params)).write(
+        buffer)
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    positions = np.arange(L, dtype=np.int64)
+    bias = session.run(None, {"positions": positions, "key_positions": positions})[0]
+    got = bias[:, row, :]
+    if heads & (heads - 1) == 0:
+        np.testing.assert_array_equal(got, model)
+    else:
+        slopes = np.abs(model[:, 1:2] if family == "bloom" else model[:, -2:-1])
+        bound = positions * slopes * 2.0**-23 + np.spacing(np.abs(model).astype(np.float32))
+        assert (np.abs(got - model) <= bound).all()
+
+
+def test_falcon_alibi_is_refused_for_its_bfloat16_bias():
+    """transformers' Falcon multiplies bfloat16 slopes by the positions: a bfloat16 bias, off by
+    up to 0.055 from the float32 one at 48 positions and 12 heads, measured here."""
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    config = transformers.FalconConfig(hidden_size=96, num_attention_heads=12, alibi=True)
+    with pytest.raises(BadParameterError, match="^HF config: falcon with alibi true: "
+                       "transformers rounds its bias"):
+        from_hf_config(as_json(config))
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom
+
+    mask = torch.ones(1, L, dtype=torch.long)
+    gap = (build_alibi_tensor(mask, 12, torch.float32) - bloom(mask, 12, torch.float32)).abs()
+    assert gap.max().item() > 0.01
+
+
+# ------------------------------------------------------------------ learned tables
+
+LEARNED = {
+    "gpt2": ("GPT2Config", dict(n_embd=16, n_head=2, n_layer=1, n_positions=L)),
+    "gpt_neo": ("GPTNeoConfig", dict(hidden_size=16, num_heads=2, num_layers=1,
+                                     attention_types=[[["global"], 1]],
+                                     max_position_embeddings=L)),
+    "gpt_bigcode": ("GPTBigCodeConfig", dict(n_embd=16, n_head=2, n_layer=1, n_positions=L)),
+    "opt": ("OPTConfig", dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                              ffn_dim=32, max_position_embeddings=L, word_embed_proj_dim=16)),
+    "biogpt": ("BioGptConfig", dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                    intermediate_size=32, max_position_embeddings=L)),
+    "bert": ("BertConfig", dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                intermediate_size=32, max_position_embeddings=L)),
+    "roberta": ("RobertaConfig", dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                      intermediate_size=32, max_position_embeddings=L)),
+    "xlm-roberta": ("XLMRobertaConfig", dict(hidden_size=16, num_attention_heads=2,
+                                             num_hidden_layers=1, intermediate_size=32,
+                                             max_position_embeddings=L, pad_token_id=3)),
+    "distilbert": ("DistilBertConfig", dict(dim=16, n_heads=2, n_layers=1, hidden_dim=32,
+                                            max_position_embeddings=L)),
+    # ELECTRA's embeddings are embedding_size wide, not hidden_size
+    "electra": ("ElectraConfig", dict(hidden_size=16, embedding_size=8, num_attention_heads=2,
+                                      num_hidden_layers=1, intermediate_size=32,
+                                      max_position_embeddings=L)),
+}
+
+
+def test_every_accepted_learned_family_is_checked_here():
+    from edgepe.schemes.hf_config import LEARNED_MODELS
+
+    assert set(LEARNED) == set(LEARNED_MODELS)
+
+
+@pytest.mark.parametrize("family", list(LEARNED))
+def test_learned_table_is_what_the_models_own_forward_reads(tmp_path, family):
+    """The bare model built from the config runs its own forward on ``max_len`` tokens; a hook on
+    its position embedding catches the rows it reads (the model's own position ids: RoBERTa's
+    from the padding index, OPT's and BioGPT's + 2). edgepe's learned table, taken from the
+    saved weights by the family's tensor name with the translation's offset and length, gives
+    the same rows, exactly (rows are copied)."""
+    from edgepe.schemes import build, resolve
+    from edgepe.schemes.hf_config import learned_tensor
+
+    name, kwargs = LEARNED[family]
+    config = getattr(transformers, name)(**kwargs, vocab_size=32)
+    torch.manual_seed(40)
+    model = transformers.AutoModel.from_config(config).eval()
+    t = from_hf_config(as_json(config))
+    state = model.state_dict()
+    tensor = learned_tensor(family, state)
+    assert tensor is not None, sorted(state)
+    module = model.get_submodule(tensor.removesuffix(".weight"))
+    seen = []
+    module.register_forward_hook(lambda m, args, out: seen.append(out.detach()))
+    ids = torch.full((1, t.max_len), 5)
+    with torch.no_grad():
+        model(input_ids=ids)
+    read = seen[0].reshape(-1, seen[0].shape[-1])[-t.max_len:].numpy()  # [max_len, width]
+    checkpoint = tmp_path / "state_dict.pt"
+    torch.save(state, checkpoint)
+    pe = build(resolve("learned", t.max_len, d_model=t.d_model, params=t.params),
+               checkpoint=str(checkpoint), checkpoint_param=tensor)
+    with torch.no_grad():
+        got = pe.encode(torch.arange(t.max_len)).numpy()
+    assert got.shape == read.shape, (family, t)
+    np.testing.assert_array_equal(got, read)

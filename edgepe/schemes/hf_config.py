@@ -18,7 +18,8 @@ What a family's config becomes (transformers 5 keys, and the 4.x names they repl
   ``rope_scaling`` (``rope_type`` or 4.x ``type``: default, linear, dynamic, llama3, yarn,
   longrope), ``max_len`` = ``max_position_embeddings`` (GPT-J ``n_positions``), and
   ``freq_dtype=float32``: the frequencies transformers computes.
-- ALiBi (BLOOM, MPT with ``attn_config.alibi``, Falcon with ``alibi``): ``alibi`` with
+- ALiBi (BLOOM, MPT with ``attn_config.alibi``; Falcon with ``alibi`` is refused: its bias is
+  rounded to bfloat16): ``alibi`` with
   ``heads`` = ``n_head``/``n_heads``/``num_attention_heads``; ``max_len`` = ``max_seq_len``
   (MPT) or none (BLOOM: give ``--max-len``).
 - Learned absolute (GPT-2, GPT-Neo, OPT, BERT-like): ``learned`` with ``d_model`` = the width and
@@ -242,7 +243,7 @@ def from_hf_config(config: Mapping[str, Any]) -> HFTranslation:
         # (issue 40): another family's pairs, partial width or scaling may differ.
         raise BadParameterError(
             f"HF config: model_type {model_type!r} is not one edgepe translates (RoPE: "
-            f"{', '.join(ROPE_FAMILIES)}; alibi: bloom, mpt, falcon; learned: "
+            f"{', '.join(ROPE_FAMILIES)}; alibi: bloom, mpt; learned: "
             f"{', '.join(LEARNED_MODELS)}; sinusoidal: marian, xglm, m2m_100)")
     raise BadParameterError("HF config has no model_type and no rope_theta/rope_parameters: "
                             "not a transformers model config")
@@ -442,6 +443,13 @@ def _alibi(c: _Reader, model_type: str) -> HFTranslation:
     heads = _heads(c)
     notes: list[str] = []
     max_len = c.int("max_seq_len", "max_position_embeddings", "seq_length")
+    if model_type == "falcon":
+        # transformers' Falcon build_alibi_tensor: slopes.bfloat16() * positions, a bfloat16
+        # bias (8 significant bits: m x 257 already rounds), which edgepe's float32 bias is not
+        raise BadParameterError(
+            "HF config: falcon with alibi true: transformers rounds its bias (slope x position) "
+            "to bfloat16, which edgepe's alibi (float32) does not reproduce; export --scheme "
+            "alibi --heads H for the exact paper bias")
     if model_type == "mpt":
         attn = c.mapping("attn_config") or _Reader({})
         if attn.bool("alibi") is False:
@@ -462,6 +470,8 @@ def _alibi(c: _Reader, model_type: str) -> HFTranslation:
 
 def _learned(c: _Reader, model_type: str) -> HFTranslation:
     width = c.int("word_embed_proj_dim") if model_type == "opt" else None
+    if model_type == "electra":  # its embeddings (positions too) are embedding_size wide
+        width = c.int("embedding_size") or 128  # ElectraConfig's default
     width = c.int("hidden_size", "n_embd", "d_model", "dim") if width is None else width
     max_len = c.int("n_positions", "max_position_embeddings")
     if width is None or max_len is None:
