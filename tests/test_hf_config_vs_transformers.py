@@ -318,7 +318,6 @@ def test_alibi_artifact_is_the_models_bias_at_every_position(family, heads):
     ``torch.pow`` rounds in float32, 1 ulp from edgepe's correctly rounded ones: the bias differs
     by at most ``u m 2^-23`` plus one rounding of the product (measured 9.5e-7 at u = 47)."""
     import onnxruntime as ort
-
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
     from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
