@@ -303,6 +303,14 @@ def test_cli_export_of_cohere_is_interleaved_and_its_manifest_names_the_family(t
     assert manifest["inputs"]["params"]["layout"] == "interleaved"
     verified = CliRunner().invoke(app, ["verify", str(out)])
     assert verified.exit_code == 0, verified.output
+    # loaded back (its manifest's claims checked), it rotates q as Cohere's own code does
+    import edgepe
+
+    config = make_config("cohere")
+    q = torch.from_numpy(np.random.default_rng(1).uniform(-1, 1, (1, 2, L, 16)).astype(
+        np.float32))
+    got = edgepe.load(out).apply(q[0].numpy(), positions=np.arange(L))
+    assert np.abs(got - model_rotation("cohere", config, q)[0].numpy()).max() <= APPLY_ATOL
 
 
 # ------------------------------------------------------------------ ALiBi
@@ -430,3 +438,19 @@ def test_learned_table_is_what_the_models_own_forward_reads(tmp_path, family):
         got = pe.encode(torch.arange(t.max_len)).numpy()
     assert got.shape == read.shape, (family, t)
     np.testing.assert_array_equal(got, read)
+
+
+def test_llama_with_partial_factor_and_a_scaled_rope_does_not_run_in_transformers():
+    """Why that config is refused: the linear init reads partial_rotary_factor (cos 8 wide), the
+    rotation covers head_dim (16), and transformers' own apply fails on the shapes."""
+    from transformers.models.llama import modeling_llama
+
+    config = transformers.LlamaConfig(**SMALL, partial_rotary_factor=0.5, rope_scaling={
+        "rope_type": "linear", "factor": 2.0})
+    q = torch.ones(1, 4, 8, 16)
+    cos, sin = modeling_llama.LlamaRotaryEmbedding(config)(q, torch.arange(8)[None])
+    assert cos.shape[-1] == 8
+    with pytest.raises(RuntimeError, match="must match the size"):
+        modeling_llama.apply_rotary_pos_emb(q, q, cos, sin)
+    with pytest.raises(BadParameterError, match="the model does not run$"):
+        from_hf_config(as_json(config))

@@ -49,7 +49,14 @@ from pathlib import Path
 from edgepe.contract.commit import atomic_write, cannot_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
+from edgepe.graft.find import (
+    DETECTABLE,
+    Candidate,
+    _constants,
+    build_detected,
+    detect,
+    graph_index,
+)
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     Found,
@@ -333,8 +340,6 @@ def declared_max_len(model, found: Sequence[Found]) -> tuple[int | None, str]:
     tensor: the largest position there, plus 1, is the bound. Any other maker (an input, an
     ``Add`` of a cache length, a ``CumSum``) declares nothing."""
     import numpy as np
-
-    from edgepe.graft.find import _constants, graph_index
 
     first = found[0]
     if "table" in first.params:
