@@ -97,7 +97,7 @@ CASES = {
     "deepseek_v3": ("DeepseekV3Config", dict(SMALL, **MLA), "deepseek_v3",
                     "DeepseekV3RotaryEmbedding", "deepseek-interleave"),
     "deepseek_v3-yarn": ("DeepseekV3Config", dict(SMALL, **MLA, rope_scaling={
-        "rope_type": "yarn", "factor": 4.0, "mscale": 0.707, "mscale_all_dim": 0.707,
+        "rope_type": "yarn", "factor": 4.0, "mscale": 0.707, "mscale_all_dim": 1.0,
         "original_max_position_embeddings": 16}), "deepseek_v3", "DeepseekV3RotaryEmbedding",
                          "deepseek-interleave"),
     "deepseek_v3-not-interleaved": ("DeepseekV3Config", dict(SMALL, **MLA, rope_interleave=False),
@@ -227,6 +227,12 @@ def test_layout_and_partial_follow_each_family(translated):
         "codegen": 8}
     assert any("ignores partial_rotary_factor" in n
                for n in translated["llama-partial-ignored"][1].notes)
+    # DeepSeek-V3's yarn: the attention factor from mscale / mscale_all_dim, as its module's
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+
+    config, t = translated["deepseek_v3-yarn"]
+    assert t.params["attention_factor"] == DeepseekV3RotaryEmbedding(config).attention_scaling
+    assert 0.9 < t.params["attention_factor"] < 0.99
 
 
 def test_longrope_short_context_is_transformers_short_factors_and_factor_1(translated):

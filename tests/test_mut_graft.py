@@ -637,3 +637,16 @@ def test_two_tables_name_each_tables_rows(tmp_path):
     found = find_pe(model)
     assert len(found) == 2
     assert declared_max_len(model, found) == (None, "the rows of each table the model gathers")
+
+
+def test_max_len_from_the_config_is_said_so():
+    config = json.loads((DATA / "llama" / "config.json").read_text())
+    report = graft(LLAMA, hf_config=config, check=False)
+    length = config["max_position_embeddings"]
+    assert report.lines()[4] == (f"positions covered: max_position_embeddings {length} of "
+                                 "--from-hf-config")
+    given = graft(LLAMA, hf_config=config, check=False, max_len=8)
+    assert not any(line.startswith("positions covered") for line in given.lines())
+    plain = graft(LLAMA, check=False)
+    assert plain.lines()[4].startswith("positions covered: graft's default 4096: the model "
+                                       "declares no length")

@@ -756,7 +756,7 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
                     + (f", by up to {gap:.3g}" if gap is not None else "")
                     + "): the config is not this model's, or its scaling is not static (dynamic "
                     "NTK); graft without --from-hf-config keeps the model's own")
-        ours = float(rope.scale[0]) if found.params["rotary_dim"] else 1.0
+        ours = float(rope.scale[0])
         theirs_factor = float(np.float32(found.params.get("attention_factor", 1.0)))
         if ours != theirs_factor:  # yarn's and longrope's cos/sin scale, float32 both
             raise BadParameterError(

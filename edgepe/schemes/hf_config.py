@@ -434,7 +434,7 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
             notes.append(f"{kind}: frequencies for a sequence of max_len positions (seq_len; "
                          "the model switches them with its running length)")
     notes.insert(0, f"as transformers' {model_type} computes it ({how})" if model_type else
-                 f"no model_type: read as Llama's ({how})")
+                 f"no model_type: read as a {how} model, partial_rotary_factor as Phi's")
     return HFTranslation("rope", params, max_len, head_dim, None, tuple(notes),
                          model_type or None)
 
