@@ -408,3 +408,15 @@ def test_report_share_of_a_one_byte_model_is_not_halved():
     report = _report(bytes_before=1, bytes_after=3, pe_bytes=3)
     assert report.lines()[2] == ("bytes: 1 -> 3 (+2 B, +200.0%); the PE is 100.0% of the "
                                  "grafted model")
+
+
+def test_report_says_where_max_len_came_from_after_the_bytes():
+    """Issue 40: with no --max-len, the line after the byte counts names the source; with one
+    given (``max_len_from`` None) no line is added."""
+    report = _report(converted="opset 17 -> 18", max_len_from="the rows of the model's table "
+                     "'wpe' (256)")
+    assert report.lines()[3:5] == [
+        "positions covered: the rows of the model's table 'wpe' (256)",
+        "the model was converted opset 17 -> 18 by onnx's version converter (the PE's ops do "
+        "not exist at the model's opset)"]
+    assert not any(line.startswith("positions covered") for line in _report().lines())
