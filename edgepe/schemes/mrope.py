@@ -64,6 +64,9 @@ def _check(config: SchemeConfig) -> None:
         ),
         d_model=lambda max_len, params: 2 * sum(params["mrope_section"]),
         even_d_model=True,
+        # compute only: a table would be rope's [L, d] read once per stream, which every table
+        # reader (runtime, bin, C) places per scheme (binary-2d, hierarchical); not built here
+        modes=("compute",),
         tolerance=(0.0, 1e-6),
         tolerance_why="as rope: the float32 angle is bitwise the reference's, sin/cos kernels "
         "differ by <= 2 ulp (1.19e-7 measured for rope, |pos| <= 2^24)",
