@@ -52,7 +52,7 @@ def _check(config: SchemeConfig) -> None:
 @register(
     SchemeSpec(
         id="mrope",
-        source="Qwen2-VL (transformers Qwen2VLRotaryEmbedding)",
+        source="Qwen2-VL",
         summary="multimodal RoPE: frequency sections take (temporal, height, width) positions; "
                 "positions [N, 3]",
         kind="pe",
@@ -60,7 +60,8 @@ def _check(config: SchemeConfig) -> None:
             Param("base", 1000000.0, float, "rope_theta (Qwen2-VL: 1e6)", low=1.0,
                   low_open=True),
             Param("mrope_section", (16, 24, 24), "ints", "frequency slots per section; section "
-                  "j reads stream j mod 3 (temporal, height, width)", low=1, high=2**14),
+                  "j reads stream j mod 3 (temporal, height, width)", low=1, high=2**14,
+                  default_text="16,24,24"),
         ),
         d_model=lambda max_len, params: 2 * sum(params["mrope_section"]),
         even_d_model=True,

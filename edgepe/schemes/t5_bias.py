@@ -93,7 +93,7 @@ def _check(config: SchemeConfig) -> None:
 @register(
     SchemeSpec(
         id="t5-bias",
-        source="T5 (transformers T5Attention)",
+        source="T5",
         summary="bias[h, t, u] = E[bucket(u - t), h]: T5's log-bucketed relative bias, learned E",
         kind="bias",
         params=(
