@@ -230,8 +230,8 @@ T5_CASES = [  # (heads, params): both directions, odd num_buckets, T5's own size
 ]
 
 
-@pytest.mark.parametrize(("heads", "params"), T5_CASES,
-                         ids=[f"{p.get('direction', 'bi')}-{p['num_buckets']}" for _, p in T5_CASES])
+@pytest.mark.parametrize(("heads", "params"), T5_CASES, ids=[
+    f"{p.get('direction', 'bi')}-{p['num_buckets']}" for _, p in T5_CASES])
 def test_t5_bias_graph_has_no_log_and_equals_the_reference_at_every_distance(heads, params):
     """Every distance -600 .. 600 (queries and keys on both sides of each other), and far pairs
     up to 2^25 apart: bitwise ``T5Bias.encode``, whose bucket is transformers' float32 log; the

@@ -352,8 +352,8 @@ def test_mask_form_falls_back_to_shifts_where_scaling_is_not_exact():
 
 
 @pytest.mark.parametrize("scheme,options", [
-    (s, {}) for s in scheme_ids() if "table" in get_spec(s).modes] + [("sinusoidal", {"dtype": "float16"}),
-                                      ("gray", {"dtype": "uint8"})])
+    (s, {}) for s in scheme_ids() if "table" in get_spec(s).modes] + [
+        ("sinusoidal", {"dtype": "float16"}), ("gray", {"dtype": "uint8"})])
 def test_a_streamed_table_file_is_the_model_built_in_memory(scheme, options):
     """The exported file (model, then the table appended as a second message that protobuf
     merges) parses to the graph ``table.build`` makes in memory: the same nodes, inputs, outputs,
