@@ -1,6 +1,6 @@
 /*
  * edgepe: t5-bias table
- * scheme t5-bias (T5 (transformers T5Attention)): bias[h, t, u] = E[bucket(u - t), h]: T5's log-bucketed relative bias, learned E
+ * scheme t5-bias (T5): bias[h, t, u] = E[bucket(u - t), h]: T5's log-bucketed relative bias, learned E
  * max_len 4, heads 2, params {"direction": "bidirectional", "max_distance": 6, "num_buckets": 8}
  * edgepe_t5_bias_L4_h2_f32_table: the 7 x 2 table, float32
  * row r is the bias at distance t - u = r - 3, one column per head; query t and key u read row clamp(t - u, -(L - 1), L - 1) + L - 1 (positions saturated at +-2^61 first).
