@@ -48,6 +48,8 @@ def _report(args, export, ExportConfig, build, get_spec, resolve, scheme_ids, or
         cfg = resolve(scheme, length)
         module = build(cfg)
         pos = np.arange(length, dtype=np.int64)
+        if cfg.arity is not None:  # mrope: (p, p, p), every value each slot takes in range
+            pos = np.repeat(pos[:, None], cfg.arity, axis=1)
         t = torch.from_numpy(pos)
         with torch.no_grad():
             bias = spec.kind == "bias"

@@ -77,6 +77,15 @@ GOLDENS = {
         "mode": "table", "quantize": "int8", "quant_granularity": "tensor"}),
     "gaussian-table-L4": ("gaussian", 4, None, None, {"sigma": "2"}, {"mode": "table"}),
     "binary-2d-table-L6": ("binary-2d", 6, None, None, {}, {"mode": "table"}),
+    # issue 40: T5's bucket graph (both directions), its distance table, and mrope's streams
+    "t5-bias-L8-h2": ("t5-bias", 8, None, 2, {"num_buckets": "8", "max_distance": "12"}, {}),
+    "t5-bias-L8-h2-causal": ("t5-bias", 8, None, 2, {"num_buckets": "8", "max_distance": "12",
+                                                    "direction": "causal"}, {}),
+    "t5-bias-table-L4-h2": ("t5-bias", 4, None, 2, {"num_buckets": "8", "max_distance": "6"},
+                            {"mode": "table"}),
+    "mrope-L8": ("mrope", 8, None, None, {"mrope_section": "1,1,2"}, {}),
+    "t5-bias-c-table-L4": ("t5-bias", 4, None, 2, {"num_buckets": "8", "max_distance": "6"},
+                           {"format": "c", "mode": "table"}),
     # d = 11 past its 2 x 4 bit columns: the Where mask of the columns holding no bit
     "binary-2d-table-L6-d11": ("binary-2d", 6, 11, None, {}, {"mode": "table"}),
     # C headers (--format c): every scheme with a C function, the sliced functions, and tables

@@ -54,6 +54,8 @@ def expected_table(config, module) -> np.ndarray:
             start = sum(widths[:widest])
             out = module.encode(p.unsqueeze(1).expand(L, len(widths)).contiguous())
             return out[:, start:start + widths[widest]].numpy()
+        if config.scheme == "mrope":  # no table mode; int8's rows: (p, p, p)
+            return module.encode(p.unsqueeze(1).expand(L, 3)).numpy()
         return module.encode(p).numpy()
 
 

@@ -1,4 +1,4 @@
-"""Bias tables (alibi, gaussian) are indexed by the distance ``t - u`` (issue 16).
+"""Bias tables (alibi, gaussian, t5-bias) are indexed by the distance ``t - u`` (issue 16).
 
 A decoder at position ``10^4`` with its keys in the last 64 positions reads, from a table of
 ``max_len`` 64, exactly what the compute graph gives: on the ONNX table graph, npy, bin, the C
@@ -27,7 +27,10 @@ LIMIT = 2**24
 FAR_QUERIES = np.array([0, 5, 10**4, LIMIT, -LIMIT, LIMIT - 30], dtype=np.int64)
 FAR_KEYS = np.array([0, 63, 64, 9000, -5, LIMIT, -LIMIT, LIMIT - 1], dtype=np.int64)
 EXTREMES = np.array([0, 2**40, 2**61 - 1, 2**61 + 9, 2**62, -(2**63), 2**63 - 1], dtype=np.int64)
-CASES = [("alibi", 12, {}), ("gaussian", 2, {"sigma": 3.0})]
+# t5-bias: max_distance 40 < L - 1, so the clamp of a table and the compute graph's own
+# saturation agree past the table too
+CASES = [("alibi", 12, {}), ("gaussian", 2, {"sigma": 3.0}),
+         ("t5-bias", 3, {"num_buckets": 16, "max_distance": 40})]
 
 C_PROGRAM = r"""
 #include <stdint.h>
@@ -149,6 +152,8 @@ def test_int64_extremes_read_the_same_rows_in_the_graphs_and_the_c_header(
     if compiler() is not None:
         path, manifest = _export(tmp_path, scheme, heads, params, format="c", mode="table")
         assert np.array_equal(_run_c(tmp_path, path, manifest, EXTREMES, EXTREMES), want)
+    if scheme == "t5-bias":  # its int8 compute graph extrapolates: |pos| <= 2^24, as float32
+        return
     # the int8 compute graph (it takes every int64) against the int8 table's rows
     q_npy, _ = _export(tmp_path, scheme, heads, params, format="npy", quantize="int8")
     q_table = edgepe.load(q_npy)._rows(np.arange(2 * L - 1))
@@ -193,14 +198,15 @@ def test_bias_compute_graph_interface(scheme, heads, params, dtype):
     def dims(value):
         return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
-    assert graph.name == f"edgepe_{scheme}"
+    assert graph.name == f"edgepe_{scheme.replace('-', '_')}"
     assert [(v.name, dims(v), v.type.tensor_type.elem_type) for v in graph.input] == [
         ("positions", ["N"], onnx.TensorProto.INT64),
         ("key_positions", ["M"], onnx.TensorProto.INT64)]
     elem = onnx.TensorProto.FLOAT16 if dtype == "float16" else onnx.TensorProto.FLOAT
     assert [(v.name, dims(v), v.type.tensor_type.elem_type) for v in graph.output] == [
         ("bias", [heads, "N", "M"], elem)]
-    constant = {"alibi": "neg_slopes", "gaussian": "two_sigma_sq"}[scheme]
+    constant = {"alibi": "neg_slopes", "gaussian": "two_sigma_sq",
+                "t5-bias": "relative_attention_bias"}[scheme]
     assert constant in {t.name for t in graph.initializer}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"positions": QUERIES, "key_positions": KEYS})[0]
@@ -212,3 +218,64 @@ def test_bias_compute_graph_interface(scheme, heads, params, dtype):
         want = ort.InferenceSession(ref.SerializeToString(), providers=[
             "CPUExecutionProvider"]).run(None, {"positions": QUERIES, "key_positions": KEYS})[0]
         np.testing.assert_array_equal(got, want.astype(np.float16))
+
+
+# -- t5-bias's compute graph: T5's buckets without a Log (issue 40) ---------------------------
+
+T5_CASES = [  # (heads, params): both directions, odd num_buckets, T5's own sizes
+    (3, {"num_buckets": 32, "max_distance": 128}),
+    (2, {"num_buckets": 33, "max_distance": 40}),
+    (3, {"num_buckets": 32, "max_distance": 128, "direction": "causal"}),
+    (2, {"num_buckets": 20, "max_distance": 12, "direction": "causal"}),
+]
+
+
+@pytest.mark.parametrize(("heads", "params"), T5_CASES, ids=[
+    f"{p.get('direction', 'bi')}-{p['num_buckets']}" for _, p in T5_CASES])
+def test_t5_bias_graph_has_no_log_and_equals_the_reference_at_every_distance(heads, params):
+    """Every distance -600 .. 600 (queries and keys on both sides of each other), and far pairs
+    up to 2^25 apart: bitwise ``T5Bias.encode``, whose bucket is transformers' float32 log; the
+    graph holds only integer ops up to the embedding's Gather, and the lookup it gathers is
+    ``magnitude_buckets``, the saturated tail cut off."""
+    import onnxruntime as ort
+    import torch
+
+    from edgepe.contract.config import ExportConfig, base_manifest
+    from edgepe.formats.onnx import output_shape
+    from edgepe.graphs import bias
+    from edgepe.schemes import build, resolve
+
+    config = ExportConfig(scheme=resolve("t5-bias", L, None, heads, params))
+    module = build(config.scheme)
+    model = bias.t5_bias(config, module, base_manifest(config, output_shape(config), "float32"))
+    ops = {n.op_type for n in model.graph.node}
+    assert "Log" not in ops and ops <= {"Unsqueeze", "Sub", "Neg", "Abs", "Less", "Greater",
+                                        "Where", "Gather", "Add", "Transpose"}
+    consts = {t.name: onnx_array(t) for t in model.graph.initializer}
+    lut = consts["distance_buckets"]
+    assert lut.dtype == np.int64 and np.array_equal(lut, module.magnitude_buckets().numpy())
+    assert lut[-2] != lut[-1]  # the lookup stops where the buckets stop changing
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    keys = np.arange(600, dtype=np.int64)
+    for queries in (np.arange(0, 600, 7, dtype=np.int64), FAR_QUERIES):
+        for k in (keys, FAR_KEYS):
+            got = session.run(["bias"], {"positions": queries, "key_positions": k})[0]
+            with torch.no_grad():
+                want = module.encode(torch.from_numpy(queries), torch.from_numpy(k)).numpy()
+            assert np.array_equal(got, want)
+    # the rows read are the buckets of u - t in -300 .. 299: the graph does not just saturate
+    got = session.run(["bias"], {"positions": np.array([300], np.int64), "key_positions": keys})
+    weight = module.relative_attention_bias.weight.detach().numpy()
+    reached = {int(np.flatnonzero((weight == row).all(axis=1))[0]) for row in got[0][:, 0].T}
+    half = params["num_buckets"] // 2
+    if "direction" in params:  # causal: keys after the query share bucket 0
+        assert reached == {int(b) for b in lut}
+    else:  # a later key is at least 1 away: bucket num_buckets // 2 is never read
+        assert reached == {int(b) for b in lut} | {half + int(b) for b in lut[1:]}
+        assert half not in reached and len(reached) == 2 * len(set(lut.tolist())) - 1
+
+
+def onnx_array(tensor) -> np.ndarray:
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(tensor)

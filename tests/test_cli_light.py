@@ -88,7 +88,7 @@ def test_list_in_process_names_every_scheme_in_catalogue_order():
     result = CliRunner().invoke(app, ["list"])
     assert result.exit_code == 0, result.output
     assert listed_ids(result.output) == scheme_ids()
-    assert len(scheme_ids()) == 21
+    assert len(scheme_ids()) == 23
 
 
 def test_list_as_a_subprocess(edgepe_exe):

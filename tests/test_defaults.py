@@ -11,6 +11,7 @@ parsed and checked against the registry, so doc and code cannot drift apart.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -61,6 +62,8 @@ DEFAULTS = {
               "short_factor": (), "long_factor": ()}, lambda n: 64, None),
     "alibi": ({"slopes": "paper"}, None, 8),
     "gaussian": ({"sigma": 8.0}, None, 1),
+    "t5-bias": ({"num_buckets": 32, "max_distance": 128, "direction": "bidirectional"}, None, 8),
+    "mrope": ({"base": 1000000.0, "mrope_section": (16, 24, 24)}, lambda n: 128, None),
 }
 
 
@@ -151,6 +154,32 @@ def test_gaussian_default_heads_is_1():
     assert _encode("gaussian", 4, [0, 1], [0]).shape == (1, 2, 1)
 
 
+def test_t5_bias_defaults_are_t5s_32_buckets_up_to_128_bidirectional():
+    """Row b of the embedding set to b: the bias is the bucket. 16 buckets a direction, 8
+    exact, then ``8 + floor(ln(a / 8) / ln(128 / 8) * 8)`` (90 -> 14, 91 -> 15), later keys
+    16 on; 8 heads."""
+    module = build(resolve("t5-bias", 4))
+    with torch.no_grad():
+        module.relative_attention_bias.weight.copy_(
+            torch.arange(32, dtype=torch.float32)[:, None].expand(32, 8))
+        got = module.encode(torch.tensor([200]), torch.tensor(
+            [200, 199, 192, 188, 110, 109, 72, 0, 201, 300])).numpy()
+    assert got.shape == (8, 1, 10)
+    np.testing.assert_array_equal(got[0, 0], [0, 1, 8, 9, 14, 15, 15, 15, 17, 31])
+
+
+def test_mrope_defaults_are_qwen2_vls():
+    """base 1e6, sections 16, 24, 24 of d = 128: at (t, h, w) = (1, 2, 3) slot 0 turns by
+    1, slot 16 by 2 * 1e6^(-32/128), slot 40 by 3 * 1e6^(-80/128) (float32 frequencies: 1e-6)."""
+    got = _encode("mrope", 4, [[1, 2, 3]])
+    assert got.shape == (1, 128)
+    for slot, angle in ((0, 1.0), (15, 1e6 ** (-30 / 128)), (16, 2 * 1e6 ** (-32 / 128)),
+                        (39, 2 * 1e6 ** (-78 / 128)), (40, 3 * 1e6 ** (-80 / 128)),
+                        (63, 3 * 1e6 ** (-126 / 128))):
+        assert abs(got[0, slot] - math.cos(angle)) <= 1e-6, slot
+        assert abs(got[0, 64 + slot] - math.sin(angle)) <= 1e-6, slot
+
+
 def test_learnable_inits_are_the_documented_ones():
     """integer-learnable w = 1, b = 0; binary-gated logits 0 (gates 1/2)."""
     np.testing.assert_array_equal(_encode("integer-learnable", 5, [2], d_model=3),
@@ -217,7 +246,7 @@ def test_catalogue_doc_lists_every_scheme():
 def test_catalogue_doc_parameter_column_matches_the_registry(scheme):
     cells = catalogue_rows()[scheme]
     documented = {k: v.strip("`") if v.startswith("`") and v.endswith("`") else v
-                  for k, v in re.findall(r"`(--heads|\w+)` \(([^,;)]+)", cells[3])}
+                  for k, v in re.findall(r"`(--heads|\w+)` \((`[^`]*`|[^,;)]+)", cells[3])}
     spec = get_spec(scheme)
     cfg = resolve(scheme, 37)
     expected = {}
@@ -237,8 +266,9 @@ def test_catalogue_doc_parameter_column_matches_the_registry(scheme):
         documented["rotary_dim"] = documented["rotary_dim"].split(" ")[0]
     if spec.heads is not None:
         expected["--heads"] = spec.heads
-    parsed = {k: (v if isinstance(expected.get(k), str) else type(expected.get(k, 0.0))(
-        float(v))) for k, v in documented.items()}
+    parsed = {k: (v if isinstance(expected.get(k), str) else
+                  tuple(int(x) for x in v.split(",")) if isinstance(expected.get(k), tuple)
+                  else type(expected.get(k, 0.0))(float(v))) for k, v in documented.items()}
     assert parsed == expected, (cells[3], expected)
     width = cells[4].split(" ")[0] if not cells[4].startswith("`") else cells[4].split(" (")[0]
     if spec.d_model is None:
@@ -282,4 +312,7 @@ def test_edgepe_list_shows_the_documented_defaults():
                  "(1.0), attention_factor (0.0), freq_dtype (float64), short_factor (none), "
                  "long_factor (none)", "64"),
         "alibi": ("slopes (paper)", "heads 8"), "gaussian": ("sigma (8.0)", "heads 1"),
+        "t5-bias": ("num_buckets (32), max_distance (128), direction (bidirectional)",
+                    "heads 8"),
+        "mrope": ("base (1000000.0), mrope_section (16,24,24)", "derived"),
     }

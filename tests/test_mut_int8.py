@@ -806,6 +806,55 @@ def test_quantised_bias_graph_clamps_the_distance(scheme, granularity):
     assert (np.abs(got - want) <= bound.reshape(h) * (1 + 1e-9)).all()
 
 
+@pytest.mark.parametrize("granularity", ["channel", "tensor"])
+def test_quantised_t5_bias_covers_every_row_of_its_embedding(granularity):
+    """t5-bias (issue 40): with L = 8 its table holds distances -7 .. 7 only, while a far key
+    reads the last buckets; the scale covers every row of the embedding (set here so that the
+    largest values sit in rows no in-range distance reads), no distance is clamped, and far
+    pairs are within the bound of the reference."""
+    config = make_config("t5-bias", L, heads=2, quantize="int8", format="onnx")
+    module = build(config.scheme)
+    with torch.no_grad():
+        weight = module.relative_attention_bias.weight
+        weight.copy_(torch.linspace(-1, 1, weight.numel()).reshape(weight.shape))
+        weight[-1] = torch.tensor([40.0, -3.0])  # the farthest later bucket
+        weight[15] = torch.tensor([-2.0, 50.0])  # the farthest earlier bucket
+    config, module, manifest, data = _export("t5-bias", heads=2, module=module,
+                                             quant_granularity=granularity)
+    peak = np.array([40.0, 50.0]) if granularity == "channel" else np.array([50.0])
+    s = _scales(peak)
+    quant = manifest["quant"]
+    assert np.array_equal(_scale_list(quant), s)
+    assert quant["bound_why"].endswith("holds for every position (the scale covers every row "
+                                       "of the embedding)")
+    assert manifest["positions"]["out_of_range"] == "extrapolate"
+    assert "bias_floor" not in _inits(data)
+    t = np.array([0, 3, 7, 500, -5, 2**24], np.int64)
+    u = np.array([0, 7, 600, 2**24, -2**24], np.int64)
+    got = _run(data, positions=t, key_positions=u)
+    with torch.no_grad():
+        want = module.encode(torch.from_numpy(t), torch.from_numpy(u)).numpy()
+    assert np.abs(want).max() == 50.0  # the far pairs read the large rows
+    bound = s.astype(np.float64) * (0.5 + 383 * U)
+    assert (np.abs(got - want) <= bound.reshape(-1, 1, 1) * (1 + 1e-9)).all()
+
+
+def test_quantised_mrope_keeps_its_extrapolation_within_the_unit_scale():
+    """mrope (issue 40): cos/sin within +-1 at every position, so its scale is 1/127 per column
+    and no position is clamped; three different streams far out are within the bound."""
+    config, module, manifest, data = _export("mrope", params={"mrope_section": "1,2,1"})
+    s = _scales(np.ones(8))
+    assert np.array_equal(_scale_list(manifest["quant"]), s)
+    assert manifest["quant"]["bound_why"].endswith(WHERE["unit"])
+    assert manifest["positions"]["out_of_range"] == "extrapolate"
+    p = np.array([[0, 1, 2], [9, -4, 2**24], [70000, 5, -300], [3, 3, 3]], np.int64)
+    got = _run(data, positions=p)
+    with torch.no_grad():
+        want = module.encode(torch.from_numpy(p)).numpy().astype(np.float64)
+    bound = s.astype(np.float64) * (0.5 + 383 * U) + 1e-6
+    assert (np.abs(got - want) <= bound * (1 + 1e-9)).all()
+
+
 def test_quantised_output_of_a_sliced_graph_uses_its_own_bound():
     """Measured against the float64 definition (the sliced graph's reference): at 64 x 16 its
     values differ from the float32 module's, and so does the measured error."""

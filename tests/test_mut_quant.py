@@ -135,3 +135,14 @@ def test_export_note_of_a_sliced_graph_names_its_float32_slice_tables():
     manifest["mode"] = "compute"
     assert quant.export_note(manifest).startswith("note: rope's compute graph stores no weights")
     assert quant.export_note({"quant": {"bytes_of": "table"}}) is None
+
+
+def test_export_note_of_mrope_points_to_no_table():
+    """mrope has no table mode (issue 40): its note ends without the table's pointer."""
+    manifest = {"scheme": "mrope", "mode": "compute", "quant": {"bytes_of": quant.OUTPUT_ROW}}
+    assert quant.export_note(manifest) == (
+        "note: mrope's compute graph stores no weights, so int8 quantises its output (error "
+        "bounded, Q/DQ nodes added: the file grows)")
+    manifest["scheme"] = "t5-bias"
+    assert quant.export_note(manifest).endswith("; for a small int8 artifact use --mode table "
+                                                "--quantize int8")

@@ -271,3 +271,28 @@ def test_rope_cache_graph_takes_the_given_sin_cos():
     bound = sliced.bound(sliced.plan_of(config))
     assert np.abs(pe - np.hstack([np.cos(t), np.sin(t)])).max() <= bound
     np.testing.assert_array_equal(cos_cache, pe[:, :4])
+
+
+@pytest.mark.parametrize("section", [(2, 3, 3), (1, 2, 1, 2)], ids=["qwen2-vl", "four"])
+def test_mrope_graph_takes_each_slot_from_its_stream(section):
+    """``positions [N, 3] -> [cos | sin]``: slot ``i`` at the float32 angle
+    ``float32(pos[stream(i)]) * w_i`` (bitwise the product), stream ``j mod 3`` for section
+    ``j`` written out here, cos/sin within 1e-6 of float64 cos/sin of that angle; streams
+    that differ (and negative, far positions) so that a wrong stream shows."""
+    params = {"mrope_section": ",".join(map(str, section)), "base": 100.0}
+    config, module, model, manifest = make("mrope", 64, 2 * sum(section), params,
+                                           builder=trig.mrope)
+    stream = np.concatenate([[j % 3] * size for j, size in enumerate(section)])
+    gen = np.random.default_rng(3)
+    p = np.concatenate([gen.integers(-70000, 2**24, (40, 3)), [[2**24, -(2**24), 0]]])
+    p = p.astype(np.int64)
+    (pe,) = run(model, positions=p)
+    half = sum(section)
+    w = module.inv_freq.numpy()
+    theta = p.astype(np.float32)[:, stream] * w[None, :]  # one float32 rounding
+    assert pe.shape == (len(p), 2 * half) and pe.dtype == np.float32
+    np.testing.assert_allclose(pe[:, :half], np.cos(theta.astype(np.float64)), rtol=0, atol=COSSIN)
+    np.testing.assert_allclose(pe[:, half:], np.sin(theta.astype(np.float64)), rtol=0, atol=COSSIN)
+    inputs = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in model.graph.input}
+    assert inputs == {"positions": ["N", 3]} and model.graph.name == "edgepe_mrope"

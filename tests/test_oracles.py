@@ -267,6 +267,59 @@ def gaussian_rows():
                                   f32([[[-25 / 18]]]))
 
 
+@oracle("t5-bias")
+def t5_bias_is_transformers_compute_bias():
+    # transformers' own T5Attention.compute_bias (a tiny random T5Config, no download), encoder
+    # (bidirectional) and decoder (causal, is_decoder), its relative_attention_bias copied in:
+    # equal at every (t, u) of a 300 x 300 grid (distances past max_distance 40 included) and with
+    # queries offset by past_seen_tokens
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    for decoder, buckets in ((False, 32), (True, 20)):
+        hf_config = T5Config(d_model=16, d_kv=4, num_heads=3, num_layers=1, vocab_size=10,
+                             relative_attention_num_buckets=buckets,
+                             relative_attention_max_distance=40, is_decoder=decoder)
+        attention = T5Attention(hf_config, has_relative_attention_bias=True, layer_idx=0)
+        weights = attention.relative_attention_bias.weight.detach().tolist()
+        direction = "causal" if decoder else "bidirectional"
+        for offset in (0, 57):
+            with torch.no_grad():
+                want = attention.compute_bias(300, 300, past_seen_tokens=offset)[0].numpy()
+            got = encode("t5-bias", 64, np.arange(300) + offset, np.arange(300), heads=3,
+                         params={"num_buckets": buckets, "max_distance": 40,
+                                 "direction": direction},
+                         weights={"relative_attention_bias.weight": weights})
+            np.testing.assert_array_equal(got, want)
+
+
+@oracle("mrope")
+def mrope_is_transformers_qwen2_vl_rotary():
+    # transformers' own Qwen2VLRotaryEmbedding (a tiny Qwen2VLTextConfig, no download): its cos
+    # and sin are [c | c] halves of the slots edgepe's encode gives as [cos | sin]; positions
+    # (temporal, height, width) drawn independently over 0 .. 4095, plus text tokens (all equal).
+    # Bitwise equal: the same float32 inv_freq and product, and the same torch cos/sin kernels
+    from transformers import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+
+    for section, theta in (((2, 3, 3), 10000.0), ((16, 24, 24), 1000000.0)):
+        d = 2 * sum(section)
+        hf_config = Qwen2VLTextConfig(hidden_size=2 * d, num_attention_heads=2, rope_parameters={
+            "rope_type": "default", "rope_theta": theta, "mrope_section": list(section)})
+        rotary = Qwen2VLRotaryEmbedding(hf_config)
+        gen = torch.Generator().manual_seed(4)
+        positions = torch.cat([torch.randint(0, 4096, (3, 1, 500), generator=gen),
+                               torch.arange(0, 4096, 7).expand(3, 1, -1)], dim=-1)
+        with torch.no_grad():
+            cos, sin = rotary(torch.zeros(1), positions)
+        got = encode("mrope", 4096, positions[:, 0].T.tolist(),
+                     params={"mrope_section": ",".join(map(str, section)), "base": theta})
+        half = d // 2
+        for hf, ours in ((cos[0], got[:, :half]), (sin[0], got[:, half:])):
+            np.testing.assert_array_equal(hf[:, :half].numpy(), ours)
+            np.testing.assert_array_equal(hf[:, half:].numpy(), ours)
+
+
 # -- binary: fixed weights ------------------------------------------------------------------
 
 @oracle("binary")

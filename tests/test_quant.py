@@ -44,6 +44,7 @@ from edgepe.verify.c_runner import COMPILE_FLAGS, compiler
 L = 512
 FLOAT_SCHEMES = [s for s in scheme_ids() if not get_spec(s).exact]
 EXACT_SCHEMES = [s for s in scheme_ids() if get_spec(s).exact]
+TABLED_FLOAT = [s for s in FLOAT_SCHEMES if "table" in get_spec(s).modes]  # not mrope
 # binary's sliced int8 is a C header (int16 slice sums: tests/test_sliced.py), not a graph
 CASES = [(s, m) for s in FLOAT_SCHEMES for m in get_spec(s).modes if (s, m) != ("binary", "sliced")]
 
@@ -71,6 +72,9 @@ def in_range(config, module, model) -> tuple[np.ndarray, np.ndarray]:
     with torch.no_grad():
         if config.scheme.spec.kind == "bias":
             return run(model, {"positions": pos, "key_positions": pos}), module.encode(t, t).numpy()
+        if config.scheme.arity is not None:  # mrope: (p, p, p), every value of each slot
+            pos = np.repeat(pos[:, None], config.scheme.arity, axis=1)
+            return run(model, {"positions": pos}), module.encode(torch.from_numpy(pos)).numpy()
         if config.mode == "sliced":  # against the float64 definition (issue 34)
             from edgepe.schemes.definition import Definition
 
@@ -244,7 +248,7 @@ def test_exact_schemes_refuse_int8_with_the_lossless_alternative(scheme, mode):
 
 
 @pytest.mark.parametrize("fmt", ["npy", "bin"])
-@pytest.mark.parametrize("scheme", FLOAT_SCHEMES)
+@pytest.mark.parametrize("scheme", TABLED_FLOAT)
 def test_int8_table_dequantises_with_numpy_within_half_a_step(scheme, fmt, tmp_path):
     """The written table, read with plain numpy and the manifest's scale and zero point."""
     cfg = resolve(scheme, L)
@@ -372,7 +376,7 @@ def _sized(cases, misses):
 
 
 @pytest.mark.parametrize(("scheme", "fmt"), _sized(
-    [(s, f) for s in FLOAT_SCHEMES for f in ("npy", "bin", "onnx")], TABLE_MISSES))
+    [(s, f) for s in TABLED_FLOAT for f in ("npy", "bin", "onnx")], TABLE_MISSES))
 def test_int8_table_is_at_most_0_3_of_float32(tmp_path, scheme, fmt):
     assert file_ratio(tmp_path, scheme, "table", fmt) <= 0.3
 
@@ -398,7 +402,7 @@ def compiled_bytes(tmp_path, header: Path, manifest: dict) -> int:
 
 @pytest.mark.skipif(compiler() is None or shutil.which("size") is None,
                     reason="needs a C compiler and binutils' size (apt-get install gcc binutils)")
-@pytest.mark.parametrize("scheme", FLOAT_SCHEMES)
+@pytest.mark.parametrize("scheme", TABLED_FLOAT)
 def test_int8_c_table_compiles_to_at_most_0_3_of_float32(tmp_path, scheme):
     """A header's text never reaches the device; what it compiles to does. (The text is 0.28-0.63
     of the float32 header's: an int8 value takes 3-5 characters, a float32 one 9-14, and the

@@ -187,6 +187,37 @@ def f_gaussian(cfg, w, pos):  # principles: Gaussian locality bump -(t - u)^2 / 
     return [-((t - u) ** 2) / (2 * cfg.params["sigma"] ** 2)] * cfg.heads
 
 
+
+def t5_bucket(cfg, relative: int) -> int:  # T5 (Raffel et al. 2020, Mesh TensorFlow's rule)
+    # buckets of u - t: exact below half a direction's buckets, then logarithmic up to
+    # max_distance, the last bucket from there on; bidirectional: the later keys get their own
+    # half of the buckets
+    n, far, later = cfg.params["num_buckets"], cfg.params["max_distance"], 0
+    if cfg.params["direction"] == "bidirectional":
+        n //= 2
+        later = n if relative > 0 else 0
+        a = abs(relative)
+    else:
+        a = max(-relative, 0)
+    exact = n // 2
+    if a < exact:
+        return later + a
+    return later + min(exact + int(math.log(a / exact) / math.log(far / exact) * (n - exact)),
+                       n - 1)
+
+
+def f_t5_bias(cfg, w, pos):  # T5: bias[h, t, u] = E[bucket(u - t), h]
+    t, u = pos
+    return w["relative_attention_bias.weight"][t5_bucket(cfg, u - t)]
+
+
+def f_mrope(cfg, w, pos):  # Qwen2-VL: slot i of section j takes stream j mod 3; [cos | sin]
+    d, base = cfg.d_model, cfg.params["base"]
+    stream = [j % 3 for j, size in enumerate(cfg.params["mrope_section"]) for _ in range(size)]
+    theta = [pos[stream[i]] * base ** (-2 * i / d) for i in range(d // 2)]
+    return [math.cos(t) for t in theta] + [math.sin(t) for t in theta]
+
+
 SLOW_FORMULAS: dict[str, Callable] = {
     "binary": f_binary,
     "binary-bits": f_binary_bits,
@@ -209,6 +240,8 @@ SLOW_FORMULAS: dict[str, Callable] = {
     "rope": f_rope,
     "alibi": f_alibi,
     "gaussian": f_gaussian,
+    "t5-bias": f_t5_bias,
+    "mrope": f_mrope,
 }
 
 
@@ -245,6 +278,10 @@ SLACK: dict[str, Callable] = {
     "alibi": lambda cfg, w, pos, want: 2 * EPS32 * np.abs(want),
     # the cast of t - u (past 2^24), the square and 2 sigma^2.
     "gaussian": lambda cfg, w, pos, want: 3 * EPS32 * np.abs(want),
+    # as rope, with w_i computed as transformers does (a float32 pow and a reciprocal: <= 3
+    # roundings of w_i, then the product: 4 EPS32 |pos| w_i), each slot at its stream's position
+    "mrope": lambda cfg, w, pos, want: np.tile(
+        [2 * a for a in angle_slack(cfg, max(abs(p) for p in pos))], 2),
 }
 
 MAX_LENS = (1, 2, 7, 16, 100, 255, 512)  # 1, powers of two, 2^k - 1, and neither
@@ -263,9 +300,11 @@ VARIANT_PARAMS = {
     "sinusoidal-learned": {"base": 500.0},
     "rope": {"base": 100.0},
     "gaussian": {"sigma": 2.5},
+    "t5-bias": {"direction": "causal", "num_buckets": 16, "max_distance": 20},
+    "mrope": {"mrope_section": "2,3,1,1", "base": 100.0},  # a 4th section reads stream 0
 }
-VARIANT_HEADS = {"alibi": 12, "gaussian": 3}
-TRIG = ("sinusoidal", "sinusoidal-learned", "rope")
+VARIANT_HEADS = {"alibi": 12, "gaussian": 3, "t5-bias": 3}
+TRIG = ("sinusoidal", "sinusoidal-learned", "rope", "mrope")
 
 
 def variant(scheme_id: str, max_len: int):

@@ -59,6 +59,11 @@ def test_rows_of_a_coordinate_table_are_the_bits_of_each_index():
         tv.table_rows(config, module, 3, 5),
         np.array([[(p >> k) & 1 for k in range(3)] for p in (3, 4)], np.float32))
 
+    config, module = _scheme("mrope", 6, params={"mrope_section": "1,2,1"})  # int8's rows
+    rows = tv.table_rows(config, module, 2, 5)
+    p = torch.arange(2, 5)
+    np.testing.assert_array_equal(rows, module.encode(torch.stack([p, p, p], dim=1)).numpy())
+
 
 def test_rows_of_a_bias_table_are_each_distance_for_every_head():
     config, module = _scheme("alibi", 3, heads=2)  # rows 0..4 are distances -2..2

@@ -33,6 +33,8 @@ COMPUTE = {
     "rope": ("trig", "rope"),
     "alibi": ("bias", "alibi"),
     "gaussian": ("bias", "gaussian"),
+    "t5-bias": ("bias", "t5_bias"),
+    "mrope": ("trig", "mrope"),
 }
 # ``--mode sliced``: sin/cos from position bits and small tables (sliced.py).
 SLICED = {"sinusoidal": "sinusoidal", "rope": "rope", "binary": "binary"}

@@ -1,11 +1,12 @@
-"""Compute graphs of the attention-bias schemes, alibi and gaussian: integer differences.
+"""Compute graphs of the attention-bias schemes, alibi, gaussian and t5-bias: integer differences.
 
 ``bias [H, N, M]`` from ``positions [N]`` and ``key_positions [M]`` (int64): the distance
 ``t - u`` is an exact int64 ``Sub`` (broadcast ``[N, 1] - [M]``), cast to float32 once, then the
 reference's float ops in the reference's order (``edgepe/schemes/alibi.py``, ``gaussian.py``), so
 the result is bitwise the reference's. No trig, no Exp, no position-indexed table: the only
 constants are the per-head slopes (alibi) or ``2 sigma^2`` (gaussian), and the schemes
-extrapolate to every position.
+extrapolate to every position. t5-bias is integer up to its learned embedding: the bucket of
+``u - t`` from a small lookup of distances (T5's logarithm precomputed), then the embedding's row.
 """
 
 from __future__ import annotations
@@ -59,3 +60,35 @@ def gaussian(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
     bias = g.op("Neg", g.op("Div", g.op("Mul", d, d), two_sigma_sq))
     heads = g.const([config.scheme.heads, 1, 1], np.int64)
     return _bias_model(config, g, g.op("Expand", bias, heads), manifest)
+
+
+def t5_bias(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+    """``positions [N], key_positions [M] int64 -> bias [H, N, M] = E[bucket(u - t)]``, no Log.
+
+    T5's logarithmic buckets are a non-decreasing step function of the distance ``a``, constant
+    from ``C`` on (``T5Bias.magnitude_buckets``), so the bucket is a ``Gather`` of the integer
+    lookup ``lut [C + 1]`` at ``min(a, C)``, the lookup computed by the reference's own float32
+    bucket function (issue 40: targets without Log; tests/test_t5_mrope.py proves it equal to
+    transformers' at every distance up to 2^25). ``a = |u - t|`` plus ``num_buckets // 2`` where
+    ``u > t`` (bidirectional), or ``a = max(t - u, 0)`` (causal); then ``Gather`` of the
+    embedding's rows and ``Transpose`` to ``[H, N, M]``.
+    """
+    g = Graph("edgepe_t5_bias")
+    relative = g.op("Neg", _difference(g))  # u - t, as T5's memory - query
+    zero = g.const(0, np.int64, "zero")
+    lut = module.magnitude_buckets().numpy()
+    if module.bidirectional:
+        magnitude = g.op("Abs", relative)
+    else:  # Where, not Max: onnxruntime's int64 Max is wrong past 2^31 (clamp_int64)
+        magnitude = g.op("Where", g.op("Less", relative, zero), g.op("Neg", relative), zero)
+    last = g.const(len(lut) - 1, np.int64, "last_distance")
+    clipped = g.op("Where", g.op("Greater", magnitude, last), last, magnitude)
+    bucket = g.op("Gather", g.const(lut, np.int64, name="distance_buckets"), clipped, axis=0)
+    if module.bidirectional:
+        later = g.op("Greater", relative, zero)
+        half = g.const(config.scheme.params["num_buckets"] // 2, np.int64, "later_offset")
+        bucket = g.op("Where", later, g.op("Add", bucket, half), bucket)
+    table = module.relative_attention_bias.weight.detach().numpy()  # [num_buckets, H]
+    rows = g.op("Gather", g.const(table, np.float32, name="relative_attention_bias"), bucket,
+                axis=0)  # [N, M, H]
+    return _bias_model(config, g, g.op("Transpose", rows, perm=[2, 0, 1]), manifest)

@@ -133,7 +133,7 @@ PROJECTIONS = {"binary": "projection", "fourier-binary": "basis"}
 # (a verification runtime) implements them from 19 on: int8 graphs need --opset 19 or later.
 QDQ_OPSET = INT8_OPSET
 # Outputs within +-1 at every position (see ``_output_range``).
-UNIT_RANGE = ("sinusoidal", "rope")
+UNIT_RANGE = ("sinusoidal", "rope", "mrope")
 # What a Cast node and its output name cost in a graph (48 + 8 bytes, measured): float16 scales
 # save 2 bytes each, so they pay from 29 channels on.
 CAST_NODE_BYTES = 56
@@ -533,6 +533,7 @@ def _output_range(config: ExportConfig, module) -> tuple[np.ndarray | None, str]
       outside the table): ``max(in-range peak, 1)``, extrapolation kept;
     - bit schemes that wrap (``pos mod 2^n``): the peak over all ``2^n <= 2 L`` bit patterns,
       which are every position's values;
+    - ``t5-bias``: every position reads a row of the embedding: the peak over all its rows;
     - the rest grow without bound outside the table (``pos / (L - 1)``, distances): no int8
       scale covers them, so the int8 graph clamps positions to ``[0, L - 1]`` as tables do.
     """
@@ -540,6 +541,11 @@ def _output_range(config: ExportConfig, module) -> tuple[np.ndarray | None, str]
     peak = absmax(iter_table(s, module), "channel")
     if s.scheme in UNIT_RANGE:
         return np.maximum(peak, 1.0), s.spec.oob
+    if s.scheme == "t5-bias":
+        # every distance reads a row of the bucket embedding: its peak covers every position,
+        # extrapolation kept (issue 40; T5's bias is no monotone function of |t - u|)
+        rows = np.abs(module.relative_attention_bias.weight.detach().numpy()).max(axis=0)
+        return np.maximum(peak, rows), "embedding"
     if s.spec.oob == "wrap":
         stop = 1 << s.n_bits
         rows = (table_rows(s, module, a, min(a + CHUNK_ROWS, stop))
@@ -654,7 +660,8 @@ def _quantised_output(config: ExportConfig, module, manifest: dict[str, Any]) ->
     # q units), DQ rounds s q once (<= 127 u s): s (1/2 + 256 u + 127 u) = s (1/2 + 383 u).
     bound = np.where(tq.peak > 0, s64 * (0.5 + 383 * U32), 0.0) + atol + rtol * tq.peak
     where = {"clamp": "every position (the graph clamps positions to the table, as tables do)",
-             "wrap": "every position (the scale covers all 2^n bit patterns)"}.get(
+             "wrap": "every position (the scale covers all 2^n bit patterns)",
+             "embedding": "every position (the scale covers every row of the embedding)"}.get(
         policy, "every position (the scale covers +-1, the range of sin/cos)")
     manifest["quant"] = quant_section(
         config.quant_granularity, tq.scale, axis=axis,

@@ -307,6 +307,8 @@ def export_note(manifest: dict[str, Any]) -> str | None:
     if manifest.get("mode") == "sliced":  # float32 slice tables, kept: the output is quantised
         return (f"note: {manifest['scheme']}'s sliced graph keeps its float32 slice tables; int8 "
                 "quantises its output (error bounded, Q/DQ nodes added: the file grows)")
-    return (f"note: {manifest['scheme']}'s compute graph stores no weights, so int8 quantises "
-            "its output (error bounded, Q/DQ nodes added: the file grows); for a small int8 "
-            "artifact use --mode table --quantize int8")
+    line = (f"note: {manifest['scheme']}'s compute graph stores no weights, so int8 quantises "
+            "its output (error bounded, Q/DQ nodes added: the file grows)")
+    if manifest["scheme"] == "mrope":  # no table mode (issue 40): nothing smaller to point to
+        return line
+    return line + "; for a small int8 artifact use --mode table --quantize int8"

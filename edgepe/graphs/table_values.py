@@ -6,6 +6,8 @@ Every table is 2-D, ``[rows, cols]``, row-major, one row per index:
 - multi-index schemes (``binary-2d``, ``hierarchical``): row ``p`` holds the bits of one
   coordinate ``p``, ``[max_len, W]`` (``W = n`` for 2-D, ``max(widths)`` for hierarchical); a
   graph gathers each coordinate's row and places its columns;
+- ``mrope`` (compute only; its int8 output scale is measured on these rows): row ``p`` is
+  ``encode`` at ``(p, p, p)``, every value one slot takes at an in-range position;
 - bias schemes: row ``r`` is the bias of the distance ``t - u = r - (max_len - 1)`` for every
   head, ``[2 max_len - 1, H]``.
 
@@ -68,6 +70,8 @@ def table_rows(config: SchemeConfig, module, start: int, stop: int) -> np.ndarra
             from edgepe.schemes import bits
 
             rows = bits(index, width, 64)
+        elif config.scheme == "mrope":  # no table mode; int8 measures these rows (issue 40)
+            rows = module.encode(index.unsqueeze(-1).expand(-1, 3))
         else:
             rows = module.encode(index)
     return rows.detach().to(torch.float32).contiguous().numpy()

@@ -1,4 +1,4 @@
-"""Compute graphs of the trig schemes: sinusoidal, sinusoidal-learned and rope.
+"""Compute graphs of the trig schemes: sinusoidal, sinusoidal-learned, rope and mrope.
 
 Every graph recomputes the reference's float32 angle op for op, ``Cast(positions) * inv_freq``
 with the module's own ``inv_freq`` buffer (``edgepe.schemes.sinusoidal.angles``), so the angle is
@@ -116,6 +116,23 @@ def sinusoidal_learned(config: ExportConfig, module, manifest: dict) -> onnx.Mod
     inside = g.cast(g.op("Equal", row, POSITIONS), "float32")
     kept = g.op("Mul", rows, g.op("Unsqueeze", inside, g.const([-1], np.int64)))
     return _pe_model(config, g, g.op("Add", fixed, kept), manifest)
+
+
+def mrope(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
+    """``positions [N, 3] int64 -> pe [N, d] = [cos(theta) | sin(theta)]``: Cast, ``Gather`` of
+    each slot's stream (``MRope.streams``), Mul by ``inv_freq``, Cos/Sin, Concat; the float32
+    angle is the reference's op for op (issue 40: Qwen2-VL's multimodal RoPE)."""
+    g = Graph("edgepe_mrope")
+    coordinates = g.cast(POSITIONS, "float32")  # [N, 3]
+    streams = g.const(module.streams.numpy(), np.int64, name="streams")
+    chosen = g.op("Gather", coordinates, streams, axis=1)  # [N, d/2]
+    inv_freq = g.const(module.inv_freq.detach().numpy().reshape(1, -1), np.float32,
+                       name="inv_freq")
+    theta = g.op("Mul", chosen, inv_freq, out="theta")
+    pe = g.op("Concat", g.op("Cos", theta, out="cos"), g.op("Sin", theta, out="sin"), axis=1)
+    g.finish(pe, config.dtype)
+    out = output("pe", config.dtype, ["N", config.scheme.d_model])
+    return g.model([positions_input(config.scheme.arity)], [out], config.opset, manifest)
 
 
 def rope_choice(config: ExportConfig) -> tuple[str, str]:

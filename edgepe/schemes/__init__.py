@@ -27,6 +27,8 @@ from edgepe.schemes import (  # noqa: F401  (each import registers one scheme)
     rope,
     alibi,
     gaussian,
+    t5_bias,
+    mrope,
 )
 
 # isort: on

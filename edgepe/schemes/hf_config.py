@@ -226,6 +226,8 @@ def from_hf_config(config: Mapping[str, Any]) -> HFTranslation:
     c = _Reader(config)
     model_type = (c.str("model_type") or "").lower()
     rope = c.mapping("rope_parameters") or c.mapping("rope_scaling")
+    if model_type in ("t5", "qwen2_vl"):  # issue 40: T5's bucketed bias, Qwen2-VL's mrope
+        return _t5_or_qwen2_vl(c, model_type)
     if model_type in ALIBI_MODELS or (model_type == "falcon" and c.bool("alibi")):
         return _alibi(c, model_type)
     if model_type in LEARNED_MODELS:
@@ -247,6 +249,51 @@ def from_hf_config(config: Mapping[str, Any]) -> HFTranslation:
             f"{', '.join(LEARNED_MODELS)}; sinusoidal: marian, xglm, m2m_100)")
     raise BadParameterError("HF config has no model_type and no rope_theta/rope_parameters: "
                             "not a transformers model config")
+
+
+def _t5_or_qwen2_vl(c: _Reader, model_type: str) -> HFTranslation:
+    """T5: ``t5-bias`` with ``relative_attention_num_buckets``, ``relative_attention_max_distance``,
+    ``num_heads``; ``is_decoder`` (a decoder stack's config) picks ``direction=causal``, else the
+    encoder's bidirectional buckets. Qwen2-VL: ``mrope`` with ``rope_parameters`` (4.x
+    ``rope_scaling``) ``mrope_section`` and ``rope_theta``, ``head_dim`` (or ``hidden_size /
+    num_attention_heads``), from ``text_config`` where the config has one (transformers 5)."""
+    if model_type == "t5":
+        decoder = bool(c.bool("is_decoder"))
+        params = {"num_buckets": c.int("relative_attention_num_buckets") or 32,
+                  "max_distance": c.int("relative_attention_max_distance") or 128,
+                  "direction": "causal" if decoder else "bidirectional"}
+        notes = [f"{'decoder (is_decoder)' if decoder else 'encoder'} buckets"
+                 + ("" if decoder else "; the decoder's self-attention: --param direction=causal"),
+                 "T5's embedding: --checkpoint FILE --checkpoint-param "
+                 f"{'decoder' if decoder else 'encoder'}.block.0.layer.0.SelfAttention."
+                 "relative_attention_bias.weight"]
+        return HFTranslation("t5-bias", params, c.int("n_positions"), None,
+                             c.int("num_heads") or 8, tuple(notes))
+    text = c.mapping("text_config") or c
+    rope = (text.mapping("rope_parameters") or text.mapping("rope_scaling")
+            or c.mapping("rope_parameters") or c.mapping("rope_scaling") or _Reader({}))
+    kind = rope.str("rope_type") or rope.str("type") or "default"
+    if kind not in ("default", "mrope"):
+        raise BadParameterError(f"HF config: qwen2_vl rope_type {kind!r}: edgepe's mrope has the "
+                                "default frequencies only")
+    section = rope.config.get("mrope_section", [16, 24, 24])  # transformers' default
+    if not isinstance(section, list) or not section or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in section):
+        raise rope._bad("mrope_section", section, "a list of positive integers")
+    heads = text.int("num_attention_heads")
+    hidden = text.int("hidden_size")
+    head_dim = text.int("head_dim") or (hidden // heads if hidden and heads else None)
+    if head_dim is None:
+        raise BadParameterError("HF config: qwen2_vl names no head_dim and no hidden_size / "
+                                "num_attention_heads")
+    if 2 * sum(section) != head_dim:
+        raise BadParameterError(f"HF config: mrope_section {section} covers {2 * sum(section)} "
+                                f"dimensions, head_dim is {head_dim}")
+    base = rope.float("rope_theta", positive=True) or text.float("rope_theta", positive=True)
+    # transformers 5.24: Qwen2VLTextConfig fills rope_theta 1e6 where the config has none
+    params = {"base": base or 1000000.0, "mrope_section": tuple(section)}
+    notes = ("positions [N, 3]: temporal, height, width (a text token has all three equal)",)
+    return HFTranslation("mrope", params, _max_positions(text), head_dim, None, notes)
 
 
 def _max_positions(c: _Reader) -> int | None:
