@@ -257,7 +257,7 @@ def test_config_translation_of_each_family():
     ({"model_type": "llama", "head_dim": 16, "max_position_embeddings": 64,
       "rope_parameters": {"rope_type": "su"}}, "rope_type 'su' is not one"),
     ({"model_type": "mpt", "n_heads": 6, "max_seq_len": 64}, "not a power of two"),
-    ({"model_type": "t5"}, "model_type 't5' is not one edgepe translates"),
+    ({"model_type": "umt5"}, "model_type 'umt5' is not one edgepe translates"),
     ({"model_type": "gemma3_text", "head_dim": 16, "rope_parameters": {
         "full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}}},
      "one set per layer type \\(full_attention, sliding_attention\\)"),

@@ -246,7 +246,8 @@ def from_hf_config(config: Mapping[str, Any]) -> HFTranslation:
         raise BadParameterError(
             f"HF config: model_type {model_type!r} is not one edgepe translates (RoPE: "
             f"{', '.join(ROPE_FAMILIES)}; alibi: bloom, mpt; learned: "
-            f"{', '.join(LEARNED_MODELS)}; sinusoidal: marian, xglm, m2m_100)")
+            f"{', '.join(LEARNED_MODELS)}; sinusoidal: marian, xglm, m2m_100; t5-bias: t5; "
+            "mrope: qwen2_vl)")
     raise BadParameterError("HF config has no model_type and no rope_theta/rope_parameters: "
                             "not a transformers model config")
 
