@@ -68,9 +68,12 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
     ``--rope-graph encode`` gives the same bytes as none. Values are checked by the builder;
     a choice of graph for a file that holds no graph (npy, bin, c) is refused."""
     given = {"--rope-graph": graph, "--rope-lowering": lowering}
+    if scheme == "sinusoidal" and mode == "sliced" and graph is None:
+        given.pop("--rope-lowering")  # issue 44: sinusoidal's sliced graph fuses as rope's
     if scheme != "rope" and any(v is not None for v in given.values()):
         flag = next(k for k, v in given.items() if v is not None)
-        raise BadParameterError(f"{flag} applies to --scheme rope only, not {scheme!r}")
+        also = " (--rope-lowering: and sinusoidal --mode sliced)" if lowering else ""
+        raise BadParameterError(f"{flag} applies to --scheme rope only{also}, not {scheme!r}")
     extra = {key: value for key, value, default in (("rope_graph", graph, "encode"),
                                                     ("rope_lowering", lowering, "onnx"))
              if value is not None and value != default}
