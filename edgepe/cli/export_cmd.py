@@ -30,7 +30,7 @@ from edgepe.contract.config import (
 )
 from edgepe.contract.errors import BadParameterError
 from edgepe.contract.progress import reporting
-from edgepe.targets import check_file, for_export
+from edgepe.targets import check_file, for_export, form_note
 
 PANEL_MORE = "More options"
 
@@ -337,6 +337,8 @@ def command(
         if not quiet:
             typer.echo(f"{checked}" + (f" (--lowering {config.lowering})"
                                        if config.mode in ("compute", "sliced") else ""))
+            if note := form_note(config, target):  # issue 44: which form for the GPU, and why
+                typer.echo(note)
     if report is not None:
         if not report:
             typer.echo(str(report), err=True)
