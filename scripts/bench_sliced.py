@@ -1,18 +1,20 @@
-"""``scripts/bench.py --part sliced``: ``--mode sliced`` rope against Sin/Cos and the full cache.
+"""``scripts/bench.py --part sliced``: ``--mode sliced`` rope and sinusoidal against Sin/Cos and
+the full cache.
 
-Issue 34's speed and size rows (issue 44: sinusoidal's beside rope's), one run: rope ``d = 128``, ``max_len = 32768``, ``N = 512, 4096,
-65536`` random positions below 32768 (seeded), onnxruntime CPU, one thread, candidates timed
+Issue 34's speed and size rows (issue 44: sinusoidal's fused form beside rope's), one run: rope
+head dim and sinusoidal ``d_model`` 128, ``max_len = 32768``, ``N = 512, 4096, 65536`` random
+positions below 32768 (seeded), onnxruntime CPU, one thread, candidates timed
 round-robin (``bench.latency.time_round_robin``). Candidates:
 
 - ``sincos``: ``--mode compute`` (the float32 angle, Sin and Cos);
 - ``sliced``: ``--mode sliced`` with its default plan (8,7), bitwise slicing;
-- ``sliced-trunc``: the same with ``--lowering trunc`` (CoreML's form), for information;
+- ``sliced-trunc``: the same with ``--lowering trunc`` (CoreML's form), for information (rope);
 - ``sliced-ort``, ``sliced-rotary23``: ``--mode sliced --rope-lowering ort`` / ``rotary23``
   (``--opset 23``): the same slices, each angle addition one fused ``RotaryEmbedding`` pass
   (``com.microsoft``'s, ONNX opset 23's) instead of six nodes: onnxruntime's form;
 - ``cache``: a ``Gather`` of the full ``[32768, 128]`` float32 ``[cos | sin]`` cache (the usual
   fix; 16 MiB).
-- ``floor``: not a PE (its output is not checked): the slicing front end, the four Gathers of
+- ``floor`` (rope): not a PE (its output is not checked): the slicing front end, the four Gathers of
   ``[N, d/2]`` from the plan's own ``cos``/``sin`` tables of its two slices (the least any
   angle-addition graph reads: cos and sin of both slices at every frequency), an ``Add`` per
   half and the ``Concat`` that writes ``[N, d]``. The true form needs four products and two
