@@ -5,8 +5,9 @@ a ``--lowering bitwise`` graph still runs, with those nodes on the CPU, and the 
 so (and fail ``--strict-placement``); ``--lowering arith`` keeps every node on the GPU. Issue
 44 adds the sliced artifacts (plain, fused by ``--rope-lowering ort|rotary23``, int8), the fused
 graph at N past CUDA's 65,535-row grid limit, ``--target ort-cuda``'s sliced lowering and a
-grafted Llama (table, sliced, fused). These tests need onnxruntime-gpu (docs/readme/verify.md: the GPU install)
-on a CUDA machine and skip with that reason elsewhere; ``scripts/gpu_check.sh`` runs them.
+grafted Llama (table, sliced, fused). These tests need onnxruntime-gpu (docs/readme/verify.md:
+the GPU install) on a CUDA machine and skip with that reason elsewhere; ``scripts/gpu_check.sh``
+runs them.
 """
 
 from __future__ import annotations
