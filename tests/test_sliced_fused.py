@@ -76,8 +76,12 @@ def test_sinusoidal_rope_lowering_from_the_cli(tmp_path):
     refused = CliRunner().invoke(app, [*base, "--rope-lowering", "ort", "--out",
                                        str(tmp_path / "c.onnx")])
     assert refused.exit_code == 2 and not (tmp_path / "c.onnx").exists()
-    assert "--rope-lowering applies to --scheme rope only (--rope-lowering: and sinusoidal " \
-           "--mode sliced), not 'sinusoidal'" in refused.output
+    assert "--rope-lowering applies to --scheme rope and to sinusoidal --mode sliced, not " \
+           "'sinusoidal' --mode compute" in refused.output
+    other = CliRunner().invoke(app, ["export", "--scheme", "gray", "--max-len", "16",
+                                     "--rope-graph", "apply", "--out", str(tmp_path / "g.onnx")])
+    assert other.exit_code == 2 and "--rope-graph applies to --scheme rope only, not 'gray'" \
+        in other.output
 
 
 @pytest.mark.parametrize("n", [0, 1, 65534, 65535, 65536, 131071, 262144, 2**24, 2**31 - 1,

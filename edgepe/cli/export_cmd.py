@@ -72,8 +72,12 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
         given.pop("--rope-lowering")  # issue 44: sinusoidal's sliced graph fuses as rope's
     if scheme != "rope" and any(v is not None for v in given.values()):
         flag = next(k for k, v in given.items() if v is not None)
-        also = " (--rope-lowering: and sinusoidal --mode sliced)" if lowering else ""
-        raise BadParameterError(f"{flag} applies to --scheme rope only{also}, not {scheme!r}")
+        fused = flag == "--rope-lowering"
+        what = f"{scheme!r}" + (f" --mode {mode or 'compute'}" if fused and
+                                scheme == "sinusoidal" else "")
+        raise BadParameterError(f"{flag} applies to --scheme rope"
+                                f"{' and to sinusoidal --mode sliced' if fused else ' only'}, "
+                                f"not {what}")
     extra = {key: value for key, value, default in (("rope_graph", graph, "encode"),
                                                     ("rope_lowering", lowering, "onnx"))
              if value is not None and value != default}
