@@ -218,3 +218,16 @@ def test_target_ort_cuda_says_which_form_it_writes_and_why(tmp_path, scheme, mod
     assert (said[0].startswith(line) if line else not said), done.output
     assert form_note(api.make_config(scheme, 256), "ort-cpu") is None
     assert form_note(api.make_config(scheme, 256, mode="table"), "ort-cuda") is None
+
+
+@pytest.mark.parametrize("scheme,rotary,opset", [("rope", "ort", None),
+                                                 ("sinusoidal", "rotary23", 23)])
+def test_no_positions_and_one(scheme, rotary, opset):
+    """The fold's edges: no positions give ``[0, d]`` (S = 1, nothing padded), one position its
+    row."""
+    _, module, model = make(scheme, 256, 16, opset=opset, extra={"rope_lowering": rotary,
+                                                                 "slices": "4,4"})
+    assert run(model, positions=np.zeros(0, np.int64))[0].shape == (0, 16)
+    one = run(model, positions=np.array([-200], np.int64))[0]
+    assert one.shape == (1, 16)
+    assert float(np.abs(one - definition64(module, np.array([-200]))).max()) <= sl.bound((4, 4))
