@@ -1,18 +1,20 @@
-"""``scripts/bench.py --part sliced``: ``--mode sliced`` rope against Sin/Cos and the full cache.
+"""``scripts/bench.py --part sliced``: ``--mode sliced`` rope and sinusoidal against Sin/Cos and
+the full cache.
 
-Issue 34's speed and size rows, one run: rope ``d = 128``, ``max_len = 32768``, ``N = 512, 4096,
-65536`` random positions below 32768 (seeded), onnxruntime CPU, one thread, candidates timed
+Issue 34's speed and size rows (issue 44: sinusoidal's fused form beside rope's), one run: rope
+head dim and sinusoidal ``d_model`` 128, ``max_len = 32768``, ``N = 512, 4096, 65536`` random
+positions below 32768 (seeded), onnxruntime CPU, one thread, candidates timed
 round-robin (``bench.latency.time_round_robin``). Candidates:
 
 - ``sincos``: ``--mode compute`` (the float32 angle, Sin and Cos);
 - ``sliced``: ``--mode sliced`` with its default plan (8,7), bitwise slicing;
-- ``sliced-trunc``: the same with ``--lowering trunc`` (CoreML's form), for information;
+- ``sliced-trunc``: the same with ``--lowering trunc`` (CoreML's form), for information (rope);
 - ``sliced-ort``, ``sliced-rotary23``: ``--mode sliced --rope-lowering ort`` / ``rotary23``
   (``--opset 23``): the same slices, each angle addition one fused ``RotaryEmbedding`` pass
   (``com.microsoft``'s, ONNX opset 23's) instead of six nodes: onnxruntime's form;
 - ``cache``: a ``Gather`` of the full ``[32768, 128]`` float32 ``[cos | sin]`` cache (the usual
   fix; 16 MiB).
-- ``floor``: not a PE (its output is not checked): the slicing front end, the four Gathers of
+- ``floor`` (rope): not a PE (its output is not checked): the slicing front end, the four Gathers of
   ``[N, d/2]`` from the plan's own ``cos``/``sin`` tables of its two slices (the least any
   angle-addition graph reads: cos and sin of both slices at every frequency), an ``Add`` per
   half and the ``Concat`` that writes ``[N, d]``. The true form needs four products and two
@@ -47,6 +49,7 @@ SINCOS_TARGET = 0.8
 CACHE_TARGETS = {512: 2.5, 4096: 2.5, 65536: 3.5}
 CACHE_GOAL = 1.5
 SIZE_TARGET = 1 / 50
+SCHEMES = ("rope", "sinusoidal")
 
 
 def _export(config, module, path: Path) -> Path:
@@ -58,61 +61,77 @@ def _export(config, module, path: Path) -> Path:
     return path
 
 
-def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[str, Any]:
-    """Export the candidates once, check them, time them at every N; rows of ratios."""
-    import torch
-
+def _candidates(scheme_name: str, work: Path) -> tuple[Any, dict[str, Path]]:
+    """``(module, paths)``: the scheme's candidates exported (module docstring)."""
     from edgepe.contract.config import ExportConfig
-    from edgepe.graphs.sliced import bound, default_plan
     from edgepe.schemes import build, resolve
-    from edgepe.schemes.definition import Definition
 
-    scheme = resolve("rope", MAX_LEN, D_MODEL)
+    scheme = resolve(scheme_name, MAX_LEN, D_MODEL)
     module = build(scheme)
+    stem = work / scheme_name
+    stem.mkdir(exist_ok=True)
     paths = {
-        "sincos": _export(ExportConfig(scheme), module, work / "sincos.onnx"),
-        "sliced": _export(ExportConfig(scheme, mode="sliced"), module, work / "sliced.onnx"),
-        "sliced-trunc": _export(ExportConfig(scheme, mode="sliced", lowering="trunc"), module,
-                                work / "sliced-trunc.onnx"),
+        "sincos": _export(ExportConfig(scheme), module, stem / "sincos.onnx"),
+        "sliced": _export(ExportConfig(scheme, mode="sliced"), module, stem / "sliced.onnx"),
         "sliced-ort": _export(ExportConfig(scheme, mode="sliced", extra={"rope_lowering": "ort"}),
-                              module, work / "sliced-ort.onnx"),
+                              module, stem / "sliced-ort.onnx"),
         "sliced-rotary23": _export(ExportConfig(scheme, mode="sliced", opset=23,
                                                 extra={"rope_lowering": "rotary23"}),
-                                   module, work / "sliced-rotary23.onnx"),
+                                   module, stem / "sliced-rotary23.onnx"),
     }
-    with torch.no_grad():
-        exact = Definition(module).encode64(torch.arange(MAX_LEN)).numpy()
-    cache = exact.astype(np.float32)
-    paths["cache"] = work / "cache.onnx"
-    bench.gather_floor(cache, paths["cache"])
-    paths["floor"] = _floor_graph(module, work / "floor.onnx")
-    sizes = {name: path.stat().st_size for name, path in paths.items()}
+    if scheme_name == "rope":
+        paths["sliced-trunc"] = _export(ExportConfig(scheme, mode="sliced", lowering="trunc"),
+                                        module, stem / "sliced-trunc.onnx")
+    return module, paths
+
+
+def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[str, Any]:
+    """Export the candidates once, check them, time them at every N; rows of ratios (rope's,
+    then sinusoidal's: issue 44's fused sinusoidal beside rope)."""
+    import torch
+
+    from edgepe.graphs.sliced import bound, default_plan
+    from edgepe.schemes.definition import Definition
+
     limit = bound(default_plan(MAX_LEN))
     rng = np.random.default_rng(0)
-    rows, errors = [], {}
-    for n in (SIZES[:1] if quick else SIZES):
-        positions = rng.integers(0, MAX_LEN, n).astype(np.int64)
-        candidates = []
-        for name, path in paths.items():
-            c = bench.Candidate(name, "edgepe", path=path, session=bench.session(path),
-                                feeds={"positions": positions})
-            candidates.append(c)
-            if name == "floor":
-                continue  # a cost bound, not a PE
-            got = c.session.run(None, c.feeds)[0].astype(np.float64)
-            err = float(np.abs(got - exact[positions]).max())
-            errors[name] = max(errors.get(name, 0.0), err)
-            if name.startswith("sliced") and err > limit:  # timing a wrong graph is moot
-                raise SystemExit(f"{name}: error {err:.3g} past the bound {limit:.3g}")
-        print(f"sliced: N={n}", file=sys.stderr, flush=True)
-        bench.time_round_robin(candidates, reps, min_sample_s)
-        row: dict[str, Any] = {"n": n}
-        _ratios(row, {c.name: np.asarray(c.samples) for c in candidates}, "")
-        cpu = bench.round_robin(candidates, reps, clock=time.thread_time)
-        _ratios(row, {name: np.asarray(v) for name, v in cpu.items()}, "cpu_")
-        rows.append(row)
-    return {"rows": rows, "bytes": sizes, "cache_bytes": int(cache.nbytes),
-            "max_abs_err": errors, "bound": limit, "plan": list(default_plan(MAX_LEN))}
+    report: dict[str, Any] = {"rows": [], "bytes": {}, "max_abs_err": {}, "bound": limit,
+                              "plan": list(default_plan(MAX_LEN))}
+    for scheme_name in SCHEMES:
+        module, paths = _candidates(scheme_name, work)
+        with torch.no_grad():
+            exact = Definition(module).encode64(torch.arange(MAX_LEN)).numpy()
+        cache = exact.astype(np.float32)
+        paths["cache"] = work / scheme_name / "cache.onnx"
+        bench.gather_floor(cache, paths["cache"])
+        if scheme_name == "rope":
+            paths["floor"] = _floor_graph(module, work / "floor.onnx")
+        report["bytes"][scheme_name] = {name: path.stat().st_size for name, path in paths.items()}
+        report["cache_bytes"] = int(cache.nbytes)
+        errors = report["max_abs_err"].setdefault(scheme_name, {})
+        for n in (SIZES[:1] if quick else SIZES):
+            positions = rng.integers(0, MAX_LEN, n).astype(np.int64)
+            candidates = []
+            for name, path in paths.items():
+                c = bench.Candidate(name, "edgepe", path=path, session=bench.session(path),
+                                    feeds={"positions": positions})
+                candidates.append(c)
+                if name == "floor":
+                    continue  # a cost bound, not a PE
+                got = c.session.run(None, c.feeds)[0].astype(np.float64)
+                err = float(np.abs(got - exact[positions]).max())
+                errors[name] = max(errors.get(name, 0.0), err)
+                if name.startswith("sliced") and err > limit:  # timing a wrong graph is moot
+                    raise SystemExit(f"{scheme_name} {name}: error {err:.3g} past the bound "
+                                     f"{limit:.3g}")
+            print(f"sliced: {scheme_name} N={n}", file=sys.stderr, flush=True)
+            bench.time_round_robin(candidates, reps, min_sample_s)
+            row: dict[str, Any] = {"scheme": scheme_name, "n": n}
+            _ratios(row, {c.name: np.asarray(c.samples) for c in candidates}, "")
+            cpu = bench.round_robin(candidates, reps, clock=time.thread_time)
+            _ratios(row, {name: np.asarray(v) for name, v in cpu.items()}, "cpu_")
+            report["rows"].append(row)
+    return report
 
 
 def _floor_graph(module, path: Path) -> Path:
@@ -148,6 +167,8 @@ def _ratios(row: dict[str, Any], by: dict[str, np.ndarray], prefix: str) -> None
     for name, samples in by.items():
         row[f"{prefix}{name}_us"] = float(np.median(samples) * 1e6)
     for name in ("sliced", "sliced-trunc", "sliced-ort", "sliced-rotary23", "floor"):
+        if name not in by:  # sinusoidal has no trunc or floor candidate
+            continue
         for base in ("sincos", "cache"):
             ratio = by[name] / by[base]
             row[f"{prefix}{name}_vs_{base}"] = float(np.median(ratio))
@@ -156,7 +177,8 @@ def _ratios(row: dict[str, Any], by: dict[str, np.ndarray], prefix: str) -> None
 
 
 def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: int) -> str:
-    """The tables of docs/readme/sliced.md: ratios per N with PASS/MISS, bytes, errors."""
+    """The tables of docs/readme/sliced.md: ratios per N with PASS/MISS, bytes, errors; rope's
+    table, then sinusoidal's (issue 44)."""
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "MISS"
 
@@ -165,19 +187,14 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
         f"{machine.get('onnxruntime')} CPU, 1 thread; {machine.get('cpu')} "
         f"({machine.get('cores')} cores, shared with other work: ratios of candidates timed "
         "alternately in the same run, median of the per-repetition ratio, its IQR in brackets). "
-        f"rope d {D_MODEL}, max_len {MAX_LEN}, plan {report['plan']}, N random positions "
-        f"below {MAX_LEN}.",
+        f"rope head dim and sinusoidal d_model {D_MODEL}, max_len {MAX_LEN}, plan "
+        f"{report['plan']}, N random positions below {MAX_LEN}.",
         "",
-        "Targets (issue 34): <= 0.8x Sin/Cos at every N; <= 2.5x the cache at N <= 4096, "
+        "Targets (issues 34, 44): <= 0.8x Sin/Cos at every N; <= 2.5x the cache at N <= 4096, "
         "<= 3.5x at 65536 (goal 1.5x). `ort`, `rotary23`: `--mode sliced --rope-lowering "
         "ort|rotary23`, onnxruntime's form; `plain`: `--mode sliced` alone (plain ONNX ops, for "
         "targets without RotaryEmbedding); `trunc`: its CoreML lowering; `floor`: the least any "
         "plain-op two-slice graph does (module docstring).",
-        "",
-        "| N | ort / Sin-Cos | ort / cache | rotary23 / Sin-Cos | rotary23 / cache "
-        "| plain / Sin-Cos | plain / cache | trunc / Sin-Cos | floor / Sin-Cos | floor / cache "
-        "| us per call: Sin-Cos, cache, ort, rotary23, plain, trunc, floor |",
-        "|---:|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def pair(r: dict, p: str, name: str) -> str:
@@ -188,30 +205,52 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
                 f"{b:.2f}x ({r[f'{p}{name}_vs_cache_iqr']:.2f}) {verdict(b <= target)} "
                 f"<= {target}x{goal}")
 
-    for p, clock in (("", "wall"), ("cpu_", "CPU")):
-        for r in report["rows"]:
-            us = ", ".join(f"{r[f'{p}{name}_us']:.0f}" for name in (
-                "sincos", "cache", "sliced-ort", "sliced-rotary23", "sliced", "sliced-trunc",
-                "floor"))
-            lines.append(
-                f"| {r['n']} ({clock}) | {pair(r, p, 'sliced-ort')} | "
-                f"{pair(r, p, 'sliced-rotary23')} | {pair(r, p, 'sliced')} | "
-                f"{r[f'{p}sliced-trunc_vs_sincos']:.2f}x | {r[f'{p}floor_vs_sincos']:.2f}x | "
-                f"{r[f'{p}floor_vs_cache']:.2f}x | {us} |")
+    for scheme in SCHEMES:
+        rows = [r for r in report["rows"] if r.get("scheme", "rope") == scheme]
+        if not rows:
+            continue
+        rope = scheme == "rope"
+        names = ("sincos", "cache", "sliced-ort", "sliced-rotary23", "sliced",
+                 *(("sliced-trunc", "floor") if rope else ()))
+        lines += [
+            "", f"{scheme}:", "",
+            "| N | ort / Sin-Cos | ort / cache | rotary23 / Sin-Cos | rotary23 / cache "
+            "| plain / Sin-Cos | plain / cache | "
+            + ("trunc / Sin-Cos | floor / Sin-Cos | floor / cache | " if rope else "")
+            + "us per call: Sin-Cos, cache, ort, rotary23, plain"
+            + (", trunc, floor |" if rope else " |"),
+            "|---:|---|---|---|---|---|---|" + ("---|---|---|" if rope else "") + "---|",
+        ]
+        for p, clock in (("", "wall"), ("cpu_", "CPU")):
+            for r in rows:
+                us = ", ".join(f"{r[f'{p}{name}_us']:.0f}" for name in names)
+                extra = (f"{r[f'{p}sliced-trunc_vs_sincos']:.2f}x | "
+                         f"{r[f'{p}floor_vs_sincos']:.2f}x | {r[f'{p}floor_vs_cache']:.2f}x | "
+                         if rope else "")
+                lines.append(
+                    f"| {r['n']} ({clock}) | {pair(r, p, 'sliced-ort')} | "
+                    f"{pair(r, p, 'sliced-rotary23')} | {pair(r, p, 'sliced')} | {extra}{us} |")
     sizes, cache = report["bytes"], report["cache_bytes"]
-    ratio = max(sizes[name] for name in sizes if name.startswith("sliced")) / cache
+    if "sincos" in sizes:  # a report from before issue 44: one scheme's sizes
+        sizes = {"rope": sizes}
+    ratio = max(size for by in sizes.values() for name, size in by.items()
+                if name.startswith("sliced")) / cache
+    errors = report["max_abs_err"]
+    if errors and not isinstance(next(iter(errors.values())), dict):
+        errors = {"rope": errors}
     lines += [
         "",
         "| file | bytes | x full cache |",
         "|---|---:|---:|",
-        *(f"| {name} | {size} | {size / cache:.4f} |" for name, size in sizes.items()
-          if name != "floor"),
+        *(f"| {scheme} {name} | {size} | {size / cache:.4f} |" for scheme, by in sizes.items()
+          for name, size in by.items() if name != "floor"),
         "",
         f"largest sliced file / full float32 cache: 1/{1 / ratio:.0f} "
         f"({verdict(ratio <= SIZE_TARGET)}, target <= 1/50).",
         "",
         "Max abs error against the float64 definition over the timed positions: "
-        + ", ".join(f"{k} {v:.3g}" for k, v in report["max_abs_err"].items())
+        + "; ".join(f"{scheme}: " + ", ".join(f"{k} {v:.3g}" for k, v in by.items())
+                    for scheme, by in errors.items())
         + f" (sliced bound {report['bound']:.3g}; cache: the definition rounded to float32).",
     ]
     return "\n".join(lines) + "\n"

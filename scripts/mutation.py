@@ -110,7 +110,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/formats/onnx_table.py": ("tests/test_onnx_table_split.py",
                                      "tests/test_verify_table_memory.py"),
     "edgepe/formats/pte.py": ("tests/test_mut_pte.py",),
-    "edgepe/verify/__init__.py": ("tests/test_mut_verify.py",),
+    "edgepe/verify/__init__.py": ("tests/test_mut_verify.py",
+                                  "tests/test_verify_past_limits.py"),
     "edgepe/verify/c_runner.py": ("tests/test_c_runner.py",),
     "edgepe/verify/cortex_m.py": ("tests/test_mut_cortex_m.py",),
     "edgepe/verify/report.py": ("tests/test_verify_render.py",),
@@ -119,7 +120,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/graft/__init__.py": ("tests/test_mut_graft.py", "tests/test_graft_entry.py"),
     "edgepe/graft/find.py": ("tests/test_graft_find.py",),
     "edgepe/graft/find_hf.py": ("tests/test_mut_find_hf.py",),
-    "edgepe/graft/lower.py": ("tests/test_graft_lower.py",),
+    "edgepe/graft/lower.py": ("tests/test_graft_lower.py", "tests/test_graft_lower_chosen.py"),
     "edgepe/graft/read.py": ("tests/test_graft_read_report.py",),
     "edgepe/graft/report.py": ("tests/test_graft_read_report.py",),
     "edgepe/graft/splice.py": ("tests/test_graft_splice.py", *(

@@ -57,6 +57,11 @@ GOLDENS = {
                                  {"mode": "sliced", "lowering": "trunc"}),
     "rope-sliced-L16-d4-ort": ("rope", 16, 4, None, {}, {"mode": "sliced",
                                                         "extra": {"rope_lowering": "ort"}}),
+    # issue 44: two slices, so the angle addition is fused (and the rows folded for CUDA)
+    "rope-sliced-L16-d4-ort-2-2": ("rope", 16, 4, None, {}, {
+        "mode": "sliced", "extra": {"rope_lowering": "ort", "slices": "2,2"}}),
+    "sinusoidal-sliced-L16-d4-rotary23-2-2": ("sinusoidal", 16, 4, None, {"layout": "half"}, {
+        "mode": "sliced", "opset": 23, "extra": {"rope_lowering": "rotary23", "slices": "2,2"}}),
     "rope-L8-d4-float16": ("rope", 8, 4, None, {}, {"dtype": "float16"}),
     "rope-L8-d8-half-r4-yarn": ("rope", 8, 8, None, {"layout": "half", "rotary_dim": "4",
                                                      "rope_type": "yarn", "factor": "2",

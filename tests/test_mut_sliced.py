@@ -364,7 +364,10 @@ def test_rotary_columns_within_the_bound(rotary, opset, widths, scaled):
     assert np.abs(wrapped.astype(np.float64) - np.hstack([c, s])).max() <= sl.bound(
         widths, 1.25 if scaled else 1.0)
     ops = [n.op_type for n in g.nodes]
-    assert ops.count("RotaryEmbedding") == len(widths) - 1 and not set(ops) & {"Add", "Sub"}
+    assert ops.count("RotaryEmbedding") == len(widths) - 1 and "Sub" not in ops
+    # the one Add counts the rows folded per batch entry (issue 44)
+    assert [n.input for n in g.nodes if n.op_type == "Add"] == [[g.nodes[1].output[0],
+                                                                  "p_one_row"]]
     assert {n.domain for n in g.nodes if n.op_type == "RotaryEmbedding"} == {
         "com.microsoft" if rotary == "ort" else ""}
 
@@ -373,6 +376,98 @@ def test_rotary_columns_refuses_the_onnx_lowering():
     with pytest.raises(BadParameterError, match=r"^--rope-lowering onnx does not fuse sliced "
                        r"angle additions; choose ort or rotary23$"):
         sl.rotary_columns(Graph("t"), "positions", W, (2, 2), None, "onnx")
+    with pytest.raises(ValueError, match="^cos-cos$"):
+        sl.rotary_columns(Graph("t"), "positions", W, (2, 2), None, "ort", pairs="cos-cos")
+
+
+# -- issue 44: rows folded into [batch, sequence] for CUDA's grid; sinusoidal's pairs ------
+
+
+@pytest.mark.parametrize("n,folded", [
+    (0, (0, 1)), (1, (1, 1)), (65534, (65534, 1)), (65535, (32768, 2)), (65536, (32768, 2)),
+    (65537, (32769, 2)), (131069, (65535, 2)), (131070, (43690, 3)), (131071, (43691, 3)),
+    (2**24, (65281, 257)), (65535 * 65535 - 1, (65535, 65535))])
+def test_fold_by_hand(n, folded):
+    assert sl.fold(n) == folded
+
+
+def test_limits_and_max_rows():
+    assert (sl.CUDA_GRID_YZ_LIMIT, sl.KERNEL_INT_LIMIT) == (65535, 2147483647)
+    assert [sl.max_rows(w) for w in (1, 6, 128, 129)] == [2147483647, 357913941, 16777215,
+                                                        16647160]
+
+
+def _rotary_inputs(g: Graph) -> list[tuple[str, str, str]]:
+    """Per RotaryEmbedding node: (x, position_ids, cos cache) names."""
+    return [(n.input[0], n.input[1], n.input[2]) if n.domain == "com.microsoft" else
+            (n.input[0], n.input[3], n.input[1]) for n in g.nodes
+            if n.op_type == "RotaryEmbedding"]
+
+
+@pytest.mark.parametrize("rotary,opset", [("ort", 18), ("rotary23", 23)])
+@pytest.mark.parametrize("n", [65535, 65537, 131071])
+def test_rotary_columns_fold_the_rows_and_keep_every_value(rotary, opset, n):
+    """Past 65534 rows the ops see ``fold(n)``, ids of the same shape, caches at least as long
+    as the sequence; the ``[n, 2k]`` rows are bit for bit those of short calls (``S = 1``)."""
+    widths = (2, 1, 2)
+    g = Graph("t")
+    out = sl.rotary_columns(g, "positions", W, widths, SCALE, rotary, "p_")
+    names = [name for triple in _rotary_inputs(g) for name in triple]
+    p = (np.arange(n, dtype=np.int64) * 13) % 63 - 31
+    got = run_graph(g, [out, *names], {"positions": p}, opset, ms=rotary == "ort")
+    whole, shapes = got[0], [v.shape for v in got[1:]]
+    b, s = sl.fold(n)
+    assert (b * s > n) == (n % s != 0) and s > 1
+    for x, ids, cache in zip(shapes[0::3], shapes[1::3], shapes[2::3], strict=True):
+        assert x == (b, s, 6) and ids == (b, s) and cache[0] >= s
+    parts = np.concatenate([run_graph(g, [out], {"positions": p[i:i + 30000]}, opset,
+                                      ms=rotary == "ort")[0] for i in range(0, n, 30000)])
+    assert whole.shape == (n, 6) and np.array_equal(whole, parts)
+    c, sn = exact(p[:200], W, SCALE)
+    assert np.abs(whole[:200] - np.hstack([c, sn])).max() <= sl.bound(widths, 1.25)
+
+
+@pytest.mark.parametrize("widths,padded", [((2, 1, 2), True), ((13, 1), False)])
+def test_rotary_columns_pad_short_caches_to_the_longest_fold(widths, padded):
+    """A cache shorter than ``fold(max_rows(2k))[1]`` rows (5462 for k = 3) is padded with zero
+    rows in the graph (``Expand``/``Concat`` of initializers), a longer one is left as it is;
+    the file's initializers hold the slice tables and no padding."""
+    g = Graph("t")
+    sl.rotary_columns(g, "positions", W, widths, None, "ort", "p_")
+    caches = [cache for _, _, cache in _rotary_inputs(g)]
+    got = run_graph(g, caches, {"positions": np.arange(3, dtype=np.int64)}, 18, ms=True)
+    longest = sl.fold(sl.max_rows(6))[1]
+    assert longest == 5462
+    rows = [(1 << w) for w in reversed(widths)][1:]
+    rows[-1] *= 2  # the top slice's negative rows
+    for cache, have in zip(got, rows, strict=True):
+        assert cache.shape == (max(have, longest), 3)
+        assert np.array_equal(cache[have:], np.zeros((max(0, longest - have), 3), np.float32))
+        assert np.abs(cache[:have]).min(axis=1).max() > 0 or have == 2  # the table rows kept
+    assert ("p_zero" in {i.name for i in g.initializers}) == padded
+    assert [n.op_type for n in g.nodes].count("Expand") == 1 + padded * (len(widths) - 1)
+    stored = sum(int(np.prod(i.dims)) for i in g.initializers if i.data_type == 1)
+    # cos and sin of every slice (the top one a row more), the -1 and, when padding, the 0
+    assert stored == sum(2 * (1 << w) * 3 for w in widths) + 2 * 3 + 1 + padded
+
+
+@pytest.mark.parametrize("pairs", ["sin-cos", "sin-cos-interleaved"])
+@pytest.mark.parametrize("rotary,opset", [("ort", 18), ("rotary23", 23)])
+def test_rotary_columns_sinusoidal_pairs(pairs, rotary, opset):
+    """``[sin | cos]`` (layout=half) and ``[sin_0, cos_0, ...]``: the sin caches negated, the
+    interleaved op for the pairs, every position within the bound."""
+    widths = (2, 3)
+    limit = 31
+    p = np.arange(-limit, limit + 1, dtype=np.int64)
+    g = Graph("t")
+    out = sl.rotary_columns(g, "positions", W, widths, None, rotary, "p_", pairs=pairs)
+    got = run_graph(g, [out], {"positions": p}, opset, ms=rotary == "ort")[0]
+    c, s = exact(p, W)
+    want = np.hstack([s, c]) if pairs == "sin-cos" else np.stack([s, c], -1).reshape(len(p), 6)
+    assert np.abs(got - want).max() <= sl.bound(widths)
+    rot = [n for n in g.nodes if n.op_type == "RotaryEmbedding"]
+    assert [a.i for n in rot for a in n.attribute if a.name == "interleaved"] == [
+        int(pairs == "sin-cos-interleaved")]
 
 
 # -- graft ---------------------------------------------------------------------------------
@@ -564,6 +659,39 @@ def test_rope_encode_float16(rotary, opset):
     # float16 rounding of a value below 1: half a step, 2^-12
     assert np.abs(out.astype(np.float64) - definition(module, p)).max() <= (
         sl.bound((3, 4)) + 2.0**-12)
+
+
+@pytest.mark.parametrize("params", [None, {"layout": "half", "offset": 2}])
+@pytest.mark.parametrize("rotary,opset", [("ort", None), ("rotary23", 23)])
+def test_sinusoidal_fused_graph(rotary, opset, params):
+    offset = (params or {}).get("offset", 0)
+    config, module, model, manifest = make("sinusoidal", 128 - offset, 8, params, opset=opset,
+                                           extra={"slices": "3,4", "rope_lowering": rotary})
+    assert [n.op_type for n in model.graph.node].count("RotaryEmbedding") == 1
+    p = np.arange(-127 - offset, 128 - offset, dtype=np.int64)
+    out = run_model(model, positions=p)[0]
+    assert np.abs(out.astype(np.float64) - definition(module, p)).max() <= sl.bound((3, 4))
+    assert [o.name for o in model.graph.output] == ["pe"]
+    assert ("com.microsoft" in {o.domain for o in model.opset_import}) == (rotary == "ort")
+    assert manifest["sliced"]["slices"] == [3, 4]
+    _, _, one, _ = make("sinusoidal", 64, 8, opset=opset, extra={"rope_lowering": rotary})
+    assert "RotaryEmbedding" not in {n.op_type for n in one.graph.node}
+
+
+def test_sinusoidal_fused_refusals():
+    with pytest.raises(BadParameterError, match=r"^--rope-lowering 'rotary' is not one of: "
+                       r"onnx, ort, rotary23$"):
+        make("sinusoidal", 128, 8, extra={"rope_lowering": "rotary"})
+    with pytest.raises(BadParameterError, match=r"^--rope-lowering ort fuses the sliced graph's "
+                       r"angle additions after bitwise slicing; --lowering clip32 is for "
+                       r"targets without RotaryEmbedding: drop one of them$"):
+        make("sinusoidal", 128, 8, lowering="clip32", extra={"rope_lowering": "ort"})
+    with pytest.raises(BadParameterError, match=r"^--rope-lowering rotary23 needs --opset 23 or "
+                       r"later \(RotaryEmbedding\), got 18$"):
+        make("sinusoidal", 128, 8, extra={"rope_lowering": "rotary23"})
+    # the plain graph when nothing is asked
+    _, _, plain, _ = make("sinusoidal", 128, 8, extra={"slices": "3,4"})
+    assert "RotaryEmbedding" not in {n.op_type for n in plain.graph.node}
 
 
 def test_rope_fused_refusals():

@@ -30,7 +30,7 @@ from edgepe.contract.config import (
 )
 from edgepe.contract.errors import BadParameterError
 from edgepe.contract.progress import reporting
-from edgepe.targets import check_file, for_export
+from edgepe.targets import check_file, for_export, form_note
 
 PANEL_MORE = "More options"
 
@@ -68,9 +68,16 @@ def rope_extra(scheme: str, mode: str | None, graph: str | None,
     ``--rope-graph encode`` gives the same bytes as none. Values are checked by the builder;
     a choice of graph for a file that holds no graph (npy, bin, c) is refused."""
     given = {"--rope-graph": graph, "--rope-lowering": lowering}
+    if scheme == "sinusoidal" and mode == "sliced" and graph is None:
+        given.pop("--rope-lowering")  # issue 44: sinusoidal's sliced graph fuses as rope's
     if scheme != "rope" and any(v is not None for v in given.values()):
         flag = next(k for k, v in given.items() if v is not None)
-        raise BadParameterError(f"{flag} applies to --scheme rope only, not {scheme!r}")
+        fused = flag == "--rope-lowering"
+        what = f"{scheme!r}" + (f" --mode {mode or 'compute'}" if fused and
+                                scheme == "sinusoidal" else "")
+        raise BadParameterError(f"{flag} applies to --scheme rope"
+                                f"{' and to sinusoidal --mode sliced' if fused else ' only'}, "
+                                f"not {what}")
     extra = {key: value for key, value, default in (("rope_graph", graph, "encode"),
                                                     ("rope_lowering", lowering, "onnx"))
              if value is not None and value != default}
@@ -336,6 +343,8 @@ def command(
         if not quiet:
             typer.echo(f"{checked}" + (f" (--lowering {config.lowering})"
                                        if config.mode in ("compute", "sliced") else ""))
+            if note := form_note(config, target):  # issue 44: which form for the GPU, and why
+                typer.echo(note)
     if report is not None:
         if not report:
             typer.echo(str(report), err=True)

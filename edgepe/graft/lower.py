@@ -112,6 +112,7 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
         return (a is not None and b is not None and a.op_type == b.op_type == "Unsqueeze"
                 and a.input[0] == b.input[0] and const(a.input[1]) == const(b.input[1]))
 
+    tables, chosen = _caches(graph, consts, makers, prefix, cos, sin)
     fused, drop = 0, []
     for add in [n for n in graph.node if n.op_type == "Add"]:
         muls = [makers.get(i) for i in add.input]
@@ -134,7 +135,6 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
         if const(first.input[1]) != [0] or not same_half(first.input[2], second.input[1]) or \
                 const(second.input[3]) not in ([3], [-1]) or any(v != [1] for v in steps):
             continue
-        tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
         if lowering == "ort":
             node = helper.make_node("RotaryEmbedding", [x, positions, *tables], [add.output[0]],
                                     name=f"{prefix}rotary{fused}", domain=DOMAIN, interleaved=0)
@@ -148,7 +148,38 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
     if not fused:
         raise BadParameterError("--rope-lowering: no rotate-half arithmetic (Add(Mul(x, cos), "
                                 "Mul(Concat(Neg(x2), x1), sin))) found on the RoPE's tensors")
-    return fused, _drop(model, drop, lowering) + fused
+    if chosen:  # before the first rotation that reads them
+        first = min(list(graph.node).index(n) for n in graph.node
+                    if n.op_type == "RotaryEmbedding" and tables[0] in n.input)
+        for k, node in enumerate(chosen):
+            graph.node.insert(first + k, node)
+    return fused, _drop(model, drop, lowering) + fused - len(chosen)
+
+
+def _caches(graph, consts, makers, prefix: str, cos: str, sin: str):
+    """``([cos_cache, sin_cache], nodes)``: the graft's tables the rotations read. A RoPE whose
+    frequencies the model picks at run time (Phi-3's longrope: the long ``inv_freq`` past
+    ``original_max_position_embeddings``) was grafted as two tables and a ``Where`` on the
+    model's own condition per tensor (``{cos}_if_true_table``); the caches are then that choice,
+    made once on the whole tables (``Where(condition, if_true, table)``: Phi-3's condition is a
+    scalar, ``seq_len > original``) instead of on the gathered rows. Issue 40: the fused graft
+    read the short table only and failed its proof (q off by 0.47 at position 4199)."""
+    from onnx import helper
+
+    tables = [f"{prefix}{cos}_table", f"{prefix}{sin}_table"]
+    picked = [f"{prefix}{t}_if_true_table" for t in (cos, sin)]
+    if not all(t in consts for t in picked):
+        return tables, []
+    where = makers.get(cos)
+    if where is None or where.op_type != "Where" or where.input[1:] != [
+            f"{prefix}{cos}_if_true_rows_out", f"{prefix}{cos}_rows_out"]:
+        raise BadParameterError("--rope-lowering: this RoPE's tables are chosen at run time "
+                                f"and no Where on the model's condition makes {cos!r}")
+    condition = where.input[0]  # the proof checks a condition that does not broadcast so
+    caches = [f"{prefix}{t}_cache_chosen" for t in (cos, sin)]
+    nodes = [helper.make_node("Where", [condition, p, t], [c], name=f"{c}/where")
+             for p, t, c in zip(picked, tables, caches, strict=True)]
+    return caches, nodes
 
 
 def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple[int, int]:

@@ -297,72 +297,139 @@ def columns_graph(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequen
     return g.op("Add", g.op("Mul", top_h, low_c), g.op("Mul", top_h2, low_s))
 
 
+# CUDA's grid (CUDA C++ Programming Guide, "Compute Capabilities", technical specifications:
+# maximum y- or z-dimension of a grid of thread blocks 65535, x 2^31 - 1; every capability from
+# 3.0 on). onnxruntime's CUDA RotaryEmbedding kernels launch one block per (row, head):
+# com.microsoft's (contrib_ops/cuda/bert/rotary_embedding_impl.cu, LaunchRotaryEmbeddingKernel)
+# as ``grid(num_heads, sequence_length, batch_size)``, ONNX opset 23's
+# (core/providers/cuda/llm/rotary_embedding_impl.cu) as ``grid(sequence_length, batch_size,
+# num_heads)``: batch and (for com.microsoft) sequence are y/z dimensions, so neither may pass
+# 65535 (issue 44: ``[N, 1, d]`` rows failed with "CUDA failure 1: invalid argument" from
+# N = 65536 on onnxruntime-gpu 1.31.1, an H200).
+CUDA_GRID_YZ_LIMIT = 65535
+# Both kernels (and their CPU twins) address the rows with 32-bit ``int`` offsets
+# (``b * batch_stride + s * seq_stride``): a call holds at most 2^31 - 1 elements.
+KERNEL_INT_LIMIT = 2**31 - 1
+
+
+def fold(n: int) -> tuple[int, int]:
+    """``(batch, sequence)`` the fused graph gives the RotaryEmbedding ops for ``n`` positions:
+    ``sequence = n // CUDA_GRID_YZ_LIMIT + 1`` rows per batch entry (1 below the limit: the
+    ``[N, 1]`` form), ``batch = ceil(n / sequence)``, both ``<= CUDA_GRID_YZ_LIMIT`` for every
+    ``n < CUDA_GRID_YZ_LIMIT^2``; the last entry is padded with position 0."""
+    seq = int(n) // CUDA_GRID_YZ_LIMIT + 1
+    return -(-int(n) // seq), seq
+
+
+def max_rows(width: int) -> int:
+    """The most positions one call of a fused graph of output width ``width`` (``2k``) takes:
+    the kernels' int offsets (``KERNEL_INT_LIMIT``)."""
+    return KERNEL_INT_LIMIT // int(width)
+
+
 def rotary_columns(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequence[int],
-                   scale: np.ndarray | None, rotary: str, prefix: str = "sliced_") -> str:
-    """``[N, 2k]`` float32 ``[cos | sin]`` of positions ``[N]`` (bitwise slicing), the angle
-    additions done by a ``RotaryEmbedding`` kernel per slice above the lowest (``rotary``:
-    ``"ort"`` for ``com.microsoft``'s, ``"rotary23"`` for ONNX opset 23's).
+                   scale: np.ndarray | None, rotary: str, prefix: str = "sliced_",
+                   pairs: str = "cos-sin") -> str:
+    """``[N, 2k]`` float32 of positions ``[N]`` (bitwise slicing), the angle additions done by
+    a ``RotaryEmbedding`` kernel per slice above the lowest (``rotary``: ``"ort"`` for
+    ``com.microsoft``'s, ``"rotary23"`` for ONNX opset 23's). ``pairs``: ``"cos-sin"``, rope's
+    ``[cos | sin]``; ``"sin-cos"``, sinusoidal's ``layout=half`` ``[sin | cos]``;
+    ``"sin-cos-interleaved"``, sinusoidal's ``[sin_0, cos_0, sin_1, cos_1, ...]``.
 
     The op rotates a row ``[x1 | x2]`` by the cache row ``p``: ``[x1 cos - x2 sin | x2 cos + x1
     sin]``, which for ``x = [cos b | sin b]`` and the caches ``cos a``, ``sin a`` is ``[cos(a + b)
     | sin(a + b)]``: the two products and the sum per column that ``columns_graph`` writes as
-    six nodes, in one fused pass. So: ``x = `` the lowest slice's ``[cos | sin]`` row, then one
-    ``RotaryEmbedding`` per higher slice, its caches that slice's tables and its ``position_ids``
-    the slice index; the top slice's caches hold the negative rows too (``columns_graph``'s:
-    ``cos(-x) = cos x``, ``sin(-x) = -sin x``, rows ``2^w ..``), read at ``floor(pos / 2^k) mod
-    2^(w+1)``. Every id is masked into its cache: the CPU kernels read row
-    ``position_id`` unchecked, so a position past the plan wraps (wrong, never out of bounds),
-    where ``columns_graph``'s Gather fails. The products and sums are the same as
-    ``columns_graph``'s, so ``bound`` holds unchanged. Rows are ``[N, 1, 2k]``: one head of width
-    ``2k``, a sequence of one (the ``com.microsoft`` kernel refuses a sequence longer than its
-    cache), reshaped to ``[N, 2k]`` at the end."""
+    six nodes, in one fused pass. For ``x = [sin b | cos b]`` the sin cache holds ``-sin a``:
+    ``[sin b cos a + cos b sin a | cos b cos a - sin b sin a] = [sin(a + b) | cos(a + b)]``;
+    ``interleaved=1`` rotates the pairs ``(x_2i, x_2i+1)`` the same way (issue 44: sinusoidal's
+    fused form). So: ``x = `` the lowest slice's row, then one ``RotaryEmbedding`` per higher
+    slice, its caches that slice's tables and its ``position_ids`` the slice index; the top
+    slice's caches hold the negative rows too (``columns_graph``'s: ``cos(-x) = cos x``,
+    ``sin(-x) = -sin x``, rows ``2^w ..``), read at ``floor(pos / 2^k) mod 2^(w+1)``. Every id is
+    masked into its cache: the CPU kernels read row ``position_id`` unchecked, so a position past
+    the plan wraps (wrong, never out of bounds), where ``columns_graph``'s Gather fails. The
+    products and sums are the same as ``columns_graph``'s (a sign flip is exact), so ``bound``
+    holds unchanged.
+
+    Rows go to the ops as ``[B, S, 2k]`` (one head of width ``2k``): ``fold``'s ``S = N // 65535
+    + 1``, ``B = ceil(N / S)`` keep CUDA's grid within ``CUDA_GRID_YZ_LIMIT`` at any ``N`` up to
+    ``max_rows`` (positions padded with 0 to ``B S``, the rows cut back to ``N`` at the end).
+    Both kernels refuse a sequence longer than their cache ("Updating cos_cache and sin_cache
+    ... is not currently supported"), so every cache is padded with zero rows (never read: the
+    ids are masked) to the longest ``S`` (``fold(max_rows(2k))``) by an ``Expand``/``Concat`` of
+    initializers: onnxruntime folds it at session load, the file does not grow."""
     if rotary not in ("ort", "rotary23"):
         raise BadParameterError(f"--rope-lowering {rotary} does not fuse sliced angle additions; "
                                 "choose ort or rotary23")
+    if pairs not in ("cos-sin", "sin-cos", "sin-cos-interleaved"):
+        raise ValueError(pairs)
     widths_low = list(reversed([int(w) for w in widths]))
     tables = slice_tables(inv_freq, widths, scale, top_extra=True)
+    k = len(inv_freq)
     rows = 1 << widths_low[-1]
     shifts = np.cumsum([0, *widths_low]).tolist()
-    # Slice c is (pos & (2^w_c - 1) 2^k_c) / 2^k_c: two's complement bits k_c .. k_c + w_c - 1
-    # of pos, so for the top slice (w + 1 bits: its sign row block) floor(pos / 2^k) mod 2^(w+1)
-    # (exact int64 Div of a multiple), in [0, 2R): the rows of its both-sign caches. Sliced on
-    # [N] (onnxruntime's broadcast walks an [N, 1] operand a row at a time: 2.5x slower at
-    # N = 512), the ids then made [N, 1] and the lowest table stored [rows, 1, 2k], so its
-    # Gather yields the [N, 1, 2k] rows the op takes.
-    row_axis = g.const([1], np.int64, f"{prefix}row_axis")
+    longest = fold(max_rows(2 * k))[1]
+    # fold: S = N // 65535 + 1, pad = (-N) mod S (Mod's fmod=0 takes the divisor's sign: in
+    # [0, S)), positions + pad zeros -> [B S], every id reshaped [B, S]. Shape arithmetic on
+    # [1]-tensors; the slicing itself stays on a flat vector (onnxruntime's broadcast walks an
+    # [N, 1] operand a row at a time: 2.5x slower at N = 512).
+    n = g.op("Shape", positions)
+    seq = g.op("Add", g.op("Div", n, g.const([CUDA_GRID_YZ_LIMIT], np.int64,
+                                            f"{prefix}grid_limit")),
+               g.const([1], np.int64, f"{prefix}one_row"))
+    pad = g.op("Mod", g.op("Neg", n), seq, fmod=0)
+    padded = g.op("Concat", positions, g.op("Expand", g.const(0, np.int64, f"{prefix}pad_row"),
+                                            pad), axis=0)
+    grid = g.op("Concat", g.const([-1], np.int64, f"{prefix}batch"), seq, axis=0)
     ids = []
-    for c, (k, w) in enumerate(zip(shifts, widths_low, strict=False)):
+    for c, (k_c, w) in enumerate(zip(shifts, widths_low, strict=False)):
         bits = w + 1 if c == len(widths_low) - 1 else w
-        masked = g.op("BitwiseAnd", positions, g.const(((1 << bits) - 1) << k, np.int64,
-                                                         f"{prefix}bits{c}"))
-        if k:
-            ids.append(g.op("Unsqueeze", g.op("Div", masked, g.const(1 << k, np.int64,
-                                                                      f"{prefix}step{c}")),
-                            row_axis))
-        else:
-            ids.append(masked)
+        masked = g.op("BitwiseAnd", padded, g.const(((1 << bits) - 1) << k_c, np.int64,
+                                                    f"{prefix}bits{c}"))
+        if k_c:
+            masked = g.op("Div", masked, g.const(1 << k_c, np.int64, f"{prefix}step{c}"))
+        ids.append(g.op("Reshape", masked, grid))
     cos0, sin0 = tables[0]
-    low = g.const(np.hstack([cos0, sin0])[:, None, :], np.float32, f"{prefix}low")
-    x = g.op("Gather", low, ids[0], axis=0)  # [N, 1, 2k]
+    if pairs == "cos-sin":
+        low_row = np.hstack([cos0, sin0])
+    elif pairs == "sin-cos":
+        low_row = np.hstack([sin0, cos0])
+    else:
+        low_row = np.stack([sin0, cos0], axis=-1).reshape(len(sin0), 2 * k)
+    low = g.const(low_row, np.float32, f"{prefix}low")
+    x = g.op("Gather", low, ids[0], axis=0)  # [B, S, 2k]
+    minus = g.const(-1.0, np.float32, f"{prefix}minus_one")
+    zero = None
     for c, (cos, sin) in enumerate(tables[1:], start=1):
         cos_t = g.const(cos, np.float32, f"{prefix}cos{c}")
         sin_t = g.const(sin, np.float32, f"{prefix}sin{c}")
         if c == len(tables) - 1:  # rows R .. 2R-1: s = -R .. -1, the stored rows R .. 1
-            keep = [g.const([v], np.int64, f"{prefix}kept_{n}")
-                    for n, v in (("start", 0), ("stop", rows), ("axis", 0), ("step", 1))]
-            mirror = [g.const([v], np.int64, f"{prefix}mirrored_{n}")
-                      for n, v in (("start", rows), ("stop", 0), ("axis", 0), ("step", -1))]
-            minus = g.const(-1.0, np.float32, f"{prefix}minus_one")
+            keep = [g.const([v], np.int64, f"{prefix}kept_{n_}")
+                    for n_, v in (("start", 0), ("stop", rows), ("axis", 0), ("step", 1))]
+            mirror = [g.const([v], np.int64, f"{prefix}mirrored_{n_}")
+                      for n_, v in (("start", rows), ("stop", 0), ("axis", 0), ("step", -1))]
             cos_t = g.op("Concat", g.op("Slice", cos_t, *keep), g.op("Slice", cos_t, *mirror),
                          axis=0)
             sin_t = g.op("Concat", g.op("Slice", sin_t, *keep),
                          g.op("Mul", g.op("Slice", sin_t, *mirror), minus), axis=0)
+        if pairs != "cos-sin":  # x = [sin b | cos b]: rotate by -a's sin (docstring)
+            sin_t = g.op("Mul", sin_t, minus)
+        have = 2 * rows if c == len(tables) - 1 else len(cos)
+        if have < longest:  # the kernels' sequence <= cache rows (docstring)
+            zero = zero or g.const(0.0, np.float32, f"{prefix}zero")
+            zeros = g.op("Expand", zero,
+                         g.const([longest - have, k], np.int64, f"{prefix}cache_pad{c}"))
+            cos_t, sin_t = (g.op("Concat", t, zeros, axis=0) for t in (cos_t, sin_t))
+        interleaved = int(pairs == "sin-cos-interleaved")
         if rotary == "ort":
             x = g.op("RotaryEmbedding", x, ids[c], cos_t, sin_t, domain="com.microsoft",
-                     interleaved=0, num_heads=1)
+                     interleaved=interleaved, num_heads=1)
         else:
-            x = g.op("RotaryEmbedding", x, cos_t, sin_t, ids[c], interleaved=0, num_heads=1)
-    return g.op("Reshape", x, g.const([-1, 2 * len(inv_freq)], np.int64, f"{prefix}rows"))
+            x = g.op("RotaryEmbedding", x, cos_t, sin_t, ids[c], interleaved=interleaved,
+                     num_heads=1)
+    flat = g.op("Reshape", x, g.const([-1, 2 * k], np.int64, f"{prefix}rows"))
+    return g.op("Slice", flat, g.const([0], np.int64, f"{prefix}first_row"), n,
+                g.const([0], np.int64, f"{prefix}row_axis"))
 
 
 def cos_sin(g: Graph, positions: str, inv_freq: np.ndarray, widths: Sequence[int],
@@ -471,8 +538,42 @@ def sinusoidal(config, module, manifest: dict):
     positions = POSITIONS
     if module.offset:
         positions = g.op("Add", POSITIONS, g.const(np.int64(module.offset), np.int64, "offset"))
+    rotary = _fused(config, widths)
+    if rotary is not None:  # issue 44: the angle additions fused, as rope's
+        pairs = "sin-cos" if module.layout == "half" else "sin-cos-interleaved"
+        pe = rotary_columns(g, positions, inv_freq, widths, None, rotary, pairs=pairs)
+        return _fused_model(config, g, pe, manifest, rotary)
     pe = columns_graph(g, positions, inv_freq, widths, slots, kinds, None, config.lowering)
     return _pe_model(config, g, pe, manifest)
+
+
+def _fused(config, widths: Sequence[int]) -> str | None:
+    """``--rope-lowering ort|rotary23`` of a sliced encode graph (``None``: plain ops), checked:
+    it fuses bitwise slicing's angle additions (a one-slice plan has none: plain)."""
+    rotary = config.extra.get("rope_lowering", "onnx")
+    if rotary == "onnx" or len(widths) == 1:
+        return None
+    if rotary not in ("ort", "rotary23"):
+        raise BadParameterError(f"--rope-lowering {rotary!r} is not one of: onnx, ort, rotary23")
+    if config.lowering != "bitwise":
+        raise BadParameterError(
+            f"--rope-lowering {rotary} fuses the sliced graph's angle additions after "
+            f"bitwise slicing; --lowering {config.lowering} is for targets without "
+            "RotaryEmbedding: drop one of them")
+    if rotary == "rotary23" and config.opset < 23:
+        raise BadParameterError(f"--rope-lowering rotary23 needs --opset 23 or later "
+                                f"(RotaryEmbedding), got {config.opset}")
+    return rotary
+
+
+def _fused_model(config, g: Graph, pe: str, manifest: dict, rotary: str):
+    from edgepe.graphs import trig
+
+    g.finish(pe, config.dtype)
+    out = output("pe", config.dtype, ["N", config.scheme.d_model])
+    extra = {trig.MS_DOMAIN: 1} if rotary == "ort" else None
+    return make_model(g.nodes, [positions_input(None)], [out], g.initializers,
+                      config.opset, manifest, g.name, extra_opsets=extra)
 
 
 def rope(config, module, manifest: dict):
@@ -487,22 +588,10 @@ def rope(config, module, manifest: dict):
     if graph == "encode":
         k = len(inv_freq)
         g = Graph("edgepe_rope_sliced")
-        rotary = config.extra.get("rope_lowering", "onnx")
-        if rotary != "onnx" and len(widths) > 1:
-            if config.lowering != "bitwise":
-                raise BadParameterError(
-                    f"--rope-lowering {rotary} fuses the sliced graph's angle additions after "
-                    f"bitwise slicing; --lowering {config.lowering} is for targets without "
-                    "RotaryEmbedding: drop one of them")
-            if rotary == "rotary23" and config.opset < 23:
-                raise BadParameterError(f"--rope-lowering rotary23 needs --opset 23 or later "
-                                        f"(RotaryEmbedding), got {config.opset}")
+        rotary = _fused(config, widths)
+        if rotary is not None:
             pe = rotary_columns(g, POSITIONS, inv_freq, widths, scale, rotary)
-            g.finish(pe, config.dtype)
-            out = output("pe", config.dtype, ["N", config.scheme.d_model])
-            extra = {trig.MS_DOMAIN: 1} if rotary == "ort" else None
-            return make_model(g.nodes, [positions_input(None)], [out], g.initializers,
-                              config.opset, manifest, g.name, extra_opsets=extra)
+            return _fused_model(config, g, pe, manifest, rotary)
         pe = columns_graph(g, POSITIONS, inv_freq, widths, [*range(k), *range(k)],
                            [COS] * k + [SIN] * k, scale, config.lowering)
         return trig._pe_model(config, g, pe, manifest)

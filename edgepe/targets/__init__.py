@@ -28,7 +28,7 @@ from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, Profile
 LOWERING_ORDER = ("bitwise", "arith", "arith32", "float", "trunc")
 
 __all__ = ["DEFAULT_TARGET", "LOWERING_ORDER", "PROFILES", "check_file", "check_model",
-           "for_export", "profile"]
+           "for_export", "form_note", "profile"]
 
 
 def profile(name: str) -> Profile:
@@ -132,6 +132,30 @@ def for_export(config, target: str, lowering_given: bool):
     raise BadParameterError(f"target {prof.name} ({prof.runtime}) cannot run scheme "
                             f"'{config.scheme.scheme}' --mode {config.mode}: {' | '.join(why)}; "
                             f"{hint}")
+
+
+# Issue 44, measured on an NVIDIA H200 with onnxruntime-gpu 1.31.1 (IOBinding, 65,535 positions
+# below 32768, rope head dim 128): Sin/Cos 68.7 us, the cache Gather 56.0, --mode sliced as
+# --target ort-cuda writes it 256.5, fused (--rope-lowering ort) 231.3; at 1,048,576 positions
+# 695, 578, 2,907 (fused: failed then, a CUDA grid limit since folded away, graphs.sliced.fold).
+# On CUDA the trig is cheap and the sliced graph's extra passes are not: compute is its form.
+CUDA_FORM = ("Sin/Cos is cheap on CUDA (rope, 65,535 positions on an H200: 68.7 us, where "
+             "--mode sliced took 256.5 and its fused form 231.3)")
+
+
+def form_note(config, target: str) -> str | None:
+    """The line ``export --target ort-cuda`` prints for rope and sinusoidal: which form it wrote
+    and why (issue 44: sliced is not the GPU's form); ``None`` for other targets and schemes."""
+    if profile(target).name != "ort-cuda" or config.scheme.scheme not in ("rope", "sinusoidal"):
+        return None
+    scheme = config.scheme.scheme
+    if config.mode == "compute":
+        return (f"ort-cuda: {scheme} --mode compute is the GPU's form: {CUDA_FORM}; --mode "
+                "sliced is for targets without Sin/Cos or libm")
+    if config.mode == "sliced":
+        return (f"ort-cuda: {scheme} --mode sliced as asked (--lowering {config.lowering}); the "
+                f"GPU's form is --mode compute: {CUDA_FORM}")
+    return None
 
 
 # Short dtype names for the support table in docs/readme/targets.md.

@@ -348,9 +348,11 @@ def _verify_on(name, path, manifest, ours, chunks, tolerance, probe_tolerance, b
         _reraise_bad_input(exc)
         comparison.fail(f"could not load the artifact: {_first_line(exc)}")
     placement = None
+    first = None
     if runtime is not None:
         try:
             for chunk in chunks():
+                first = first or (None if chunk.probe else chunk)
                 try:
                     if by_position:
                         actual = runtime.run(chunk.feeds)
@@ -367,6 +369,8 @@ def _verify_on(name, path, manifest, ours, chunks, tolerance, probe_tolerance, b
                 comparison.update(actual, expected, chunk.where,
                                   chunk.positions, probe_tolerance if chunk.probe else None)
                 advance(chunk.progress)
+            if name in GPU_RUNTIMES and first is not None and comparison.result.error is None:
+                _past_kernel_limits(runtime, first, comparison, ours)
             placement = getattr(runtime, "placement", None)
         finally:
             getattr(runtime, "close", lambda: None)()
@@ -374,6 +378,44 @@ def _verify_on(name, path, manifest, ours, chunks, tolerance, probe_tolerance, b
     result.seconds = time.perf_counter() - t0
     result.placement = placement
     return result
+
+
+# Issue 44: a graph that runs at the sweep's chunk sizes can still fail a GPU kernel's launch
+# past a grid limit: onnxruntime's CUDA RotaryEmbedding failed from 65,536 rows per call ("CUDA
+# failure 1: invalid argument") until the fused sliced graph folded its rows. On these providers
+# one more call goes past every such limit edgepe knows: twice CUDA's 65,535 and one.
+GPU_RUNTIMES = ("cuda", "trt")
+PAST_KERNEL_LIMITS = 2 * 65535 + 1  # graphs.sliced.CUDA_GRID_YZ_LIMIT
+PAST_LIMITS_ELEMENTS = 2**27  # 512 MiB of float32 output: wider rows skip the call
+
+
+def _past_kernel_limits(runtime, chunk, comparison: Comparison, ours: dict[str, Any]) -> None:
+    """Run ``chunk``'s positions (already compared) tiled to ``PAST_KERNEL_LIMITS`` in one call
+    and compare every row with the same reference; only for graphs of one ``positions [N]``
+    input and one row per position (the encodings, not bias grids or apply graphs)."""
+    feeds = chunk.feeds
+    pos = feeds.get("positions")
+    expected = np.asarray(chunk.expected)
+    if list(feeds) != ["positions"] or pos is None or pos.ndim != 1 or not len(pos) or \
+            expected.shape[:1] != pos.shape or \
+            PAST_KERNEL_LIMITS * max(1, expected[0].size) > PAST_LIMITS_ELEMENTS:
+        return
+    reps = -(-PAST_KERNEL_LIMITS // len(pos))
+    n = reps * len(pos)
+    tiled = np.tile(pos, reps)
+    try:
+        actual = runtime.run({"positions": tiled})
+    except Exception as exc:  # noqa: BLE001 - a run that fails is a failed result
+        comparison.fail(f"run of {n} positions in one call (past 65535 rows: CUDA's grid "
+                        f"limit) failed: {_first_line(exc)}")
+        return
+    want = _as_stored(np.tile(expected, (reps,) + (1,) * (expected.ndim - 1)), ours)
+    size = len(pos)
+
+    def where(index: tuple[int, ...]) -> str:
+        return f"{chunk.where((index[0] % size, *index[1:]))} (in one call of {n} positions)"
+
+    comparison.update(actual, want, where, n)
 
 
 def _audit_placement(result: CompareResult, placement: dict, strict: bool) -> None:
