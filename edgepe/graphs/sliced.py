@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from edgepe.contract.errors import BadParameterError
+from edgepe.graphs import trig
 from edgepe.graphs._common import POSITIONS, Graph, make_model, output, positions_input
 
 LOWERINGS = ("bitwise", "trunc", "clip32")
@@ -567,8 +568,6 @@ def _fused(config, widths: Sequence[int]) -> str | None:
 
 
 def _fused_model(config, g: Graph, pe: str, manifest: dict, rotary: str):
-    from edgepe.graphs import trig
-
     g.finish(pe, config.dtype)
     out = output("pe", config.dtype, ["N", config.scheme.d_model])
     extra = {trig.MS_DOMAIN: 1} if rotary == "ort" else None
@@ -579,8 +578,6 @@ def _fused_model(config, g: Graph, pe: str, manifest: dict, rotary: str):
 def rope(config, module, manifest: dict):
     """rope's graphs (``--rope-graph`` encode/cache/apply/apply-4d, every lowering) with the
     sliced cos/sin in place of Sin/Cos: ``encode`` is ``[cos | sin]`` in one sliced pass."""
-    from edgepe.graphs import trig
-
     widths = plan_of(config)
     inv_freq, scale, attention = _frequencies(module)
     graph, _ = trig.rope_choice(config)
