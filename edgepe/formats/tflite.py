@@ -56,6 +56,7 @@ PROJECTIONS = ("binary",)
 # Bias models subtract int32 positions: |t|, |u| <= 2^30 keeps t - u inside int32.
 BIAS_LIMIT = 2**30
 INT32 = (-(2**31), 2**31 - 1)
+FLOAT_LIMIT = 2**24
 # read_model's bounds on an untrusted file.
 MAX_FILE_BYTES = 256 * 2**20
 MAX_TENSOR_BYTES = 64 * 2**20
@@ -77,6 +78,21 @@ def require_runtime(name: str = "litert") -> str:
     except PackageNotFoundError:
         raise BadParameterError(f"--format tflite on {name} needs {package}, which is not "
                                 f"installed: {INSTALL}") from None
+
+
+def installed() -> list[str]:
+    """The interpreters of ``RUNTIMES`` installed here (``verify``'s default runtimes)."""
+    import importlib.util
+
+    modules = {"litert": "ai_edge_litert", "tflm": "tflite_micro"}
+    return [name for name in RUNTIMES if importlib.util.find_spec(modules[name]) is not None]
+
+
+def runs_on(manifest: dict[str, Any]) -> list[str]:
+    """The interpreters of ``RUNTIMES`` that run what edgepe writes for ``manifest``: LiteRT
+    runs every model; TFLM all but ``--lowering bitwise`` (its resolver has no RIGHT_SHIFT)."""
+    bitwise = manifest.get("mode") == "compute" and manifest.get("lowering") == "bitwise"
+    return [name for name in RUNTIMES if not (name == "tflm" and bitwise)]
 
 
 def _require_writer() -> None:
@@ -146,9 +162,12 @@ def prepare(config: ExportConfig, module) -> Prepared:
     manifest = base_manifest(config, output_shape(config), config.dtype)
     if config.mode == "table":
         manifest["lowering"] = None
-    if config.scheme.spec.kind == "bias":
-        limit = manifest["positions"]["limit"]
-        manifest["positions"]["limit"] = BIAS_LIMIT if limit is None else min(limit, BIAS_LIMIT)
+    # Bias models subtract int32 positions; float bits are exact up to 2^24 (lowerings.py).
+    cap = (BIAS_LIMIT if config.scheme.spec.kind == "bias"
+           else FLOAT_LIMIT if config.mode == "compute" and config.lowering == "float" else None)
+    limit = manifest["positions"]["limit"]
+    if cap is not None:
+        manifest["positions"]["limit"] = cap if limit is None else min(limit, cap)
     graph = build(config, module, manifest)
     data = graph.serialize(f"edgepe {config.scheme.scheme} {config.mode}")
     manifest["tflite"] = {
