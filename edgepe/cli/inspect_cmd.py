@@ -65,6 +65,9 @@ def command(
         _print_program(console, info["program"])
     if "tflite" in info:
         _print_tflite(console, info["tflite"])
+        if target is not None:
+            _print_target(console, path, target)
+        return
     graph = info.get("graph")
     if graph is None:
         return
@@ -119,7 +122,7 @@ def _print_tflite(console, model: dict) -> None:
     arena = model["arena_bytes"]
     console.print(f"constants {model['constant_bytes']} bytes; TFLM arena "
                   + (f"{arena} bytes (smallest that allocates on this host's TFLM)"
-                     if arena is not None else "unknown (tflite-micro not installed)"))
+                     if arena is not None else f"unknown ({model['arena_note']})"))
 
 
 def _print_target(console, path: Path, target: str) -> None:

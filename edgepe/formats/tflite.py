@@ -658,14 +658,16 @@ class Program:
 
 def describe_model(data: bytes, arena: bool = True) -> dict[str, Any]:
     """What ``edgepe inspect`` shows of a ``.tflite``, read from the model itself: its ops in
-    graph order, inputs, outputs, constant bytes, and TFLM's arena (when tflite-micro is
-    installed; ``None`` otherwise)."""
+    graph order, inputs, outputs, constant bytes, and TFLM's arena (``None`` where
+    tflite-micro is not installed or does not load the model: ``arena_note`` says which)."""
     info = read_model(data)
-    info["arena_bytes"] = None
+    info["arena_bytes"], info["arena_note"] = None, "tflite-micro not installed"
     if arena:
         try:
             require_runtime("tflm")
+            info["arena_bytes"] = arena_bytes(data)
         except BadParameterError:
-            return info
-        info["arena_bytes"] = arena_bytes(data)
+            pass
+        except ArtifactError as exc:  # an op TFLM lacks: its own line says which
+            info["arena_note"] = str(exc).removeprefix("the .tflite ")
     return info
