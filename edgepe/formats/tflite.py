@@ -135,11 +135,7 @@ def check_options(config: ExportConfig) -> None:
     if config.quantize == "int8":
         from edgepe.graphs.quant import check_quantizable
 
-        check_quantizable(config)
-        if config.mode == "compute" and s.scheme not in PROJECTIONS:
-            raise BadParameterError(
-                f"scheme '{s.scheme}' stores no weights to quantise in a compute graph: use "
-                f"--mode table --quantize int8 (int8 compute: {', '.join(PROJECTIONS)})")
+        check_quantizable(config)  # (the other compute schemes are exact: refused there)
     if config.mode == "table":
         from edgepe.formats.bin import check_table_size
 
