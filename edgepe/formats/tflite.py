@@ -44,6 +44,7 @@ import numpy as np
 
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
 from edgepe.contract.errors import ArtifactError, BadParameterError
+from edgepe.contract.manifest import open_regular
 from edgepe.graphs.tflite_graph import IDENTIFIER, TYPE_NAMES, Graph
 
 INSTALL = "pip install -c constraints.txt -e '.[tflite]'"
@@ -499,8 +500,6 @@ def read_model(data: bytes) -> dict[str, Any]:
 
 def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
     """Refuse a file that is not a TFLite model edgepe reads; returns the model's inputs."""
-    from edgepe.contract.manifest import open_regular
-
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         data = f.read(MAX_FILE_BYTES + 1)
     info = read_model(data)

@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgepe.contract.errors import BadParameterError
+from edgepe.contract.manifest import open_regular
+from edgepe.export import prepare
 from edgepe.targets.check import NodeCheck, TargetReport
 from edgepe.targets.profiles import Profile
 
@@ -52,7 +54,6 @@ def check_model(model: dict, prof: Profile) -> TargetReport:
 
 
 def check_file(path: str | Path, prof: Profile) -> TargetReport:
-    from edgepe.contract.manifest import open_regular
     from edgepe.formats.tflite import MAX_FILE_BYTES, read_model
 
     with open(open_regular(Path(path), "artifact"), "rb", closefd=True) as f:
@@ -60,7 +61,6 @@ def check_file(path: str | Path, prof: Profile) -> TargetReport:
 
 
 def _candidate(config, module) -> dict:
-    from edgepe.export import prepare
     from edgepe.formats.tflite import read_model
 
     buffer = io.BytesIO()
