@@ -23,7 +23,7 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   ``MUL``: the dequantise every int8 table artifact does, bit for bit); ``binary``'s
   projection is TFLite full-integer: bits as an int8 tensor (scale 1), ``FULLY_CONNECTED`` with
   per-channel int8 weights (``quantized_dimension`` 0, one scale per output channel, zero points
-  0, int32 bias: TFLM's and CMSIS-NN's int8 fully-connected kernel) and an int8 output of one
+  0, no bias: TFLM's and CMSIS-NN's int8 fully-connected kernel) and an int8 output of one
   scale, then ``DEQUANTIZE`` (edgepe's int8 artifacts output float32: a model in int8 drops
   that last op and takes ``pe_int8``). Its bound is the weights' (``projection_quant``, exact
   int32 sum) plus the requantisation's: see ``_int8_projection``.
@@ -379,7 +379,7 @@ def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
                            f"127u) with s_out = {s_out!r} (two roundings of TFLite's Q31 "
                            "multiply, its multiplier's error, float32 DEQUANTIZE)")
     quant["output"] = {"tensor": "pe_int8", "scale": s_out, "zero_point": 0}
-    quant["bytes"]["int8"] = q.size + 4 * s.d_model + 4 * s.d_model  # weights, scales, bias
+    quant["bytes"]["int8"] = q.size + 4 * s.d_model  # weights and their float32 scales
     # Measured: the int32 sum requantised (round half away from zero, TFLite's rule) at every
     # position below max_len, against the float reference.
     pos = np.arange(s.max_len, dtype=np.int64)
@@ -399,9 +399,9 @@ def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
         g.tensors[b8].scale, g.tensors[b8].zero_point = (1.0,), (0,)
     w = g.const("weight_int8", np.ascontiguousarray(q.T, np.int8), scale=scale,
                 zero_point=[0] * s.d_model, axis=0)
-    bias = g.const("bias_int32", np.zeros(s.d_model, np.int32), scale=scale,
-                   zero_point=[0] * s.d_model, axis=0)
-    acc8 = g.op("FULLY_CONNECTED", [b8, w, bias], (ROWS, s.d_model), np.int8,
+    # No bias operand (optional in TFLite's FULLY_CONNECTED, TFLM's and CMSIS-NN's kernels
+    # alike): a zero int32 bias would add 64 words and their per-channel quantisation.
+    acc8 = g.op("FULLY_CONNECTED", [b8, w, -1], (ROWS, s.d_model), np.int8,
                 ("FullyConnectedOptions", {"FusedActivationFunction": 0}), out_name="pe_int8",
                 scale=(s_out,), zero_point=(0,))
     return g.op("DEQUANTIZE", [acc8], (ROWS, s.d_model), np.float32, out_name="pe")
