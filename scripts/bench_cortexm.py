@@ -215,8 +215,8 @@ def tflm_markdown(report: dict[str, Any], headers: list[dict[str, Any]]) -> str:
         "allocates it, 16 positions a call); the TFLM library's own code is not counted. Each "
         "model ran on TFLM over positions 0 .. L-1 within its bound first. Beside: the C "
         "header's function of the same variant (flash, RAM above).\n\n"
-        "| scheme | variant | model bytes | TFLM arena bytes | ops | C header flash | C header RAM |"
-        "\n|---|---|---:|---:|---|---:|---:|\n"
+        "| scheme | variant | model bytes | TFLM arena bytes | ops | C header flash "
+        "| C header RAM |\n|---|---|---:|---:|---|---:|---:|\n"
     )
     for r in report["rows"]:
         header = c.get(r["variant"].removesuffix(" (.tflite)"), {})

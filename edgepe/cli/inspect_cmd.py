@@ -18,7 +18,8 @@ def _yes(flag: bool) -> str:
 
 def command(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="An artifact: .onnx, .npy, .bin, .h, .pte or .tflite.")],
+    path: Annotated[Path, typer.Argument(
+        help="An artifact: .onnx, .npy, .bin, .h, .pte or .tflite.")],
     target: Annotated[str | None, typer.Option(
         "--target", metavar="NAME",
         help="Check every node against a runtime's profile (exit 1 if one is unsupported).")]

@@ -614,7 +614,7 @@ class Program:
 
     def _call(self, *inputs: np.ndarray) -> np.ndarray:
         if self.name == "litert":
-            for index, x in zip(self._in, inputs):
+            for index, x in zip(self._in, inputs, strict=True):
                 self._it.set_tensor(index, x)
             self._it.invoke()
             return self._it.get_tensor(self._out).copy()
