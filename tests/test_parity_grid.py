@@ -43,8 +43,9 @@ C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
              "binary-gated", "fourier-binary", "sinusoidal", "rope", "alibi")
 RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",),
             "tflite": ("litert", "tflm")}
-# .tflite (issue 43): compute graphs of these bit schemes (the float lowering runs on TFLM too,
-# RIGHT_SHIFT on LiteRT only), tables of every [N]-position scheme but rope, bias tables.
+# .tflite (issue 43): compute graphs of these bit schemes and binary's sliced one (the float
+# lowering runs on TFLM too, RIGHT_SHIFT on LiteRT only), tables of every [N]-position scheme
+# but rope, bias tables.
 TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
@@ -114,7 +115,7 @@ def _variants(scheme: str, mode: str) -> list[tuple]:
         out.append(("onnx", "float32", "int8", "") if trig else ("c", "float32", "int8", ""))
         if scheme == "rope":
             out += [("onnx", "float32", "none", "apply"), ("onnx", "float32", "none", "apply-ort")]
-        return out
+        return out + _tflite_variants(scheme, mode, get_spec(scheme))
     spec = get_spec(scheme)
     bits = zero_one(scheme)
     out = [("onnx", "float32", "none", ""), ("onnx", "float16", "none", "")]
@@ -145,7 +146,7 @@ def _variants(scheme: str, mode: str) -> list[tuple]:
 
 
 def _tflite_variants(scheme: str, mode: str, spec) -> list[tuple]:
-    if mode == "compute" and scheme in TFLITE_COMPUTE:
+    if mode == "sliced" and scheme == "binary" or mode == "compute" and scheme in TFLITE_COMPUTE:
         out = [("tflite", "float32", "none", "", lowering) for lowering in ("bitwise", "float")]
         if scheme == "binary":
             out += [("tflite", "float32", "int8", "", lowering) for lowering in ("bitwise",
@@ -171,7 +172,7 @@ def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
                         for runtime in RUNTIMES[fmt]:
                             if graph == "apply-ort" and runtime == "ref":
                                 continue  # com.microsoft ops: onnxruntime only
-                            if runtime == "tflm" and mode == "compute" and lowering == "bitwise":
+                            if runtime == "tflm" and mode != "table" and lowering == "bitwise":
                                 continue  # TFLM's resolver has no RIGHT_SHIFT
                             cells.append(Cell(scheme, mode, fmt, dtype, quantize, runtime,
                                               max_len, d_model, graph, lowering))

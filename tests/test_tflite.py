@@ -185,6 +185,7 @@ def test_load_runs_on_litert(demo_int8) -> None:
     ({"scheme": "sinusoidal"}, "use --mode table"),
     ({"scheme": "gray", "quantize": "int8"}, "would only add error"),
     ({"lowering": "arith32"}, "computes bits with bitwise or float"),
+    ({"scheme": "sinusoidal", "mode": "sliced"}, "has no .tflite --mode sliced"),
 ])
 def test_refused_options_name_what_works(kw, message) -> None:
     with pytest.raises(BadParameterError, match=message.replace("[", r"\[")):

@@ -16,6 +16,9 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   only (issue 43, measured: "Type 'INT32' is not supported by FLOOR_MOD"). Gray bit ``k`` is
   ``(b_k - b_(k+1))^2`` (xor of two 0/1 values, no ``ABS``); ``binary`` projects the bits with
   ``FULLY_CONNECTED``.
+- ``--mode sliced`` (``binary``, the C header's slices): one ``GATHER`` per bit slice of the
+  projection rows' sums (``edgepe.graphs.sliced.binary_tables``), added; the slice index from
+  the same two lowerings.
 - ``--mode table``: the table of ``edgepe.graphs.table_values`` as a constant, rows gathered
   (``GATHER``) at positions clamped with ``MINIMUM``/``MAXIMUM`` to ``[0, max_len - 1]``; bias
   rows by the distance ``t - u`` clamped to the table, then ``TRANSPOSE`` to ``[H, N, M]``.
@@ -54,6 +57,8 @@ BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
 BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray")
 PROJECTIONS = ("binary",)
+# --mode sliced: the demo's projection as one GATHER per bit slice (graphs.sliced.binary_tables).
+SLICED = ("binary",)
 # Bias models subtract int32 positions: |t|, |u| <= 2^30 keeps t - u inside int32.
 BIAS_LIMIT = 2**30
 INT32 = (-(2**31), 2**31 - 1)
@@ -92,7 +97,8 @@ def installed() -> list[str]:
 def runs_on(manifest: dict[str, Any]) -> list[str]:
     """The interpreters of ``RUNTIMES`` that run what edgepe writes for ``manifest``: LiteRT
     runs every model; TFLM all but ``--lowering bitwise`` (its resolver has no RIGHT_SHIFT)."""
-    bitwise = manifest.get("mode") == "compute" and manifest.get("lowering") == "bitwise"
+    bitwise = manifest.get("mode") in ("compute", "sliced") and manifest.get("lowering") == \
+        "bitwise"
     return [name for name in RUNTIMES if not (name == "tflm" and bitwise)]
 
 
@@ -111,19 +117,20 @@ def check_options(config: ExportConfig) -> None:
     if config.dtype != "float32":
         raise BadParameterError(f"--dtype {config.dtype}: a .tflite outputs float32 (int8 with "
                                 "--quantize int8)")
-    if config.int8_runtime != "fold" or config.extra:
+    sliced = config.mode == "sliced"
+    if config.int8_runtime != "fold" or set(config.extra) - ({"slices"} if sliced else set()):
         raise BadParameterError("--int8-runtime and --param options apply to ONNX graphs, not "
-                                "to --format tflite")
-    if config.mode == "sliced":
-        raise BadParameterError("--mode sliced is an ONNX graph or a C header; a .tflite is "
-                                "--mode compute (bit schemes) or table")
+                                "to --format tflite" + (" (but slices=...)" if sliced else ""))
+    if sliced and s.scheme not in SLICED:
+        raise BadParameterError(f"scheme '{s.scheme}' has no .tflite --mode sliced (sliced: "
+                                f"{', '.join(SLICED)}; rope and sinusoidal: --format onnx or c)")
     if s.arity is not None:
         raise BadParameterError(f"scheme '{s.scheme}' takes positions [N, {s.arity}]: .tflite "
                                 "models take positions [N] (use --format onnx, pte or c)")
     if s.spec.kind not in ("pe", "bias"):
         raise BadParameterError(f"scheme '{s.scheme}' ({s.spec.kind}) has no .tflite form: "
                                 "its rows are not a [N, D] encoding or a bias")
-    if config.mode == "compute":
+    if config.mode in ("compute", "sliced"):
         if s.scheme not in BIT_SCHEMES:
             raise BadParameterError(f"scheme '{s.scheme}' has no .tflite compute graph (compute: "
                                     f"{', '.join(BIT_SCHEMES)}): use --mode table")
@@ -161,7 +168,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
         manifest["lowering"] = None
     # Bias models subtract int32 positions; float bits are exact up to 2^24 (lowerings.py).
     cap = (BIAS_LIMIT if config.scheme.spec.kind == "bias"
-           else FLOAT_LIMIT if config.mode == "compute" and config.lowering == "float" else None)
+           else FLOAT_LIMIT if config.mode != "table" and config.lowering == "float" else None)
     limit = manifest["positions"]["limit"]
     if cap is not None:
         manifest["positions"]["limit"] = cap if limit is None else min(limit, cap)
@@ -183,7 +190,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
 
 
 def _wraps(config: ExportConfig) -> bool:
-    return config.mode == "compute" and config.lowering == "bitwise"
+    return config.mode in ("compute", "sliced") and config.lowering == "bitwise"
 
 
 def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
@@ -194,6 +201,8 @@ def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
         _bias_table(g, config, module, manifest)
     elif config.mode == "table":
         _table(g, config, module, manifest)
+    elif config.mode == "sliced":
+        _binary_sliced(g, config, module, manifest)
     else:
         _bits_model(g, config, module, manifest)
     return g
@@ -334,6 +343,80 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
                    (ROWS, s.d_model), np.float32, out_name="pe")
     g.tensors[out].name = "pe"
     g.outputs.append(out)
+
+
+def _binary_sliced(g: Graph, config, module, manifest) -> None:
+    """``pe = sum_c T_c[s_c]``: slice ``c`` holds bits ``k_c .. k_c + w_c - 1`` of
+    ``pos mod 2^n``, ``s_c = floor(p / 2^k_c) - 2^w_c floor(p / 2^(k_c + w_c))`` (with
+    RIGHT_SHIFT in int32, or FLOOR in float32 then CAST to int32 indices), ``T_c`` the sum of
+    the projection rows of the bits set in ``s_c`` (``graphs.sliced.binary_tables``: float32
+    tables of float64 sums; int8: the exact integer sums of the int8 projection, held in
+    float32, then one float32 multiply by the column scale: the int8 compute graph's value bit
+    for bit, and its bound)."""
+    from edgepe.graphs.sliced import binary_plan, binary_tables
+
+    s = config.scheme
+    n, d = s.n_bits, s.d_model
+    widths = binary_plan(config)
+    low_first = list(reversed(widths))
+    shifts = np.cumsum([0, *low_first[:-1]]).astype(int).tolist()
+    if config.quantize == "int8":
+        from edgepe.graphs.int8 import projection_quant
+
+        q, scale, _, quant = projection_quant(config, module, "int32")
+        for graph_only in ("tensor", "scale_tensor", "scale_storage"):
+            quant.pop(graph_only, None)
+        # float32 holds the exact int32 sums (|T| <= 127 n < 2^24) and TFLM gathers float32
+        # and int8 only ("Type 'INT32' is not supported by gather"); sums of integers below
+        # 2^24 stay exact, so this is the int32 sum, bit for bit.
+        tables = [t.astype(np.float32) for t in binary_tables(q, low_first, True)]
+        quant["bytes"]["int8"] = sum(t.nbytes for t in tables) + 4 * d
+        manifest["quant"] = quant
+        scale = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (d,))
+    else:
+        tables = binary_tables(_weight(config, module), low_first, False)
+    manifest["sliced"] = {"slices": [int(w) for w in widths],
+                          "shifts": [int(k) for k in shifts[::-1]],
+                          "table_bytes": int(sum(t.nbytes for t in tables))}
+    pos = g.input("positions", (ROWS,), np.int32)
+    if config.lowering == "bitwise":
+        x = pos
+    else:  # graphs/lowerings.py's proof: exact for |pos| <= 2^24
+        x = g.op("CAST", [pos], (ROWS,), np.float32)
+        q_ = g.op("FLOOR", [g.op("MUL", [x, g.const("inv_2n", np.float32(2.0 ** -n))], (ROWS,),
+                                 np.float32)], (ROWS,), np.float32)
+        x = g.op("SUB", [x, g.op("MUL", [q_, g.const("two_n", np.float32(2.0 ** n))], (ROWS,),
+                                 np.float32)], (ROWS,), np.float32)  # pos mod 2^n
+
+    floors: dict[int, int] = {0: x} if config.lowering == "bitwise" else {}
+
+    def down(k: int) -> int:  # floor(x / 2^k), each k computed once
+        if k not in floors:
+            floors[k] = _down(k)
+        return floors[k]
+
+    def _down(k: int) -> int:
+        if config.lowering == "bitwise":
+            return g.op("RIGHT_SHIFT", [x, g.const(f"k{k}", np.int32(k))], (ROWS,), np.int32)
+        return g.op("FLOOR", [g.op("MUL", [x, g.const(f"inv{k}", np.float32(2.0 ** -k))],
+                                   (ROWS,), np.float32)], (ROWS,), np.float32)
+
+    dtype = np.int32 if config.lowering == "bitwise" else np.float32
+    total = None
+    for c, (k, w) in enumerate(zip(shifts, low_first, strict=True)):
+        high = g.op("MUL", [down(k + w), g.const(f"width{c}", dtype(2 ** w))], (ROWS,), dtype)
+        index = g.op("SUB", [down(k), high], (ROWS,), dtype)  # in [0, 2^w)
+        if dtype is np.float32:
+            index = g.op("CAST", [index], (ROWS,), np.int32)
+        rows_ = g.op("GATHER", [g.const(f"slice{c}", tables[c]), index], (ROWS, d),
+                     tables[c].dtype, ("GatherOptions", {"Axis": 0, "BatchDims": 0}))
+        total = rows_ if total is None else g.op("ADD", [total, rows_], (ROWS, d),
+                                                 tables[c].dtype)
+    if config.quantize == "int8":
+        total = g.op("MUL", [total, g.const("scale", np.ascontiguousarray(scale))], (ROWS, d),
+                     np.float32)
+    g.tensors[total].name = "pe"
+    g.outputs.append(total)
 
 
 def _weight(config, module) -> np.ndarray:

@@ -378,7 +378,8 @@ LITERT = Profile(
 # BITWISE_XOR), with the types its reference kernels take. Measured on tflite-micro
 # 0.dev20261023 (its Python interpreter): FLOOR_DIV/FLOOR_MOD "Type 'INT32' is not supported";
 # SUB/ADD on int64 "Type INT64 (4) not supported"; GATHER "Positions of type 'INT64' are not
-# supported"; "Didn't find op for builtin opcode 'RIGHT_SHIFT'" (and 'BITWISE_XOR').
+# supported"; GATHER of int32 data "Type 'INT32' is not supported by gather"; "Didn't find op for
+# builtin opcode 'RIGHT_SHIFT'" (and 'BITWISE_XOR').
 TFLM = Profile(
     name="tflm",
     runtime="TensorFlow Lite Micro (reference kernels; CMSIS-NN replaces the int8 ones)",
@@ -388,8 +389,7 @@ TFLM = Profile(
     opsets=(3, 3),
     ops=_ops(ADD=F32 | I32, SUB=F32 | I32, MUL=F32 | I32 | I8, MINIMUM=F32 | I32 | I64 | I8,
              MAXIMUM=F32 | I32 | I64 | I8, FLOOR=F32, FLOOR_DIV=F32, FLOOR_MOD=F32,
-             CAST=frozenset({"float32", "int8", "int32"}), GATHER=frozenset({"float32", "int8",
-                                                                             "int32"}),
+             CAST=frozenset({"float32", "int8", "int32"}), GATHER=F32 | I8,
              RESHAPE=TFL_ANY, TRANSPOSE=frozenset({"float32", "int8", "int32"}),
              FULLY_CONNECTED=F32 | I8, QUANTIZE=F32 | I8, DEQUANTIZE=F32 | I8),
     index_dtypes=frozenset({"int32"}),

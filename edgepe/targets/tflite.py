@@ -77,7 +77,7 @@ def for_export(config, prof: Profile, lowering_given: bool):
     if config.format != "tflite":
         raise BadParameterError(f"--target {prof.name} runs .tflite models: use --format tflite")
     module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint)
-    bits = config.mode == "compute" and config.scheme.scheme in BIT_SCHEMES
+    bits = config.mode in ("compute", "sliced") and config.scheme.scheme in BIT_SCHEMES
     lowerings = list(LOWERINGS) if bits and not lowering_given else [config.lowering]
     why = []
     for lowering in lowerings:
