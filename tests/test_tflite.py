@@ -34,6 +34,7 @@ from edgepe.formats.tflite import (  # noqa: E402
     _allocates,
     arena_bytes,
     read_model,
+    verify_flatbuffer,
 )
 from edgepe.graphs.tflite_graph import Graph  # noqa: E402
 from edgepe.schemes import build  # noqa: E402
@@ -216,7 +217,24 @@ def _forged() -> bytes:
     return bytes(body)
 
 
+def _bad_offset(good: bytes) -> bytes:
+    """The first 4-byte word that, set to 0x7ffffff0, leaves a model Python's reader parses but
+    FlatBuffers' verifier rejects: what TFLM must never be handed."""
+    for offset in range(8, len(good) - 4, 4):
+        bad = good[:offset] + (0x7FFFFFF0).to_bytes(4, "little") + good[offset + 4:]
+        try:
+            read_model(bad)
+        except ArtifactError:
+            continue
+        try:
+            verify_flatbuffer(bad)
+        except ArtifactError:
+            return bad
+    raise AssertionError("no such offset")
+
+
 HOSTILE = {
+    "bad-offset": (_bad_offset, "not a valid"),
     "truncated": (lambda good: good[:len(good) // 2], "flatbuffer is damaged"),
     "custom-op": (lambda good: _custom_op(), "custom op"),
     "huge-tensor": (lambda good: _huge(), "past 67108864"),

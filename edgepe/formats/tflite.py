@@ -31,10 +31,12 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   that last op and takes ``pe_int8``). Its bound is the weights' (``projection_quant``, exact
   int32 sum) plus the requantisation's: see ``_int8_projection``.
 
-Loading: LiteRT's interpreter verifies the flatbuffer before it builds anything; TFLM runs only
-what ``verify`` rebuilt byte for byte. ``read_model`` parses a file in Python (bounded: it reads
-the schema's tables, never a path, and refuses custom ops, tensors past ``MAX_TENSOR_BYTES`` and
-buffers outside the file) for ``inspect`` and the file check.
+Loading: LiteRT's interpreter verifies the flatbuffer before it builds anything; TFLM reads it
+unchecked, so it is given only bytes that LiteRT's verifier accepted (``verify_flatbuffer``:
+``inspect``'s arena, ``verify``'s TFLM run, which also rebuilt them byte for byte first).
+``read_model`` parses a file in Python (bounded: it reads the schema's tables, never a path,
+and refuses custom ops, tensors past ``MAX_TENSOR_BYTES`` and buffers outside the file) for
+``inspect`` and the file check.
 """
 
 from __future__ import annotations
@@ -586,6 +588,8 @@ def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], s
     with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
         data = f.read(MAX_FILE_BYTES + 1)
     info = read_model(data)
+    if "litert" in installed():
+        verify_flatbuffer(data)
     return tuple(t["name"] for t in info["inputs"]), set()
 
 
@@ -595,6 +599,7 @@ def arena_bytes(data: bytes, top: int = 16 * 2**20) -> int:
     are 4 bytes, not 8: its arena is this or a little less. A model TFLM cannot allocate at
     ``top`` (an op its resolver lacks) is refused with TFLM's own first line."""
     require_runtime("tflm")
+    verify_flatbuffer(data)
     ok, why = _allocates(data, top)
     if not ok:
         raise ArtifactError(f"the .tflite does not load in tflm: {why}")
@@ -605,6 +610,22 @@ def arena_bytes(data: bytes, top: int = 16 * 2**20) -> int:
             break
         lo, hi = (lo, mid) if _allocates(data, mid)[0] else (mid, hi)
     return hi
+
+
+def verify_flatbuffer(data: bytes) -> None:
+    """Refuse bytes that FlatBuffers' verifier rejects, before TFLM sees them: TFLM's
+    interpreter reads the buffer unchecked; LiteRT's runs the verifier when it builds the model
+    ("The model is not a valid Flatbuffer buffer"). ``read_model``'s checks come first."""
+    read_model(data)
+    require_runtime("litert")
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    try:
+        Interpreter(model_content=data,
+                    experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    except Exception as exc:  # noqa: BLE001 - the interpreter raises untyped errors
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ArtifactError(f"the .tflite is not a valid TFLite flatbuffer ({first})") from None
 
 
 def _quiet(fn):
@@ -650,8 +671,8 @@ class Program:
     ``tflite.rows``, the last padded with position 0 (its rows dropped).
 
     ``data`` is the file's bytes as hashed by the caller (never re-read from a path). LiteRT
-    verifies the flatbuffer before it builds the interpreter; TFLM is given only models the
-    verifier rebuilt byte for byte (``edgepe.verify``).
+    verifies the flatbuffer before it builds the interpreter; TFLM is given only bytes that
+    verifier accepted (``arena_bytes``), in ``verify`` after they were rebuilt byte for byte.
     """
 
     placement = None
@@ -743,9 +764,11 @@ def describe_model(data: bytes, arena: bool = True) -> dict[str, Any]:
     if arena:
         try:
             require_runtime("tflm")
-            info["arena_bytes"] = arena_bytes(data)
         except BadParameterError:
-            pass
+            return info
+        verify_flatbuffer(data)  # a damaged flatbuffer is refused, not noted
+        try:
+            info["arena_bytes"] = arena_bytes(data)
         except ArtifactError as exc:  # an op TFLM lacks: its own line says which
             info["arena_note"] = str(exc).removeprefix("the .tflite ")
     return info
