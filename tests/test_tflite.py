@@ -262,7 +262,7 @@ def test_hostile_tflite_is_refused_in_one_line(case, tmp_path) -> None:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
     with pytest.raises(ArtifactError):
-        read_model(data)
+        verify_flatbuffer(data)  # read_model's checks, then FlatBuffers' verifier
     # verify checks the file before it rebuilds anything
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
