@@ -45,7 +45,7 @@ RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c
             "tflite": ("litert", "tflm")}
 # .tflite (issue 43): compute graphs of these bit schemes and binary's sliced one (the float
 # lowering runs on TFLM too, RIGHT_SHIFT on LiteRT only), tables of every [N]-position scheme
-# but rope, bias tables.
+# (rope's cos/sin rows, bias tables by distance).
 TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
@@ -152,7 +152,7 @@ def _tflite_variants(scheme: str, mode: str, spec) -> list[tuple]:
             out += [("tflite", "float32", "int8", "", lowering) for lowering in ("bitwise",
                                                                                  "float")]
         return out
-    if mode == "table" and spec.kind in ("pe", "bias") and spec.arity is None:
+    if mode == "table" and spec.arity is None:
         return [("tflite", "float32", "none", "")] + (
             [] if spec.exact else [("tflite", "float32", "int8", "")])
     return []

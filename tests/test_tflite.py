@@ -182,7 +182,7 @@ def test_load_runs_on_litert(demo_int8) -> None:
 @pytest.mark.parametrize("kw, message", [
     ({"dtype": "float16"}, "a .tflite outputs float32"),
     ({"scheme": "binary-2d"}, "takes positions [N, 2]"),
-    ({"scheme": "rope", "mode": "table"}, "has no .tflite form"),
+    ({"scheme": "rope"}, "its .tflite is --mode table"),
     ({"scheme": "sinusoidal"}, "use --mode table"),
     ({"scheme": "gray", "quantize": "int8"}, "would only add error"),
     ({"lowering": "arith32"}, "computes bits with bitwise or float"),

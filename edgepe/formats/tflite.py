@@ -19,7 +19,8 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
 - ``--mode sliced`` (``binary``, the C header's slices): one ``GATHER`` per bit slice of the
   projection rows' sums (``edgepe.graphs.sliced.binary_tables``), added; the slice index from
   the same two lowerings.
-- ``--mode table``: the table of ``edgepe.graphs.table_values`` as a constant, rows gathered
+- ``--mode table`` (every scheme with positions ``[N]``; rope its cos/sin rows): the table of
+  ``edgepe.graphs.table_values`` as a constant, rows gathered
   (``GATHER``) at positions clamped with ``MINIMUM``/``MAXIMUM`` to ``[0, max_len - 1]``; bias
   rows by the distance ``t - u`` clamped to the table, then ``TRANSPOSE`` to ``[H, N, M]``.
 - ``--quantize int8``: tables store int8 rows and one float32 scale a column (``CAST`` then
@@ -129,9 +130,10 @@ def check_options(config: ExportConfig) -> None:
     if s.arity is not None:
         raise BadParameterError(f"scheme '{s.scheme}' takes positions [N, {s.arity}]: .tflite "
                                 "models take positions [N] (use --format onnx, pte or c)")
-    if s.spec.kind not in ("pe", "bias"):
-        raise BadParameterError(f"scheme '{s.scheme}' ({s.spec.kind}) has no .tflite form: "
-                                "its rows are not a [N, D] encoding or a bias")
+    if s.spec.kind not in ("pe", "bias") and not (s.spec.kind == "rope"
+                                                  and config.mode == "table"):
+        raise BadParameterError(f"scheme '{s.scheme}' ({s.spec.kind}) has no .tflite "
+                                f"--mode {config.mode}: its .tflite is --mode table")
     if config.mode in ("compute", "sliced"):
         if s.scheme not in BIT_SCHEMES:
             raise BadParameterError(f"scheme '{s.scheme}' has no .tflite compute graph (compute: "
