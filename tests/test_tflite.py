@@ -90,6 +90,26 @@ def test_int8_demo_runs_within_its_bound_for_every_bit_pattern(demo_int8, runtim
     assert quant["output"]["zero_point"] == 0 and quant["output"]["scale"] > 0
 
 
+@pytest.mark.parametrize("runtime", ["litert", "tflm"])
+def test_int8_output_is_the_float_output_quantised(demo_int8, runtime) -> None:
+    """Output 1 ``pe_int8`` (for a model that stays int8) is output 0 ``pe`` before
+    DEQUANTIZE: ``pe == float32(pe_int8 * quant.output.scale)`` exactly, on both interpreters."""
+    manifest = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())
+    program = Program(demo_int8.read_bytes(), manifest, runtime)
+    program.run({"positions": np.arange(ROWS)})
+    if runtime == "litert":
+        details = program._it.get_output_details()
+        assert [d["name"] for d in details] == ["pe", "pe_int8"]
+        q = program._it.get_tensor(details[1]["index"])
+        pe = program._it.get_tensor(details[0]["index"])
+        assert details[1]["quantization"][0] == np.float32(manifest["quant"]["output"]["scale"])
+    else:
+        pe, q = np.array(program._it.get_output(0)), np.array(program._it.get_output(1))
+    assert q.dtype == np.int8 and (q != 0).any()
+    scale = np.float32(manifest["quant"]["output"]["scale"])
+    np.testing.assert_array_equal(pe, q.astype(np.float32) * scale)
+
+
 def test_int8_fully_connected_is_per_channel_int8(demo_int8) -> None:
     """The FULLY_CONNECTED that TFLM/CMSIS-NN run: int8 input (scale 1), int8 weights with one
     scale per output channel along quantized_dimension 0, zero points 0, no bias, int8 output;

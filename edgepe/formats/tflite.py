@@ -28,9 +28,10 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   projection is TFLite full-integer: bits as an int8 tensor (scale 1), ``FULLY_CONNECTED`` with
   per-channel int8 weights (``quantized_dimension`` 0, one scale per output channel, zero points
   0, no bias: TFLM's and CMSIS-NN's int8 fully-connected kernel) and an int8 output of one
-  scale, then ``DEQUANTIZE`` (edgepe's int8 artifacts output float32: a model in int8 drops
-  that last op and takes ``pe_int8``). Its bound is the weights' (``projection_quant``, exact
-  int32 sum) plus the requantisation's: see ``_int8_projection``.
+  scale, then ``DEQUANTIZE`` (edgepe's int8 artifacts output float32: ``pe`` is output 0;
+  ``pe_int8``, output 1, is the int8 row a quantised model takes, scale ``quant.output``).
+  Its bound is the weights' (``projection_quant``, exact int32 sum) plus the requantisation's:
+  see ``_int8_projection``.
 
 Loading: LiteRT's interpreter verifies the flatbuffer before it builds anything; TFLM reads it
 unchecked, so it is given only bytes that LiteRT's verifier accepted (``verify_flatbuffer``:
@@ -347,6 +348,9 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
                    (ROWS, s.d_model), np.float32, out_name="pe")
     g.tensors[out].name = "pe"
     g.outputs.append(out)
+    if config.quantize == "int8" and s.scheme in PROJECTIONS:
+        # The int8 row too, for a model that stays int8 (its scale: quant.output.scale).
+        g.outputs.append(next(i for i, t in enumerate(g.tensors) if t.name == "pe_int8"))
 
 
 def _binary_sliced(g: Graph, config, module, manifest) -> None:
