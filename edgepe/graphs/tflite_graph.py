@@ -1,8 +1,10 @@
 """A TFLite flatbuffer built op by op (issue 43): tensors, constant buffers, builtin operators.
 
 Written with the TFLite schema's generated Python code (the ``tflite`` package: TensorFlow
-2.18's own ``schema.fbs`` compiled by ``flatc``, packaged by zhenhuaw-me/tflite) and Google's ``flatbuffers`` builder,
-not with litert-torch: the builder's output is a pure function of the calls made, so the same
+2.18's own ``schema.fbs`` compiled by ``flatc``, packaged by zhenhuaw-me/tflite) and Google's
+``flatbuffers`` builder, not with litert-torch (which would add jax, jaxlib, torchao and 20 more
+packages, and downgrade typing_extensions): the builder's output is a pure function of the calls
+made, so the same
 graph gives the same bytes (an export is a reproducible build), it pulls in neither jax nor
 torchao, and every op is the one chosen here (what the target's op resolver has), not what a
 converter picked. ``edgepe.formats.tflite`` holds what each scheme's graph is made of.
