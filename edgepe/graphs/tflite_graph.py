@@ -2,12 +2,12 @@
 
 Written with the TFLite schema's generated Python code (the ``tflite`` package: TensorFlow
 2.18's own ``schema.fbs`` compiled by ``flatc``, packaged by zhenhuaw-me/tflite) and Google's
-``flatbuffers`` builder, not with litert-torch (which would add jax, jaxlib, torchao and 20 more
-packages, and downgrade typing_extensions): the builder's output is a pure function of the calls
-made, so the same
-graph gives the same bytes (an export is a reproducible build), it pulls in neither jax nor
-torchao, and every op is the one chosen here (what the target's op resolver has), not what a
-converter picked. ``edgepe.formats.tflite`` holds what each scheme's graph is made of.
+``flatbuffers`` builder, not with litert-torch 0.10 (``pip install --dry-run`` here: 25 more
+packages, jax and jaxlib among them, and typing_extensions downgraded): the builder's output is
+a pure function of the calls made, so the same graph gives the same bytes (an export is a
+reproducible build), and every op is the one chosen here (what the target's op resolver has),
+not what a converter picked. ``edgepe.formats.tflite`` holds what each scheme's graph is made
+of.
 
 Layout rules the interpreters rely on: buffer 0 is the empty sentinel (TFLite's convention:
 tensors without data point at it), constant data is 16-byte aligned (TFLM reads int8/int32/
