@@ -209,5 +209,9 @@ def describe(path: str | Path) -> dict[str, Any]:
         from edgepe.formats.pte import describe_program
 
         info["program"] = describe_program(path.read_bytes())
+    elif manifest["format"] == "tflite":
+        from edgepe.formats.tflite import describe_model
+
+        info["tflite"] = describe_model(path.read_bytes())
     info["sha256_ok"] = manifest.get("sha256") == info["sha256"]
     return info

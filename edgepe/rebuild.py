@@ -235,7 +235,7 @@ def check_claims(path: str | Path, manifest: dict[str, Any],
     if inputs.get("checkpoint_sha256") is not None and checkpoint is None \
             and manifest.get("quant") is None:
         return
-    if manifest["format"] in ("onnx", "pte") and manifest.get("quant") is None \
+    if manifest["format"] in ("onnx", "pte", "tflite") and manifest.get("quant") is None \
             and manifest["kind"] != "rope":
         return  # a float graph's values come from its bytes alone (the sha256 covers them)
     size = os.stat(path).st_size

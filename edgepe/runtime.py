@@ -10,6 +10,7 @@ returns a ``Runtime``:
   bias table is indexed by the distance ``t - u``, clamped to the table
   (``edgepe.graphs.table_values``);
 - ExecuTorch programs (``.pte``) run in ExecuTorch's runtime (the ``[executorch]`` extra);
+- TFLite models (``.tflite``) run in LiteRT's interpreter (the ``[tflite]`` extra);
 - C headers are refused: they are compiled into firmware, not loaded (see ``models/README.md``).
 
 ``encode(positions)`` returns what the artifact outputs (``[N, D]``, or ``[H, N, M]`` for bias
@@ -163,6 +164,13 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
                 "providers apply to ONNX artifacts"
             )
         runtime = PteRuntime(path, manifest)
+    elif fmt == "tflite":
+        if providers is not None:
+            raise BadParameterError(
+                f"{str(path)!r} is a TFLite model: it runs on LiteRT's interpreter, providers "
+                "apply to ONNX artifacts"
+            )
+        runtime = TfliteRuntime(path, manifest)
     else:
         if providers is not None:
             resolve_providers(providers)  # a misspelt name is still an error
@@ -601,6 +609,21 @@ class PteRuntime(Runtime):
         if key_positions is not None:
             feeds["key_positions"] = key_positions
         return self.program.run(feeds)
+
+
+class TfliteRuntime(PteRuntime):
+    """A TFLite model (``--format tflite``) in LiteRT's interpreter, loaded once from the bytes
+    whose sha256 was checked (``edgepe.formats.tflite.Program``; TFLM is the verifier's)."""
+
+    def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        Runtime.__init__(self, path, manifest)
+        from edgepe.formats.tflite import Program
+
+        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+            raise _sha256_refusal(path)
+        self.program = Program(data, dict(manifest), "litert")
 
 
 class TableRuntime(Runtime):

@@ -11,7 +11,13 @@ float32 table. The values the emulated core printed are compared with the header
 the PyTorch reference before a figure is kept (exact for tables, the scheme's tolerance for
 compute functions).
 
-    .venv/bin/python scripts/bench_cortexm.py [--md docs/readme/cortex-m.md]
+    .venv/bin/python scripts/bench_cortexm.py [--md docs/readme/cortex-m.md] [--tflm-only]
+
+Beside the headers, the demo as a ``.tflite`` on TensorFlow Lite Micro (issue 43; ``tflm``):
+model bytes (what flash holds as a const array), TFLM's arena (the smallest in which its
+interpreter allocates the model, ``edgepe.formats.tflite.arena_bytes``) and ops, each model run
+on TFLM's reference kernels over positions 0 .. L-1 against the reference first. The TFLM
+library's own code is not counted (it depends on which kernels a build registers).
 
 ``scripts/bench.py`` calls ``run`` and appends ``markdown`` to BENCHMARKS.md.
 """
@@ -144,7 +150,81 @@ def run(schemes: tuple[str, ...] | None = None, board: str = "m4f") -> dict[str,
                 rows.append(row)
     return {"rows": rows, "skipped": None, "board": f"{board} ({BOARDS[board].machine})",
             "flags": " ".join((*BOARDS[board].cpu_flags, OPT)), "toolchain": versions,
+            "date": datetime.date.today().isoformat(), "tflm": tflm()}
+
+
+# The demo's .tflite variants on TFLM: variant -> quantize (both with --target tflm's lowering).
+TFLM_VARIANTS = {"float compute (.tflite)": "none", "int8 compute (.tflite)": "int8"}
+
+
+def tflm() -> dict[str, Any]:
+    """``{"rows": [...], "tflite_micro": version}`` or ``{"skipped": reason}``: the demo
+    (binary, L=512, d=64) as ``.tflite`` models TFLM runs, each checked on TFLM first."""
+    from edgepe.contract.errors import BadParameterError
+    from edgepe.export import ExportConfig, export
+    from edgepe.formats.tflite import Program, arena_bytes, require_runtime
+    from edgepe.schemes import build, resolve
+
+    try:
+        version = require_runtime("tflm")
+    except BadParameterError as exc:
+        return {"rows": [], "skipped": str(exc)}
+    max_len, d_model = SCHEMES["binary"]
+    cfg = resolve("binary", max_len, d_model=d_model)
+    module = build(cfg)
+    reference = _reference(module, cfg)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="edgepe-bench-tflm-") as tmp:
+        for variant, quantize in TFLM_VARIANTS.items():
+            progress(f"tflm: binary {variant}")
+            result = export(ExportConfig(cfg, mode="compute", format="tflite", quantize=quantize,
+                                         lowering="float", out=Path(tmp, f"{quantize}.tflite")))
+            data = result.path.read_bytes()
+            got = Program(data, dict(result.manifest), "tflm").run(
+                {"positions": np.arange(max_len)})
+            quant = result.manifest["quant"]
+            err = float(np.abs(got - reference).max())
+            limit = quant["bound"] if quant else result.manifest["tolerance"]["atol"] + float(
+                result.manifest["tolerance"]["rtol"] * np.abs(reference).max())
+            assert err <= limit, f"{variant}: {err} > {limit} on TFLM"
+            rows.append({"scheme": "binary", "max_len": max_len, "d_model": d_model,
+                         "variant": variant, "model_bytes": len(data),
+                         "arena_bytes": arena_bytes(data),
+                         "ops": result.manifest["tflite"]["operators"],
+                         "op_count": len(_ops_in_order(data)), "max_abs_err": err})
+    return {"rows": rows, "tflite_micro": version, "skipped": None,
             "date": datetime.date.today().isoformat()}
+
+
+def _ops_in_order(data: bytes) -> list[str]:
+    from edgepe.formats.tflite import read_model
+
+    return [op["op"] for op in read_model(data)["operators"]]
+
+
+def tflm_markdown(report: dict[str, Any], headers: list[dict[str, Any]]) -> str:
+    """The TFLM table: each .tflite beside the C header of the same variant (its flash/RAM)."""
+    if not report or report.get("skipped"):
+        return "" if not report else f"\nTFLM: not measured: {report['skipped']}.\n"
+    c = {r["variant"]: r for r in headers if r["scheme"] == "binary"}
+    text = (
+        f"\n### The demo on TensorFlow Lite Micro (issue 43)\n\nMeasured {report['date']} with "
+        f"tflite-micro {report['tflite_micro']} (its Python interpreter, reference kernels; "
+        "CMSIS-NN replaces the int8 ones on a Cortex-M). A `.tflite` sits in flash as a const "
+        "array (model bytes) and runs in a tensor arena in RAM (the smallest in which TFLM "
+        "allocates it, 16 positions a call); the TFLM library's own code is not counted. Each "
+        "model ran on TFLM over positions 0 .. L-1 within its bound first. Beside: the C "
+        "header's function of the same variant (flash, RAM above).\n\n"
+        "| scheme | variant | model bytes | TFLM arena bytes | ops | C header flash "
+        "| C header RAM |\n|---|---|---:|---:|---|---:|---:|\n"
+    )
+    for r in report["rows"]:
+        header = c.get(r["variant"].removesuffix(" (.tflite)"), {})
+        text += (f"| {r['scheme']} (L={r['max_len']}, d={r['d_model']}) | {r['variant']} | "
+                 f"{r['model_bytes']} | {r['arena_bytes']} | {r['op_count']}: "
+                 f"{', '.join(r['ops'])} | {header.get('flash', '-')} | "
+                 f"{header.get('ram', '-')} |\n")
+    return text
 
 
 def probes(manifest) -> np.ndarray:
@@ -194,14 +274,21 @@ def markdown(report: dict[str, Any]) -> str:
             f"{r.get('flash_ratio', float('nan')):.4f} | {r['ram']} | {r['instructions']:.1f} | "
             f"{r.get('instructions_ratio', float('nan')):.2f} |\n"
         )
-    return text
+    return text + tflm_markdown(report.get("tflm"), report["rows"])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--md", type=Path, help="write the section here (default: print it)")
+    parser.add_argument("--tflm-only", action="store_true",
+                        help="measure only the TFLM part and print it as JSON (no QEMU run)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.tflm_only:
+        import json
+
+        print(json.dumps(tflm(), indent=1))
+        return 0
     text = markdown(run())
     if args.md:
         args.md.write_text(text.lstrip("\n").replace("## ", "# ", 1))

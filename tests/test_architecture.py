@@ -34,8 +34,9 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # Third-party packages imported inside functions only, because they take a noticeable time or
 # memory to import (or are optional extras): everything else is imported at module level.
 # safetensors: only to read a checkpoint, whose tensors it hands to torch (framework "pt").
+# tflite, flatbuffers, ai_edge_litert, tflite_micro: the optional [tflite] extra (issue 43).
 HEAVY = ("torch", "onnx", "onnxruntime", "numpy", "matplotlib", "executorch", "openvino", "rich",
-         "safetensors")
+         "safetensors", "tflite", "flatbuffers", "ai_edge_litert", "tflite_micro")
 
 
 def lint_imports(config: Path, path: Path) -> subprocess.CompletedProcess:

@@ -29,7 +29,7 @@ def _refusal(call, error=BadParameterError) -> str:
 
 
 @pytest.mark.parametrize(("field", "value", "option", "allowed"), [
-    ("format", "zip", "--format", "onnx, npy, bin, c, pte"),
+    ("format", "zip", "--format", "onnx, npy, bin, c, pte, tflite"),
     ("dtype", "int4", "--dtype", "float32, float16, uint8, bit"),
     ("quantize", "int4", "--quantize", "none, int8"),
     ("lowering", "fast", "--lowering", "bitwise, arith, arith32, float, trunc, clip32"),
@@ -338,7 +338,7 @@ def test_infer_format():
     assert cfg.infer_format(P("t.NPY"), None) == "npy"  # the extension in any case
     assert cfg.infer_format(P("a/t.h"), "c") == "c"
     assert cfg.infer_format(P("t.pte"), "pte") == "pte"
-    known = ".onnx (onnx), .npy (npy), .bin (bin), .h (c), .pte (pte)"
+    known = ".onnx (onnx), .npy (npy), .bin (bin), .h (c), .pte (pte), .tflite (tflite)"
     assert _refusal(lambda: cfg.infer_format(P("pe.npz"), None)) == (
         f"--out 'pe.npz' ends in '.npz', which names no format edgepe writes; use one of {known}, "
         "or --out FOLDER/ for the default name")

@@ -41,7 +41,12 @@ from edgepe.verify.c_runner import run_c_header
 C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
              "binary-multilevel", "binary-2d", "hierarchical", "hybrid-int-binary",
              "binary-gated", "fourier-binary", "sinusoidal", "rope", "alibi")
-RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",)}
+RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",),
+            "tflite": ("litert", "tflm")}
+# .tflite (issue 43): compute graphs of these bit schemes and binary's sliced one (the float
+# lowering runs on TFLM too, RIGHT_SHIFT on LiteRT only), tables of every [N]-position scheme
+# (rope's cos/sin rows, bias tables by distance).
+TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
 
@@ -110,7 +115,7 @@ def _variants(scheme: str, mode: str) -> list[tuple]:
         out.append(("onnx", "float32", "int8", "") if trig else ("c", "float32", "int8", ""))
         if scheme == "rope":
             out += [("onnx", "float32", "none", "apply"), ("onnx", "float32", "none", "apply-ort")]
-        return out
+        return out + _tflite_variants(scheme, mode, get_spec(scheme))
     spec = get_spec(scheme)
     bits = zero_one(scheme)
     out = [("onnx", "float32", "none", ""), ("onnx", "float16", "none", "")]
@@ -122,6 +127,7 @@ def _variants(scheme: str, mode: str) -> list[tuple]:
         out.append(("onnx", "float32", "none", "", "arith"))
         if bits:
             out.append(("onnx", "uint8", "none", "", "arith"))
+    out += _tflite_variants(scheme, mode, spec)
     if mode == "table":
         for fmt in ("npy", "bin", "c"):
             dtypes = ["float32"] + (["float16"] if fmt != "c" else [])  # C99 has no half
@@ -139,6 +145,19 @@ def _variants(scheme: str, mode: str) -> list[tuple]:
     return out
 
 
+def _tflite_variants(scheme: str, mode: str, spec) -> list[tuple]:
+    if mode == "sliced" and scheme == "binary" or mode == "compute" and scheme in TFLITE_COMPUTE:
+        out = [("tflite", "float32", "none", "", lowering) for lowering in ("bitwise", "float")]
+        if scheme == "binary":
+            out += [("tflite", "float32", "int8", "", lowering) for lowering in ("bitwise",
+                                                                                 "float")]
+        return out
+    if mode == "table" and spec.arity is None:
+        return [("tflite", "float32", "none", "")] + (
+            [] if spec.exact else [("tflite", "float32", "int8", "")])
+    return []
+
+
 def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
     cells = []
     for scheme in scheme_ids():
@@ -153,6 +172,8 @@ def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
                         for runtime in RUNTIMES[fmt]:
                             if graph == "apply-ort" and runtime == "ref":
                                 continue  # com.microsoft ops: onnxruntime only
+                            if runtime == "tflm" and mode != "table" and lowering == "bitwise":
+                                continue  # TFLM's resolver has no RIGHT_SHIFT
                             cells.append(Cell(scheme, mode, fmt, dtype, quantize, runtime,
                                               max_len, d_model, graph, lowering))
     return cells
@@ -163,7 +184,7 @@ def grid(lengths=(37,), widths=(None,)) -> list[Cell]:
 CELLS = grid() + [c for c in grid(lengths=(1,)) if c.format == "onnx" and c.runtime == "cpu"
                   and c.dtype == "float32" and c.quantize == "none"]
 SLOW_CELLS = [c for c in grid(lengths=(1, 64, 1000)) + grid(widths=(13,)) if c not in CELLS]
-EXTENSION = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h"}
+EXTENSION = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "tflite": ".tflite"}
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +214,9 @@ def artifacts(tmp_path_factory):
 
 
 def check_cell(cell: Cell, path) -> None:
+    if cell.format == "tflite":
+        pytest.importorskip({"litert": "ai_edge_litert", "tflm": "tflite_micro"}[cell.runtime],
+                            reason="the [tflite] extra is not installed")
     report = verify_artifact(path, providers=[cell.runtime])
     assert report.sha256_ok
     result = report.results[0]
@@ -220,7 +244,7 @@ def check_cell(cell: Cell, path) -> None:
         assert result.positions > cell.max_len
     if cell.tolerance == "exact":
         assert result.max_abs_err == 0.0
-    if cell.mode == "table" and cell.format != "onnx":
+    if cell.mode == "table" and cell.format not in ("onnx", "tflite"):  # (graphs: by position)
         check_table_file(cell, path, report.manifest)
 
 
@@ -259,7 +283,7 @@ def test_the_grid_covers_every_scheme_mode_and_runtime() -> None:
     """Completeness: a scheme or mode added to the registry joins the grid by itself."""
     covered = {(c.scheme, c.mode) for c in CELLS}
     assert covered == {(s, m) for s in scheme_ids() for m in get_spec(s).modes}
-    assert {c.runtime for c in CELLS} == {"cpu", "ref", "file", "c"}
+    assert {c.runtime for c in CELLS} == {"cpu", "ref", "file", "c", "litert", "tflm"}
     assert all(c.tolerance == "exact" for c in CELLS if c.dtype in ("uint8", "bit"))
     assert len({c.id for c in CELLS}) == len(CELLS)
     assert n_bits(37) == 6  # the default max_len keeps every bit scheme small

@@ -181,8 +181,8 @@ def command(
         "trig op.")]
     = None,
     format: Annotated[str | None, typer.Option(
-        "--format", metavar="onnx|npy|bin|c|pte",
-        help="Default: what --out's extension names (.onnx .npy .bin .h .pte), else onnx.")]
+        "--format", metavar="onnx|npy|bin|c|pte|tflite",
+        help="Default: what --out's extension names (.onnx .npy .bin .h .pte .tflite), else onnx.")]
     = None,
     dtype: Annotated[str, typer.Option(
         "--dtype", metavar="float32|float16|uint8|bit",

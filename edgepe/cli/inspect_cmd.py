@@ -18,7 +18,8 @@ def _yes(flag: bool) -> str:
 
 def command(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="An artifact: .onnx, .npy, .bin, .h or .pte.")],
+    path: Annotated[Path, typer.Argument(
+        help="An artifact: .onnx, .npy, .bin, .h, .pte or .tflite.")],
     target: Annotated[str | None, typer.Option(
         "--target", metavar="NAME",
         help="Check every node against a runtime's profile (exit 1 if one is unsupported).")]
@@ -63,6 +64,11 @@ def command(
                       + ("matches" if info["embedded_ok"] else "[red]DIFFERS[/]"))
     if "program" in info:
         _print_program(console, info["program"])
+    if "tflite" in info:
+        _print_tflite(console, info["tflite"])
+        if target is not None:
+            _print_target(console, path, target)
+        return
     graph = info.get("graph")
     if graph is None:
         return
@@ -105,6 +111,19 @@ def command(
     console.print(f"audit: bitwise ops: {'yes' if a.bitwise else 'none'}")
     if target is not None:
         _print_target(console, path, target)
+
+
+def _print_tflite(console, model: dict) -> None:
+    """A .tflite's inputs/outputs, its builtin ops in graph order, and TFLM's arena."""
+    for kind in ("inputs", "outputs"):
+        console.print(f"{kind}: " + ", ".join(f"{t['name']} {t['dtype']} {t['shape']}"
+                                             for t in model[kind]))
+    ops = [op["op"] for op in model["operators"]]
+    console.print(f"ops ({len(ops)}): {' '.join(ops)}")
+    arena = model["arena_bytes"]
+    console.print(f"constants {model['constant_bytes']} bytes; TFLM arena "
+                  + (f"{arena} bytes (smallest that allocates on this host's TFLM)"
+                     if arena is not None else f"unknown ({model['arena_note']})"))
 
 
 def _print_target(console, path: Path, target: str) -> None:

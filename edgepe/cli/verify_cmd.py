@@ -26,8 +26,9 @@ def command(
     providers: Annotated[str | None, typer.Option(
         "--providers", metavar="LIST",
         help="Comma-separated runtimes: onnxruntime providers (cpu, cuda, trt, openvino, dml, "
-             "...), ref (ONNX reference evaluator), c (C compiler), file (npy/bin). Default: "
-             "cpu,ref for ONNX, file for tables, c for C headers.")] = None,
+             "...), ref (ONNX reference evaluator), c (C compiler), file (npy/bin), litert, "
+             "tflm (.tflite). Default: cpu,ref for ONNX, file for tables, c for C headers, "
+             "litert and tflm where its op resolver runs the model.")] = None,
     json_file: Annotated[Path | None, typer.Option(
         "--json", metavar="FILE",
         help="Also write the report as JSON ('-': to stdout, the table then goes to stderr).")]

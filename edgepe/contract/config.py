@@ -27,7 +27,7 @@ from edgepe.contract.version import __version__
 if TYPE_CHECKING:  # the contract names the scheme layer's config, never imports it
     from edgepe.schemes._registry import SchemeConfig
 
-FORMATS = ("onnx", "npy", "bin", "c", "pte")
+FORMATS = ("onnx", "npy", "bin", "c", "pte", "tflite")
 DTYPES = ("float32", "float16", "uint8", "bit")
 QUANTIZE = ("none", "int8")
 LOWERINGS = ("bitwise", "arith", "arith32", "float", "trunc", "clip32")
@@ -39,7 +39,8 @@ LOWERED_MODES = ("compute", "sliced")
 # How an int8 ONNX graph's stored int8 lives at run time (edgepe.graphs.int8): folded to float32
 # at session load (fast, float32 RAM), or kept int8 and dequantised per call (int8 RAM).
 INT8_RUNTIMES = ("fold", "live")
-EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte"}
+EXTENSIONS = {"onnx": ".onnx", "npy": ".npy", "bin": ".bin", "c": ".h", "pte": ".pte",
+              "tflite": ".tflite"}
 DEFAULT_OPSET = 18
 # int8 graphs dequantise per channel (DequantizeLinear with ``axis``), which onnx's reference
 # evaluator, a verification runtime, implements from opset 19 on (onnx 1.23: versions 19, 21, 23,

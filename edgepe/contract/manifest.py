@@ -39,7 +39,7 @@ MAX_DEPTH = 16  # edgepe writes 4 levels (layout, onnx inputs); 16 leaves room, 
 # with a fraction or exponent (a float64 needs 17 significant digits and an exponent).
 MAX_INT_DIGITS = 20
 MAX_FLOAT_CHARS = 40
-FORMATS = ("onnx", "npy", "bin", "c", "pte")
+FORMATS = ("onnx", "npy", "bin", "c", "pte", "tflite")
 TABLE_FORMATS = ("npy", "bin")
 TABLE_FILES = ("npy", "bin", "c")  # formats whose table mode stores [rows, cols] as such
 MODES = ("compute", "table", "sliced")
@@ -120,6 +120,7 @@ def _schema() -> tuple[Field, ...]:
         Field("bitorder", "str", null=True, choices=("little", "big")),
         Field("symbol", "str", null=True),
         Field("pte", "object", null=True),  # ExecuTorch programs (edgepe.formats.pte)
+        Field("tflite", "object", null=True),  # TFLite models (edgepe.formats.tflite)
         Field("pte.max_n", "int", required=True, low=1, high=4096),
         Field("pte.operators", "list", required=True),
         # The recorded inputs a rebuild (verify, graft's proof, load check="rebuild") derives

@@ -44,6 +44,8 @@ def prepare(config: ExportConfig, module=None) -> Prepared:
         from edgepe.formats.bin import prepare as prepare_format
     elif config.format == "pte":
         from edgepe.formats.pte import prepare as prepare_format
+    elif config.format == "tflite":
+        from edgepe.formats.tflite import prepare as prepare_format
     elif config.mode == "sliced":  # a C row from bit slices and small tables
         from edgepe.formats.c_sliced import prepare as prepare_format
     else:

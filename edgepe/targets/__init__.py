@@ -21,7 +21,7 @@ from edgepe.contract.config import base_manifest
 from edgepe.contract.errors import BadParameterError
 from edgepe.export import prepare
 from edgepe.graphs import COMPUTE
-from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, Profile
+from edgepe.targets.profiles import DEFAULT_TARGET, PROFILES, TFLITE_PROFILES, Profile
 
 # The default first; then int64 integer arithmetic, int32, float32 (narrowest dtypes last: they
 # limit the positions an artifact accepts, graphs/lowerings.py).
@@ -34,9 +34,11 @@ __all__ = ["DEFAULT_TARGET", "LOWERING_ORDER", "PROFILES", "check_file", "check_
 def profile(name: str) -> Profile:
     """The profile called ``name`` (case-insensitive); an unknown one is refused, listing all."""
     key = str(name).strip().lower()
+    if key in TFLITE_PROFILES:  # .tflite targets (edgepe.targets.tflite)
+        return TFLITE_PROFILES[key]
     if key not in PROFILES:
         raise BadParameterError(f"--target {name!r} is not a known target; known: "
-                                f"{', '.join(PROFILES)}")
+                                f"{', '.join([*PROFILES, *TFLITE_PROFILES])}")
     return PROFILES[key]
 
 
@@ -52,6 +54,16 @@ def check_file(path: str | Path, target: str):
     with its manifest (``audit.describe`` refuses anything else), the graph parsed from its
     bytes (``audit.load_onnx``: no external data, so no path the file names is opened)."""
     info = describe(path)
+    if info["manifest"].get("format") == "tflite" or target.strip().lower() in TFLITE_PROFILES:
+        from edgepe.targets import tflite
+
+        if info["manifest"].get("format") != "tflite":
+            raise BadParameterError(f"--target {target} checks .tflite models; {str(path)!r} "
+                                    f"is a {info['manifest'].get('format')} artifact")
+        if target.strip().lower() not in TFLITE_PROFILES:
+            raise BadParameterError(f"--target {target} checks ONNX graphs; a .tflite is "
+                                    f"checked with --target {' or '.join(TFLITE_PROFILES)}")
+        return tflite.check_file(path, profile(target))
     if info["manifest"].get("format") != "onnx":
         raise BadParameterError(f"--target checks ONNX graphs; {str(path)!r} is a "
                                 f"{info['manifest'].get('format')} artifact")
@@ -114,6 +126,13 @@ def for_export(config, target: str, lowering_given: bool):
     from edgepe.schemes import build
 
     prof = profile(target)
+    if prof.name in TFLITE_PROFILES or config.format == "tflite":
+        from edgepe.targets import tflite
+
+        if prof.name not in TFLITE_PROFILES:
+            raise BadParameterError(f"--target {prof.name} checks ONNX graphs; a .tflite runs "
+                                    f"on --target {' or '.join(TFLITE_PROFILES)}")
+        return tflite.for_export(config, prof, lowering_given)
     if config.format != "onnx":
         raise BadParameterError(f"--target {prof.name} checks ONNX graphs; --format "
                                 f"{config.format} writes a file no runtime executes as a graph")

@@ -348,3 +348,52 @@ PROFILES: dict[str, Profile] = {
                         XNNPACK)
 }
 DEFAULT_TARGET = "ort-cpu"
+
+# TFLite targets (issue 43): ``ops`` keys are TFLite builtin operator names (schema.fbs), checked
+# node by node on the .tflite edgepe writes (edgepe.targets.tflite); ``opsets`` is the TFLite
+# schema version. Kept apart from ``PROFILES``: those check ONNX graphs. Listed are the ops
+# edgepe's .tflite graphs use (edgepe.formats.tflite), with the data types each runtime's kernel
+# takes, as measured on the installed interpreters (tests/test_tflite.py runs every model the
+# profile accepts on both).
+I8 = frozenset({"int8"})
+TFL_ANY = frozenset({"float32", "int8", "int32", "int64"})
+LITERT = Profile(
+    name="litert",
+    runtime="LiteRT interpreter (builtin kernels)",
+    source="LiteRT's builtin op resolver, tensorflow/lite/core/kernels/register.cc "
+           "(BuiltinOpResolver: AddBuiltin for each BuiltinOperator, RIGHT_SHIFT and "
+           "BITWISE_XOR included); executed with ai-edge-litert 2.3.0",
+    opsets=(3, 3),
+    ops=_ops(ADD=F32 | I32 | I64, SUB=F32 | I32 | I64, MUL=F32 | I32 | I64,
+             MINIMUM=F32 | I32 | I64, MAXIMUM=F32 | I32 | I64, FLOOR=F32,
+             FLOOR_DIV=F32 | I32, FLOOR_MOD=F32 | I32 | I64, RIGHT_SHIFT=I32 | I64,
+             BITWISE_XOR=I32 | I64, CAST=TFL_ANY, GATHER=TFL_ANY, RESHAPE=TFL_ANY,
+             TRANSPOSE=TFL_ANY, FULLY_CONNECTED=F32 | I8, QUANTIZE=F32 | I8,
+             DEQUANTIZE=F32 | I8),
+    index_dtypes=frozenset({"int32", "int64"}),
+    executed="ai-edge-litert's Interpreter, builtin kernels without delegates",
+)
+# TFLM: every op its all-ops resolver registers (micro_mutable_op_resolver.h's Add* functions,
+# tensorflow/tflite-micro @ 03c312b17dfae17a8ed7e21c5bdf66bb967a07cd: no RIGHT_SHIFT, no
+# BITWISE_XOR), with the types its reference kernels take. Measured on tflite-micro
+# 0.dev20261023 (its Python interpreter): FLOOR_DIV/FLOOR_MOD "Type 'INT32' is not supported";
+# SUB/ADD on int64 "Type INT64 (4) not supported"; GATHER "Positions of type 'INT64' are not
+# supported"; GATHER of int32 data "Type 'INT32' is not supported by gather"; "Didn't find op for
+# builtin opcode 'RIGHT_SHIFT'" (and 'BITWISE_XOR').
+TFLM = Profile(
+    name="tflm",
+    runtime="TensorFlow Lite Micro (reference kernels; CMSIS-NN replaces the int8 ones)",
+    source="tflite-micro tensorflow/lite/micro/micro_mutable_op_resolver.h @ "
+           "03c312b17dfae17a8ed7e21c5bdf66bb967a07cd (the Add* functions); types measured with "
+           "tflite-micro 0.dev20261023182759",
+    opsets=(3, 3),
+    ops=_ops(ADD=F32 | I32, SUB=F32 | I32, MUL=F32 | I32 | I8, MINIMUM=F32 | I32 | I64 | I8,
+             MAXIMUM=F32 | I32 | I64 | I8, FLOOR=F32, FLOOR_DIV=F32, FLOOR_MOD=F32,
+             CAST=frozenset({"float32", "int8", "int32"}), GATHER=F32 | I8,
+             RESHAPE=TFL_ANY, TRANSPOSE=frozenset({"float32", "int8", "int32"}),
+             FULLY_CONNECTED=F32 | I8, QUANTIZE=F32 | I8, DEQUANTIZE=F32 | I8),
+    index_dtypes=frozenset({"int32"}),
+    rules=("static-shapes",),
+    executed="tflite-micro's Python interpreter (reference kernels)",
+)
+TFLITE_PROFILES: dict[str, Profile] = {p.name: p for p in (LITERT, TFLM)}

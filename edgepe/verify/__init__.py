@@ -199,6 +199,10 @@ def _check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], 
         from edgepe.formats.pte import check_file
 
         return check_file(path, manifest)
+    if fmt == "tflite":
+        from edgepe.formats.tflite import check_file
+
+        return check_file(path, manifest)
     if fmt == "npy":
         from edgepe.formats.npy import check_file
     elif fmt == "bin":
@@ -256,6 +260,10 @@ def verify_artifact(
     names = rt.resolve_runtimes(
         list(providers) if providers else rt.default_runtimes(fmt, quick), fmt
     )
+    if fmt == "tflite" and not providers:  # TFLM by default where its resolver runs the model
+        from edgepe.formats.tflite import runs_on
+
+        names = [name for name in names if name in runs_on(manifest)]
     inputs, domains = _check_file(path, manifest)
     if not providers and rt.REF in names and domains:
         # The reference evaluator implements the ONNX standard only; a graph using
@@ -307,7 +315,7 @@ def _parity(report, path, rebuilt, names, inputs, quick, progress, strict_placem
     # The registry's tolerance and the quantiser's proven bound, as the rebuild states them.
     tolerance = tolerance_for(rebuilt.manifest)
     probe_tolerance = tolerance_for(rebuilt.manifest, probe=True)
-    by_position = (manifest["format"] in ("onnx", "pte")
+    by_position = (manifest["format"] in ("onnx", "pte", "tflite")
                    or manifest["mode"] in ("compute", "sliced"))
     shape = tuple(int(s) for s in manifest["shape"]) if not by_position else None
 

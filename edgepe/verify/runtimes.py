@@ -7,6 +7,8 @@
   manifest alone (dtype, shape, bitorder, quant).
 - C headers: ``CRuntime`` compiles and runs them through ``edgepe.verify.c_runner``.
 - ExecuTorch programs (``.pte``): ``edgepe.formats.pte.Program`` in ExecuTorch's runtime.
+- TFLite models (``.tflite``): ``edgepe.formats.tflite.Program`` in LiteRT's interpreter
+  (``litert``) and TFLM's (``tflm``, its reference kernels), each where installed.
 
 Names are forgiving (STYLE 6): ``cpu``, ``CUDA``, ``trt``/``tensorrt``, ``openvino``, ``dml``
 match case-insensitively; an unknown or unavailable one is a ``BadParameterError`` that lists
@@ -59,6 +61,7 @@ C = "c"
 # OpenVINO provider: the name wins over that provider's alias when the package is installed.
 OPENVINO = "openvino"
 EXECUTORCH = "executorch"
+LITERT, TFLM = "litert", "tflm"
 
 
 def short_name(provider: str) -> str:
@@ -91,6 +94,10 @@ def available(fmt: str) -> list[str]:
         return [C]
     if fmt == "pte":
         return [EXECUTORCH]
+    if fmt == "tflite":
+        from edgepe.formats.tflite import installed
+
+        return installed()
     return [FILE]
 
 
@@ -390,6 +397,11 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebu
 
         with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
             return Program(f.read(), manifest)
+    if name in (LITERT, TFLM):
+        from edgepe.formats.tflite import Program as TfliteProgram
+
+        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
+            return TfliteProgram(f.read(), manifest, name)
     from edgepe.formats.onnx_table import split_table
 
     return open_onnx(name, path, split_table(path, manifest))

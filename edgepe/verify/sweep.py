@@ -155,7 +155,9 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
     length = config.max_len
     stop = min(length, QUICK_POSITIONS) if quick else length
     # Table graphs clamp every int64; compute graphs are defined up to the manifest's limit.
-    limit = None if table else position_limit(manifest, config)
+    # (A .tflite bias table subtracts int32 positions: defined up to its manifest's limit.)
+    limit = (None if table and manifest.get("format") != "tflite"
+             else position_limit(manifest, config))
     probe = probe_values(config, limit, 16 if quick else 128)
     col = unit(config, manifest["dtype"])
     if config.spec.kind == "bias":

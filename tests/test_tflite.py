@@ -1,0 +1,288 @@
+"""TFLite models (``--format tflite``, issue 43): written deterministically with the TFLite schema,
+run on LiteRT's interpreter and TFLM's (reference kernels), int8 with per-channel
+FULLY_CONNECTED within its proven bound, ``--target litert|tflm`` choosing a lowering op by op,
+``inspect`` (ops, TFLM arena), ``edgepe.load``, and hostile files refused in one line.
+
+The parity sweep over every scheme's tflite cells is in tests/test_parity_grid.py. Runs where the
+``[tflite]`` extra is installed (the README's test command installs it); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("ai_edge_litert", reason="the [tflite] extra is not installed: pip install "
+                    "-c constraints.txt -e '.[tflite]'")
+pytest.importorskip("tflite_micro", reason="the [tflite] extra is not installed")
+
+from typer.testing import CliRunner  # noqa: E402
+
+import edgepe  # noqa: E402
+from edgepe.api import make_config  # noqa: E402
+from edgepe.cli import app  # noqa: E402
+from edgepe.contract.errors import ArtifactError, BadParameterError  # noqa: E402
+from edgepe.export import export, prepare  # noqa: E402
+from edgepe.formats.tflite import (  # noqa: E402
+    ROWS,
+    Program,
+    _allocates,
+    arena_bytes,
+    read_model,
+    verify_flatbuffer,
+)
+from edgepe.graphs.tflite_graph import Graph  # noqa: E402
+from edgepe.schemes import build  # noqa: E402
+
+L = 512
+
+
+def _bytes(**kw) -> tuple[bytes, dict]:
+    prepared = prepare(make_config(kw.pop("scheme", "binary"), kw.pop("max_len", L),
+                                   format="tflite", **kw))
+    buffer = io.BytesIO()
+    prepared.write(buffer)
+    return buffer.getvalue(), dict(prepared.manifest)
+
+
+@pytest.fixture(scope="module")
+def demo_int8(tmp_path_factory):
+    """The demo (binary, L 512) in int8, as TFLM runs it (--lowering float)."""
+    out = tmp_path_factory.mktemp("tfl") / "demo-int8.tflite"
+    export(make_config("binary", L, format="tflite", quantize="int8", lowering="float", out=out))
+    return out
+
+
+def test_the_same_export_gives_the_same_bytes(tmp_path) -> None:
+    """A reproducible build: two exports of one command are byte-identical, and a different
+    seed gives different bytes (the weights are in the file)."""
+    outs = []
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        out = tmp_path / f"{name}.tflite"
+        export(make_config("binary", L, format="tflite", quantize="int8", seed=seed, out=out))
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    assert outs[0] != outs[2]
+    assert outs[0][4:8] == b"TFL3"
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tflm"])
+def test_int8_demo_runs_within_its_bound_for_every_bit_pattern(demo_int8, runtime) -> None:
+    """Every one of the 2^n bit patterns (positions 0 .. 2^n - 1, and the same again shifted by
+    -2^n: they wrap), within the proven bound of the float reference, on both interpreters.
+    The bound holds at every pattern only if the int8 output's scale saturates none."""
+    manifest = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())
+    program = Program(demo_int8.read_bytes(), manifest, runtime)
+    n = 10  # n_bits(512)
+    positions = np.concatenate([np.arange(2**n), np.arange(2**n) - 2**n]).astype(np.int64)
+    module = build(make_config("binary", L).scheme)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(positions)).numpy()
+    err = np.abs(program.run({"positions": positions}) - ref).max()
+    quant = manifest["quant"]
+    assert 0 < err <= quant["bound"]
+    assert quant["max_abs_err"] <= quant["bound"]
+    assert quant["output"]["zero_point"] == 0 and quant["output"]["scale"] > 0
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tflm"])
+def test_int8_output_is_the_float_output_quantised(demo_int8, runtime) -> None:
+    """Output 1 ``pe_int8`` (for a model that stays int8) is output 0 ``pe`` before
+    DEQUANTIZE: ``pe == float32(pe_int8 * quant.output.scale)`` exactly, on both interpreters."""
+    manifest = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())
+    program = Program(demo_int8.read_bytes(), manifest, runtime)
+    program.run({"positions": np.arange(ROWS)})
+    if runtime == "litert":
+        details = program._it.get_output_details()
+        assert [d["name"] for d in details] == ["pe", "pe_int8"]
+        q = program._it.get_tensor(details[1]["index"])
+        pe = program._it.get_tensor(details[0]["index"])
+        assert details[1]["quantization"][0] == np.float32(manifest["quant"]["output"]["scale"])
+    else:
+        pe, q = np.array(program._it.get_output(0)), np.array(program._it.get_output(1))
+    assert q.dtype == np.int8 and (q != 0).any()
+    scale = np.float32(manifest["quant"]["output"]["scale"])
+    np.testing.assert_array_equal(pe, q.astype(np.float32) * scale)
+
+
+def test_int8_fully_connected_is_per_channel_int8(demo_int8) -> None:
+    """The FULLY_CONNECTED that TFLM/CMSIS-NN run: int8 input (scale 1), int8 weights with one
+    scale per output channel along quantized_dimension 0, zero points 0, no bias, int8 output;
+    the scales are the manifest's."""
+    import tflite
+
+    data = demo_int8.read_bytes()
+    manifest = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())
+    model = tflite.Model.GetRootAsModel(data, 0)
+    sg = model.Subgraphs(0)
+    fc = next(sg.Operators(i) for i in range(sg.OperatorsLength())
+              if model.OperatorCodes(sg.Operators(i).OpcodeIndex()).BuiltinCode()
+              == tflite.BuiltinOperator.FULLY_CONNECTED)
+    x, w, bias = fc.InputsAsNumpy()
+    assert bias == -1  # no bias operand
+    x, w = sg.Tensors(int(x)), sg.Tensors(int(w))
+    y = sg.Tensors(int(fc.OutputsAsNumpy()[0]))
+    assert [t.Type() for t in (x, w, y)] == [tflite.TensorType.INT8] * 3
+    wq = w.Quantization()
+    assert wq.QuantizedDimension() == 0 and list(w.ShapeAsNumpy()) == [64, 10]
+    np.testing.assert_array_equal(wq.ScaleAsNumpy(), np.float32(manifest["quant"]["scale"]))
+    assert not wq.ZeroPointAsNumpy().any()
+    assert x.Quantization().ScaleAsNumpy().tolist() == [1.0]
+    assert y.Quantization().ScaleAsNumpy()[0] == np.float32(manifest["quant"]["output"]["scale"])
+
+
+def test_tflm_refuses_right_shift_in_one_line() -> None:
+    """The bitwise lowering is LiteRT's: TFLM's resolver has no RIGHT_SHIFT, and says so."""
+    data, manifest = _bytes()
+    assert "RIGHT_SHIFT" in manifest["tflite"]["operators"]
+    Program(data, manifest, "litert")  # LiteRT runs it
+    with pytest.raises(ArtifactError, match="Didn't find op for builtin opcode 'RIGHT_SHIFT'"):
+        Program(data, manifest, "tflm")
+
+
+def test_arena_is_the_smallest_that_allocates(demo_int8) -> None:
+    data = demo_int8.read_bytes()
+    arena = arena_bytes(data)
+    assert _allocates(data, arena)[0]
+    assert not _allocates(data, arena - 16)[0]
+    assert 1024 < arena < 64 * 1024
+
+
+def test_target_picks_a_lowering_the_runtime_has(tmp_path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "t.tflite"
+    ok = runner.invoke(app, ["export", "--scheme", "gray", "--max-len", "64", "--format",
+                             "tflite", "--target", "tflm", "--out", str(out)])
+    assert ok.exit_code == 0, ok.output
+    assert "target tflm: all" in ok.output and "(--lowering float)" in ok.output
+    assert "tflm ok" in ok.output  # the export's check ran it on TFLM
+    lit = runner.invoke(app, ["export", "--scheme", "gray", "--max-len", "64", "--format",
+                              "tflite", "--target", "litert", "--out", str(tmp_path / "l.tflite")])
+    assert lit.exit_code == 0 and "(--lowering bitwise)" in lit.output
+    bad = runner.invoke(app, ["export", "--scheme", "gray", "--max-len", "64", "--format",
+                              "tflite", "--target", "tflm", "--lowering", "bitwise", "--out",
+                              str(tmp_path / "b.tflite")])
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [
+        "error: target tflm (TensorFlow Lite Micro (reference kernels; CMSIS-NN replaces the "
+        "int8 ones)) cannot run scheme 'gray' --mode compute: --lowering bitwise: RIGHT_SHIFT: "
+        "not in tflm's operator table"]
+    assert not (tmp_path / "b.tflite").exists()
+    onnx = runner.invoke(app, ["export", "--scheme", "gray", "--max-len", "64", "--target",
+                               "tflm", "--out", str(tmp_path / "g.onnx")])
+    assert onnx.exit_code == 2 and "use --format tflite" in onnx.output
+
+
+def test_inspect_lists_ops_and_arena(demo_int8) -> None:
+    result = CliRunner().invoke(app, ["inspect", str(demo_int8), "--target", "tflm"])
+    assert result.exit_code == 0, result.output
+    arena = arena_bytes(demo_int8.read_bytes())
+    assert "QUANTIZE FULLY_CONNECTED DEQUANTIZE" in result.output
+    assert f"TFLM arena {arena} bytes" in result.output
+    assert "target tflm: all 15 nodes supported" in result.output
+
+
+def test_load_runs_on_litert(demo_int8) -> None:
+    pe = edgepe.load(demo_int8)
+    positions = np.array([0, 5, 511, ROWS + 3, 700], dtype=np.int64)
+    module = build(make_config("binary", L).scheme)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(positions)).numpy()
+    bound = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())["quant"]["bound"]
+    assert np.abs(pe.encode(positions) - ref).max() <= bound
+    with pytest.raises(BadParameterError):
+        edgepe.load(demo_int8, providers="cpu")
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"dtype": "float16"}, "a .tflite outputs float32"),
+    ({"scheme": "binary-2d"}, "takes positions [N, 2]"),
+    ({"scheme": "rope"}, "its .tflite is --mode table"),
+    ({"scheme": "sinusoidal"}, "use --mode table"),
+    ({"scheme": "gray", "quantize": "int8"}, "would only add error"),
+    ({"lowering": "arith32"}, "computes bits with bitwise or float"),
+    ({"scheme": "sinusoidal", "mode": "sliced"}, "has no .tflite --mode sliced"),
+])
+def test_refused_options_name_what_works(kw, message) -> None:
+    with pytest.raises(BadParameterError, match=message.replace("[", r"\[")):
+        _bytes(**kw)
+
+
+# Hostile files: each replaces an exported model's bytes (its manifest's sha256 updated, as a
+# forger would), then inspect, run and load must refuse it in one line, exit 2.
+def _custom_op() -> bytes:
+    g = Graph()
+    x = g.input("positions", (ROWS,), np.int32)
+    g.outputs.append(g.op("CUSTOM", [x], (ROWS,), np.int32))
+    return g.serialize("custom")
+
+
+def _huge() -> bytes:
+    g = Graph()
+    x = g.input("positions", (2**20, 2**10), np.float32)  # 4 GiB
+    g.outputs.append(g.op("FLOOR", [x], (2**20, 2**10), np.float32))
+    return g.serialize("huge")
+
+
+def _forged() -> bytes:
+    rng = np.random.default_rng(0)
+    body = bytearray(rng.integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    body[0:4] = (64).to_bytes(4, "little")  # a root offset inside the file
+    body[4:8] = b"TFL3"
+    return bytes(body)
+
+
+def _bad_offset(good: bytes) -> bytes:
+    """The first 4-byte word that, set to 0x7ffffff0, leaves a model Python's reader parses but
+    FlatBuffers' verifier rejects: what TFLM must never be handed."""
+    for offset in range(8, len(good) - 4, 4):
+        bad = good[:offset] + (0x7FFFFFF0).to_bytes(4, "little") + good[offset + 4:]
+        try:
+            read_model(bad)
+        except ArtifactError:
+            continue
+        try:
+            verify_flatbuffer(bad)
+        except ArtifactError:
+            return bad
+    raise AssertionError("no such offset")
+
+
+HOSTILE = {
+    "bad-offset": (_bad_offset, "not a valid"),
+    "truncated": (lambda good: good[:len(good) // 2], "flatbuffer is damaged"),
+    "custom-op": (lambda good: _custom_op(), "custom op"),
+    "huge-tensor": (lambda good: _huge(), "past 67108864"),
+    "forged": (lambda good: _forged(), "the .tflite"),
+    "not-tflite": (lambda good: b"\x00" * 64, "no TFL3 flatbuffer identifier"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_tflite_is_refused_in_one_line(case, tmp_path) -> None:
+    out = tmp_path / "m.tflite"
+    export(make_config("binary", 64, format="tflite", lowering="float", out=out))
+    make, message = HOSTILE[case]
+    data = make(out.read_bytes())
+    out.write_bytes(data)
+    side = out.with_name(out.name + ".json")
+    manifest = json.loads(side.read_text())
+    manifest["sha256"] = hashlib.sha256(data).hexdigest()
+    side.write_text(json.dumps(manifest))
+    runner = CliRunner()
+    for args in (["inspect", str(out)], ["run", str(out), "--positions", "0:4"],
+                 ["verify", str(out)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+    with pytest.raises(ArtifactError):
+        verify_flatbuffer(data)  # read_model's checks, then FlatBuffers' verifier
+    # verify checks the file before it rebuilds anything
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
