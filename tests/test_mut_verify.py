@@ -122,7 +122,21 @@ def test_a_report_passes_only_with_its_rebuild_its_sha256_and_every_result():
     assert not _report([_result(**OK), _result("ref", elements=0)])
     assert not _report([_result(**OK)], rebuild=None)
     assert not _report([_result(**OK)], rebuild=rb.Rebuilt(False, "bytes differ", None))
-    assert _report([_result(**OK)], rebuild=rb.Rebuilt(False, None, None, same_version=False))
+    # issue 41: a numeric check alone (a foreign build, accepted) is never a PASS, only accepted
+    foreign = _report([_result(**OK)], rebuild=rb.Rebuilt(False, None, None, same_version=False))
+    assert not foreign and not foreign.passed and foreign.accepted
+    assert not _report([_result(**OK)]).accepted  # reproduced: a PASS, not "accepted"
+    assert not _report([_result(**OK)], rebuild=rb.Rebuilt(False, "bytes differ", None)).accepted
+    assert not _report([], rebuild=rb.Rebuilt(False, None, None)).accepted  # nothing run
+    assert not _report([_result(**OK)], rebuild=None).accepted
+    assert not _report([_result(**OK)], rebuild=rb.Rebuilt(False, None, None),
+                       actual="f" * 64).accepted
+    assert not _report([_result(**OK), _result("ref", elements=0)],
+                       rebuild=rb.Rebuilt(False, None, None)).accepted
+    assert str(foreign) == ("parity ACCEPTED, NOT PROVEN (--accept-foreign) for a.onnx: not "
+                            "reproduced (); cpu ok (max abs 0.000125)")
+    assert foreign.as_dict()["passed"] is False and foreign.as_dict()["accepted"] is True
+    assert "accepted" not in _report([_result(**OK)]).as_dict()
     assert not _report([_result(**OK)], actual="f" * 64)
     assert _report([], rebuild=None).rebuild_ok is False
     assert _report([_result(**OK)]).sha256_ok and not _report([], actual="0" * 64).sha256_ok

@@ -76,7 +76,7 @@ def command(
         # with --json -, stdout holds the JSON alone
         render(report, Console(width=max(140, Console().width), highlight=False,
                                stderr=to_stdout))
-    if not report:
+    if not (report or report.accepted):
         typer.echo(str(report), err=True)  # the one line that says what failed, even with -q
         raise typer.Exit(1)
     if not quiet:

@@ -1,0 +1,133 @@
+"""Hostile inputs, round 3 (issue 41), the cases outside graft: each runs one command in ONE
+process (``tests/_trust_driver.py``, as tests/test_trust_round2.py does) and asserts its exit
+code, one stderr line matching what it must say (for exit 0: the report's last stdout line),
+and that nothing in its folder was written, removed or changed.
+
+- foreign means foreign: an artifact labelled with another edgepe version is compared byte for
+  byte with this edgepe's rebuild like any other; a trojan graph (``Equal(pos, 1000003) ->
+  Where -> +1000``, its sha256 re-signed) fails without ``--accept-foreign`` and is never run;
+  with it the report lists the bytes and the positions it did not compare, and is not a PASS;
+- bad parameters that were internal errors (exit 3): yarn's ``mscale_all_dim``, dynamic NTK at
+  head_dim 2, a factor of 1e300, opset 99, a learned table 4104 wide in int8, ``--max-len
+  2^63``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from _hostile import binary as _binary
+from _hostile import manifest_of as _manifest
+from _hostile import rerouted as _rerouted
+from _hostile import write_manifest as _write_manifest
+from onnx import helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[1]
+TROJAN_AT = 1000003
+
+
+@dataclass
+class Case:
+    id: str
+    group: str
+    make: Callable[[Path], list[str]]  # builds the hostile input in a folder -> the argv
+    exit: int
+    says: str  # a regular expression the one stderr line (exit 0: last stdout line) matches
+
+
+def _foreign(path: Path, version: str = "0.0.0-other") -> None:
+    """What a forger does: re-sign the file and label it another edgepe's build."""
+    manifest = _manifest(path)
+    manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest["edgepe_version"] = version
+    _write_manifest(path, manifest)
+
+
+def _trojan(folder: Path, accept: bool) -> list[str]:
+    """binary's graph, plus 1000 wherever position == 1000003 (no sweep visits it), foreign."""
+    path, model, graph, out = _rerouted(folder)
+    graph.initializer.extend([numpy_helper.from_array(np.int64(TROJAN_AT), "k_at"),
+                              numpy_helper.from_array(np.asarray([-1, 1]), "col"),
+                              numpy_helper.from_array(np.float32(1000.0), "big"),
+                              numpy_helper.from_array(np.float32(0.0), "zero")])
+    graph.node.extend([helper.make_node("Equal", ["positions", "k_at"], ["hit"]),
+                       helper.make_node("Reshape", ["hit", "col"], ["hit2"]),
+                       helper.make_node("Where", ["hit2", "big", "zero"], ["patch"]),
+                       helper.make_node("Add", [f"{out}_raw", "patch"], [out])])
+    onnx.save(model, path)
+    _foreign(path)
+    return ["verify", str(path), "--providers", "cpu", *(["--accept-foreign"] if accept else [])]
+
+
+def _relabelled(folder: Path) -> list[str]:
+    """An honest artifact whose manifest only names another version: its bytes ARE the rebuild."""
+    path = _binary(folder)
+    _foreign(path)
+    return ["verify", str(path), "--providers", "cpu"]
+
+
+def _export(folder: Path, *args: str) -> list[str]:
+    return ["export", *args, "--out", str(folder / "x.onnx")]
+
+
+CASES = [
+    Case("trojan-foreign", "foreign means foreign", lambda f: _trojan(f, False), 1,
+         r"rebuild FAILED: written by edgepe '0\.0\.0-other' .* not byte-identical to this "
+         r"edgepe's rebuild: the file differs .*--accept-foreign.*cpu FAILED: not run"),
+    Case("trojan-foreign-accepted", "foreign means foreign", lambda f: _trojan(f, True), 0,
+         r"^parity ACCEPTED, NOT PROVEN \(--accept-foreign\) .*accepted unchecked: the bytes: "
+         r"the file differs .*initializer 2 'k_at'.*; positions: only 145 probe positions of "
+         r"those outside 0 \.\. 36 \(int64\) compared\); cpu ok"),
+    Case("relabelled-honest", "foreign means foreign", _relabelled, 0,
+         r"^parity PASSED .*rebuilt byte-identical; cpu ok"),
+]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    base = tmp_path_factory.mktemp("trust3")
+    plan = []
+    for case in CASES:
+        folder = base / case.id
+        folder.mkdir()
+        plan.append({"id": case.id, "folder": str(folder), "argv": case.make(folder)})
+    (base / "plan.json").write_text(json.dumps(plan))
+    env = {**os.environ, "MPLCONFIGDIR": str(base / "mpl"), "HOME": str(base / "home"),
+           "TMPDIR": str(base / "tmp")}
+    for name in ("mpl", "home", "tmp"):
+        (base / name).mkdir()
+    subprocess.run([sys.executable, str(REPO / "tests" / "_trust_driver.py"),
+                    str(base / "plan.json"), str(base / "results.json")],
+                   check=True, timeout=600, env=env, cwd=base)
+    return base, json.loads((base / "results.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.group}: {c.id}" for c in CASES])
+def test_hostile_input_round_3(outcomes, case):
+    _, results = outcomes
+    got = results[case.id]
+    assert got["exit"] == case.exit, (got["stdout"], got["stderr"])
+    if case.exit == 0:
+        assert got["stderr"] == ""
+        line = got["stdout"].strip().splitlines()[-1]
+    else:
+        lines = got["stderr"].strip().splitlines()
+        assert len(lines) == 1, got["stderr"]  # one line, no traceback
+        line = lines[0]
+        if case.exit == 2:
+            assert line.startswith("error: "), line
+    assert re.search(case.says, line), line
+    assert got["seconds"] < 60, got["seconds"]
+    # nothing written, removed or changed: names, sizes, mtimes and sha256 of every file
+    assert got["after"] == got["before"]
