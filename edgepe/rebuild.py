@@ -30,7 +30,14 @@ from edgepe.contract.config import (
 )
 from edgepe.contract.errors import ArtifactError, CheckpointError
 from edgepe.contract.manifest import dumps as _dumps
-from edgepe.contract.manifest import open_regular, path_for, read, read_embedded, validate
+from edgepe.contract.manifest import (
+    open_regular,
+    path_arg,
+    path_for,
+    read,
+    read_embedded,
+    validate,
+)
 from edgepe.contract.version import __version__
 from edgepe.export import prepare
 from edgepe.export.compare import _comparable, _CompareWriter, compare, first_difference
@@ -93,7 +100,7 @@ def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) ->
             f"this artifact was exported from a checkpoint with sha256 {recorded_sha}: "
             "pass it with --checkpoint FILE (no path from a manifest is opened)"
         )
-    if not Path(checkpoint).is_file():
+    if not path_arg(checkpoint, "checkpoint").is_file():
         raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a file")
     if sha256_file(checkpoint) != recorded_sha:
         raise CheckpointError(f"checkpoint {str(checkpoint)!r} is not the one this artifact "

@@ -81,6 +81,26 @@ def _export(folder: Path, *args: str) -> list[str]:
     return ["export", *args, "--out", str(folder / "x.onnx")]
 
 
+def _hf_yarn(folder: Path) -> list[str]:
+    """A yarn config whose mscale_all_dim makes 0.1 m ln(factor) + 1 zero (factor e)."""
+    config = folder / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "num_attention_heads": 1,
+        "max_position_embeddings": 64, "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 2.718281828459045, "mscale": 1.0,
+                         "mscale_all_dim": -10.0, "original_max_position_embeddings": 32}}))
+    return ["export", "--from-hf-config", str(config), "--out", str(folder / "x.onnx")]
+
+
+def _opset_in_manifest(folder: Path) -> list[str]:
+    path = _binary(folder)
+    manifest = _manifest(path)
+    manifest["inputs"]["opset"] = 99
+    _write_manifest(path, manifest)
+    return ["verify", str(path)]
+
+
+ROPE = ["--scheme", "rope", "--max-len", "64"]
 CASES = [
     Case("trojan-foreign", "foreign means foreign", lambda f: _trojan(f, False), 1,
          r"rebuild FAILED: written by edgepe '0\.0\.0-other' .* not byte-identical to this "
@@ -91,6 +111,33 @@ CASES = [
          r"those outside 0 \.\. 36 \(int64\) compared\); cpu ok"),
     Case("relabelled-honest", "foreign means foreign", _relabelled, 0,
          r"^parity PASSED .*rebuilt byte-identical; cpu ok"),
+    # internal errors (exit 3) before: one line, exit 2
+    Case("yarn-mscale-all-dim-zero", "internal error", _hf_yarn, 2,
+         r"yarn mscale_all_dim -10\.0 with factor 2\.718281828459045 gives .* = 0\.0: it must "
+         r"be > 0"),
+    Case("dynamic-factor-1e300", "internal error",
+         lambda f: _export(f, *ROPE, "--param", "rope_type=dynamic", "--param", "factor=1e300",
+                           "--param", "original_max_position_embeddings=32"), 2,
+         r"rope_type dynamic with these parameters has no finite frequencies \(float64 "
+         r"overflows\)"),
+    Case("dynamic-head-dim-2", "internal error",
+         lambda f: _export(f, "--scheme", "rope", "--max-len", "64", "--d-model", "2", "--param",
+                           "rope_type=dynamic", "--param", "factor=2"), 2,
+         r"rope_type dynamic needs rotary_dim > 2"),
+    Case("yarn-attention-1e300", "internal error",
+         lambda f: _export(f, *ROPE, "--param", "rope_type=yarn", "--param", "factor=4",
+                           "--param", "attention_factor=1e300"), 2,
+         r"an attention factor of 1e\+300: it must be a positive float32 number"),
+    Case("opset-99", "internal error", lambda f: _export(f, "--scheme", "binary", "--max-len",
+                                                         "8", "--opset", "99"), 2,
+         r"--opset must be between 1 and 30, got 99"),
+    Case("opset-99-in-a-manifest", "internal error", _opset_in_manifest, 2,
+         r"inputs\.opset must be null or an integer from 1 to 30, got 99"),
+    Case("max-len-2-63", "internal error",
+         lambda f: _export(f, "--scheme", "binary", "--max-len", str(2**63)), 2,
+         r"max_len must be between 1 and \d+, got 9223372036854775808"),
+    Case("load-123", "internal error", lambda f: ["load", 123], 2,
+         r"the artifact path must be a str or os\.PathLike, got int 123"),
 ]
 
 
@@ -131,3 +178,56 @@ def test_hostile_input_round_3(outcomes, case):
     assert got["seconds"] < 60, got["seconds"]
     # nothing written, removed or changed: names, sizes, mtimes and sha256 of every file
     assert got["after"] == got["before"]
+
+
+def _gather_far(folder: Path, version: str | None = None) -> Path:
+    """binary's rows gathered at positions + 1000: fails inside onnxruntime at run time, where
+    onnxruntime's own logger printed a coloured line of its own before edgepe's."""
+    path, model, graph, out = _rerouted(folder)
+    graph.initializer.append(numpy_helper.from_array(np.int64(1000), "far"))
+    graph.node.extend([helper.make_node("Add", ["positions", "far"], ["rows"]),
+                       helper.make_node("Gather", [f"{out}_raw", "rows"], [out], axis=0)])
+    onnx.save(model, path)
+    manifest = _manifest(path)
+    manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    if version is not None:
+        manifest["edgepe_version"] = version
+    _write_manifest(path, manifest)
+    return path
+
+
+def test_onnxruntime_adds_no_stderr_line_of_its_own(tmp_path):
+    # real processes: onnxruntime's logger writes to fd 2, which CliRunner does not see
+    edgepe = [sys.executable, "-m", "edgepe"]
+    path = _gather_far(tmp_path / "run")
+    done = subprocess.run([*edgepe, "run", str(path), "--positions", "0:4"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "[E:onnxruntime" not in done.stderr, done.stderr
+    assert re.fullmatch(r"error: '.*' failed inside onnxruntime: .*Gather.*\n", done.stderr)
+    path = _gather_far(tmp_path / "verify", version="0.0.0-other")
+    done = subprocess.run([*edgepe, "verify", str(path), "--providers", "cpu",
+                           "--accept-foreign"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "[E:onnxruntime" not in done.stderr, done.stderr
+    assert "cpu FAILED: run failed: " in done.stderr
+
+
+def test_the_api_names_a_wrong_argument_type(tmp_path):
+    import edgepe
+    from edgepe.contract.errors import BadParameterError
+    from edgepe.verify import verify_artifact
+
+    for value in (123, None, b"x.onnx", ["x.onnx"]):
+        with pytest.raises(BadParameterError, match="the artifact path must be a str"):
+            edgepe.load(value)
+        with pytest.raises(BadParameterError, match="the artifact path must be a str"):
+            verify_artifact(value)
+    with pytest.raises(BadParameterError, match="providers must be a str or a list of names, "
+                                                "got int"):
+        edgepe.load(_binary(tmp_path), providers=5)
+    with pytest.raises(BadParameterError, match="providers must be a str or a list of runtime "
+                                                "names, got int"):
+        verify_artifact(_binary(tmp_path, name="c.onnx"), providers=5)
+    with pytest.raises(BadParameterError, match="json_path must be a str or os.PathLike"):
+        verify_artifact(_binary(tmp_path, name="d.onnx"), json_path=5)

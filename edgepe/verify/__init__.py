@@ -36,8 +36,8 @@ from edgepe import rebuild as rb
 from edgepe.contract.checkpoint import sha256_file
 from edgepe.contract.commit import recover
 from edgepe.contract.config import check_output
-from edgepe.contract.errors import EdgepeError
-from edgepe.contract.manifest import artifact_for
+from edgepe.contract.errors import BadParameterError, EdgepeError
+from edgepe.contract.manifest import artifact_for, path_arg
 from edgepe.contract.progress import reporting, track
 from edgepe.rebuild import read_manifest as read
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
@@ -263,8 +263,13 @@ def verify_artifact(
     from edgepe.verify import runtimes as rt
 
     path = artifact_for(path)  # X.onnx.json names X.onnx
+    if isinstance(providers, str):  # "cpu,ref", as --providers takes them
+        providers = providers.split(",")
+    if providers is not None and not isinstance(providers, (list, tuple)):
+        raise BadParameterError(f"providers must be a str or a list of runtime names, got "
+                                f"{type(providers).__name__}")
     if json_path is not None:
-        check_output(Path(json_path), [path], force, "--json")  # before the sweep, not after
+        check_output(path_arg(json_path, "json_path"), [path], force, "--json")  # before the sweep, not after
 
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
