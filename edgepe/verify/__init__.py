@@ -268,8 +268,9 @@ def verify_artifact(
     if providers is not None and not isinstance(providers, (list, tuple)):
         raise BadParameterError(f"providers must be a str or a list of runtime names, got "
                                 f"{type(providers).__name__}")
+    # checked before the sweep, not after it
     if json_path is not None:
-        check_output(path_arg(json_path, "json_path"), [path], force, "--json")  # before the sweep, not after
+        check_output(path_arg(json_path, "json_path"), [path], force, "--json")
 
     recover(path)  # an export killed between its two renames: settle to a matching pair first
     manifest = read(path)
