@@ -136,6 +136,11 @@ CASES = [
     Case("max-len-2-63", "internal error",
          lambda f: _export(f, "--scheme", "binary", "--max-len", str(2**63)), 2,
          r"max_len must be between 1 and \d+, got 9223372036854775808"),
+    # resources: refused before anything is built
+    Case("plot-d-model-65536", "resources",
+         lambda f: ["plot", "--scheme", "sinusoidal", "--max-len", "4096", "--d-model", "65536",
+                    "--out", str(f / "p.png")], 2,
+         r"a plot draws at most 4096 columns \(one per dimension\), got d_model 65536"),
     Case("load-123", "internal error", lambda f: ["load", 123], 2,
          r"the artifact path must be a str or os\.PathLike, got int 123"),
 ]
@@ -231,3 +236,16 @@ def test_the_api_names_a_wrong_argument_type(tmp_path):
         verify_artifact(_binary(tmp_path, name="c.onnx"), providers=5)
     with pytest.raises(BadParameterError, match="json_path must be a str or os.PathLike"):
         verify_artifact(_binary(tmp_path, name="d.onnx"), json_path=5)
+
+
+def test_a_plot_is_at_most_4096_columns_wide():
+    from edgepe.contract.errors import BadParameterError
+    from edgepe.plot import MAX_WIDTH, check_width
+    from edgepe.schemes import resolve
+
+    assert MAX_WIDTH == 4096
+    check_width(resolve("sinusoidal", 8, d_model=4096))
+    check_width(resolve("alibi", 8, heads=1024))  # heads: at most 1024 anyway
+    check_width(resolve("binary", 8))  # a derived width
+    with pytest.raises(BadParameterError, match="got d_model 4098"):
+        check_width(resolve("sinusoidal", 8, d_model=4098))
