@@ -399,3 +399,11 @@ def test_read_manifest_refusals_and_opset(made, tmp_path):
     assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
     assert m["inputs"]["opset"] == 20 and m["manifest_source"] == "embedded"
     assert rebuild._embedded_inputs({"heads": 4, "mode": "table"}, 18)["heads"] == 4
+
+
+def test_check_checkpoint_names_a_checkpoint_of_the_wrong_type():
+    from edgepe.contract.errors import BadParameterError
+
+    with pytest.raises(BadParameterError, match="^checkpoint must be a str or os.PathLike, got "
+                                                "int 5$"):
+        rebuild.check_checkpoint("ab" * 32, 5)
