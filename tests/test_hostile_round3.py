@@ -141,6 +141,11 @@ CASES = [
          lambda f: ["plot", "--scheme", "sinusoidal", "--max-len", "4096", "--d-model", "65536",
                     "--out", str(f / "p.png")], 2,
          r"a plot draws at most 4096 columns \(one per dimension\), got d_model 65536"),
+    Case("graft-max-len-2-63", "resources",
+         lambda f: ["graft", str(REPO / "tests" / "data" / "optimum" / "llama" / "model.onnx"),
+                    "--max-len", str(2**63), "--no-check", "--out", str(f / "g.onnx")], 2,
+         r"--max-len 9223372036854775808: a RoPE's positions are float32, exact up to "
+         r"16777216"),
     Case("load-123", "internal error", lambda f: ["load", 123], 2,
          r"the artifact path must be a str or os\.PathLike, got int 123"),
 ]
