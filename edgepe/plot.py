@@ -34,6 +34,10 @@ from edgepe.rebuild import check_checkpoint
 KINDS = ("heatmap", "similarity", "hamming", "quant-error")
 FORMATS = {".png": "png", ".svg": "svg"}
 MAX_POSITIONS = 4096  # a similarity matrix of 4096^2 is 16M cells: already more than a screen
+# The widest encoding a plot draws (one image column per dimension, or head): 4096 positions x
+# 4096 dimensions peak at 1.5 GB (heatmap and similarity, measured); d_model 65536 took 19 GB
+# (issue 41), more columns than a screen has pixels anyway.
+MAX_WIDTH = 4096
 DEFAULT_POSITIONS = 256
 DPI = 100
 METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
@@ -51,6 +55,16 @@ def check_span(positions: np.ndarray) -> np.ndarray:
             f"a plot shows 2 to {MAX_POSITIONS} positions, got {positions.size}"
         )
     return positions
+
+
+def check_width(config) -> None:
+    """Refuse an encoding wider than ``MAX_WIDTH`` (d_model, or heads for a bias scheme) before
+    anything is built or encoded."""
+    width = config.heads if config.spec.kind == "bias" else config.d_model
+    if width is not None and width > MAX_WIDTH:
+        name = "heads" if config.spec.kind == "bias" else "d_model"
+        raise BadParameterError(f"a plot draws at most {MAX_WIDTH} columns (one per dimension), "
+                                f"got {name} {width}: export a table and plot a slice of it")
 
 
 def _encode(source, config, positions: np.ndarray) -> np.ndarray:
@@ -311,6 +325,7 @@ def plot(
         raise BadParameterError("--kind quant-error draws an artifact: give --artifact PATH")
     elif config is None:
         raise BadParameterError(f"--kind {kind} draws a scheme: give --scheme and --max-len")
+    check_width(config)
     if kind == "quant-error":
         fig = quant_error(runtime, config, build(config, seed=seed, checkpoint=checkpoint))
     else:

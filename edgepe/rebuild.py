@@ -30,7 +30,14 @@ from edgepe.contract.config import (
 )
 from edgepe.contract.errors import ArtifactError, CheckpointError
 from edgepe.contract.manifest import dumps as _dumps
-from edgepe.contract.manifest import open_regular, path_for, read, read_embedded, validate
+from edgepe.contract.manifest import (
+    open_regular,
+    path_arg,
+    path_for,
+    read,
+    read_embedded,
+    validate,
+)
 from edgepe.contract.version import __version__
 from edgepe.export import prepare
 from edgepe.export.compare import _comparable, _CompareWriter, compare, first_difference
@@ -93,7 +100,7 @@ def check_checkpoint(recorded_sha: str | None, checkpoint: str | Path | None) ->
             f"this artifact was exported from a checkpoint with sha256 {recorded_sha}: "
             "pass it with --checkpoint FILE (no path from a manifest is opened)"
         )
-    if not Path(checkpoint).is_file():
+    if not path_arg(checkpoint, "checkpoint").is_file():
         raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist or is not a file")
     if sha256_file(checkpoint) != recorded_sha:
         raise CheckpointError(f"checkpoint {str(checkpoint)!r} is not the one this artifact "
@@ -176,27 +183,41 @@ def rebuild(path: str | Path, manifest: dict[str, Any],
     with open(fd, "rb", closefd=True) as f:
         config, module = config_from_manifest(manifest, checkpoint, _cap(manifest, _size(f)))
         prepared = prepare(config, module)
-        if manifest.get("edgepe_version") != __version__:
-            # Another version may build other bytes from the same inputs: nothing to compare,
-            # but the tolerances and bounds still come from this one's registry and quantiser.
-            ours = json.loads(_dumps(prepared.manifest))
-            claims = foreign_claims(manifest, ours)
-            difference = looser(manifest, ours)
-            if difference is None and claims and not accept_foreign:
-                more = f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
-                difference = (f"a foreign build's claim this edgepe cannot reproduce: "
-                              f"{claims[0]}{more}; pass --accept-foreign to verify it "
-                              "numerically with this edgepe's values")
-            note = (f"written by edgepe {manifest.get('edgepe_version')!r}, this is "
-                    f"{__version__}: verified numerically only")
-            if claims and accept_foreign:
-                note += f"; {len(claims)} claim(s) accepted unchecked: " + "; ".join(claims)
-            return Rebuilt(False, difference, ours, False, config, module, note=note,
-                           unchecked=tuple(claims) if accept_foreign else ())
-        difference, rebuilt = compare(f, path, manifest, prepared, ignore_paths=True)
+        foreign = manifest.get("edgepe_version") != __version__
+        # Foreign means foreign (issue 41): whatever version a manifest names, its bytes are
+        # compared with this edgepe's rebuild; only the version label itself is not a claim.
+        label = {**manifest, "edgepe_version": __version__} if foreign else manifest
+        difference, rebuilt = compare(f, path, label, prepared, ignore_paths=True)
     same_bytes = difference is None or difference.startswith("the manifest differs")
+    if foreign and difference is not None:
+        return _foreign(manifest, prepared, config, module, difference, same_bytes,
+                        accept_foreign)
+    if foreign:
+        return Rebuilt(True, None, rebuilt, False, config, module, bytes_match=True,
+                       note=f"labelled edgepe {manifest.get('edgepe_version')!r}, rebuilt "
+                            f"byte-identical by {__version__}")
     return Rebuilt(difference is None, difference, rebuilt, True, config, module,
                    bytes_match=same_bytes)
+
+
+def _foreign(manifest: dict[str, Any], prepared, config, module, difference: str,
+             same_bytes: bool, accept_foreign: bool) -> Rebuilt:
+    """A foreign build that is not byte-identical to this edgepe's rebuild: FAILS naming the
+    first difference, unless ``accept_foreign``; then every claim this edgepe cannot check is
+    listed in ``unchecked`` (its bytes first) and the numeric check uses this edgepe's values,
+    never the file's (a looser tolerance or bound still FAILS)."""
+    version = manifest.get("edgepe_version")
+    ours = json.loads(_dumps(prepared.manifest))
+    if not accept_foreign:
+        return Rebuilt(False, f"written by edgepe {version!r} (this is {__version__}) and not "
+                       f"byte-identical to this edgepe's rebuild: {difference}; pass "
+                       "--accept-foreign to verify it numerically with this edgepe's values",
+                       ours, False, config, module, bytes_match=same_bytes)
+    claims = ([] if same_bytes else [f"the bytes: {difference}"]) + foreign_claims(manifest, ours)
+    note = (f"written by edgepe {version!r}, this is {__version__}: verified numerically only; "
+            f"{len(claims)} claim(s) accepted unchecked: " + "; ".join(claims))
+    return Rebuilt(False, looser(manifest, ours), ours, False, config, module, note=note,
+                   unchecked=tuple(claims), bytes_match=same_bytes)
 
 
 # The fields a foreign build may state differently without it being a claim about its values.

@@ -45,6 +45,7 @@ from edgepe.contract.errors import (
     did_you_mean,
 )
 from edgepe.contract.manifest import artifact_for, open_regular
+from edgepe.graphs.sessions import quiet_options
 from edgepe.graphs.untrusted import check_untrusted
 from edgepe.rebuild import check_claims, rebuild
 from edgepe.rebuild import read_manifest as read
@@ -92,6 +93,9 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
 
     if providers is None:
         return ["CPUExecutionProvider"]
+    if not isinstance(providers, (str, list, tuple)):
+        raise BadParameterError(f"providers must be a str or a list of names, got "
+                                f"{type(providers).__name__}")
     names = providers.split(",") if isinstance(providers, str) else list(providers)
     available = ort.get_available_providers()
     by_short = {_short(p): p for p in ort.get_all_providers()}
@@ -487,9 +491,8 @@ class OnnxRuntime(Runtime):
         super().__init__(path, manifest)
         import onnxruntime as ort
 
-        ort.set_default_logger_severity(3)  # its own warnings (telemetry, placement): errors only
-        options = ort.SessionOptions()
-        options.log_severity_level = 3  # warnings about node placement are the verifier's job
+        # onnxruntime's own log off: a failure is edgepe's one error line (issue 41)
+        options = quiet_options()
         try:
             self.session = ort.InferenceSession(
                 str(path) if data is None else data, sess_options=options,

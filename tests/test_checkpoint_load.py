@@ -453,3 +453,72 @@ def test_torch_load_is_asked_for_weights_only_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "load", recording)
     ck.read_state_dict(_save(tmp_path, {"w": torch.zeros(1)}))
     assert calls == [{"map_location": "cpu", "weights_only": True}]
+
+
+# --- a zip checkpoint's unzipped size, before torch.load (issue 41) -----------------------------
+
+def _zip(path, entries: dict[str, int], deflate: bool = True):
+    import zipfile
+
+    method = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "w", compression=method, compresslevel=1 if deflate else None) \
+            as archive:
+        for name, size in entries.items():
+            with archive.open(name, "w", force_zip64=True) as f:
+                block = bytes(min(size, 16 << 20))
+                for start in range(0, size, len(block) or 1):
+                    f.write(block[: size - start])
+    return path
+
+
+def test_a_zip_bomb_checkpoint_is_refused_before_torch_load(tmp_path):
+    import subprocess
+    import sys
+
+    # 80 MiB of zeros deflated to ~80 KB (the attack: 2.3 MB to 2.6 GB, the same ratio)
+    bomb = _zip(tmp_path / "bomb.pt", {"archive/data.pkl": 16, "archive/data/0": 80 << 20})
+    size = bomb.stat().st_size
+    code = ("import resource, sys\n"
+            "from edgepe.contract.checkpoint import read_state_dict\n"
+            "from edgepe.contract.errors import CheckpointError\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "try:\n    read_state_dict(sys.argv[1])\n"
+            "except CheckpointError as exc:\n    print(exc)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True,
+                          text=True, timeout=120)
+    message, grown = done.stdout.strip().splitlines()
+    assert message == (f"checkpoint {str(bomb)!r} is a {size}-byte archive that unzips to "
+                       f"{(80 << 20) + 16} bytes, more than twice its size plus 67108864 "
+                       "(torch stores its entries uncompressed): refused before loading it")
+    assert int(grown) < 32 << 10  # KiB of peak RSS past the imports: nothing was inflated
+
+
+def test_the_unzipped_bound_is_twice_the_file_plus_the_slack_summed_over_entries(
+        tmp_path, monkeypatch):
+    import torch
+
+    from edgepe.contract import checkpoint
+
+    assert checkpoint.UNZIPPED_SLACK == 64 << 20
+    archive = _zip(tmp_path / "a.pt", {"a": 6000, "b": 4000})
+    size = archive.stat().st_size
+    monkeypatch.setattr(checkpoint, "UNZIPPED_SLACK", 10000 - 2 * size)
+    checkpoint._check_archive(archive)  # exactly at the bound: read
+    monkeypatch.setattr(checkpoint, "UNZIPPED_SLACK", 10000 - 2 * size - 1)
+    with pytest.raises(CheckpointError, match="unzips to 10000 bytes"):
+        checkpoint._check_archive(archive)  # both entries count: 6000 alone would pass
+    # torch's own checkpoints (entries stored) and its legacy format pass
+    monkeypatch.setattr(checkpoint, "UNZIPPED_SLACK", 0)
+    saved = tmp_path / "w.pt"
+    torch.save({"w": torch.ones(64, 64)}, saved)
+    checkpoint._check_archive(saved)
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"w": torch.ones(64, 64)}, legacy, _use_new_zipfile_serialization=False)
+    checkpoint._check_archive(legacy)
+    # a zip whose central directory is cut: unreadable, one line
+    broken = tmp_path / "broken.pt"
+    data = saved.read_bytes()
+    broken.write_bytes(data[:-30] + bytes(30))
+    with pytest.raises(CheckpointError, match="is not a readable torch checkpoint"):
+        checkpoint.read_state_dict(broken)

@@ -257,3 +257,50 @@ def test_printing_a_huge_range_encodes_only_what_is_shown(arts):
     want = edgepe.load(arts["gray"]).encode(np.array([15999999]))[0]
     assert [int(v) for v in rows[-1][1:]] == want.astype(int).tolist()
     assert "showing 40 of 16000000 rows" in result.stdout
+
+
+# --- --out streams by values, not rows (issue 41) ------------------------------------------------
+
+def test_rows_per_step_bounds_the_values_of_a_step():
+    from edgepe.cli import run_cmd
+
+    assert (run_cmd.CHUNK_ROWS, run_cmd.CHUNK_VALUES) == (65536, 1 << 20)
+    assert run_cmd.rows_per_step(64) == 16384  # 2^20 / 64
+    assert run_cmd.rows_per_step(2048) == 512
+    assert run_cmd.rows_per_step(8) == 65536  # CHUNK_ROWS caps narrow rows
+    assert run_cmd.rows_per_step(3 << 20) == 1  # one row at least
+    assert run_cmd.rows_per_step(0) == 65536
+
+
+PEAK = """
+import resource, sys
+from typer.testing import CliRunner
+from edgepe.cli import app
+import edgepe.cli.run_cmd, edgepe.runtime, onnxruntime, numpy  # the imports, before the base
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = CliRunner().invoke(app, ["run", sys.argv[1], "--positions", "0:4096", "--out",
+                                  sys.argv[2]])
+assert result.exit_code == 0, result.output
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+"""
+
+
+def test_run_out_csv_at_d_2048_streams_in_bounded_memory(tmp_path):
+    """The attack: run --out x.csv at d 2048 peaked at 8.5 GB (65536-row steps: 134M values and
+    their CSV text several times over). Here 4096 rows of d 2048 (8M values, ~140 MB of CSV):
+    one 65536-row step held all of it, its text several times (measured 293 MiB added at 2048
+    rows, so ~580 at 4096); steps of 2^20 values hold an eighth of it (measured ~150 MiB added,
+    most of it onnxruntime's session and arena)."""
+    import sys
+
+    path = tmp_path / "s.onnx"
+    export(ExportConfig(scheme=resolve("sinusoidal", 4096, d_model=2048), out=path))
+    out = tmp_path / "x.csv"
+    done = subprocess.run([sys.executable, "-c", PEAK, str(path), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    added_kib = int(done.stdout.strip().splitlines()[-1])
+    assert added_kib < 250 << 10, added_kib
+    with open(out) as f:
+        lines = sum(1 for _ in f)
+    assert lines == 4097

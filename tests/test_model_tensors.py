@@ -206,3 +206,21 @@ def test_sliced_rope_of_batched_positions_defaults_and_float64_frequencies(atten
         assert got[name].shape == (1, 3, 4)
         want = np.concatenate([a * f(angle)] * 2, axis=-1)
         assert np.abs(got[name] - want).max() <= bound(widths, a), name
+
+
+def test_recipe_distance_refuses_positions_past_float32s_exact_integers(monkeypatch):
+    # issue 41: graft's --max-len 2^63 looped here 2^48 times; past 2^24 float32 positions
+    # are not the positions anyway
+    from edgepe.contract.errors import BadParameterError
+
+    assert mt.EXACT_POSITIONS == 1 << 24
+    inv_freq = np.asarray([1.0, 0.01], np.float32)
+    for max_len in (2**24 + 1, 2**63):
+        with pytest.raises(BadParameterError, match=f"^--max-len {max_len}: a RoPE's positions "
+                                                    "are float32, exact up to 16777216"):
+            mt.recipe_distance(inv_freq, max_len)
+    # the edge itself runs (shown on a small edge: 2^24 positions would take a GB here)
+    monkeypatch.setattr(mt, "EXACT_POSITIONS", 10)
+    assert mt.recipe_distance(inv_freq, 10) == mt.recipe_distance(inv_freq, 10, chunk=3)
+    with pytest.raises(BadParameterError, match="^--max-len 11: "):
+        mt.recipe_distance(inv_freq, 11)

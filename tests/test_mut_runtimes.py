@@ -218,6 +218,8 @@ def test_an_ort_runtime_runs_the_graph_and_reads_its_placement(add_graph):
         assert runtime.name == "cpu" and runtime.provider == "CPUExecutionProvider"
         assert runtime.session.get_providers() == ["CPUExecutionProvider"]
         assert runtime.output == "y" and runtime.placement is None and runtime.split is None
+        # onnxruntime's own logger: FATAL only (issue 41: its ERROR line was a 2nd stderr line)
+        assert runtime.session.get_session_options().log_severity_level == 4
         assert profile.is_dir() and profile.name.startswith("edgepe-profile-")
         x = np.array([0.0, 1.5, -2.0], dtype=np.float32)
         np.testing.assert_array_equal(runtime.run({"x": x}), x + 1)

@@ -691,3 +691,49 @@ def test_a_uint8_graph_of_a_float_scheme_names_bits():
     config, module = _integer(8)
     chunks = list(sweep.onnx_chunks(config, module, {"mode": "compute", "dtype": "uint8"}, False))
     assert chunks[0].where((3, 1)) == "position 3 bit 1"
+
+
+# --- unswept: what a numeric-only check leaves unvisited (issue 41) ------------------------------
+
+def _m(mode="compute", fmt="onnx", policy=None, limit=None):
+    return {"mode": mode, "format": fmt, "dtype": "float32",
+            "positions": {"out_of_range": policy, **({"limit": limit} if limit else {})}}
+
+
+def test_unswept_names_the_probe_and_the_in_range_sample():
+    config = resolve("integer", 37, d_model=4)
+    probe = len(sweep.probe_values(config, 2**24, 128))
+    # integer's limit comes from the registry (2^24) when the manifest states none
+    assert sweep.unswept(config, _m(), False) == (
+        f"positions: only {probe} probe positions of those outside 0 .. 36 (|position| <= "
+        f"{2**24}) compared")
+    quick = len(sweep.probe_values(config, 2**24, 16))
+    assert sweep.unswept(config, _m(), True).startswith(f"positions: only {quick} probe")
+    # a table graph clamps every int64: the probe spans int64
+    table = len(sweep.probe_values(config, None, 128))
+    assert sweep.unswept(config, _m(mode="table"), False) == (
+        f"positions: only {table} probe positions of those outside 0 .. 36 (int64) compared")
+    assert "(int64)" in sweep.unswept(config, _m(policy="clamp"), False)
+    assert "(|position| <= 40)" in sweep.unswept(config, _m(limit=40), False)
+    # quick, past 4096: the in-range part is named too
+    config = resolve("integer", 5000, d_model=4)
+    assert sweep.unswept(config, _m(), True).startswith(
+        "positions: only 4096 of the 5000 positions 0 .. 4999 and ")
+    full = len(sweep.probe_values(config, 2**24, 128))
+    assert sweep.unswept(config, _m(), False) == (
+        f"positions: only {full} probe positions of those outside 0 .. 4999 (|position| <= "
+        f"{2**24}) compared")
+    # past SWEEP_FULL: the documented sample
+    big = resolve("gray", 2**25)
+    text = sweep.unswept(big, _m(), False)
+    assert text.startswith(f"positions: only {len(sweep.sampled_positions(2**25))} of the "
+                           f"{2**25} positions 0 .. {2**25 - 1} and ")
+
+
+def test_unswept_is_none_for_a_table_file_read_whole():
+    config = resolve("integer", 37, d_model=4)
+    assert sweep.unswept(config, _m(mode="table", fmt="npy"), False) is None
+    config = resolve("integer", 5000, d_model=4)
+    assert sweep.unswept(config, _m(mode="table", fmt="npy"), False) is None
+    assert sweep.unswept(config, _m(mode="table", fmt="bin"), True) == (
+        "rows: 4096 of 5000 compared")

@@ -122,7 +122,21 @@ def test_a_report_passes_only_with_its_rebuild_its_sha256_and_every_result():
     assert not _report([_result(**OK), _result("ref", elements=0)])
     assert not _report([_result(**OK)], rebuild=None)
     assert not _report([_result(**OK)], rebuild=rb.Rebuilt(False, "bytes differ", None))
-    assert _report([_result(**OK)], rebuild=rb.Rebuilt(False, None, None, same_version=False))
+    # issue 41: a numeric check alone (a foreign build, accepted) is never a PASS, only accepted
+    foreign = _report([_result(**OK)], rebuild=rb.Rebuilt(False, None, None, same_version=False))
+    assert not foreign and not foreign.passed and foreign.accepted
+    assert not _report([_result(**OK)]).accepted  # reproduced: a PASS, not "accepted"
+    assert not _report([_result(**OK)], rebuild=rb.Rebuilt(False, "bytes differ", None)).accepted
+    assert not _report([], rebuild=rb.Rebuilt(False, None, None)).accepted  # nothing run
+    assert not _report([_result(**OK)], rebuild=None).accepted
+    assert not _report([_result(**OK)], rebuild=rb.Rebuilt(False, None, None),
+                       actual="f" * 64).accepted
+    assert not _report([_result(**OK), _result("ref", elements=0)],
+                       rebuild=rb.Rebuilt(False, None, None)).accepted
+    assert str(foreign) == ("parity ACCEPTED, NOT PROVEN (--accept-foreign) for a.onnx: not "
+                            "reproduced (); cpu ok (max abs 0.000125)")
+    assert foreign.as_dict()["passed"] is False and foreign.as_dict()["accepted"] is True
+    assert "accepted" not in _report([_result(**OK)]).as_dict()
     assert not _report([_result(**OK)], actual="f" * 64)
     assert _report([], rebuild=None).rebuild_ok is False
     assert _report([_result(**OK)]).sha256_ok and not _report([], actual="0" * 64).sha256_ok
@@ -652,3 +666,31 @@ def test_a_quick_table_check_reads_4096_rows_and_says_so(made, capfd):
     report = v.verify_artifact(made["long.npy"], quick=True, progress=True)
     assert report and report.results[0].positions == 4096
     assert "4096/4096" in capfd.readouterr().err  # the bar's total is the quick sweep's
+
+
+def test_an_accepted_foreign_build_lists_the_positions_its_sweep_skipped(made, tmp_path):
+    # issue 41: numeric only, so what the sweep did not visit is a claim left unchecked too
+    path = _copy(made["compute.onnx"], tmp_path)
+    _edit_manifest(path, edgepe_version="0.0.0-other", trust_me=True)
+    refused = v.verify_artifact(path, quick=True, progress=False)
+    assert not refused and not refused.accepted and refused.rebuild.unchecked == ()
+    accepted = v.verify_artifact(path, quick=True, progress=False, accept_foreign=True)
+    skipped = sweep.unswept(accepted.rebuild.config.scheme, accepted.rebuild.manifest, True)
+    assert skipped.startswith("positions: only ")
+    assert accepted.rebuild.unchecked == ("trust_me (extra in the file's manifest)", skipped)
+    assert accepted.rebuild.note.endswith(f"; {skipped}")
+    assert accepted.accepted and not accepted.passed
+    # reproduced: nothing skipped is listed (the rebuild proves every position)
+    honest = v.verify_artifact(made["compute.onnx"], quick=True, progress=False)
+    assert honest.passed and honest.rebuild.unchecked == () and "positions:" not in str(honest)
+
+
+def test_verify_names_wrong_argument_types(made, tmp_path):
+    path = _copy(made["compute.onnx"], tmp_path)
+    with pytest.raises(BadParameterError, match="^providers must be a str or a list of runtime "
+                                                "names, got int$"):
+        v.verify_artifact(path, providers=5, quick=True)
+    with pytest.raises(BadParameterError, match="^json_path must be a str or os.PathLike"):
+        v.verify_artifact(path, json_path=5, quick=True)
+    report = v.verify_artifact(path, providers="cpu,ref", quick=True, progress=False)
+    assert [r.runtime for r in report.results] == ["cpu", "ref"]

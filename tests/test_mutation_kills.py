@@ -802,3 +802,28 @@ def test_describe_an_int8_graph_and_a_table(tmp_path):
     info = describe(t)
     assert "graph" not in info and "audit" not in info and "program" not in info
     assert info["sha256_ok"] is True
+
+
+# --- manifest.path_arg: the API's wrong argument types (issue 41) ---------------------------------
+
+def test_path_arg_takes_str_and_pathlike_and_names_anything_else():
+    from pathlib import Path
+
+    from edgepe.contract.errors import BadParameterError
+
+    assert manifest.path_arg("a.onnx", "x") == Path("a.onnx")
+    assert manifest.path_arg(Path("b"), "x") == Path("b")
+    for value, shown in ((123, "int 123"), (None, "NoneType None"), (b"a", "bytes b'a'"),
+                         (True, "bool True"), (["a"], "list ['a']"), (1.5, "float 1.5")):
+        with pytest.raises(BadParameterError) as raised:
+            manifest.path_arg(value, "the thing")
+        assert str(raised.value) == f"the thing must be a str or os.PathLike, got {shown}"
+
+    class BytesPath:
+        def __fspath__(self):
+            return b"x"
+
+    with pytest.raises(BadParameterError, match="must be a str or os.PathLike of str, got"):
+        manifest.path_arg(BytesPath(), "the thing")
+    with pytest.raises(BadParameterError, match="^the artifact path must be"):
+        manifest.artifact_for(123)

@@ -300,7 +300,8 @@ def _foreign(made, tmp_path, **changes):
     return path, m
 
 
-def test_a_foreign_builds_claims_fail_the_rebuild_or_are_listed_when_accepted(made, tmp_path):
+def test_a_foreign_build_not_byte_identical_fails_or_lists_its_claims_when_accepted(
+        made, tmp_path):
     from edgepe import __version__
 
     ours = manifest_io.read(made["npy"])
@@ -308,26 +309,39 @@ def test_a_foreign_builds_claims_fail_the_rebuild_or_are_listed_when_accepted(ma
     path, m = _foreign(made, tmp_path, **one)
     got = rebuild.rebuild(path, m)
     claim = "positions.out_of_range: \"wrap\" != this edgepe's \"clamp\""
-    assert got.difference == (f"a foreign build's claim this edgepe cannot reproduce: {claim}; "
-                              "pass --accept-foreign to verify it numerically with this "
-                              "edgepe's values")
-    assert got.unchecked == () and not got.ok and not got.bytes_match
+    assert got.difference == (
+        f"written by edgepe '0.0.1' (this is {__version__}) and not byte-identical to this "
+        "edgepe's rebuild: the manifest differs from the rebuilt one at positions.out_of_range: "
+        "\"wrap\" != rebuilt \"clamp\"; pass --accept-foreign to verify it numerically with "
+        "this edgepe's values")
+    assert got.unchecked == () and not got.ok and not got.reproduced and not got.same_version
+    assert got.bytes_match  # only the manifest differs: the sweep may still show what it does
+    assert got.manifest["positions"]["out_of_range"] == "clamp"  # this edgepe's
     accepted = rebuild.rebuild(path, m, accept_foreign=True)
-    assert accepted.ok and accepted.unchecked == (claim,)
+    assert accepted.ok and accepted.unchecked == (claim,) and not accepted.reproduced
+    assert accepted.bytes_match and not accepted.same_version
     assert accepted.note == (f"written by edgepe '0.0.1', this is {__version__}: verified "
                              f"numerically only; 1 claim(s) accepted unchecked: {claim}")
-    # two claims: the first named, the count of the rest
+    assert str(accepted) == f"not reproduced ({accepted.note})"
+    # two claims: both listed
     path, m = _foreign(made, tmp_path, **one, seed=9)
-    got = rebuild.rebuild(path, m)
-    assert "cannot reproduce: " in got.difference and " (and 1 more); pass" in got.difference
     accepted = rebuild.rebuild(path, m, accept_foreign=True)
     assert len(accepted.unchecked) == 2
     assert accepted.note.endswith("2 claim(s) accepted unchecked: " + "; ".join(
         accepted.unchecked))
-    # nothing claimed: no note of claims, nothing unchecked, even when accepting
+    # other bytes (the trojan's case): the bytes are the first claim left unchecked
     path, m = _foreign(made, tmp_path)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    got = rebuild.rebuild(path, m)
+    assert not got.ok and not got.bytes_match
+    assert "not byte-identical to this edgepe's rebuild: the file differs from the rebuild at " \
+        f"byte {len(data) - 1}" in got.difference
     accepted = rebuild.rebuild(path, m, accept_foreign=True)
-    assert accepted.unchecked == () and "accepted" not in accepted.note
+    assert accepted.ok and not accepted.bytes_match
+    assert accepted.unchecked == (f"the bytes: the file differs from the rebuild at byte "
+                                  f"{len(data) - 1}",)
 
 
 def test_bytes_match_says_whether_only_the_manifest_differs(made, tmp_path):
@@ -385,3 +399,11 @@ def test_read_manifest_refusals_and_opset(made, tmp_path):
     assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
     assert m["inputs"]["opset"] == 20 and m["manifest_source"] == "embedded"
     assert rebuild._embedded_inputs({"heads": 4, "mode": "table"}, 18)["heads"] == 4
+
+
+def test_check_checkpoint_names_a_checkpoint_of_the_wrong_type():
+    from edgepe.contract.errors import BadParameterError
+
+    with pytest.raises(BadParameterError, match="^checkpoint must be a str or os.PathLike, got "
+                                                "int 5$"):
+        rebuild.check_checkpoint("ab" * 32, 5)

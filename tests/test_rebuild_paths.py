@@ -118,21 +118,25 @@ def test_a_changed_manifest_field_is_named(made, tmp_path):
     assert got.manifest == m
 
 
-def test_another_version_is_verified_numerically_only(made, tmp_path):
+def test_another_versions_label_alone_changes_nothing(made, tmp_path):
+    # issue 41: foreign means foreign; a manifest naming another version whose bytes and
+    # fields ARE this edgepe's rebuild is reproduced (the label is noted, not a claim)
     m = {**manifest_io.read(made["npy"]), "edgepe_version": "0.0.1"}
     path, _ = _copy(made["npy"], tmp_path, manifest=m)
     got = rebuild.rebuild(path, m)
-    assert (got.reproduced, got.difference, got.same_version, got.ok) == (False, None, False, True)
-    assert got.note == (f"written by edgepe '0.0.1', this is {__version__}: verified "
-                        "numerically only")
-    assert str(got) == f"not reproduced ({got.note})"
+    assert (got.reproduced, got.difference, got.same_version, got.ok, got.bytes_match) == (
+        True, None, False, True, True)
+    assert got.note == f"labelled edgepe '0.0.1', rebuilt byte-identical by {__version__}"
+    assert str(got) == "rebuilt byte-identical"
+    assert got.manifest == manifest_io.read(made["npy"])  # the rebuilt one: this version's
     assert got.config.scheme.scheme == "sinusoidal" and got.module is not None
-    assert got.manifest["quant"]["bound"] == m["quant"]["bound"]
+    # a looser bound, accepted as foreign: still FAILS, named
     looser = copy.deepcopy(m)
     looser["quant"]["bound"] *= 2
-    got = rebuild.rebuild(path, looser)
+    got = rebuild.rebuild(path, looser, accept_foreign=True)
     assert not got.ok and got.difference.startswith("the manifest states quant.bound")
     assert str(got) == f"rebuild FAILED: {got.difference}"
+    assert not got.reproduced and not got.same_version and got.bytes_match
 
 
 def test_just_built_trusts_the_bytes(made):

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgepe.contract.errors import ArtifactError
-from edgepe.graphs.untrusted import SIZE_PROBE, check_tensor_bound
+from edgepe.graphs.untrusted import SIZE_PROBE, TENSOR_BUDGET, check_tensor_bound
 
 X = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 4])  # one free dimension
 Y_INT = helper.make_tensor_value_info("y", TensorProto.INT64, None)
@@ -39,6 +39,12 @@ def _refusal(model, budget: int) -> str | None:
     except ArtifactError as exc:
         return str(exc)
     return None
+
+
+def _total(elements: int, budget: int) -> str:
+    return (f"'m.onnx': its nodes make {elements} tensor elements in all at one position, over "
+            f"the budget of {budget} (the sum of every tensor shape inference bounds): refused "
+            "before running it")
 
 
 def _over(node: str, op: str, elements: int, dims, budget: int) -> str:
@@ -355,5 +361,39 @@ def test_each_output_is_checked_after_one_of_unknown_size():
                     helper.make_node("BatchNormalization", ["xr", "sc", "b", "m", "v"],
                                      ["y", "rm", "rv"], name="bn", training_mode=1)],
                    [x, shape], [Y_FLOAT], stats)
-    assert _refusal(model, 3) is None
+    assert _refusal(model, 6) is None  # rm and rv: 3 + 3, each and in all within 6
     assert _refusal(model, 2) == _over("bn", "BatchNormalization", 3, [3], 2)
+    assert _refusal(model, 5) == _total(6, 5)  # each within 5, not together (issue 41)
+
+
+# --- the bound is on every tensor together (issue 41) --------------------------------------------
+
+def _ranges(count: int, length: int):
+    """``count`` constant ``Range(0, length)`` int64 tensors, each an output (the attack: each
+    under the per-tensor budget, 4.4 GB together)."""
+    inits = [numpy_helper.from_array(np.int64(v), n)
+             for v, n in ((0, "zero"), (length, "stop"), (1, "one"))]
+    nodes = [helper.make_node("Range", ["zero", "stop", "one"], [f"r{i}"], name=f"range{i}")
+             for i in range(count)]
+    outputs = [helper.make_tensor_value_info(f"r{i}", TensorProto.INT64, None)
+               for i in range(count)]
+    return helper.make_model(helper.make_graph(nodes, "g", [], outputs, inits),
+                             opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_two_ranges_each_under_the_budget_are_refused_together():
+    # the attack's size: two Range(0, 2^28 - 2^20) int64 tensors, 4.4 GB together
+    length = TENSOR_BUDGET - (1 << 20)
+    assert _refusal(_ranges(1, length), TENSOR_BUDGET) is None
+    assert _refusal(_ranges(2, length), TENSOR_BUDGET) == _total(2 * length, TENSOR_BUDGET)
+
+
+def test_the_total_counts_known_shapes_and_evaluated_sizes_exactly():
+    assert _refusal(_ranges(3, 10), 30) is None
+    assert _refusal(_ranges(3, 10), 29) == _total(30, 29)
+    # known shapes: a [4] Identity of a [4] input, twice: 8 elements
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    model = _model([helper.make_node("Identity", ["x"], ["a"]),
+                    helper.make_node("Identity", ["a"], ["y"])], [x], [Y_FLOAT])
+    assert _refusal(model, 8) is None
+    assert _refusal(model, 7) == _total(8, 7)

@@ -134,13 +134,17 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
     assert [r.error for r in report.results] == [
         "not run: the file is not the rebuild of its recorded inputs, so it is not compiled or "
         "run"]
-    # The same file as another edgepe version's build: numeric only, and the sweep says what
-    # the edit does.
+    # The same file as another edgepe version's build: not the rebuild either, so never run
+    # (issue 41: foreign means foreign) unless --accept-foreign; then numeric only, and the
+    # sweep says what the edit does.
     manifest = json.loads(manifest_path(path).read_text())
     manifest["edgepe_version"] = "0.0.0-other"
     manifest_path(path).write_text(json.dumps(manifest))
     report = verify_artifact(path, providers=["cpu"])
+    assert not report and not report.rebuild.ok and report.results[0].error.startswith("not run")
+    report = verify_artifact(path, providers=["cpu"], accept_foreign=True)
     assert not report and report.rebuild.ok and not report.rebuild.same_version
+    assert not report.accepted
     r = report.results[0]
     # positions 0..36 with bit 3 set: 8..15, 24..31 (16 of them), column 5 each, plus the probe
     assert r.mismatches >= 16
@@ -152,7 +156,7 @@ def test_changed_weights_fail_with_exit_1_and_the_report_says_where(tmp_path, bi
 
     json_file = tmp_path / "report.json"
     result = runner.invoke(app, ["verify", str(path), "--providers", "cpu", "--json",
-                                 str(json_file)])
+                                 str(json_file), "--accept-foreign"])
     assert result.exit_code == 1, result.output
     assert "position 8 column 5" in result.output
     assert "mismatching elements by column: column 5" in result.output
@@ -437,8 +441,9 @@ MALFORMED = [None, -1, "x", [], {}, True, 2.5]
 # into a failure once it is empty, so the list is removed then.
 # The only fields verify still accepts (exit 0) with these values: ``null`` where the binary
 # artifact's honest manifest holds null already (no checkpoint, heads, quant or position limit),
-# and an ``edgepe_version`` naming another edgepe, whose artifact verifies numerically only and
-# is reported "not reproduced" (issue 23). Every other field is checked against the rebuild.
+# and an ``edgepe_version`` naming another edgepe: the label alone is not a claim, the bytes and
+# every other field are still this edgepe's rebuild (issue 41). Every other field is checked
+# against the rebuild.
 STILL_ACCEPTED = {"None": {"checkpoint", "heads", "quant", "positions.limit"},
                   "'x'": {"edgepe_version"}}
 _accepted_cache: dict[str, list[str]] = {}

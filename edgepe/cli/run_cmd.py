@@ -32,6 +32,9 @@ from edgepe.contract.progress import reporting, track
 MAX_POSITIONS = 2**24  # rows one run encodes; past this a user wants a table export instead
 MAX_VALUES = 2**28  # values of a bias [H, N, M] (1 GiB of float32), computed at once
 CHUNK_ROWS = 65536  # rows encoded and written per step (bounded memory for --out)
+# ... and at most this many values per step: a row of d 2048 made 65536-row steps of 134M
+# values, whose CSV text (and its copies) peaked at 8.5 GB (issue 41)
+CHUNK_VALUES = 1 << 20
 SHOW_ROWS = 20  # printed rows at each end of a long table
 OUT_SUFFIXES = (".npy", ".csv")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -204,12 +207,13 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool,
     else:
         first = runtime.encode(positions[:1])
         shape, dtype = (len(positions), first.shape[1]), first.dtype
-        starts = list(range(0, len(positions), CHUNK_ROWS))
+        step = rows_per_step(first.shape[1])
+        starts = list(range(0, len(positions), step))
 
     def block(start: int):
         if runtime.kind == "bias":
             return whole
-        return runtime.encode(positions[start : start + CHUNK_ROWS])
+        return runtime.encode(positions[start : start + step])
 
     def write(f) -> None:
         if out.suffix.lower() == ".npy":
@@ -230,6 +234,12 @@ def write_out(out: Path, runtime, positions, keys, show_progress: bool,
 
     write_output(out, write, list(inputs or []), force)
     return tuple(shape)
+
+
+def rows_per_step(width: int) -> int:
+    """Rows encoded and written per step of ``--out``: ``CHUNK_ROWS``, fewer for wide rows so a
+    step holds at most ``CHUNK_VALUES`` values (at least one row)."""
+    return max(1, min(CHUNK_ROWS, CHUNK_VALUES // max(1, width)))
 
 
 def _csv_header(runtime, shape, keys) -> str:

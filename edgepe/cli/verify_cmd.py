@@ -4,7 +4,8 @@ Prints one table row per runtime (max/mean absolute and max relative error, mism
 tolerance, where the nodes ran, pass/fail), the first mismatching elements, and placement notes.
 ``--json FILE`` follows the one output rule (atomic, a symlink replaced and never followed, an
 existing file only with ``--force``, never the artifact or its manifest). Exit 0 when everything
-passed, 1 when the rebuild, a comparison, the sha256 or
+passed (or ``--accept-foreign`` accepted an artifact that is not this edgepe's rebuild: ACCEPTED,
+never PASSED), 1 when the rebuild, a comparison, the sha256 or
 ``--strict-placement`` failed, 2 on bad input (no manifest, a truncated or non-ONNX file, an
 unknown runtime, a checkpoint-based artifact without its ``--checkpoint``).
 """
@@ -41,9 +42,9 @@ def command(
                         "runtime.")] = False,
     accept_foreign: Annotated[bool, typer.Option(
         "--accept-foreign",
-        help="An artifact of another edgepe version whose manifest claims what this edgepe "
-             "does not derive from its recorded inputs: verify it numerically with this "
-             "edgepe's values instead of failing; the report lists each unchecked claim.")]
+        help="An artifact that is not byte-identical to this edgepe's rebuild (another "
+             "version's build): verify it numerically with this edgepe's values instead of "
+             "failing; the report lists each unchecked claim and says ACCEPTED, never PASSED.")]
     = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing --json FILE (never the artifact or its "
@@ -77,7 +78,7 @@ def command(
         # with --json -, stdout holds the JSON alone
         render(report, Console(width=max(140, Console().width), highlight=False,
                                stderr=to_stdout))
-    if not report:
+    if not (report or report.accepted):
         typer.echo(str(report), err=True)  # the one line that says what failed, even with -q
         raise typer.Exit(1)
     if not quiet:

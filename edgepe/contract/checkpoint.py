@@ -55,12 +55,41 @@ def read_state_dict(path: str | Path, key: str | None = None) -> dict:
     return _checked_state(path, loaded, key)
 
 
+# A torch checkpoint is a zip archive whose entries torch stores uncompressed, so what it holds
+# is about its own size; a deflated archive (a zip bomb: 2.3 MB inflating to 2.6 GB inside
+# torch.load, issue 41) may hold at most twice its size plus this before torch.load reads it.
+UNZIPPED_SLACK = 64 << 20
+
+
+def _check_archive(path: Path) -> None:
+    """Refuse (``CheckpointError``) a zip checkpoint whose entries' declared uncompressed sizes
+    (``zipfile``'s central directory: what torch's reader inflates, and checks, entry by entry)
+    sum past ``2 x`` its size ``+ UNZIPPED_SLACK``, before ``torch.load`` inflates any."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return  # torch's legacy format: its storages are the file's own bytes
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            unzipped = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} is not a readable torch checkpoint "
+                              f"({type(exc).__name__})") from None
+    if unzipped > 2 * size + UNZIPPED_SLACK:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is a {size}-byte archive that unzips to {unzipped} "
+            f"bytes, more than twice its size plus {UNZIPPED_SLACK} (torch stores its entries "
+            "uncompressed): refused before loading it")
+
+
 def _torch_load(path: Path):
     import pickle
     import warnings
 
     import torch
 
+    _check_archive(path)
     try:
         with warnings.catch_warnings():  # torch's deprecation notes are not the user's problem
             warnings.simplefilter("ignore")

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import reprlib
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from edgepe.contract.commit import atomic_write
-from edgepe.contract.errors import ArtifactError
+from edgepe.contract.errors import ArtifactError, BadParameterError
 
 MAX_BYTES = 1 << 20  # edgepe's largest manifests (int8 scales of d_model 4096) are ~200 KiB
 MAX_DEPTH = 16  # edgepe writes 4 levels (layout, onnx inputs); 16 leaves room, bounds parsing
@@ -203,11 +204,25 @@ def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
     return data
 
 
+def path_arg(value, what: str) -> Path:
+    """``value`` as a ``Path`` when it is a ``str`` or ``os.PathLike``; anything else (the Python
+    API given ``123``, ``None``, bytes, a list) is a ``BadParameterError`` naming ``what``, not
+    a TypeError (issue 41)."""
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise BadParameterError(f"{what} must be a str or os.PathLike, got "
+                                f"{type(value).__name__} {reprlib.repr(value)}")
+    try:
+        return Path(value)
+    except TypeError:  # an os.PathLike whose __fspath__ gives bytes
+        raise BadParameterError(f"{what} must be a str or os.PathLike of str, got "
+                                f"{reprlib.repr(value)}") from None
+
+
 def artifact_for(path: str | Path) -> Path:
     """The artifact a command was given: ``path`` itself, or for a manifest's path
     (``X.onnx.json``, as a shell's completion offers it) the artifact beside it (``X.onnx``).
     No artifact format ends in ``.json``, so the name alone decides."""
-    path = Path(path)
+    path = path_arg(path, "the artifact path")
     if path.name.endswith(".json") and len(path.name) > len(".json"):
         artifact = path.with_name(path.name[: -len(".json")])
         if not os.path.lexists(artifact):

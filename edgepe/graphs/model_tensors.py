@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from edgepe.contract.errors import BadParameterError
+
 POSITIONS = "positions"
 
 
@@ -180,11 +182,20 @@ def sliced_rope(inv_freq: np.ndarray, widths: Sequence[int], names: Sequence[str
     return model
 
 
+# float32's exact integers (edgepe.schemes._registry.FLOAT_EXACT_POSITIONS, a layer above)
+EXACT_POSITIONS = 1 << 24
+
+
 def recipe_distance(inv_freq: np.ndarray, max_len: int, attention: float = 1.0,
                     chunk: int = 1 << 15) -> float:
     """Max ``|recipe - definition|`` over positions ``0 .. max_len - 1``: how far the model's own
     float32 cos/sin (the float32 angle ``p * w``, then cos/sin rounded to float32, times ``a`` in
-    float32) are from the float64 definition ``a cos(p w)`` that the sliced graph approximates."""
+    float32) are from the float64 definition ``a cos(p w)`` that the sliced graph approximates.
+    Positions are float32 here, exact up to ``EXACT_POSITIONS``: a ``max_len`` past it is a
+    ``BadParameterError`` (issue 41: graft's ``--max-len 2^63`` looped here 2^48 times)."""
+    if max_len > EXACT_POSITIONS:
+        raise BadParameterError(f"--max-len {max_len}: a RoPE's positions are float32, exact up "
+                                f"to {EXACT_POSITIONS} (2^24); give at most that")
     w = np.asarray(inv_freq, np.float32)
     worst = 0.0
     for start in range(0, max_len, chunk):

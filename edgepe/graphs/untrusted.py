@@ -109,6 +109,7 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
         if node.op_type not in ("Shape", "Size") and by_values.intersection(node.input):
             by_values.update(node.output)
     unknown = []
+    total = 0  # every bounded tensor together (issue 41: two Range tensors made 4.4 GB)
     for node in inferred.graph.node:
         for name in node.output:
             if not name:
@@ -133,8 +134,14 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
                     f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) makes a "
                     f"tensor of {elements} elements {dims} at one position, over the budget of "
                     f"{budget}: refused before running it")
+            total += elements
     if unknown:
-        _check_sized_by_shapes(model, unknown, where, budget)
+        total += _check_sized_by_shapes(model, unknown, where, budget)
+    if total > budget:
+        raise ArtifactError(
+            f"{where!r}: its nodes make {total} tensor elements in all at one position, over "
+            f"the budget of {budget} (the sum of every tensor shape inference bounds): refused "
+            "before running it")
 
 
 # The free input dimension at which a Range or Expand sized by input sizes is evaluated besides 1
@@ -142,11 +149,12 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
 SIZE_PROBE = 16
 
 
-def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> None:
+def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
     """Evaluate the size inputs of each Range/Expand in ``nodes`` (they depend on constants and
     input SIZES only, never input values) with ONNX's reference evaluator, on inputs of free
     dimension 1 and ``SIZE_PROBE``, restricted to the nodes those inputs need; refuse a size
-    over ``budget``."""
+    over ``budget``. Returns the elements they make together at free dimension 1 (one
+    position: what the total bound counts)."""
     import numpy as np
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
@@ -171,6 +179,7 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> None:
     sub = helper.make_model(
         helper.make_graph(order, "sizes", list(graph.input), outputs, list(graph.initializer)),
         opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    made = 0
     for free in (1, SIZE_PROBE):
         feeds = {}
         for value in graph.input:
@@ -198,6 +207,8 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> None:
                         f"{where!r}: node {node.name or 'Range'!r} (Range) makes "
                         f"{'an endless range' if delta == 0 else f'{int(count)} elements'}, "
                         f"over the budget of {budget}: refused before running it")
+                if free == 1:
+                    made += int(count)
             else:
                 shape = np.asarray(values[node.input[1]]).reshape(-1)
                 count = float(np.prod(np.maximum(shape.astype(np.float64), 1)))
@@ -206,3 +217,6 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> None:
                         f"{where!r}: node {node.name or 'Expand'!r} (Expand) makes a tensor of "
                         f"up to {int(count)} elements, over the budget of {budget}: refused "
                         "before running it")
+                if free == 1:
+                    made += int(count)
+    return made

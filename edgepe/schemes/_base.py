@@ -16,6 +16,7 @@ from torch import nn
 
 from edgepe.contract.errors import BadParameterError, PositionError
 from edgepe.schemes._registry import MODULE_BYTES_LIMIT, SchemeConfig, SchemeSpec, min_bits
+from edgepe.schemes._vml import warm as _warm_vml
 
 
 class Scheme(nn.Module):
@@ -31,6 +32,9 @@ class Scheme(nn.Module):
 
     def __init__(self, config: SchemeConfig) -> None:
         super().__init__()
+        # MKL VML's first call of each function, single-threaded, before any reference is
+        # computed: a concurrent first call can run a low-accuracy kernel (issue 41, _vml.py)
+        _warm_vml()
         self.config = config
 
     @property

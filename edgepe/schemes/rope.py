@@ -61,6 +61,7 @@ from edgepe.schemes._registry import (
 from edgepe.schemes.sinusoidal import BASE, angles
 
 LAYOUTS = ("interleaved", "half")
+FLOAT32_MAX = 3.4028234663852886e38  # float(torch.finfo(torch.float32).max)
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 FREQ_DTYPES = ("float64", "float32")
 # Parameters added after rope artifacts were first written: left out of a manifest at their
@@ -210,6 +211,29 @@ def _check(config: SchemeConfig) -> None:
                 raise BadParameterError(
                     f"scheme 'rope': longrope needs {name} with rotary_dim / 2 = {r // 2} numbers "
                     f"(one per rotated pair), got {len(p[name])}")
+    _check_frequencies(config)
+
+
+def _check_frequencies(config: SchemeConfig) -> None:
+    """The frequencies and attention factor these parameters give must be finite float32
+    numbers, the attention factor positive: a dynamic NTK base raised to ``R / (R - 2)`` past
+    float64 (``factor`` 1e300: Python's ``**`` raises OverflowError) or a cos/sin scale past
+    float32 is bad input, named here, not an internal error (issue 41)."""
+    kind = config.params["rope_type"]
+    try:
+        w, attention = frequencies(config)
+    except (OverflowError, ZeroDivisionError, ValueError) as exc:
+        why = "float64 overflows" if isinstance(exc, OverflowError) else str(exc)
+        raise BadParameterError(f"scheme 'rope': rope_type {kind} with these parameters has no "
+                                f"finite frequencies ({why})") from None
+    w32 = w.to(torch.float32)
+    if not bool(torch.isfinite(w32).all()) or bool((w32 < 0).any()):
+        raise BadParameterError(f"scheme 'rope': rope_type {kind} with these parameters gives "
+                                "frequencies that are not finite non-negative float32 numbers")
+    if not (0 < attention <= FLOAT32_MAX):
+        raise BadParameterError(f"scheme 'rope': rope_type {kind} with these parameters gives "
+                                f"an attention factor of {attention!r}: it must be a positive "
+                                "float32 number")
 
 
 @register(

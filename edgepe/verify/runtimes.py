@@ -29,6 +29,7 @@ import numpy as np
 from edgepe.contract.errors import BadParameterError, ParityError
 from edgepe.contract.manifest import open_regular
 from edgepe.formats.bin import dequantise
+from edgepe.graphs.sessions import quiet_options
 from edgepe.runtime import with_options
 
 # Short names for onnxruntime's providers; anything else matches its full name or the name
@@ -169,9 +170,8 @@ class OrtRuntime:
         self.provider = ALIASES.get(name) or next(
             p for p in ort_providers() if short_name(p) == name
         )
-        ort.set_default_logger_severity(3)  # its own warnings (telemetry, placement): errors only
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
+        # onnxruntime's own log off: a failure is the report's, in one line (issue 41)
+        options = quiet_options()
         self._profile_dir = tempfile.mkdtemp(prefix="edgepe-profile-")
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(self._profile_dir, "ort")

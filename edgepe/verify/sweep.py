@@ -376,3 +376,32 @@ def encoded_rows(config, module, start: int, stop: int) -> np.ndarray:
         else:
             values = module.encode(torch.from_numpy(rows))
     return values.detach().to(torch.float32).contiguous().numpy()
+
+
+def unswept(config, manifest: dict[str, Any], quick: bool) -> str | None:
+    """What positions a sweep of this artifact does NOT compare, in words, or ``None`` when it
+    compares every one the artifact can be asked for (a table file's every row). A foreign
+    build's report lists it among its unchecked claims (issue 41): a graph can be wrong only
+    at a position no sweep visits (``Equal(pos, 1000003) -> Where``), so a numeric check alone
+    never proves it."""
+    length = config.max_len
+    if manifest["format"] != "onnx" and manifest["mode"] == "table":
+        from edgepe.graphs.table_values import table_shape
+
+        rows = table_shape(config)[0]
+        stop = min(rows, QUICK_POSITIONS) if quick else rows
+        if stop >= rows and rows <= SWEEP_FULL:
+            return None
+        return f"rows: {in_range_total(config, manifest, quick)} of {rows} compared"
+    parts = []
+    stop = min(length, QUICK_POSITIONS) if quick else length
+    covered = in_range_total(config, manifest, quick)
+    if stop < length or stop > SWEEP_FULL:
+        parts.append(f"{covered} of the {length} positions 0 .. {length - 1}")
+    policy = (manifest.get("positions") or {}).get("out_of_range")
+    table = manifest["mode"] == "table" or policy == "clamp"
+    limit = None if table else position_limit(manifest, config)
+    probe = probe_values(config, limit, 16 if quick else 128)
+    span = "int64" if limit is None else f"|position| <= {limit}"
+    parts.append(f"{len(probe)} probe positions of those outside 0 .. {length - 1} ({span})")
+    return "positions: only " + " and ".join(parts) + " compared"
