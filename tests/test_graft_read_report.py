@@ -195,11 +195,13 @@ def test_an_empty_tensor_reads_zero_bytes(tmp_path):
 
 
 def test_the_external_limit_counts_every_tensor(tmp_path, monkeypatch):
-    (tmp_path / "t.bin").write_bytes(bytes(24))
+    (tmp_path / "t.bin").write_bytes(bytes(48))
     model = _external(_model(), location="t.bin", length=24)
     second = onnx.TensorProto()
     second.CopyFrom(model.graph.initializer[0])
     second.name = "t2"
+    entry = second.external_data.add()
+    entry.key, entry.value = "offset", "24"
     model.graph.initializer.append(second)
     monkeypatch.setattr(read, "EXTERNAL_BYTES_LIMIT", 47)  # each is 24 B; the two, 48 B
     assert _refusal(tmp_path, model) == "model 'm': its external data exceed 47 B; refused"

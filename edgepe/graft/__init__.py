@@ -46,8 +46,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgepe.contract.commit import atomic_write, cannot_write
-from edgepe.contract.config import check_output, write_output
+from edgepe.contract.commit import cannot_write
+from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
 from edgepe.graft.find_hf import (
@@ -121,12 +121,18 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     if export_options and scheme is None:
         raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
                                 "--scheme (an artifact given with --pe is already exported)")
-    # The one output rule: never the model, the artifact or its manifest, --force or not.
-    inputs = [Path(model), *([Path(pe)] if pe is not None else [])]
+    # The one output rule: never the model, its external data, the artifact or its manifest,
+    # --force or not (the data files the model names are added once it is read).
+    inputs = [Path(model), _data_path(Path(model)), *([Path(pe)] if pe is not None else [])]
     if out is not None:
         out = Path(out)
         check_output(out, inputs, force)
-    original, size = load_model(model)
+    named = len(inputs)
+    original, size = load_model(model, inputs)
+    # the model came with external data (read, or the usual MODEL.data beside it): so does OUT
+    external = len(inputs) > named or inputs[1].exists()
+    if out is not None:
+        check_output(out, inputs, force)
     if scheme is not None:
         candidates = detect(original, scheme)
         if not candidates:
@@ -155,10 +161,10 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
         pe_model, manifest = load_pe(pe)
         name = f"{manifest['scheme']} ({manifest['mode']}) from {str(pe)!r}"
     grafted = graft_model(original, pe_model, manifest, at, positions, add)
-    data = grafted.model.SerializeToString()
+    grafted_bytes = grafted.model.ByteSize()
     report = GraftReport(name, at, str(grafted.positions), grafted.prefix,
                          grafted.removed_nodes, grafted.removed_bytes, grafted.pe_bytes, size,
-                         len(data), grafted.metadata_bytes,
+                         grafted_bytes, grafted.metadata_bytes,
                          f"opset {_opset(original)} -> {_opset(grafted.model)}"
                          if grafted.converted else None, model=grafted.model)
     if check:
@@ -166,7 +172,8 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
         report.lengths, report.checks = prove(original, grafted, pe_model, held_to,
                                               lengths=lengths, seed=seed)
     if report and out is not None:
-        write_output(out, data, inputs, force)
+        write_model(grafted.model, out, external=grafted_bytes > MODEL_BYTES_LIMIT or
+                    external, inputs=inputs, force=force)
         report.out = out
     return report
 
@@ -208,9 +215,11 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     inputs = [Path(model), _data_path(Path(model))]
     if out is not None:
         out = Path(out)
-        for path in (out, _data_path(out)):
-            check_output(path, inputs, force)
-    original, size = load_model(model)
+        check_output(out, inputs, force)
+    original, size = load_model(model, inputs)
+    external = len(inputs) > 2 or inputs[1].exists()  # as in graft
+    if out is not None:
+        check_output(out, inputs, force)
     found = find_pe(original)
     if not found:
         raise BadParameterError(
@@ -304,10 +313,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             bound=bound,
             lengths=lengths, seed=seed)
     if report and out is not None:
-        for path in (out, _data_path(out)):  # again: the place may have changed since
-            check_output(path, inputs, force)
-        write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or
-                    _data_path(Path(model)).exists())
+        write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or external,
+                    inputs=inputs, force=force)
         report.out = out
     return report
 
@@ -316,33 +323,106 @@ def _data_path(out: Path) -> Path:
     return out.with_name(out.name + ".data")
 
 
-def write_model(model, out: Path, external: bool) -> None:
-    """``out`` (atomically); ``external``: the tensors of 1 kB and more in ``OUT.data`` beside
-    it, as torch's exporter writes them (both files written to temporary names, then renamed,
-    data first; no ``OUT.data`` when no tensor is that large: the model is whole in ``out``)."""
-    import onnx
-    if not external:
-        atomic_write(out, lambda f: f.write(model.SerializeToString()))
-        return
-    import os
-    import tempfile
+def data_name(out: Path, digest: str) -> str:
+    """The name of ``out``'s external data file holding bytes of sha256 ``digest``: a new name
+    for new bytes, so the pair on disk is always the old one or the new one (``write_model``)."""
+    return f"{out.name}.{digest[:16]}.data"
 
-    data = _data_path(out)
-    try:  # as atomic_write does for one file: the folder is made
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(out, exc) from None
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        staged = Path(tmp) / out.name
-        onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), staged,
-                        save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name, size_threshold=1024)
-        mode = 0o666 & ~_umask()
-        written = [p for p in (Path(tmp) / data.name, staged) if p.exists()]  # data first
-        for path in written:
-            path.chmod(mode)
-        for path in written:
-            os.replace(path, out.parent / path.name)
+
+def _ours(out: Path) -> list[Path]:
+    """The external data files an earlier ``write_model`` of ``out`` left (``data_name``)."""
+    import glob
+    import re
+
+    shape = re.compile(re.escape(out.name) + r"\.[0-9a-f]{16}\.data")
+    return [p for p in out.parent.glob(f"{glob.escape(out.name)}.*.data")
+            if shape.fullmatch(p.name)]
+
+
+def write_model(model, out: Path, external: bool, inputs: Sequence[Path] = (),
+                force: bool = True) -> None:
+    """``out``, committed as one unit with its external data (issue 41): under ``out``'s lock
+    (``commit.target_lock``: a second graft of ``out`` meanwhile is refused, exit 2), the output
+    rule checked again (``check_output``: never one of ``inputs``, an existing ``out`` only with
+    ``force``). ``external``: the tensors of 1 kB and more go to ``OUT.<16 hex of their sha256>
+    .data`` beside it (``data_name``), written and renamed into place first; then ``out`` is
+    renamed over the old one, the one step that switches pairs; then the data files of the
+    previous pair (``_ours``; never an input) are removed. A kill or Ctrl-C at any point leaves
+    the old pair or the new one, each whole (at worst with an unreferenced data file or a
+    temporary one, which the next graft of ``out`` removes); an unrelated ``OUT.data`` is not
+    graft's and is left alone. No data file when no tensor is that large."""
+    import onnx
+
+    from edgepe.contract.commit import target_lock, temp_prefix, write_temp
+
+    out = Path(out)
+    with target_lock(out, who="graft"):
+        check_output(out, list(inputs), force)
+        name = None
+        if external:
+            copy = onnx.ModelProto.FromString(model.SerializeToString())
+            import secrets
+
+            from onnx.external_data_helper import (
+                convert_model_to_external_data,
+                write_external_data_tensors,
+            )
+
+            pending = f"{temp_prefix(out)}{secrets.token_hex(4)}.data"  # removed by _settle
+            convert_model_to_external_data(copy, all_tensors_to_one_file=True,
+                                           location=pending, size_threshold=1024)
+            try:
+                write_external_data_tensors(copy, str(out.parent))
+                staged = out.parent / pending
+                if staged.exists():
+                    import hashlib
+                    import os
+
+                    digest = hashlib.sha256()
+                    with open(staged, "rb+") as f:
+                        for block in iter(lambda: f.read(1 << 20), b""):
+                            digest.update(block)
+                        os.fsync(f.fileno())
+                    name = data_name(out, digest.hexdigest())
+                    check_output(out.parent / name, list(inputs), True)
+                    staged.chmod(0o666 & ~_umask())
+                    for tensor in _external_tensors(copy):
+                        for entry in tensor.external_data:
+                            if entry.key == "location":
+                                entry.value = name
+                    os.replace(staged, out.parent / name)
+            except OSError as exc:
+                (out.parent / pending).unlink(missing_ok=True)
+                raise cannot_write(out, exc) from None
+            body = copy.SerializeToString()
+        else:
+            body = model.SerializeToString()
+        import os
+
+        tmp = write_temp(out, lambda f: f.write(body))[0]
+        try:
+            os.replace(tmp, out)  # the commit: the new pair from here
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise cannot_write(out, exc) from None
+        for old in _ours(out):
+            if old.name != name and not any(_same(old, Path(p)) for p in inputs):
+                old.unlink(missing_ok=True)
+
+
+def _external_tensors(model):
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return [t for t in _get_all_tensors(model) if uses_external_data(t)]
+
+
+def _same(a: Path, b: Path) -> bool:
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _umask() -> int:
