@@ -43,7 +43,9 @@ FAST = {"lengths": [1, 3]}
     ({"quantize": "int4"}, "--quantize 'int4': choose none or int8"),
     ({"rope_lowering": "cuda"}, "--rope-lowering 'cuda': choose ort "
      "(com.microsoft.RotaryEmbedding) or rotary23 (the ONNX opset 23 RotaryEmbedding)"),
-    ({"max_len": 0}, "--max-len must be positive, got 0"),
+    *[({"max_len": n}, "--max-len must be 1 .. 16,777,216 (2^24: past it float32 positions "
+       "are not whole numbers, and the tables' checks take time linear in it), got " + str(n))
+      for n in (0, 2**24 + 1, 2**63)],
     ({"lowering": "arith", "dtype": "uint8"}, "dtype, lowering: not an option of a PE graft "
      "finds itself (it takes --max-len, --mode, --quantize, --rope-lowering)"),
 ])

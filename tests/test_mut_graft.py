@@ -167,11 +167,12 @@ def test_found_graft_checks_by_default_and_replaces_out_only_with_force(tmp_path
     for call in (graft, graft_found):
         report = call(path, out=out, force=True, check=False)
         assert report.out == out and onnx.load(out).graph.node == report.model.graph.node
-    data = tmp_path / "out.onnx.data"  # OUT's data beside it: replaced only with force too
+    data = tmp_path / "out.onnx.data"  # not graft's (its data are OUT.<sha16>.data): left alone
     data.write_bytes(b"old")
     with pytest.raises(OutputPathError):
         graft(path, out=out, check=False)
     assert graft(path, out=out, force=True, check=False).out == out
+    assert data.read_bytes() == b"old"
 
 
 @pytest.mark.parametrize("quantize", [None, "none"])

@@ -1069,7 +1069,10 @@ def test_prove_found_a_failing_run_is_named_by_its_case():
     grafted = _found(_hf())
     with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
                                                 r"length 2 \(past 0, left pad 1\) \("):
-        prove.prove_found(padded, grafted, ["cos"], L, lengths=[2])
+        prove.prove_found(padded, _found(padded), ["cos"], L, lengths=[2])
+    with pytest.raises(ParityError, match=r"^the grafted model's outputs \(y\) are not the "
+                                          r"original's \(y, g_out\); every output must be "):
+        prove.prove_found(padded, grafted, ["cos"], L, lengths=[2])  # g_out lost
     fixed = _hf()
     fixed.graph.initializer.append(onnx.numpy_helper.from_array(
         np.zeros((1, 4, 1), np.float32), "four"))

@@ -81,6 +81,11 @@ from edgepe.graft.splice import (
     splice_found,
 )
 
+# The most positions a PE graft finds itself may cover (issue 41: --max-len 2^63 ran forever in
+# the sliced tables' recipe check, linear in max_len; a float32 position, as the models compute
+# their angles, is a whole number only up to 2^24).
+MAX_LEN_LIMIT = 1 << 24
+
 # --- the whole command ------------------------------------------------------------------------
 
 
@@ -209,8 +214,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             "rotary23 (the ONNX opset 23 RotaryEmbedding)")
     if quantize not in (None, "none", "int8"):
         raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
-    if max_len is not None and max_len < 1:
-        raise BadParameterError(f"--max-len must be positive, got {max_len}")
+    if max_len is not None and not 1 <= max_len <= MAX_LEN_LIMIT:
+        raise BadParameterError(
+            f"--max-len must be 1 .. {MAX_LEN_LIMIT:,} (2^24: past it float32 positions are "
+            f"not whole numbers, and the tables' checks take time linear in it), got {max_len}")
     # The one output rule, for OUT and its external data beside it: never the model or its data.
     inputs = [Path(model), _data_path(Path(model))]
     if out is not None:
