@@ -909,7 +909,8 @@ def test_prove_found_names_the_model_whose_every_position_run_fails():
     with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
                                                 r"length 8 \("):
         prove.prove_found(stuck(original), grafted, ["cos"], L, lengths=[1])
-    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 8: "):
+    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 8 "
+                                          r"\(positions 0\.\.7\): "):
         prove.prove_found(original, SimpleNamespace(model=stuck(grafted.model)), ["cos"], L,
                           lengths=[1])
 

@@ -67,7 +67,14 @@ from edgepe.graft.lower import (
     lower_rope,
     to_opset,
 )
-from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
+from edgepe.graft.prove import (
+    check_overridable,
+    pe_tolerance,
+    proof_manifest,
+    prove,
+    prove_found,
+    table_pe,
+)
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
 from edgepe.graft.splice import (
@@ -166,6 +173,7 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
         pe_model, manifest = load_pe(pe)
         name = f"{manifest['scheme']} ({manifest['mode']}) from {str(pe)!r}"
     grafted = graft_model(original, pe_model, manifest, at, positions, add)
+    check_overridable(original, grafted.model)  # --no-check or not: never frozen silently
     grafted_bytes = grafted.model.ByteSize()
     report = GraftReport(name, at, str(grafted.positions), grafted.prefix,
                          grafted.removed_nodes, grafted.removed_bytes, grafted.pe_bytes, size,
@@ -270,6 +278,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         reach = record["max_len"] - record.get("offset", 0)
         bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
         length = reach if length is None else min(length, reach)
+    check_overridable(original, grafted.model)  # --no-check or not: never frozen silently
     if rope_lowering:
         if pick.family != "rope":
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "

@@ -70,17 +70,18 @@ class _Worst:
         err = np.where(np.isnan(err), np.inf, err)
         mag = np.abs(b)
         finite = np.isfinite(mag)
-        scale = float(np.quantile(mag[finite], SCALE_QUANTILE)) if finite.any() else 0.0
-        top32 = float(np.finfo(np.float32).max)
-        size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top32)
+        scale = float(np.quantile(mag[finite], SCALE_QUANTILE, method="lower")) \
+            if finite.any() else 0.0
+        top = 2.0**127  # float32's largest power of two: its spacing is finite
+        size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
         allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
                          .astype(np.float64), 0.0)
         excess = err - allow
         k = int(np.argmax(excess))
         if excess[k] > self.over[0]:
             self.over = (float(excess[k]), float(err[k]), float(allow[k]))
-        top = err.max()
-        j = int(np.argmax(np.where(err == top, allow, -1.0)))  # ties: the largest allowance
+        peak = err.max()
+        j = int(np.argmax(np.where(err == peak, allow, -1.0)))  # ties: the largest allowance
         if (err[j], allow[j]) > self.top:
             self.top = (float(err[j]), float(allow[j]))
 
