@@ -458,3 +458,23 @@ def test_a_grafted_model_that_lost_an_output_is_refused(tmp_path):
     with pytest.raises(ParityError, match=r"outputs \(y, y\) are not the original's \(y\)"):
         prove.check_outputs(original, twice)
     prove.check_outputs(original, original)
+
+
+def test_graft_owns_only_the_data_files_named_as_it_names_them(tmp_path):
+    """``data_name``: OUT.<16 hex>.data; the files of that shape are the earlier pairs' data,
+    removed after the commit, except one the model itself reads (an input)."""
+    module = sys.modules["edgepe.graft"]
+    out = tmp_path / "out.onnx"
+    assert module.data_name(out, "0123456789abcdef" * 4) == "out.onnx.0123456789abcdef.data"
+    for name in ("out.onnx.0123456789abcdef.data", "out.onnx.0123456789ABCDEF.data",
+                 "out.onnx.0123456789abcde.data", "out.onnx.data", "xout.onnx.0123456789abcdef"
+                 ".data", "out.onnx.0123456789abcdefa.data"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [p.name for p in module._ours(out)] == ["out.onnx.0123456789abcdef.data"]
+    # the model's own data under such a name: an input, never removed
+    model = _external_model(tmp_path, "out.onnx.fedcba9876543210.data")
+    _graft_pair(model, tmp_path / "pe.onnx", out)
+    assert (tmp_path / "out.onnx.fedcba9876543210.data").exists()
+    assert not (tmp_path / "out.onnx.0123456789abcdef.data").exists()  # an old pair's: gone
+    assert (tmp_path / "out.onnx.data").read_bytes() == b"x"  # not graft's
+    assert _loads(out)

@@ -11,6 +11,7 @@ onnx's loader, which would open any path the file names, is not used.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -216,10 +217,12 @@ def _inline_external(tensors: list, folder: Path, where: str,
         plan.append((tensor, target, offset, length))
     by_file: dict[Path, list[tuple[int, int, str]]] = {}
     for tensor, target, offset, length in plan:
-        by_file.setdefault(target, []).append((offset, offset + length, tensor.name))
+        ranges = by_file.setdefault(target, [])
+        if length:  # (an empty tensor reads nothing, wherever its offset)
+            ranges.append((offset, offset + length, tensor.name))
     for target, ranges in by_file.items():
-        ranges.sort()
-        for (_, end, first), (start, _, second) in zip(ranges, ranges[1:]):
+        ranges.sort()  # by start: any two that overlap make two neighbours overlap
+        for (_, end, first), (start, _, second) in itertools.pairwise(ranges):
             if start < end:
                 raise BadParameterError(
                     f"{where}: tensors {first!r} and {second!r} read overlapping bytes of "
