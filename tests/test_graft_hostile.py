@@ -478,3 +478,25 @@ def test_graft_owns_only_the_data_files_named_as_it_names_them(tmp_path):
     assert not (tmp_path / "out.onnx.0123456789abcdef.data").exists()  # an old pair's: gone
     assert (tmp_path / "out.onnx.data").read_bytes() == b"x"  # not graft's
     assert _loads(out)
+
+
+@pytest.mark.parametrize(("scaling", "says"), [
+    ({"rope_type": "yarn", "factor": 2.718281828459045, "mscale": 1.0, "mscale_all_dim": -10.0,
+      "original_max_position_embeddings": 64},
+     "HF config: yarn mscale_all_dim -10.0 with factor 2.718281828459045 makes the attention "
+     "factor's divisor 0.0; it must be positive"),
+    ({"rope_type": "yarn", "factor": 2.718281828459045, "mscale": 1.0, "mscale_all_dim": -20.0,
+      "original_max_position_embeddings": 64}, "makes the attention factor's divisor -1.0"),
+])
+def test_graft_from_hf_config_refuses_a_yarn_divisor_of_zero(scaling, says):
+    """graft --from-hf-config reads the config before edgepe's rope validation: yarn's
+    mscale_all_dim that zeroes get_mscale was a ZeroDivisionError there (issue 41)."""
+    from edgepe.schemes.hf_config import from_hf_config
+
+    config = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,
+              "max_position_embeddings": 256, "rope_theta": 10000.0, "rope_scaling": scaling}
+    with pytest.raises(BadParameterError) as info:
+        from_hf_config(config)
+    assert says in str(info.value)
+    fine = {**scaling, "mscale_all_dim": 1.0}
+    assert from_hf_config({**config, "rope_scaling": fine}).params["attention_factor"] == 1.0

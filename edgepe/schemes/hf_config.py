@@ -302,7 +302,12 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
                 def get_mscale(scale: float, m: float) -> float:
                     return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
-                attention = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all))
+                below = get_mscale(factor, mscale_all)
+                if not below > 0 or not math.isfinite(below):  # (issue 41: ZeroDivisionError)
+                    raise BadParameterError(
+                        f"HF config: yarn mscale_all_dim {mscale_all!r} with factor {factor!r} "
+                        f"makes the attention factor's divisor {below!r}; it must be positive")
+                attention = float(get_mscale(factor, mscale) / below)
                 notes.append(f"yarn attention factor {attention!r} from mscale/mscale_all_dim")
             if attention is not None:
                 params["attention_factor"] = attention
