@@ -11,9 +11,10 @@
 
 Every case runs one command in ONE process (``tests/_trust_driver.py``, as
 tests/test_trust_round2.py does) and asserts its exit code, one stderr line matching what it must
-say, and that nothing in its folder was written, removed or changed. The output commit under
-Ctrl-C at each step, a concurrent graft, an unrelated ``OUT.onnx.data`` and the proof's time
-limit are tested in process below the table.
+say, and that nothing in its folder was written, removed or changed. The proof's time limit is
+tested in process below the table; the output commit (Ctrl-C at each step, a concurrent graft,
+an unrelated ``OUT.onnx.data``) in tests/test_mut_graft.py, which mutation runs of
+edgepe/graft/__init__.py use.
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from _graft_models import BITS5, demo, exported
+from _graft_models import BITS5, demo, exported, external
 from onnx import TensorProto, helper, numpy_helper
 
-from edgepe.contract.commit import TMP_MARK, lock_path
-from edgepe.contract.errors import BadParameterError, OutputPathError, ParityError
+from edgepe.contract.errors import BadParameterError, ParityError
 from edgepe.graft import graft
 
 prove = importlib.import_module("edgepe.graft.prove")
@@ -150,18 +150,8 @@ def _overridable(folder: Path) -> list[str]:
 # -- graft's files -------------------------------------------------------------------------------
 
 
-def _external_model(folder: Path, location: str = "model.onnx.data", copies: int = 1) -> Path:
-    """demo's model (``copies`` PEs) with every tensor in external data at ``location``, and a
-    second output ``big``: a 2 KB constant the graft keeps (its OUT has external data too)."""
-    _, w = _pe(folder)
-    model = onnx.load(demo(folder, weight=w, name="model.onnx", copies=copies))
-    model.graph.initializer.append(numpy_helper.from_array(
-        np.arange(512, dtype=np.float32) + copies, "big_table"))
-    model.graph.node.append(helper.make_node("Identity", ["big_table"], ["big"]))
-    model.graph.output.append(_vi("big", TensorProto.FLOAT, [512]))
-    onnx.save(model, folder / "model.onnx", save_as_external_data=True,
-              all_tensors_to_one_file=True, location=location, size_threshold=0)
-    return folder / "model.onnx"
+def _external_model(folder: Path, location: str = "model.onnx.data") -> Path:
+    return external(folder, location)
 
 
 def _over_data(folder: Path, location: str, force: bool) -> list[str]:
@@ -303,111 +293,6 @@ def test_the_proof_cases_name_what_they_compared(outcomes):
     assert "MISMATCH" in outcomes["one-element-at-finfo-min"]["stdout"]
 
 
-# -- the output commit, in process ---------------------------------------------------------------
-
-
-def _pair(folder: Path) -> tuple[Path, Path]:
-    """A model that came with external data (so OUT goes out as a pair) and its artifact."""
-    return _external_model(folder), folder / "pe.onnx"
-
-
-def _graft_pair(model: Path, pe: Path, out: Path, force: bool = False):
-    return graft(model, pe=pe, at="pe0", positions="arange:x", out=out, force=force)
-
-
-def _names(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
-
-
-def _loads(out: Path) -> list:
-    """OUT loaded with its external data (onnx's own loader) and run: a whole pair."""
-    import onnxruntime as ort
-
-    model = onnx.load(out)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    x = np.ones((1, 3, 4), np.float32)
-    return session.run(None, {"x": x, "pos": np.arange(3)})
-
-
-def test_an_unrelated_out_data_file_is_left_alone(tmp_path):
-    """OUT.onnx.data that graft did not write: not its data (graft's is OUT.<sha16>.data), not
-    an input: graft exits 0 and leaves it byte for byte (issue 41: it made graft exit 3)."""
-    model, pe = _pair(tmp_path)
-    stranger = tmp_path / "out.onnx.data"
-    stranger.write_bytes(b"someone else's")
-    report = _graft_pair(model, pe, tmp_path / "out.onnx")
-    assert report and stranger.read_bytes() == b"someone else's"
-    data = [n for n in _names(tmp_path) if n.startswith("out.onnx.") and n != stranger.name]
-    assert len(data) == 1 and _loads(tmp_path / "out.onnx")
-
-
-@pytest.mark.parametrize("step", [0, 1, 2])
-def test_ctrl_c_at_each_step_of_the_commit_leaves_a_whole_pair(tmp_path, monkeypatch, step):
-    """A second graft of OUT (another weight: other data bytes) interrupted at its data rename
-    (0), its OUT rename (1) or its removal of the old data (2): OUT loads and runs whole, the
-    old pair before the OUT rename, the new one after; the next graft removes what was left."""
-    model, pe = _pair(tmp_path)
-    out = tmp_path / "o" / "out.onnx"
-    _graft_pair(model, pe, out)
-    old = _loads(out)
-    first = _names(out.parent)
-    other = tmp_path / "other"  # two PEs: other outputs, other data bytes
-    other.mkdir()
-    _external_model(other, copies=2)
-    calls = {"replace": 0, "unlink": 0}
-    real_replace, real_unlink = os.replace, Path.unlink
-
-    def replace(src, dst, *a, **k):
-        if calls["replace"] == step and step < 2:
-            raise KeyboardInterrupt
-        calls["replace"] += 1
-        return real_replace(src, dst, *a, **k)
-
-    def unlink(self, *a, **k):
-        if step == 2 and ".data" in self.name and TMP_MARK not in self.name:
-            raise KeyboardInterrupt
-        return real_unlink(self, *a, **k)
-
-    monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(Path, "unlink", unlink)
-    with pytest.raises(KeyboardInterrupt):
-        graft(other / "model.onnx", pe=pe, at="pe0", positions="arange:x", out=out, force=True)
-    monkeypatch.undo()
-    got = _loads(out)
-    if step < 2:  # before the OUT rename: the old pair
-        assert all(np.array_equal(a, b) for a, b in zip(got, old, strict=True))
-    else:  # after it: the new pair (y differs: a second PE)
-        assert not all(np.array_equal(a, b) for a, b in zip(got, old, strict=True))
-    # the next graft of OUT removes the temporary files and the unreferenced data
-    _graft_pair(model, pe, out, force=True)
-    assert _names(out.parent) == first and not any(TMP_MARK in n for n in _names(out.parent))
-
-
-def test_a_concurrent_graft_of_the_same_out_is_refused(tmp_path):
-    """While another process holds OUT's lock (commit.target_lock's), graft exits 2, one
-    line, and writes nothing."""
-    model, pe = _pair(tmp_path)
-    out = tmp_path / "out.onnx"
-    import fcntl
-
-    with open(lock_path(out), "w") as held:  # as another process would hold it
-        fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(OutputPathError) as info:
-            _graft_pair(model, pe, out)
-    assert str(info.value) == (f"another graft is writing {str(out)!r}; try again when it has "
-                               "finished")
-    assert not out.exists()
-
-
-def test_external_data_read_from_the_models_folder_is_an_input(tmp_path):
-    """The data files the model read count as inputs (checked again after reading): its own
-    data under another name, by a path that reaches it from elsewhere."""
-    model = _external_model(tmp_path, "weights.bin")
-    with pytest.raises(OutputPathError, match=IS_INPUT):
-        _graft_pair(model, tmp_path / "pe.onnx", tmp_path / "sub" / ".." / "weights.bin",
-                    force=True)
-
-
 # -- the proof's time limit, in process ----------------------------------------------------------
 
 
@@ -458,26 +343,6 @@ def test_a_grafted_model_that_lost_an_output_is_refused(tmp_path):
     with pytest.raises(ParityError, match=r"outputs \(y, y\) are not the original's \(y\)"):
         prove.check_outputs(original, twice)
     prove.check_outputs(original, original)
-
-
-def test_graft_owns_only_the_data_files_named_as_it_names_them(tmp_path):
-    """``data_name``: OUT.<16 hex>.data; the files of that shape are the earlier pairs' data,
-    removed after the commit, except one the model itself reads (an input)."""
-    module = sys.modules["edgepe.graft"]
-    out = tmp_path / "out.onnx"
-    assert module.data_name(out, "0123456789abcdef" * 4) == "out.onnx.0123456789abcdef.data"
-    for name in ("out.onnx.0123456789abcdef.data", "out.onnx.0123456789ABCDEF.data",
-                 "out.onnx.0123456789abcde.data", "out.onnx.data", "xout.onnx.0123456789abcdef"
-                 ".data", "out.onnx.0123456789abcdefa.data"):
-        (tmp_path / name).write_bytes(b"x")
-    assert [p.name for p in module._ours(out)] == ["out.onnx.0123456789abcdef.data"]
-    # the model's own data under such a name: an input, never removed
-    model = _external_model(tmp_path, "out.onnx.fedcba9876543210.data")
-    _graft_pair(model, tmp_path / "pe.onnx", out)
-    assert (tmp_path / "out.onnx.fedcba9876543210.data").exists()
-    assert not (tmp_path / "out.onnx.0123456789abcdef.data").exists()  # an old pair's: gone
-    assert (tmp_path / "out.onnx.data").read_bytes() == b"x"  # not graft's
-    assert _loads(out)
 
 
 @pytest.mark.parametrize(("scaling", "says"), [

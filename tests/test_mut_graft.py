@@ -20,9 +20,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from _graft_models import BITS5, demo, exported
+from _graft_models import BITS5, demo, exported, external
 from onnx import TensorProto, helper, numpy_helper
 
+from edgepe.contract.commit import TMP_MARK, lock_path
 from edgepe.contract.errors import BadParameterError, CheckpointError, OutputPathError
 from edgepe.graft import graft, graft_found, write_model
 from edgepe.graft.find_hf import find_pe
@@ -513,3 +514,169 @@ def test_longrope_choice_is_fed_the_models_own_condition(tmp_path):
                      .run(["y"], feeds)[0] for p in (path, out))
         # the tables hold cos/sin of the model's own float32 angle, correctly rounded; |y| < 5
         np.testing.assert_allclose(got, want, rtol=0, atol=4 * float(np.spacing(np.float32(4))))
+
+
+# --- the output commit (issue 41): one unit under Ctrl-C, a lock, strangers -------------------
+
+
+def _pair(folder: Path) -> tuple[Path, Path]:
+    """A model that came with external data (so OUT goes out as a pair) and its artifact."""
+    return external(folder), folder / "pe.onnx"
+
+
+def _graft_pair(model: Path, pe: Path, out: Path, force: bool = False):
+    return graft(model, pe=pe, at="pe0", positions="arange:x", out=out, force=force)
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _loads(out: Path) -> list:
+    """OUT loaded with its external data (onnx's own loader) and run: a whole pair."""
+    import onnxruntime as ort
+
+    model = onnx.load(out)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.ones((1, 3, 4), np.float32)
+    return session.run(None, {"x": x, "pos": np.arange(3)})
+
+
+def test_an_unrelated_out_data_file_is_left_alone(tmp_path):
+    """OUT.onnx.data that graft did not write: not its data (graft's is OUT.<sha16>.data), not
+    an input: graft exits 0 and leaves it byte for byte (issue 41: it made graft exit 3)."""
+    model, pe = _pair(tmp_path)
+    stranger = tmp_path / "out.onnx.data"
+    stranger.write_bytes(b"someone else's")
+    report = _graft_pair(model, pe, tmp_path / "out.onnx")
+    assert report and stranger.read_bytes() == b"someone else's"
+    data = [n for n in _names(tmp_path) if n.startswith("out.onnx.") and n != stranger.name]
+    assert len(data) == 1 and _loads(tmp_path / "out.onnx")
+
+
+@pytest.mark.parametrize("step", [0, 1, 2])
+def test_ctrl_c_at_each_step_of_the_commit_leaves_a_whole_pair(tmp_path, monkeypatch, step):
+    """A second graft of OUT (another weight: other data bytes) interrupted at its data rename
+    (0), its OUT rename (1) or its removal of the old data (2): OUT loads and runs whole, the
+    old pair before the OUT rename, the new one after; the next graft removes what was left."""
+    model, pe = _pair(tmp_path)
+    out = tmp_path / "o" / "out.onnx"
+    _graft_pair(model, pe, out)
+    old = _loads(out)
+    first = _names(out.parent)
+    other = tmp_path / "other"  # two PEs: other outputs, other data bytes
+    other.mkdir()
+    external(other, copies=2)
+    calls = {"replace": 0, "unlink": 0}
+    real_replace, real_unlink = os.replace, Path.unlink
+
+    def replace(src, dst, *a, **k):
+        if calls["replace"] == step and step < 2:
+            raise KeyboardInterrupt
+        calls["replace"] += 1
+        return real_replace(src, dst, *a, **k)
+
+    def unlink(self, *a, **k):
+        if step == 2 and ".data" in self.name and TMP_MARK not in self.name:
+            raise KeyboardInterrupt
+        return real_unlink(self, *a, **k)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with pytest.raises(KeyboardInterrupt):
+        graft(other / "model.onnx", pe=pe, at="pe0", positions="arange:x", out=out, force=True)
+    monkeypatch.undo()
+    got = _loads(out)
+    if step < 2:  # before the OUT rename: the old pair
+        assert all(np.array_equal(a, b) for a, b in zip(got, old, strict=True))
+    else:  # after it: the new pair (y differs: a second PE)
+        assert not all(np.array_equal(a, b) for a, b in zip(got, old, strict=True))
+    # the next graft of OUT removes the temporary files and the unreferenced data
+    _graft_pair(model, pe, out, force=True)
+    assert _names(out.parent) == first and not any(TMP_MARK in n for n in _names(out.parent))
+
+
+def test_a_concurrent_graft_of_the_same_out_is_refused(tmp_path):
+    """While another process holds OUT's lock (commit.target_lock's), graft exits 2, one
+    line, and writes nothing."""
+    model, pe = _pair(tmp_path)
+    out = tmp_path / "out.onnx"
+    import fcntl
+
+    with open(lock_path(out), "w") as held:  # as another process would hold it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(OutputPathError) as info:
+            _graft_pair(model, pe, out)
+    assert str(info.value) == (f"another graft is writing {str(out)!r}; try again when it has "
+                               "finished")
+    assert not out.exists()
+
+
+def test_external_data_read_from_the_models_folder_is_an_input(tmp_path):
+    """The data files the model read count as inputs (checked again after reading): its own
+    data under another name, by a path that reaches it from elsewhere."""
+    model = external(tmp_path, "weights.bin")
+    with pytest.raises(OutputPathError, match=r"is the input .*write somewhere else"):
+        _graft_pair(model, tmp_path / "pe.onnx", tmp_path / "sub" / ".." / "weights.bin",
+                    force=True)
+
+
+def test_graft_owns_only_the_data_files_named_as_it_names_them(tmp_path):
+    """``data_name``: OUT.<16 hex>.data; the files of that shape are the earlier pairs' data,
+    removed after the commit, except one the model itself reads (an input)."""
+    module = sys.modules["edgepe.graft"]
+    out = tmp_path / "out.onnx"
+    assert module.data_name(out, "0123456789abcdef" * 4) == "out.onnx.0123456789abcdef.data"
+    for name in ("out.onnx.0123456789abcdef.data", "out.onnx.0123456789ABCDEF.data",
+                 "out.onnx.0123456789abcde.data", "out.onnx.data", "xout.onnx.0123456789abcdef"
+                 ".data", "out.onnx.0123456789abcdefa.data"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [p.name for p in module._ours(out)] == ["out.onnx.0123456789abcdef.data"]
+    # the model's own data under such a name: an input, never removed
+    model = external(tmp_path, "out.onnx.fedcba9876543210.data")
+    _graft_pair(model, tmp_path / "pe.onnx", out)
+    assert (tmp_path / "out.onnx.fedcba9876543210.data").exists()
+    assert not (tmp_path / "out.onnx.0123456789abcdef.data").exists()  # an old pair's: gone
+    assert (tmp_path / "out.onnx.data").read_bytes() == b"x"  # not graft's
+    assert _loads(out)
+
+
+def test_write_model_checks_the_output_rule_under_the_lock(tmp_path):
+    """write_model's own check (the place may have changed since graft's): an existing OUT
+    only with force, never one of the inputs, the data file's name included."""
+    model = _tensors_model(2048)
+    out = tmp_path / "m.onnx"
+    out.write_bytes(b"old")
+    with pytest.raises(OutputPathError, match="exists; pass --force"):
+        write_model(model, out, external=True, force=False)
+    assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    with pytest.raises(OutputPathError, match="is the input"):
+        write_model(model, out, external=False, inputs=[out])
+    write_model(model, out, external=True)  # force by default: graft checked it already
+    data, = tmp_path.glob("m.onnx.*.data")
+    # the data file's own name is checked against the inputs too
+    with pytest.raises(OutputPathError, match=f"--out {str(data)!r} is the input"):
+        write_model(model, out, external=True, inputs=[data])
+    assert onnx.load(out).graph.initializer
+
+
+def test_an_overridable_initializer_is_refused_without_the_proof_too(tmp_path):
+    """--no-check or not: graft never freezes an initializer that is also a graph input, on
+    the --pe path and on the path that finds the PE itself."""
+    pe, w = exported(tmp_path / "pe.onnx")
+    model = onnx.load(demo(tmp_path, weight=w))
+    model.graph.input.append(helper.make_tensor_value_info("w0", TensorProto.FLOAT, [3, 4]))
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(BadParameterError, match="input 'w0' is also an initializer"):
+        graft(tmp_path / "m.onnx", pe=pe, at="pe0", positions="arange:x", check=False)
+    found = onnx.load(_streams(tmp_path))
+    found.graph.input.append(helper.make_tensor_value_info("wpe_a", TensorProto.FLOAT, ROWS[:1] + (4,)))
+    onnx.save(found, tmp_path / "streams.onnx")
+    with pytest.raises(BadParameterError, match="input 'wpe_a' is also an initializer"):
+        graft(tmp_path / "streams.onnx", check=False)
+
+
+def test_max_len_up_to_2_24_passes_the_option_check(tmp_path):
+    """2^24 itself is taken (the model is read: here it has no PE)."""
+    with pytest.raises(BadParameterError, match="^no PE found in "):
+        graft(demo(tmp_path), max_len=1 << 24, check=False)
