@@ -670,7 +670,8 @@ def test_an_overridable_initializer_is_refused_without_the_proof_too(tmp_path):
     with pytest.raises(BadParameterError, match="input 'w0' is also an initializer"):
         graft(tmp_path / "m.onnx", pe=pe, at="pe0", positions="arange:x", check=False)
     found = onnx.load(_streams(tmp_path))
-    found.graph.input.append(helper.make_tensor_value_info("wpe_a", TensorProto.FLOAT, ROWS[:1] + (4,)))
+    found.graph.input.append(helper.make_tensor_value_info("wpe_a", TensorProto.FLOAT,
+                                                           [ROWS[0], 4]))
     onnx.save(found, tmp_path / "streams.onnx")
     with pytest.raises(BadParameterError, match="input 'wpe_a' is also an initializer"):
         graft(tmp_path / "streams.onnx", check=False)
