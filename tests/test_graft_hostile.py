@@ -213,6 +213,17 @@ def _opset(folder: Path, version: int) -> list[str]:
     return ["graft", str(folder / "model.onnx"), "--out", str(folder / "out.onnx")]
 
 
+def _unknown_op(folder: Path) -> list[str]:
+    """The model ends in an op of a domain onnxruntime does not know (was exit 3)."""
+    pe, w = _pe(folder)
+    model = onnx.load(demo(folder, weight=w, name="model.onnx"))
+    model.graph.node[-1].output[0] = "y_raw"
+    model.graph.node.append(helper.make_node("Bar", ["y_raw"], ["y"], domain="foo.bar"))
+    model.opset_import.append(helper.make_opsetid("foo.bar", 1))
+    onnx.save(model, folder / "model.onnx")
+    return _graft_argv(folder / "model.onnx", pe, "arange:x")
+
+
 def _max_len(folder: Path, value: int) -> list[str]:
     model = demo(folder, name="model.onnx")
     return ["graft", str(model), "--max-len", str(value), "--out", str(folder / "out.onnx")]
@@ -246,6 +257,8 @@ CASES = [
          lambda f: _location(f, "b" * 300), 2, r"location of 300 B, not a file name"),
     Case("opset-99", "resources", lambda f: _opset(f, 99), 2,
          r"imports ONNX opset 99; this onnx [0-9.]+ knows opsets 1 to \d+"),
+    Case("an-op-onnxruntime-lacks", "resources", _unknown_op, 2,
+         r"onnxruntime cannot load the original model: .*foo\.bar:Bar"),
     Case("max-len-2^63", "resources", lambda f: _max_len(f, 2**63), 2,
          r"--max-len must be 1 \.\. 16,777,216 .* got 9223372036854775808"),
 ]

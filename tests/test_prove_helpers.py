@@ -1301,3 +1301,16 @@ def test_a_run_past_the_deadline_is_stopped(monkeypatch):
                                "refused")
     assert prove._run(Slow(), ["y"], feeds, 7, "grafted", time.monotonic() + 5) == []
     assert not seen[-1].terminate  # the timer is cancelled with the run
+
+
+def test_a_model_onnxruntime_cannot_load_is_one_line():
+    """An op of an unknown domain: the original's is bad input, the grafted's a failed proof."""
+    model = _squared()
+    model.graph.node[-1].domain = "foo.bar"
+    model.opset_import.append(helper.make_opsetid("foo.bar", 1))
+    with pytest.raises(BadParameterError) as info:
+        prove._session(model)
+    assert str(info.value).startswith("onnxruntime cannot load the original model: ")
+    assert "foo.bar:Mul" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ParityError, match="^onnxruntime cannot load the grafted model: "):
+        prove._session(model, "grafted")

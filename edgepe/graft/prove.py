@@ -33,13 +33,22 @@ PROOF_SECONDS = 600.0
 
 
 
-def _session(model):
+def _session(model, which: str = "original"):
+    """An onnxruntime CPU session of ``model``, silent (its logger off: a failure is one line,
+    ours). A model onnxruntime cannot load (an op it lacks) is one line too (issue 41: exit 3
+    before): the original's is bad input, the grafted's a failed proof."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failing run is reported once, by _run, in one line
-    return ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        text = str(exc).strip()
+        first = text.splitlines()[0][-300:] if text else type(exc).__name__
+        error = BadParameterError if which == "original" else ParityError
+        raise error(f"onnxruntime cannot load the {which} model: {first}") from None
 
 
 class _Worst:
@@ -301,7 +310,7 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     perturbed = with_table(values + step * rng.choice([-1.0, 1.0], size=values.shape))
     own_rows = grafted.add or grafted.from_input  # the original has no PE to compare with
     reference = table_ref if own_rows else _session(original)
-    mine = _session(grafted.model)
+    mine = _session(grafted.model, "grafted")
     check_outputs(original, grafted.model)
     seq = grafted.seq_dim
     if isinstance(seq, int) and seq > 0:
@@ -580,7 +589,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     import numpy as np
     import onnx
 
-    def with_outputs(model):
+    def with_outputs(model, which="original"):
         model = onnx.ModelProto.FromString(model.SerializeToString())
         have = {o.name for o in model.graph.output}
         made = {o for n in model.graph.node for o in n.output}
@@ -588,14 +597,14 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
             if name not in have and name in made:
                 model.graph.output.append(onnx.helper.make_tensor_value_info(
                     name, onnx.TensorProto.FLOAT, None))
-        return _session(model)
+        return _session(model, which)
 
     import time
 
     check_overridable(original, grafted.model)
     check_outputs(original, grafted.model)
     deadline = time.monotonic() + PROOF_SECONDS
-    reference, mine = with_outputs(original), with_outputs(grafted.model)
+    reference, mine = with_outputs(original), with_outputs(grafted.model, "grafted")
     check_lengths(lengths, max_len)
     # a replaced tensor the original does not make at run time (MPT's bias slice of a constant,
     # which onnxruntime folds away) is compared through the model's outputs only
@@ -632,8 +641,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     # 5.5 GB at 2^20 in one run).
     every = [n for n in names if n in replaces]
     if every:
-        theirs_cone, mine_cone = _cone_session(original, every), _cone_session(grafted.model,
-                                                                               every)
+        theirs_cone = _cone_session(original, every)
+        mine_cone = _cone_session(grafted.model, every, "grafted")
         chunked = all("position_ids" in {i.name for i in c.get_inputs()}
                       for c in (theirs_cone, mine_cone))
         step = CONE_CHUNK if chunked else max_len
@@ -665,7 +674,7 @@ def _cone_run(model, names: Sequence[str], feeds: dict, length: int, which: str,
     """``names`` computed by ``model``'s cone of them alone (the nodes they depend on, the
     inputs and initializers those read; no attention, no MLP), on ``feeds`` (those of its
     inputs): cheap at every position of a long table."""
-    return _cone_feed(_cone_session(model, names), names, feeds, length, which, deadline)
+    return _cone_feed(_cone_session(model, names, which), names, feeds, length, which, deadline)
 
 
 def _cone_feed(session, names: Sequence[str], feeds: dict, length, which: str,
@@ -676,7 +685,7 @@ def _cone_feed(session, names: Sequence[str], feeds: dict, length, which: str,
     return dict(zip(names, out, strict=True))
 
 
-def _cone_session(model, names: Sequence[str]):
+def _cone_session(model, names: Sequence[str], which: str = "original"):
     """An onnxruntime session of ``model``'s cone of ``names`` (see ``_cone_run``)."""
     import onnx
     from onnx import helper
@@ -702,7 +711,7 @@ def _cone_session(model, names: Sequence[str]):
     cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
                                    ir_version=model.ir_version)
     cone_model.functions.extend(model.functions)
-    return _session(cone_model)
+    return _session(cone_model, which)
 
 
 def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int,
