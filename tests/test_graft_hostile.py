@@ -7,7 +7,8 @@
 - graft's files: ``--out`` over the model's own external data, ``--force`` or not;
 - resources: 2,400 initializers on one 1 MiB of external data (6.7 GB before), a length that is
   not the tensor's, a declared [2^20, 2^20] tensor without data, a location with a NUL byte or
-  5,000 characters, opset 99, ``--max-len 2^63`` (ran forever).
+  5,000 characters, opset 99, ``--max-len 2^63`` (ran forever), an op onnxruntime lacks, the
+  model's own Expand to 5 GB (stopped by graft's proof arena, ``prove.PROOF_MEMORY_BYTES``).
 
 Every case runs one command in ONE process (``tests/_trust_driver.py``, as
 tests/test_trust_round2.py does) and asserts its exit code, one stderr line matching what it must
@@ -224,6 +225,20 @@ def _unknown_op(folder: Path) -> list[str]:
     return _graft_argv(folder / "model.onnx", pe, "arange:x")
 
 
+def _expand(folder: Path) -> list[str]:
+    """The user's model (not the PE) expands a constant to 40000 x 32000 float32: 5.1 GB."""
+    pe, w = _pe(folder)
+    model = onnx.load(demo(folder, weight=w, name="model.onnx"))
+    model.graph.initializer.extend([
+        numpy_helper.from_array(np.asarray([40000, 32000], np.int64), "huge"),
+        numpy_helper.from_array(np.ones(1, np.float32), "one_f")])
+    model.graph.node.extend([helper.make_node("Expand", ["one_f", "huge"], ["wide"]),
+                             helper.make_node("ReduceSum", ["wide"], ["total"], keepdims=0)])
+    model.graph.output.append(_vi("total", TensorProto.FLOAT, []))
+    onnx.save(model, folder / "model.onnx")
+    return _graft_argv(folder / "model.onnx", pe, "arange:x")
+
+
 def _max_len(folder: Path, value: int) -> list[str]:
     model = demo(folder, name="model.onnx")
     return ["graft", str(model), "--max-len", str(value), "--out", str(folder / "out.onnx")]
@@ -259,6 +274,9 @@ CASES = [
          r"imports ONNX opset 99; this onnx [0-9.]+ knows opsets 1 to \d+"),
     Case("an-op-onnxruntime-lacks", "resources", _unknown_op, 2,
          r"onnxruntime cannot load the original model: .*foo\.bar:Bar"),
+    Case("the-models-own-expand-to-5-gb", "resources", _expand, 2,
+         r"the original model needs more than graft's proof memory limit of 4,294,967,296 B at "
+         r"sequence length 2; give shorter --lengths, or --no-check"),
     Case("max-len-2^63", "resources", lambda f: _max_len(f, 2**63), 2,
          r"--max-len must be 1 \.\. 16,777,216 .* got 9223372036854775808"),
 ]

@@ -1314,3 +1314,26 @@ def test_a_model_onnxruntime_cannot_load_is_one_line():
     assert "foo.bar:Mul" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ParityError, match="^onnxruntime cannot load the grafted model: "):
         prove._session(model, "grafted")
+
+
+def test_the_proof_sessions_share_one_bounded_arena():
+    """Every session of graft's proof allocates from the arena of PROOF_MEMORY_BYTES (4 GiB): a
+    run needing more (an Expand to 40000 x 32000 float32) fails at once, one line, naming it."""
+    assert prove.PROOF_MEMORY_BYTES == 4 << 30
+    huge = onnx.numpy_helper.from_array(np.asarray([40000, 32000], np.int64), "huge")
+    model = _model([helper.make_node("Expand", ["x", "huge"], ["wide"]),
+                    helper.make_node("ReduceSum", ["wide"], ["y"], keepdims=0)],
+                   [_vi("x", TensorProto.FLOAT, [1])], [_vi("y", TensorProto.FLOAT, [])], [huge])
+    session = prove._session(model)
+    assert prove._ARENA == [4 << 30]
+    began = time.monotonic()
+    with pytest.raises(BadParameterError) as info:
+        prove._run(session, ["y"], {"x": np.ones(1, np.float32)}, 9, "original")
+    assert time.monotonic() - began < 5
+    assert str(info.value) == ("the original model needs more than graft's proof memory limit "
+                               "of 4,294,967,296 B at sequence length 9; give shorter --lengths, "
+                               "or --no-check")
+    small = onnx.numpy_helper.from_array(np.asarray([4000, 3200], np.int64), "huge")
+    model.graph.initializer[0].CopyFrom(small)  # 51 MB: runs
+    assert prove._run(prove._session(model), ["y"], {"x": np.ones(1, np.float32)}, 9,
+                      "grafted")[0] == 4000 * 3200

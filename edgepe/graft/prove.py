@@ -30,6 +30,24 @@ SCALE_QUANTILE = 0.9
 # Wall-clock seconds the whole proof may run the user's model (issue 41: a Loop of 10^12
 # iterations ran forever); a run past it is stopped (onnxruntime's RunOptions.terminate).
 PROOF_SECONDS = 600.0
+# Bytes the tensors of one proof run may hold at once, in all (issue 41: a user model's own
+# Expand to 5 GB ran): graft's sessions allocate from one onnxruntime arena of this size
+# (``_arena``), so a run that would need more fails at once, in one line. The model's weights
+# are not counted (they are bounded where they are read, ``read.EXTERNAL_BYTES_LIMIT``).
+PROOF_MEMORY_BYTES = 4 << 30
+_ARENA: list[int] = []  # the arena's size once registered (once per process)
+
+
+def _arena(ort) -> None:
+    """Register onnxruntime's shared CPU arena of ``PROOF_MEMORY_BYTES`` (once per process;
+    only sessions that ask for it with ``session.use_env_allocators`` use it: graft's)."""
+    if _ARENA:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                             ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg(
+        {"max_mem": PROOF_MEMORY_BYTES, "arena_extend_strategy": 1}))  # 1: as requested
+    _ARENA.append(PROOF_MEMORY_BYTES)
 
 
 
@@ -41,6 +59,9 @@ def _session(model, which: str = "original"):
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failing run is reported once, by _run, in one line
+    _arena(ort)
+    options.add_session_config_entry("session.use_env_allocators", "1")
+    options.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
     try:
         return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                     providers=["CPUExecutionProvider"])
@@ -442,10 +463,14 @@ def _run(session, names: list[str], feeds: dict, length, which: str,
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
         text = str(exc).strip()
         first = text.splitlines()[0][-300:] if text else type(exc).__name__
+        error = BadParameterError if which == "original" else ParityError
         if options.terminate:
-            error = BadParameterError if which == "original" else ParityError
             raise error(f"the {which} model did not finish a run at sequence length {length} "
                         f"within graft's proof limit of {PROOF_SECONDS:g} s; refused") from None
+        if "Available memory of" in text:  # the arena's refusal (_arena)
+            raise error(f"the {which} model needs more than graft's proof memory limit of "
+                        f"{_ARENA[0] if _ARENA else PROOF_MEMORY_BYTES:,} B at sequence length "
+                        f"{length}; give shorter --lengths, or --no-check") from None
         if which == "original":
             raise BadParameterError(
                 f"the original model does not run at sequence length {length} ({first}); give "
