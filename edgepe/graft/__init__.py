@@ -42,11 +42,16 @@ in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the or
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
+import os
+import re
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgepe.contract.commit import cannot_write
+from edgepe.contract.commit import cannot_write, target_lock, temp_prefix, write_temp
 from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
@@ -347,9 +352,6 @@ def data_name(out: Path, digest: str) -> str:
 
 def _ours(out: Path) -> list[Path]:
     """The external data files an earlier ``write_model`` of ``out`` left (``data_name``)."""
-    import glob
-    import re
-
     shape = re.compile(re.escape(out.name) + r"\.[0-9a-f]{16}\.data")
     return [p for p in out.parent.glob(f"{glob.escape(out.name)}.*.data")
             if shape.fullmatch(p.name)]
@@ -369,16 +371,12 @@ def write_model(model, out: Path, external: bool, inputs: Sequence[Path] = (),
     graft's and is left alone. No data file when no tensor is that large."""
     import onnx
 
-    from edgepe.contract.commit import target_lock, temp_prefix, write_temp
-
     out = Path(out)
     with target_lock(out, who="graft"):
         check_output(out, list(inputs), force)
         name = None
         if external:
             copy = onnx.ModelProto.FromString(model.SerializeToString())
-            import secrets
-
             from onnx.external_data_helper import (
                 convert_model_to_external_data,
                 write_external_data_tensors,
@@ -391,9 +389,6 @@ def write_model(model, out: Path, external: bool, inputs: Sequence[Path] = (),
                 write_external_data_tensors(copy, str(out.parent))
                 staged = out.parent / pending
                 if staged.exists():
-                    import hashlib
-                    import os
-
                     digest = hashlib.sha256()
                     with open(staged, "rb+") as f:
                         for block in iter(lambda: f.read(1 << 20), b""):
@@ -413,8 +408,6 @@ def write_model(model, out: Path, external: bool, inputs: Sequence[Path] = (),
             body = copy.SerializeToString()
         else:
             body = model.SerializeToString()
-        import os
-
         tmp = write_temp(out, lambda f: f.write(body))[0]
         try:
             os.replace(tmp, out)  # the commit: the new pair from here
@@ -433,8 +426,6 @@ def _external_tensors(model):
 
 
 def _same(a: Path, b: Path) -> bool:
-    import os
-
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -442,8 +433,6 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _umask() -> int:
-    import os
-
     mask = os.umask(0)
     os.umask(mask)
     return mask
