@@ -162,6 +162,20 @@ def _over_data(folder: Path, location: str, force: bool) -> list[str]:
     return argv
 
 
+def _over_other_input(folder: Path, which: str) -> list[str]:
+    """``--out`` over graft's other inputs: the checkpoint of an int8 --pe, the config.json of
+    --from-hf-config (--force given)."""
+    model = demo(folder, name="model.onnx")
+    given = folder / ("ck.pt" if which == "checkpoint" else "config.json")
+    given.write_text("{}")
+    if which == "checkpoint":
+        pe, _ = _pe(folder)
+        return [*_graft_argv(model, pe, "arange:x", "--force")[:-3], "--checkpoint", str(given),
+                "--out", str(given), "--force"]
+    return ["graft", str(model), "--from-hf-config", str(given), "--out", str(given),
+            "--force"]
+
+
 # -- resources and malformed tensors -------------------------------------------------------------
 
 
@@ -257,6 +271,9 @@ CASES = [
            lambda f, loc=loc, force=force: _over_data(f, loc, force), 2,
            IS_INPUT if force or loc == "model.onnx.data" else r"exists; pass --force")
       for loc in ("model.onnx.data", "weights.bin") for force in (False, True)],
+    *[Case(f"out-over-the-{which}-force", "files",
+           lambda f, which=which: _over_other_input(f, which), 2, IS_INPUT)
+      for which in ("checkpoint", "hf-config")],
     # resources and malformed tensors: one line, exit 2, before reading
     Case("2400-initializers-on-one-mib", "resources", _aliased, 2,
          r"tensors 't0' and 't1' read overlapping bytes of external data 't\.bin'"),

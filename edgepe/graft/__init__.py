@@ -140,7 +140,8 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
                                 "--scheme (an artifact given with --pe is already exported)")
     # The one output rule: never the model, its external data, the artifact or its manifest,
     # --force or not (the data files the model names are added once it is read).
-    inputs = [Path(model), _data_path(Path(model)), *([Path(pe)] if pe is not None else [])]
+    inputs = [Path(model), _data_path(Path(model)), *([Path(pe)] if pe is not None else []),
+              *([Path(checkpoint)] if checkpoint is not None else [])]
     if out is not None:
         out = Path(out)
         check_output(out, inputs, force)
