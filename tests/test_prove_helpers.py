@@ -637,13 +637,15 @@ def _found(original, rows=C):
 
 
 EVERY = "every position 0..7 (the replaced tensors)"
+# position_ids past the 8 rows (the original's Gather refuses them) and negative (both wrap)
+OUTSIDE = "positions 8, 9, 19 (the original refuses them), positions -1, -2, -8"
 
 
 def test_prove_found_compares_outputs_and_the_replaced_tensor():
     original = _hf()
     grafted = _found(original)
     cases, checks = prove.prove_found(original, grafted, ["cos"], L)
-    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY]
+    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY, OUTSIDE]
     assert [(c.name, c.max_abs_err, c.tolerance) for c in checks] == [
         ("y", 0.0, 64 * ULP_3_4), ("cos", 0.0, 4 * ULP_3_4)]
     # an int8 bound: the replaced tensor gets it; an output twice its gain (|E| = 1) times it
@@ -662,7 +664,7 @@ def test_prove_found_checks_every_position_of_the_replaced_tensor():
     original = _hf()
     cases, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
                                         lengths=[2])
-    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY]
+    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY, OUTSIDE]
     assert (y.name, y.max_abs_err, cos.name, cos.max_abs_err) == ("y", 0.0, "cos", 0.25)
     assert not cos.passed and y.passed
     # reached by a run (default lengths 1, 7, 8): the output differs too
@@ -676,7 +678,7 @@ def test_prove_found_with_a_cache_decodes_at_the_last_position():
     rows[L - 1, 0] = -0.25  # -0.75 in the original: reached by the decode step at max_len - 1
     cases, checks = prove.prove_found(original, _found(original, rows), ["cos"], L, lengths=[2],
                                       bound=0.01)
-    assert cases == ["2", "2 (left pad 1)", "3+5", "1+7", EVERY]
+    assert cases == ["2", "2 (left pad 1)", "3+5", "1+7", EVERY, OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.5), ("cos", 0.5)]
     # the gain is measured on the last run (the decode step): |E| = 1 there too
     assert (checks[0].tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
@@ -690,7 +692,7 @@ def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes()
         node.input[:] = ["fused" if n == "cos" else n for n in node.input]
         node.output[:] = ["fused" if n == "cos" else n for n in node.output]
     cases, checks = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L)
-    assert cases == ["1", "7", "8", "8 (left pad 3)"]
+    assert cases == ["1", "7", "8", "8 (left pad 3)", OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
 
 
@@ -869,7 +871,7 @@ def test_prove_found_measures_the_gain_on_its_last_run():
     original = _weighted()
     grafted = _found(original)
     cases, (y, cos) = prove.prove_found(original, grafted, ["cos"], L, bound=1.0)
-    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY]
+    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY, OUTSIDE]
     assert y.tolerance == pytest.approx(64.0, abs=0.01) and y.max_abs_err == 0.0
     # a lowered model (no cos to compare): its last run is that prefill too
     mine = onnx.ModelProto.FromString(grafted.model.SerializeToString())
@@ -878,7 +880,7 @@ def test_prove_found_measures_the_gain_on_its_last_run():
         node.output[:] = ["fused" if n == "cos" else n for n in node.output]
     cases, (y,) = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L,
                                     bound=1.0)
-    assert cases[-1] == "8 (left pad 3)" and y.tolerance == pytest.approx(64.0, abs=0.01)
+    assert cases[-2:] == ["8 (left pad 3)", OUTSIDE] and y.tolerance == pytest.approx(64.0, abs=0.01)
 
 
 def test_prove_found_peak_of_a_replaced_tensor_counts_every_position():
@@ -935,7 +937,7 @@ def test_prove_found_a_replaced_constant_is_compared_through_the_outputs():
                 [onnx.numpy_helper.from_array(C.astype(np.float32), "t")])
     grafted = splice_found(original, pe, {"b_out": "cos"}, "position_ids", {})
     cases, checks = prove.prove_found(original, grafted, ["cos"], L)
-    assert cases == ["1", "7", "8"]
+    assert cases == ["1", "7", "8", OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
 
 
@@ -1053,7 +1055,7 @@ def test_prove_found_peak_and_error_of_the_padded_and_shifted_runs():
     rows[L - 1, 0] += 0.25
     cases, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
                                         lengths=[2])
-    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY]
+    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY, OUTSIDE]
     assert y.max_abs_err == 0.25 * 8 and cos.max_abs_err == 0.25
 
 
@@ -1264,7 +1266,7 @@ def test_the_every_position_pass_runs_in_chunks(monkeypatch):
     original = _hf()
     cases, (_, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
                                         lengths=[2])
-    assert cases[-1] == EVERY and cos.max_abs_err == 0.25
+    assert cases[-2:] == [EVERY, OUTSIDE] and cos.max_abs_err == 0.25
     calls = []
     real = prove._cone_feed
 

@@ -680,6 +680,14 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
             for name in every:
                 worst[name].add(got[name], want[name])
         cases = [*cases, (max_len, 0, 0, -1)]  # (shift -1: the label says what it was)
+    # position_ids past max_len - 1 and negative, as the original takes them (issue 41): the
+    # grafted model computes the same there or fails (graft's RoPE: splice._range_guard)
+    outside = []
+    if "position_ids" in {i.name for i in mine.get_inputs()}:
+        feeds = hf_feeds(mine, 3, 0, 0, max_len, rng, highs=highs)
+        if "position_ids" in feeds:
+            outside.append(_outside(reference, mine, names, feeds, "position_ids", max_len,
+                                    worst, deadline))
     gain = _gain(original, replaces, cases[:-1] if every else cases, max_len, names, seed,
                  highs, deadline) if bound else {}
     checks = [worst[name].check(name, bound if name in replaces
@@ -687,7 +695,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     return [f"every position 0..{s - 1} (the replaced tensors)" if shift < 0 else
             f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
             f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
-            for s, p, pad, shift in cases], checks
+            for s, p, pad, shift in cases] + outside, checks
 
 
 # Positions per run of the every-position pass (a few MB of cos/sin at rotary dim 128).
