@@ -880,7 +880,8 @@ def test_prove_found_measures_the_gain_on_its_last_run():
         node.output[:] = ["fused" if n == "cos" else n for n in node.output]
     cases, (y,) = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L,
                                     bound=1.0)
-    assert cases[-2:] == ["8 (left pad 3)", OUTSIDE] and y.tolerance == pytest.approx(64.0, abs=0.01)
+    assert cases[-2:] == ["8 (left pad 3)", OUTSIDE]
+    assert y.tolerance == pytest.approx(64.0, abs=0.01)
 
 
 def test_prove_found_peak_of_a_replaced_tensor_counts_every_position():
