@@ -133,7 +133,9 @@ def test_found_rope_report_and_its_record(tmp_path):
     assert report.artifact == "rope (table, float32, 16 positions)"
     assert report.positions == "position_ids" and report.prefix == "edgepe_pe0/"
     assert report.lengths == ["1", "3", "3 (left pad 2)", "3+5", "1+15",
-                              "every position 0..15 (the replaced tensors)"]
+                              "every position 0..15 (the replaced tensors)",
+                              "positions 16, 17, 35, -1, -2, -16 (the grafted model refuses "
+                              "them)"]
     assert all(report.checks) and len(report.checks) == 7
     record = json.loads(onnx.load(out).metadata_props[-1].value)
     assert record["max_len"] == 16 and "rope_lowering" not in record

@@ -1240,7 +1240,7 @@ def test_positions_outside_the_rows_as_the_original_takes_them():
                            "positions -1, -2, -8")
     assert not check.passed and check.max_abs_err == pytest.approx(float(np.abs(T[0] - T[-1])
                                                                          .max()), rel=1e-6)
-    assert prove._outside_positions(5) == [[5, 6, 13], [-1, -2, -5]]
+    assert prove._outside_positions(5) == [5, 6, 13, -1, -2, -5]
 
 
 def test_an_overridable_initializer_the_graft_removes_is_refused():
