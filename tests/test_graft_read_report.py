@@ -589,3 +589,15 @@ def test_only_opsets_this_onnx_knows(domain, version, ok):
     assert str(info.value) == (f"model 'm' imports ONNX opset {version}; this onnx "
                                f"{onnx.__version__} knows opsets 1 to "
                                f"{onnx.defs.onnx_opset_version()}")
+
+
+def test_report_says_where_max_len_came_from_after_the_bytes():
+    """Issue 40: with no --max-len, the line after the byte counts names the source; with one
+    given (``max_len_from`` None) no line is added."""
+    report = _report(converted="opset 17 -> 18", max_len_from="the rows of the model's table "
+                     "'wpe' (256)")
+    assert report.lines()[3:5] == [
+        "positions covered: the rows of the model's table 'wpe' (256)",
+        "the model was converted opset 17 -> 18 by onnx's version converter (the PE's ops do "
+        "not exist at the model's opset)"]
+    assert not any(line.startswith("positions covered") for line in _report().lines())

@@ -355,7 +355,8 @@ def test_cli_options_override_the_config_and_a_other_scheme_is_refused(tmp_path)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (
         "from config.json: scheme rope, max_len 64, d_model 64, base=500000.0, "
-        "freq_dtype=float64, layout=half, rope_type=default")
+        "freq_dtype=float64, layout=half, rope_type=default; as transformers' llama computes "
+        "it (rotate_half on (i, i + R/2))")
     manifest = json.loads((tmp_path / "r.onnx.json").read_text())
     assert manifest["max_len"] == 64 and manifest["d_model"] == 64
     assert manifest["params"]["base"] == 500000.0 and "freq_dtype" not in manifest["params"]

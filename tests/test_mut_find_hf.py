@@ -1523,16 +1523,32 @@ def test_check_hf_config_refuses_another_family_and_dynamic_ntk_past_its_length(
         fh.check_hf_config(f, dynamic, 33)
 
 
-def test_check_hf_config_longrope_and_gptj_skip_the_frequency_check():
-    f, = fh.find_pe(_longrope_model())
+def test_check_hf_config_longrope_compares_both_sets_and_gptj_skips_the_check():
+    """Issue 40: longrope's short set (the Where's false branch) and long set (its true branch)
+    are each edgepe's for the config's short_factor and long_factor, and the attention factor
+    too; lists that are not the model's (all 9.0) are refused, naming the initializer."""
+    f, = fh.find_pe(_longrope_model())  # short INV, long INV * 0.5, no cos/sin scale
     config = {"model_type": "phi3", "hidden_size": 8, "num_attention_heads": 2,
               "max_position_embeddings": 32, "original_max_position_embeddings": 16,
               "rope_scaling": {"type": "longrope", "short_factor": [1, 1],
-                               "long_factor": [2, 2]}}
+                               "long_factor": [2, 2], "attention_factor": 1.0}}
     length, record = fh.check_hf_config(f, config, None)
-    assert length == 32 and "inv_freq" not in record
+    assert length == 32
+    assert record["inv_freq"] == ("equal to edgepe's rope scheme (freq_dtype=float32) bit for "
+                                  "bit, short_factor's and long_factor's")
     assert record["params"]["short_factor"] == [1.0, 1.0]  # tuples written as lists
     assert record["params"]["long_factor"] == [2.0, 2.0]
+    for key, name in (("long_factor", "long_inv"), ("short_factor", "short_inv")):
+        wrong = {**config, "rope_scaling": {**config["rope_scaling"], key: [9.0, 9.0]}}
+        with pytest.raises(BadParameterError, match=f"^the model's inv_freq '{name}' \\[2\\] "
+                           "differs from edgepe's rope for this config \\(\\[2\\], by up to"):
+            fh.check_hf_config(f, wrong, None)
+    # no attention_factor: sqrt(1 + ln 2 / ln 16) = 1.118..., the model scales by 1
+    derived = {**config, "rope_scaling": {k: v for k, v in config["rope_scaling"].items()
+                                          if k != "attention_factor"}}
+    with pytest.raises(BadParameterError, match="^the model scales cos/sin by 1, edgepe's rope "
+                       "for this config by 1.118"):
+        fh.check_hf_config(f, derived, None)
     f, = fh.find_pe(_gathernd_model(_gptj_table(8, 4)))
     gptj = {"model_type": "gptj", "n_embd": 8, "n_head": 1, "rotary_dim": 4, "n_positions": 8}
     length, record = fh.check_hf_config(f, gptj, None)

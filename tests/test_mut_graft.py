@@ -685,3 +685,165 @@ def test_max_len_up_to_2_24_passes_the_option_check(tmp_path):
     """2^24 itself is taken (the model is read: here it has no PE)."""
     with pytest.raises(BadParameterError, match="^no PE found in "):
         graft(demo(tmp_path), max_len=1 << 24, check=False)
+
+
+# --- the positions' count when --max-len is not given (issue 40) --------------------------------
+
+INV2 = np.array([1.0, 0.01], np.float32)
+
+
+def _rope_positions_model(path: Path, maker: list, inits: dict, inputs=()) -> Path:
+    """``y = x * cos + sin`` of a half-layout RoPE whose positions ``p`` [1, 8] are made by
+    ``maker`` (nodes) from ``inits`` and ``inputs``."""
+    nodes = [*maker,
+             helper.make_node("Unsqueeze", ["p", "axes"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["posf", "inv_freq"], ["f"]),
+             helper.make_node("Concat", ["f", "f"], ["emb"], axis=-1),
+             helper.make_node("Cos", ["emb"], ["cos"]), helper.make_node("Sin", ["emb"], ["sin"]),
+             helper.make_node("Mul", ["x", "cos"], ["xc"]),
+             helper.make_node("Add", ["xc", "sin"], ["y"])]
+    inits = {**inits, "axes": np.array([-1], np.int64), "inv_freq": INV2}
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4]),
+                     *(helper.make_tensor_value_info(n, TensorProto.INT64, [1, 8])
+                       for n in inputs)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(onnx.shape_inference.infer_shapes(model), path)
+    return path
+
+
+def _range(start, limit, delta=1, out="r"):
+    return ([helper.make_node("Range", ["r0", "r1", "r2"], [out])],
+            {"r0": np.array(start, np.int64), "r1": np.array(limit, np.int64),
+             "r2": np.array(delta, np.int64)})
+
+
+def test_max_len_defaults_to_a_constant_range_bound_and_says_so(tmp_path):
+    """Positions 0..7 from Range(0, 8) through Unsqueeze: 8 positions, not 4096, proven at every
+    one of them, and the report names the Range."""
+    nodes, inits = _range(0, 8)
+    nodes.append(helper.make_node("Unsqueeze", ["r", "a0"], ["p"]))
+    path = _rope_positions_model(tmp_path / "m.onnx", nodes, {**inits,
+                                                              "a0": np.array([0], np.int64)})
+    report = graft(path)
+    assert report, str(report)
+    assert report.artifact == "rope (table, float32, 8 positions)"
+    assert "positions covered: the bound of Range 'r' (0 to 8)" in report.lines()
+    assert _records(report.model)[0]["max_len"] == 8
+    assert report.lengths[-1] == "every position 0..7 (the replaced tensors)"
+    # --max-len given: that, and no line about where it came from
+    given = graft(path, max_len=16, check=False)
+    assert given.artifact == "rope (table, float32, 16 positions)"
+    assert not any(line.startswith("positions covered") for line in given.lines())
+
+
+@pytest.mark.parametrize("start, limit, delta, bound", [
+    (0, 8, 1, 8), (3, 8, 1, 8), (0, 8, 3, 7), (7, -1, -1, 8), (0, 0, 1, None), (5, 0, 1, None),
+    (0, 8, 0, None)])
+def test_range_bound_is_its_largest_value_plus_1(tmp_path, start, limit, delta, bound):
+    from edgepe.graft import DEFAULT_MAX_LEN, declared_max_len
+
+    nodes, inits = _range(start, limit, delta, out="p")
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    length, where = declared_max_len(model, find_pe(model))
+    if bound is None:  # an empty Range (or delta 0) bounds nothing
+        assert (length, where.split(":")[0]) == (DEFAULT_MAX_LEN, "graft's default 4096")
+    else:
+        assert (length, where) == (bound, f"the bound of Range 'p' ({start} to {limit})")
+
+
+def test_concat_and_constant_positions_declare_their_largest_value(tmp_path):
+    from edgepe.graft import declared_max_len
+
+    nodes, inits = _range(0, 4)
+    nodes += [helper.make_node("Concat", ["r", "c"], ["flat"], axis=0),
+              helper.make_node("Reshape", ["flat", "shape"], ["p"])]
+    inits.update(c=np.array([9, 2, 3, 4], np.int64), shape=np.array([1, 8], np.int64))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model)) == (10, "the constant positions 'c'")
+
+
+@pytest.mark.parametrize("case", ["input", "add", "dynamic-limit"])
+def test_positions_from_an_input_or_arithmetic_declare_nothing(tmp_path, case):
+    """An input's values, a Range moved by an Add (a cache length), a Range to a limit computed
+    at run time: no bound, graft's default, said so."""
+    from edgepe.graft import DEFAULT_MAX_LEN, declared_max_len
+
+    if case == "input":
+        nodes, inits, inputs = [helper.make_node("Identity", ["position_ids"], ["p"])], {}, [
+            "position_ids"]
+    elif case == "add":
+        nodes, inits = _range(0, 8)
+        nodes += [helper.make_node("Unsqueeze", ["r", "a0"], ["u"]),
+                  helper.make_node("Add", ["u", "past"], ["p"])]
+        inits.update(a0=np.array([0], np.int64))
+        inputs = ["past"]
+    else:
+        nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
+                 helper.make_node("Squeeze", ["shape"], ["n"]),
+                 helper.make_node("Range", ["r0", "n", "r2"], ["r"]),
+                 helper.make_node("Unsqueeze", ["r", "a0"], ["p"])]
+        inits, inputs = {"r0": np.array(0, np.int64), "r2": np.array(1, np.int64),
+                         "a0": np.array([0], np.int64)}, []
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits, inputs))
+    length, where = declared_max_len(model, find_pe(model))
+    assert length == DEFAULT_MAX_LEN
+    assert where == ("graft's default 4096: the model declares no length (give --max-len, or "
+                     "--from-hf-config config.json for its max_position_embeddings)")
+
+
+def test_a_table_keeps_its_rows_and_mpt_its_length_as_the_source():
+    from edgepe.graft import declared_max_len
+
+    opt = onnx.load(str(OPT))
+    length, where = declared_max_len(opt, find_pe(opt))
+    assert length is None and where.startswith("the rows of the model's table ")
+    assert where.endswith("(258)")
+    mpt = onnx.load(str(MPT))
+    length, where = declared_max_len(mpt, find_pe(mpt))
+    assert where.startswith("the length of the model's ALiBi bias ") and length > 1
+    report = graft(OPT, check=False)
+    assert report.lines()[4].startswith("positions covered: the rows of the model's table ")
+
+
+def test_two_tables_name_each_tables_rows(tmp_path):
+    from edgepe.graft import declared_max_len
+
+    model = onnx.load(_streams(tmp_path))
+    found = find_pe(model)
+    assert len(found) == 2
+    assert declared_max_len(model, found) == (None, "the rows of each table the model gathers")
+
+
+def test_max_len_from_the_config_is_said_so():
+    config = json.loads((DATA / "llama" / "config.json").read_text())
+    report = graft(LLAMA, hf_config=config, check=False)
+    length = config["max_position_embeddings"]
+    assert report.lines()[4] == (f"positions covered: max_position_embeddings {length} of "
+                                 "--from-hf-config")
+    given = graft(LLAMA, hf_config=config, check=False, max_len=8)
+    assert not any(line.startswith("positions covered") for line in given.lines())
+    plain = graft(LLAMA, check=False)
+    assert plain.lines()[4].startswith("positions covered: graft's default 4096: the model "
+                                       "declares no length")
+
+
+def test_a_declared_max_len_past_2_24_is_refused(monkeypatch):
+    """Issue 41: the positions a model declares are under the same cap as --max-len (the
+    tables' recipe check is linear in it: 2^63 ran forever); a config's is refused by rope's
+    own cap first."""
+    module = sys.modules["edgepe.graft"]
+    monkeypatch.setattr(module, "declared_max_len",
+                        lambda model, found: ((1 << 24) + 1, "the model's table 'x'"))
+    with pytest.raises(BadParameterError) as info:
+        graft(LLAMA, check=False)
+    assert str(info.value) == (
+        "the model's table 'x': the positions must be 1 .. 16,777,216 (2^24: past it float32 "
+        "positions are not whole numbers), got 16777217; give --max-len")
+    config = json.loads((DATA / "llama" / "config.json").read_text())
+    config["max_position_embeddings"] = 1 << 40
+    with pytest.raises(BadParameterError, match="1099511627776"):
+        graft(LLAMA, hf_config=config, check=False)

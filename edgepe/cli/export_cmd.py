@@ -284,6 +284,8 @@ def command(
     format = infer_format(out_path, format)
     # Scheme-specific export options (e.g. rope's graph choice) travel in ExportConfig.extra.
     extra = rope_extra(scheme, mode, rope_graph, rope_lowering, format)
+    if hf_line is not None and model_type:  # the family the translation followed (issue 40)
+        extra["hf_model_type"] = str(model_type).lower()
     if slices is not None:
         if mode != "sliced":
             raise BadParameterError("--slices sets the slice plan of --mode sliced; add "

@@ -63,7 +63,8 @@ def command(
         "max_len/2, max_len).")] = None,
     max_len: Annotated[str | None, typer.Option(
         "--max-len", metavar="L", help="With no --pe/--scheme: the positions the PE graft finds "
-        "must cover (its table rows; default 4096).")] = None,
+        "must cover (default: what the model declares, a table's rows or a constant Range "
+        "bound, or --from-hf-config's max_position_embeddings; else 4096).")] = None,
     from_hf_config: Annotated[Path | None, typer.Option(
         "--from-hf-config", metavar="FILE", help="With no --pe/--scheme: the model's "
         "config.json; the PE found must be what it says (RoPE's frequencies edgepe's own for "

@@ -54,7 +54,14 @@ from pathlib import Path
 from edgepe.contract.commit import cannot_write, target_lock, temp_prefix, write_temp
 from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
+from edgepe.graft.find import (
+    DETECTABLE,
+    Candidate,
+    _constants,
+    build_detected,
+    detect,
+    graph_index,
+)
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     Found,
@@ -256,10 +263,21 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                "without --rope-lowering)"))
     pick = found[0]
     hf_records: list[dict | None] = [None] * len(found)
+    given = max_len
     if hf_config is not None:  # every PE found must be what the config says
-        given = max_len
         for i, one in enumerate(found):
             max_len, hf_records[i] = check_hf_config(one, hf_config, given)
+    max_len_from = None  # where the positions' count came from, when --max-len was not given
+    if given is None:
+        if max_len is not None:
+            max_len_from = f"max_position_embeddings {max_len} of --from-hf-config"
+        else:
+            max_len, max_len_from = declared_max_len(original, found)
+    if max_len is not None and not 1 <= max_len <= MAX_LEN_LIMIT:  # (a config's, a model's)
+        raise BadParameterError(
+            f"{max_len_from or '--max-len'}: the positions must be 1 .. {MAX_LEN_LIMIT:,} "
+            f"(2^24: past it float32 positions are not whole numbers), got {max_len}; give "
+            "--max-len")
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0
@@ -328,7 +346,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                          pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
-                         grafted.metadata_bytes, model=grafted.model, found=found_line)
+                         grafted.metadata_bytes, model=grafted.model, found=found_line,
+                         max_len_from=max_len_from)
     if check:
         report.lengths, report.checks = prove_found(
             original, grafted, replaces, length,
@@ -339,6 +358,70 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                     inputs=inputs, force=force)
         report.out = out
     return report
+
+
+# Ops that pass their first input's values on, selected or reshaped, never changed.
+_SELECTING = ("Slice", "Gather", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Identity",
+              "Expand", "Tile", "Flatten")
+
+
+def declared_max_len(model, found: Sequence[Found]) -> tuple[int | None, str]:
+    """``(max_len, where it came from)`` for a graft given no ``--max-len`` (issue 40): what the
+    model itself declares, else ``DEFAULT_MAX_LEN``. A table the model gathers keeps its rows
+    (``None``: ``build_found`` takes them) and MPT's bias its constant length; otherwise the
+    positions' values are followed back through ops that only select or reshape them
+    (``_SELECTING``, ``Concat``) to a ``Range`` of constant start, limit and delta, or a constant
+    tensor: the largest position there, plus 1, is the bound. Any other maker (an input, an
+    ``Add`` of a cache length, a ``CumSum``) declares nothing."""
+    import numpy as np
+
+    first = found[0]
+    if "table" in first.params:
+        rows = first.params["table"].shape[0]
+        return None, (f"the rows of the model's table {first.params['table_name']!r} ({rows})"
+                      if len(found) == 1 else "the rows of each table the model gathers")
+    if "length" in first.params:
+        return first.params["length"], (f"the length of the model's ALiBi bias "
+                                        f"{first.params['table_name']!r}")
+    graph = model.graph
+    makers, _ = graph_index(graph)
+    consts = _constants(graph)
+    bounds, sources = [], []
+    for one in found:
+        todo, seen, ok = [one.positions], set(), bool(one.positions)
+        while todo and ok and len(seen) < 64:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            value = consts.get(name)
+            node = makers.get(name)
+            if value is not None and np.asarray(value).size and np.issubdtype(
+                    np.asarray(value).dtype, np.integer):
+                bounds.append(int(np.asarray(value).max()) + 1)
+                sources.append(f"the constant positions {name!r}")
+            elif node is not None and node.op_type == "Range":
+                start, limit, delta = (consts.get(i) for i in node.input)
+                if any(v is None or np.asarray(v).size != 1 for v in (start, limit, delta)):
+                    ok = False
+                    continue
+                start, limit, delta = (int(np.asarray(v).ravel()[0])
+                                       for v in (start, limit, delta))
+                count = max(0, -(-(limit - start) // delta)) if delta else 0
+                if count:
+                    bounds.append(max(start, start + delta * (count - 1)) + 1)
+                    sources.append(f"the bound of Range {node.output[0]!r} ({start} to {limit})")
+            elif node is not None and node.op_type in _SELECTING:
+                todo.append(node.input[0])
+            elif node is not None and node.op_type == "Concat":
+                todo += [i for i in node.input if i]
+            else:
+                ok = False
+        if not ok or todo or not bounds:
+            return DEFAULT_MAX_LEN, (f"graft's default {DEFAULT_MAX_LEN}: the model declares no "
+                                     "length (give --max-len, or --from-hf-config config.json "
+                                     "for its max_position_embeddings)")
+    return max(bounds), sources[bounds.index(max(bounds))]
 
 
 def _data_path(out: Path) -> Path:
@@ -441,6 +524,6 @@ def _umask() -> int:
 
 __all__ = ["DEFAULT_MAX_LEN", "DETECTABLE", "MODEL_BYTES_LIMIT", "METADATA_KEY", "PREFIX",
            "Candidate", "Found", "GraftReport", "Grafted", "OutputCheck", "Positions",
-           "build_detected", "build_found", "detect", "find_pe", "graft", "graft_found",
-           "graft_model", "load_model", "load_pe", "parse_model", "pe_tolerance", "prove",
-           "prove_found", "reconcile", "splice_found", "table_pe", "write_model"]
+           "build_detected", "build_found", "declared_max_len", "detect", "find_pe", "graft",
+           "graft_found", "graft_model", "load_model", "load_pe", "parse_model", "pe_tolerance",
+           "prove", "prove_found", "reconcile", "splice_found", "table_pe", "write_model"]

@@ -732,22 +732,38 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
         length = None  # (OPT's: max_position_embeddings + its offset 2)
     record = {"scheme": t.scheme, "model_type": config.get("model_type"),
               "params": {k: list(v) if isinstance(v, tuple) else v for k, v in t.params.items()}}
-    if family == "rope" and not found.params.get("sincos") and found.params.get("choice") is None:
-        rope = build(resolve("rope", length or DEFAULT_MAX_LEN, d_model=t.d_model,
-                             params=t.params))
-        mine = rope.inv_freq.detach().numpy().astype(np.float32)
-        mine = mine[: found.params["rotary_dim"] // 2]
-        theirs = np.asarray(found.params["inv_freq"], np.float32)
-        if mine.shape != theirs.shape or not np.array_equal(mine, theirs):
-            gap = (float(np.abs(mine.astype(np.float64) - theirs).max())
-                   if mine.shape == theirs.shape else None)
+    if family == "rope" and not found.params.get("sincos"):
+        choice = found.params.get("choice")
+        sets = [(found.params["inv_freq_name"], found.params["inv_freq"], {})]
+        if choice is not None:  # longrope (issue 40): the short set (if false) and the long one
+            original = t.params.get("original_max_position_embeddings", 1)
+            short = {"seq_len": original} if t.params["rope_type"] == "longrope" else {}
+            longer = {"seq_len": original + 1} if short else {}
+            sets = [(choice["names"][1], choice["if_false"], short),
+                    (choice["names"][0], choice["if_true"], longer)]
+        for name, values, extra in sets:
+            rope = build(resolve("rope", length or DEFAULT_MAX_LEN, d_model=t.d_model,
+                                 params={**t.params, **extra}))
+            mine = rope.inv_freq.detach().numpy().astype(np.float32)
+            mine = mine[: found.params["rotary_dim"] // 2]
+            theirs = np.asarray(values, np.float32)
+            if mine.shape != theirs.shape or not np.array_equal(mine, theirs):
+                gap = (float(np.abs(mine.astype(np.float64) - theirs).max())
+                       if mine.shape == theirs.shape else None)
+                raise BadParameterError(
+                    f"the model's inv_freq {name!r} {list(theirs.shape)} "
+                    f"differs from edgepe's rope for this config ({list(mine.shape)}"
+                    + (f", by up to {gap:.3g}" if gap is not None else "")
+                    + "): the config is not this model's, or its scaling is not static (dynamic "
+                    "NTK); graft without --from-hf-config keeps the model's own")
+        ours = float(rope.scale[0])
+        theirs_factor = float(np.float32(found.params.get("attention_factor", 1.0)))
+        if ours != theirs_factor:  # yarn's and longrope's cos/sin scale, float32 both
             raise BadParameterError(
-                f"the model's inv_freq {found.params['inv_freq_name']!r} {list(theirs.shape)} "
-                f"differs from edgepe's rope for this config ({list(mine.shape)}"
-                + (f", by up to {gap:.3g}" if gap is not None else "")
-                + "): the config is not this model's, or its scaling is not static (dynamic "
-                "NTK); graft without --from-hf-config keeps the model's own")
-        record["inv_freq"] = "equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
+                f"the model scales cos/sin by {theirs_factor:.9g}, edgepe's rope for this config "
+                f"by {ours:.9g} (the attention factor): the config is not this model's")
+        record["inv_freq"] = ("equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
+                              + (", short_factor's and long_factor's" if choice else ""))
     if found.family == "sinusoidal" and found.params.get("layout") == "half":  # Marian
         import torch
 

@@ -47,6 +47,7 @@ class GraftReport:
     out: Path | None = None
     model: Any = field(default=None, repr=False)  # the grafted onnx.ModelProto
     found: str | None = None  # what graft found in the model, when no PE was given
+    max_len_from: str | None = None  # where max_len came from, when --max-len was not given
 
     def __bool__(self) -> bool:
         return self.checks is None or all(c.passed for c in self.checks)
@@ -68,6 +69,8 @@ class GraftReport:
             f"{-self.saved / max(self.bytes_before, 1):+.1%}); the PE is {share:.1%} of the "
             "grafted model",
         ]
+        if self.max_len_from:
+            lines.append(f"positions covered: {self.max_len_from}")
         if self.converted:
             lines.append(f"the model was converted {self.converted} by onnx's version converter "
                          "(the PE's ops do not exist at the model's opset)")

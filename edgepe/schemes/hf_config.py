@@ -18,7 +18,8 @@ What a family's config becomes (transformers 5 keys, and the 4.x names they repl
   ``rope_scaling`` (``rope_type`` or 4.x ``type``: default, linear, dynamic, llama3, yarn,
   longrope), ``max_len`` = ``max_position_embeddings`` (GPT-J ``n_positions``), and
   ``freq_dtype=float32``: the frequencies transformers computes.
-- ALiBi (BLOOM, MPT with ``attn_config.alibi``, Falcon with ``alibi``): ``alibi`` with
+- ALiBi (BLOOM, MPT with ``attn_config.alibi``; Falcon with ``alibi`` is refused: its bias is
+  rounded to bfloat16): ``alibi`` with
   ``heads`` = ``n_head``/``n_heads``/``num_attention_heads``; ``max_len`` = ``max_seq_len``
   (MPT) or none (BLOOM: give ``--max-len``).
 - Learned absolute (GPT-2, GPT-Neo, OPT, BERT-like): ``learned`` with ``d_model`` = the width and
@@ -42,12 +43,49 @@ from edgepe.contract.errors import BadParameterError
 
 CONFIG_BYTES_LIMIT = 1 << 20  # config.json files are a few KiB; a bigger file is not one
 
-INTERLEAVED_ROPE = ("gptj", "codegen")
-# RoPE models whose config may omit every rope key (transformers then uses rope_theta 10000).
-ROPE_MODELS = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-               "gemma", "gemma2", "phi", "phi3", "gpt_neox", "gptj", "codegen", "stablelm",
-               "starcoder2", "olmo", "olmo2", "falcon", "persimmon", "cohere", "granite",
-               "internlm2", "deepseek_v2", "deepseek_v3", "exaone", "glm")
+
+
+class RopeFamily(NamedTuple):
+    """What a RoPE family's transformers 5.24 module computes (issue 40), read from its
+    ``modeling_*.py``: ``layout`` of the pairs its rotation turns, ``partial`` the default
+    ``partial_rotary_factor`` of a rotary init that reads one (its config class's default), or
+    ``None`` where the init (``compute_default_rope_parameters``) ignores it and the rotation
+    covers all of ``head_dim``; ``how`` the code followed, for the notes."""
+    layout: str
+    partial: float | None
+    how: str
+
+
+_HALF = "rotate_half on (i, i + R/2)"
+# Every RoPE model_type the translation accepts; tests/test_hf_config_vs_transformers.py builds
+# each family's own rotary module and rotation and compares the artifacts with them.
+ROPE_FAMILIES = {
+    **{name: RopeFamily("half", None, _HALF) for name in (
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+        "gemma2", "starcoder2", "olmo", "olmo2", "falcon", "granite")},
+    "phi": RopeFamily("half", 0.5, _HALF + ", the first int(head_dim x factor)"),
+    "phi3": RopeFamily("half", 1.0, _HALF + ", the first int(head_dim x factor)"),
+    "gpt_neox": RopeFamily("half", 0.25, _HALF + ", the first int(head_dim x rotary_pct)"),
+    "stablelm": RopeFamily("half", 0.25, _HALF + ", the first int(head_dim x factor)"),
+    "persimmon": RopeFamily("half", 0.5, _HALF + ", the first int(head_dim x factor)"),
+    "glm": RopeFamily("interleaved", 0.5, "even/odd rotate_half with repeat_interleave'd "
+                      "cos/sin on (2i, 2i+1), the first int(head_dim x factor)"),
+    "cohere": RopeFamily("interleaved", None, "cos/sin by repeat_interleave, even/odd "
+                         "rotate_half on (2i, 2i+1)"),
+    "deepseek_v2": RopeFamily("interleaved", None, "complex products of (2i, 2i+1) "
+                              "(view_as_complex), qk_rope_head_dim wide"),
+    # rope_interleave false: apply_rotary_pos_emb (half); true, its default: see _rope
+    "deepseek_v3": RopeFamily("interleaved", None, "apply_rotary_pos_emb_interleave on "
+                              "(2i, 2i+1), qk_rope_head_dim wide"),
+    "llama4_text": RopeFamily("interleaved", None, "complex products of (2i, 2i+1) "
+                              "(view_as_complex)"),
+    "gptj": RopeFamily("interleaved", None, "rotate_every_two on (2i, 2i+1) of its "
+                       "rotary_dim, base 10000"),
+    "codegen": RopeFamily("interleaved", None, "rotate_every_two on (2i, 2i+1) of its "
+                          "rotary_dim, base 10000"),
+}
+INTERLEAVED_ROPE = tuple(k for k, v in ROPE_FAMILIES.items() if v.layout == "interleaved")
+ROPE_MODELS = tuple(ROPE_FAMILIES)
 ALIBI_MODELS = ("bloom", "mpt")
 # The position table's name in each family's checkpoint (task model first, then the bare
 # model's): what --from-hf-config takes when --checkpoint-param is not given.
@@ -71,7 +109,7 @@ LEARNED_MODELS = tuple(LEARNED_TENSORS)
 SINUSOIDAL_MODELS = ("marian", "xglm", "m2m_100", "m2m100")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 # Where partial rotary has a model default when the config omits it (transformers' configs).
-PARTIAL_DEFAULTS = {"gpt_neox": 0.25, "phi": 0.5}
+PARTIAL_DEFAULTS = {k: v.partial for k, v in ROPE_FAMILIES.items() if v.partial not in (None, 1)}
 
 
 class HFTranslation(NamedTuple):
@@ -81,6 +119,8 @@ class HFTranslation(NamedTuple):
     d_model: int | None
     heads: int | None
     notes: tuple[str, ...]
+    # the model_type whose transformers code the translation followed (None: no model_type)
+    model_type: str | None = None
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
@@ -192,13 +232,18 @@ def from_hf_config(config: Mapping[str, Any]) -> HFTranslation:
         return _learned(c, model_type)
     if model_type in SINUSOIDAL_MODELS:
         return _sinusoidal(c, model_type)
-    if (rope is not None or c.has("rope_theta") or c.has("rotary_dim") or c.has("rotary_pct")
-            or c.has("partial_rotary_factor") or model_type in ROPE_MODELS):
+    if model_type in ROPE_FAMILIES or not model_type and (
+            rope is not None or c.has("rope_theta") or c.has("rotary_dim")
+            or c.has("rotary_pct") or c.has("partial_rotary_factor")):
         return _rope(c, model_type)
+    if rope is not None:
+        _one_rope_set(rope)
     if model_type:
+        # A RoPE family is accepted only where its transformers module was read and is tested
+        # (issue 40): another family's pairs, partial width or scaling may differ.
         raise BadParameterError(
-            f"HF config: model_type {model_type!r} is not one edgepe translates (RoPE configs "
-            "with rope_theta/rope_parameters, alibi: bloom, mpt, falcon; learned: "
+            f"HF config: model_type {model_type!r} is not one edgepe translates (RoPE: "
+            f"{', '.join(ROPE_FAMILIES)}; alibi: bloom, mpt; learned: "
             f"{', '.join(LEARNED_MODELS)}; sinusoidal: marian, xglm, m2m_100)")
     raise BadParameterError("HF config has no model_type and no rope_theta/rope_parameters: "
                             "not a transformers model config")
@@ -216,14 +261,19 @@ def _heads(c: _Reader) -> int | None:
     return c.int("num_attention_heads", "n_head", "n_heads", "num_heads")
 
 
-def _rope(c: _Reader, model_type: str) -> HFTranslation:
-    notes = []
-    r = c.mapping("rope_parameters") or c.mapping("rope_scaling") or _Reader({})
+def _one_rope_set(r: _Reader) -> None:
     nested = sorted(k for k, v in r.config.items() if isinstance(v, Mapping))
     if nested:  # Gemma 3 style: one set of rope parameters per attention layer type
         raise BadParameterError(
             f"HF config: {r.where[:-1]} holds one set per layer type ({', '.join(nested)}); "
             "edgepe exports one: give its values with --scheme rope and --param")
+
+
+def _rope_width(c: _Reader, model_type: str) -> int:
+    """The width transformers' rotary init takes as ``head_dim``."""
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        # the config class sets head_dim = qk_rope_head_dim (its default 64): the rotated part
+        return c.int("qk_rope_head_dim") or 64
     head_dim = c.int("head_dim")
     if head_dim is None:
         width, heads = _width(c), _heads(c)
@@ -234,32 +284,79 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
             raise BadParameterError(f"HF config: hidden_size {width} is not a multiple of "
                                     f"num_attention_heads {heads}")
         head_dim = width // heads
+    return head_dim
+
+
+def _rope(c: _Reader, model_type: str) -> HFTranslation:
+    notes = []
+    r = c.mapping("rope_parameters") or c.mapping("rope_scaling") or _Reader({})
+    _one_rope_set(r)
+    family = ROPE_FAMILIES.get(model_type, RopeFamily("half", 1.0, _HALF))
+    head_dim = _rope_width(c, model_type)
     base = r.float("rope_theta", positive=True) or c.float("rope_theta", positive=True) or \
         c.float("rotary_emb_base", positive=True) or 10000.0
+    if model_type in ("gptj", "codegen"):
+        base = 10000.0  # create_sinusoidal_positions: 10000 whatever the config says
     params: dict[str, Any] = {"base": base, "freq_dtype": "float32"}
-    params["layout"] = "interleaved" if model_type in INTERLEAVED_ROPE else "half"
+    layout = family.layout
+    if model_type == "deepseek_v3":
+        if c.bool("rope_interleave") is False:
+            layout, how = "half", "apply_rotary_pos_emb (rope_interleave false)"
+        else:
+            how = (family.how + "; it writes the rotated pairs de-interleaved ([evens | odds]), "
+                   "the same permutation of q and k, which leaves q.k unchanged")
+    else:
+        how = family.how
+    params["layout"] = layout
+    kind = r.str("rope_type") or r.str("type") or "default"
     # partial rotary: GPT-J's rotary_dim; else a factor (rope_parameters first, as transformers 5
     # standardises it there), with the model's default where its config class has one.
-    rotary = c.int("rotary_dim")
+    rotary = None
     factor_key = next((k for k in ("partial_rotary_factor", "rotary_pct")
                        if r.has(k) or c.has(k)), None)
-    if rotary is None:
-        partial = (r.float(factor_key, positive=True) or c.float(factor_key, positive=True)
-                   if factor_key else PARTIAL_DEFAULTS.get(model_type))
+    partial = (r.float(factor_key, positive=True) or c.float(factor_key, positive=True)
+               if factor_key else None)
+    if model_type in ("gptj", "codegen"):
+        rotary = c.int("rotary_dim")
+        if rotary is None:
+            width = _width(c)
+            if width != head_dim:  # its table is then hidden_size wide: the model fails
+                raise BadParameterError(
+                    f"HF config: {model_type} without rotary_dim builds its sin/cos table over "
+                    f"n_embd {width}, wider than a head ({head_dim}): set rotary_dim")
+    elif family.partial is None and model_type:
+        if partial is not None and partial != 1:
+            if kind != "default":
+                # the scaled inits read the factor, the rotation covers head_dim: transformers
+                # fails on the shapes, so there is nothing to reproduce
+                raise BadParameterError(
+                    f"HF config: {factor_key} {partial:g} with rope_type {kind}: transformers' "
+                    f"{model_type} rotates all of head_dim {head_dim} but its {kind} frequencies "
+                    f"cover int({head_dim} x {partial:g}); the model does not run")
+            notes.append(f"{model_type} ignores {factor_key} {partial:g} "
+                         "(compute_default_rope_parameters reads head_dim only): all "
+                         f"{head_dim} dimensions rotate")
+    else:
+        if partial is None:
+            partial = family.partial
+            if partial not in (None, 1):
+                notes.append(f"partial_rotary_factor {partial} ({model_type}'s default)")
         if partial is not None:
             if partial > 1:
                 raise BadParameterError(f"HF config: {factor_key} must be at most 1, got "
                                         f"{partial}")
             rotary = int(head_dim * partial)  # transformers: int(head_dim * factor)
-            if factor_key is None:
-                notes.append(f"partial_rotary_factor {partial} ({model_type}'s default)")
+            if rotary == 0 or rotary % 2:
+                raise BadParameterError(
+                    f"HF config: {factor_key or 'partial_rotary_factor'} {partial:g} gives a "
+                    f"rotary width of int({head_dim} x {partial:g}) = {rotary}; transformers "
+                    "needs it even and above 0 (0 would rotate nothing)")
     if rotary is not None and rotary != head_dim:
         if rotary % 2 or rotary > head_dim:
             raise BadParameterError(f"HF config: the rotary width {rotary} must be even and at "
                                     f"most head_dim {head_dim}")
         params["rotary_dim"] = rotary
     max_len = _max_positions(c)
-    kind = r.str("rope_type") or r.str("type") or "default"
     if kind not in ROPE_TYPES:
         raise BadParameterError(f"HF config: rope_type {kind!r} is not one edgepe computes "
                                 f"({', '.join(ROPE_TYPES)})")
@@ -279,9 +376,14 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
         factor = r.float("factor", positive=True)
         if factor is None and kind in ("yarn", "longrope") and max_len is not None:
             factor = max_len / original  # transformers: max_position_embeddings / original
+            if kind == "yarn" and factor < 1:
+                raise BadParameterError(
+                    f"HF config: yarn factor max_position_embeddings / "
+                    f"original_max_position_embeddings = {max_len} / {original} = {factor:g}, "
+                    "below 1 (yarn would then extend nothing): give rope_parameters.factor")
         if factor is None and kind in ("linear", "dynamic", "llama3"):
             raise BadParameterError(f"HF config: rope_type {kind} needs a factor")
-        if factor is not None:
+        if factor is not None and (kind != "longrope" or factor >= 1):
             params["factor"] = factor
         for key in ("low_freq_factor", "high_freq_factor"):
             if kind == "llama3":
@@ -312,13 +414,23 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
             if attention is not None:
                 params["attention_factor"] = attention
         if kind == "longrope":
+            pairs = (rotary or head_dim) // 2
             for key in ("short_factor", "long_factor"):
                 value = r.floats(key)
                 if value is None:
                     raise BadParameterError(f"HF config: rope_type longrope needs {key}")
+                if len(value) != pairs:
+                    raise BadParameterError(
+                        f"HF config: {r.where}{key} has {len(value)} numbers; longrope needs "
+                        f"rotary_dim / 2 = {pairs} (one per rotated pair)")
                 params[key] = value
-            if (attention := r.float("attention_factor", positive=True)) is not None:
-                params["attention_factor"] = attention
+            attention = r.float("attention_factor", positive=True)
+            if attention is None:  # _compute_longrope_parameters, from the factor or the ratio
+                attention = 1.0 if factor is None or factor <= 1.0 else math.sqrt(
+                    1 + math.log(factor) / math.log(original))
+                notes.append(f"longrope attention factor {attention!r} (from factor "
+                             f"{factor if factor is not None else 1.0:g})")
+            params["attention_factor"] = attention
         if kind == "dynamic":
             notes.append("dynamic: up to max_position_embeddings it is the default RoPE; "
                          "past it the model switches with its running length "
@@ -326,13 +438,23 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
         if kind == "longrope":
             notes.append(f"{kind}: frequencies for a sequence of max_len positions (seq_len; "
                          "the model switches them with its running length)")
-    return HFTranslation("rope", params, max_len, head_dim, None, tuple(notes))
+    notes.insert(0, f"as transformers' {model_type} computes it ({how})" if model_type else
+                 f"no model_type: read as a {how} model, partial_rotary_factor as Phi's")
+    return HFTranslation("rope", params, max_len, head_dim, None, tuple(notes),
+                         model_type or None)
 
 
 def _alibi(c: _Reader, model_type: str) -> HFTranslation:
     heads = _heads(c)
     notes: list[str] = []
     max_len = c.int("max_seq_len", "max_position_embeddings", "seq_length")
+    if model_type == "falcon":
+        # transformers' Falcon build_alibi_tensor: slopes.bfloat16() * positions, a bfloat16
+        # bias (8 significant bits: m x 257 already rounds), which edgepe's float32 bias is not
+        raise BadParameterError(
+            "HF config: falcon with alibi true: transformers rounds its bias (slope x position) "
+            "to bfloat16, which edgepe's alibi (float32) does not reproduce; export --scheme "
+            "alibi --heads H for the exact paper bias")
     if model_type == "mpt":
         attn = c.mapping("attn_config") or _Reader({})
         if attn.bool("alibi") is False:
@@ -347,11 +469,14 @@ def _alibi(c: _Reader, model_type: str) -> HFTranslation:
                                     "orders its slopes unlike the paper's rule edgepe computes")
     if heads is None:
         raise BadParameterError("HF config: no n_head/n_heads/num_attention_heads for alibi")
-    return HFTranslation("alibi", {"slopes": "paper"}, max_len, None, heads, tuple(notes))
+    return HFTranslation("alibi", {"slopes": "paper"}, max_len, None, heads, tuple(notes),
+                        model_type)
 
 
 def _learned(c: _Reader, model_type: str) -> HFTranslation:
     width = c.int("word_embed_proj_dim") if model_type == "opt" else None
+    if model_type == "electra":  # its embeddings (positions too) are embedding_size wide
+        width = c.int("embedding_size") or 128  # ElectraConfig's default
     width = c.int("hidden_size", "n_embd", "d_model", "dim") if width is None else width
     max_len = c.int("n_positions", "max_position_embeddings")
     if width is None or max_len is None:
@@ -374,7 +499,8 @@ def _learned(c: _Reader, model_type: str) -> HFTranslation:
         params["offset"] = offset
         max_len -= offset
         notes.append(f"{model_type}: positions start at pad_token_id + 1 (offset {offset})")
-    return HFTranslation("learned", params, max_len, width, None, tuple(notes))
+    return HFTranslation("learned", params, max_len, width, None, tuple(notes),
+                        model_type)
 
 
 def learned_tensor(model_type: str, names) -> str | None:
@@ -401,7 +527,8 @@ def _sinusoidal(c: _Reader, model_type: str) -> HFTranslation:
         else:
             pad = c.int("pad_token_id", low=0)
             params["offset"] = (1 if pad is None else pad) + 1
-    return HFTranslation("sinusoidal", params, max_len, width, None, tuple(notes))
+    return HFTranslation("sinusoidal", params, max_len, width, None, tuple(notes),
+                        model_type)
 
 
 def check_dynamic_ntk(t: HFTranslation, max_len: int, remedy: str) -> None:
