@@ -1340,3 +1340,58 @@ def test_the_proof_sessions_share_one_bounded_arena():
     model.graph.initializer[0].CopyFrom(small)  # 51 MB: runs
     assert prove._run(prove._session(model), ["y"], {"x": np.ones(1, np.float32)}, 9,
                       "grafted")[0] == 4000 * 3200
+
+
+class _Fake:
+    """A session whose run answers ``answer(position)`` or raises what ``fail(position)`` says."""
+
+    def __init__(self, answer, fail=lambda p: None):
+        self.answer, self.fail = answer, fail
+
+    def get_inputs(self):
+        return [SimpleNamespace(name="pos")]
+
+    def run(self, names, feeds, options=None):
+        p = int(feeds["pos"].reshape(-1)[0])
+        if (exc := self.fail(p)) is not None:
+            raise exc
+        return [np.float32([self.answer(p)])]
+
+
+def test_outside_runs_each_position_and_groups_the_outcomes():
+    feeds = {"pos": np.arange(3)}
+    worst = {"y": prove._Worst()}
+    original = _Fake(lambda p: p, lambda p: RuntimeError("out of range") if p >= 5 else None)
+    grafted = _Fake(lambda p: p, lambda p: RuntimeError("no") if p == -5 else None)
+    label = prove._outside(original, grafted, ["y"], feeds, "pos", 5, worst, None)
+    assert label == ("positions 5, 6, 13 (the original refuses them), positions -1, -2, "
+                     "positions -5 (the grafted model refuses them)")
+    assert worst["y"].check("y", 0.0).passed
+    wrong = _Fake(lambda p: p + (p < 0))  # answers otherwise at negative positions
+    prove._outside(original, wrong, ["y"], feeds, "pos", 5, worst, None)
+    assert worst["y"].check("y", 0.0).max_abs_err == 1.0
+    # a time or memory limit is no refusal of the positions: it stops the proof
+    for says in ("did not finish a run", "needs more than graft's proof memory limit"):
+        limited = _Fake(lambda p: p, lambda p, s=says: RuntimeError(s))
+
+        def hit(session, names, feeds, length, which, deadline=None, says=says):
+            error = BadParameterError if which == "original" else ParityError
+            raise error(f"the {which} model {says}")
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(prove, "_run", hit)
+            with pytest.raises(BadParameterError, match=says):
+                prove._outside(limited, limited, ["y"], feeds, "pos", 5, worst, None)
+        calls = []
+
+        def grafted_hit(session, names, feeds, length, which, deadline=None, says=says):
+            calls.append(which)
+            if which == "grafted":
+                raise ParityError(f"the grafted model {says}")
+            return [np.float32([0])]
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(prove, "_run", grafted_hit)
+            with pytest.raises(ParityError, match=says):
+                prove._outside(limited, limited, ["y"], feeds, "pos", 5, worst, None)
+        assert calls == ["original", "grafted"]
