@@ -1384,7 +1384,8 @@ def test_outside_runs_each_position_and_groups_the_outcomes():
                 prove._outside(limited, limited, ["y"], feeds, "pos", 5, worst, None)
         calls = []
 
-        def grafted_hit(session, names, feeds, length, which, deadline=None, says=says):
+        def grafted_hit(session, names, feeds, length, which, deadline=None, says=says,
+                        calls=calls):
             calls.append(which)
             if which == "grafted":
                 raise ParityError(f"the grafted model {says}")
