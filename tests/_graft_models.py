@@ -48,3 +48,19 @@ def exported(out: Path) -> tuple[Path, np.ndarray]:
     api.export(api.make_config("binary", 5, d_model=4, out=out), verify=False)
     inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
     return out, inits["projection_scaled"] * inits["bit_masks"].astype(np.float32)
+
+
+def external(folder: Path, location: str = "model.onnx.data", copies: int = 1) -> Path:
+    """``folder/model.onnx``: demo's model (``copies`` PEs, the first the artifact's weight, the
+    artifact exported to ``folder/pe.onnx``) with every tensor in external data at ``location``,
+    and a second output ``big``: a 2 KB constant the graft keeps (its OUT has external data too,
+    as a pair)."""
+    _, w = exported(folder / "pe.onnx")
+    model = onnx.load(demo(folder, weight=w, name="model.onnx", copies=copies))
+    model.graph.initializer.append(numpy_helper.from_array(
+        np.arange(512, dtype=np.float32) + copies, "big_table"))
+    model.graph.node.append(helper.make_node("Identity", ["big_table"], ["big"]))
+    model.graph.output.append(helper.make_tensor_value_info("big", TensorProto.FLOAT, [512]))
+    onnx.save(model, folder / "model.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return folder / "model.onnx"

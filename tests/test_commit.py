@@ -67,6 +67,9 @@ def test_a_lock_held_elsewhere_is_refused_in_one_line(tmp_path):
             pass
         assert str(exc.value) == (f"another export is writing {str(out)!r}; try again when it "
                                   "has finished")
+        with pytest.raises(OutputPathError) as exc, commit.target_lock(out, who="graft"):
+            pass
+        assert str(exc.value).startswith(f"another graft is writing {str(out)!r}; ")
         assert commit.lock_path(out).exists()  # the holder's file is left alone
     finally:
         os.close(fd)

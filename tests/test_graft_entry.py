@@ -6,6 +6,7 @@ output files (issue 33: the mutation run of that module runs these first; under 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -42,7 +43,9 @@ FAST = {"lengths": [1, 3]}
     ({"quantize": "int4"}, "--quantize 'int4': choose none or int8"),
     ({"rope_lowering": "cuda"}, "--rope-lowering 'cuda': choose ort "
      "(com.microsoft.RotaryEmbedding) or rotary23 (the ONNX opset 23 RotaryEmbedding)"),
-    ({"max_len": 0}, "--max-len must be positive, got 0"),
+    *[({"max_len": n}, "--max-len must be 1 .. 16,777,216 (2^24: past it float32 positions "
+       "are not whole numbers, and the tables' checks take time linear in it), got " + str(n))
+      for n in (0, 2**24 + 1, 2**63)],
     ({"lowering": "arith", "dtype": "uint8"}, "dtype, lowering: not an option of a PE graft "
      "finds itself (it takes --max-len, --mode, --quantize, --rope-lowering)"),
 ])
@@ -130,7 +133,9 @@ def test_found_rope_report_and_its_record(tmp_path):
     assert report.artifact == "rope (table, float32, 16 positions)"
     assert report.positions == "position_ids" and report.prefix == "edgepe_pe0/"
     assert report.lengths == ["1", "3", "3 (left pad 2)", "3+5", "1+15",
-                              "every position 0..15 (the replaced tensors)"]
+                              "every position 0..15 (the replaced tensors)",
+                              "positions 16, 17, 35, -1, -2, -16 (the grafted model refuses "
+                              "them)"]
     assert all(report.checks) and len(report.checks) == 7
     record = json.loads(onnx.load(out).metadata_props[-1].value)
     assert record["max_len"] == 16 and "rope_lowering" not in record
@@ -181,11 +186,13 @@ def test_a_model_with_data_beside_it_is_written_with_data_beside(tmp_path):
     (tmp_path / "model.onnx.data").write_bytes(b"")  # came with external data: so does out
     out = tmp_path / "o" / "out.onnx"
     report = graft(model, check=False, out=out)
-    assert report.out == out and (tmp_path / "o" / "out.onnx.data").stat().st_size > 0
+    data, = (tmp_path / "o").glob("out.onnx.*.data")  # OUT.<16 hex of its sha256>.data
+    assert report.out == out and data.stat().st_size > 0
+    assert data.name == f"out.onnx.{hashlib.sha256(data.read_bytes()).hexdigest()[:16]}.data"
     loaded = onnx.load(out)  # the data are found beside it
     assert loaded.graph.initializer and report.model.graph.node == loaded.graph.node
-    with pytest.raises(OutputPathError):  # OUT.data exists now: only with force
-        graft(model, check=False, out=tmp_path / "o" / "out.onnx.data" / ".." / "out.onnx")
+    with pytest.raises(OutputPathError):  # OUT exists now: only with force
+        graft(model, check=False, out=tmp_path / "o" / "sub" / ".." / "out.onnx")
 
 
 def test_write_model_inline_and_external_with_the_umask(tmp_path):
@@ -198,7 +205,8 @@ def test_write_model_inline_and_external_with_the_umask(tmp_path):
         write_model(model, tmp_path / "sub" / "b.onnx", external=True)
     finally:
         os.umask(old)
-    for name in ("b.onnx", "b.onnx.data"):
+    data, = (tmp_path / "sub").glob("b.onnx.*.data")
+    for name in ("b.onnx", data.name):
         assert (tmp_path / "sub" / name).stat().st_mode & 0o777 == 0o640
     # tensors of 1 kB and more are outside
     assert (tmp_path / "sub" / "b.onnx").stat().st_size < model.ByteSize() / 2
@@ -206,7 +214,7 @@ def test_write_model_inline_and_external_with_the_umask(tmp_path):
     assert loaded.graph.node == model.graph.node
     assert {t.name: numpy_helper.to_array(t).tobytes() for t in loaded.graph.initializer} == {
         t.name: numpy_helper.to_array(t).tobytes() for t in model.graph.initializer}
-    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["b.onnx", "b.onnx.data"]
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["b.onnx", data.name]
 
 
 def test_write_model_into_a_path_below_a_file_is_one_line(tmp_path):

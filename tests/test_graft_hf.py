@@ -86,7 +86,8 @@ def _graft_and_check(exported, family, tmp_path, *options):
     first = stdout.splitlines()[0]
     assert first.startswith(f"found {FAMILY[family]} "), stdout
     assert "MISMATCH" not in stdout and f"wrote {out}" in stdout
-    assert (tmp_path / "out.onnx.data").exists()  # written as it came: external data beside it
+    # written as it came: external data beside it, under a name of its own bytes (issue 41)
+    assert len(list(tmp_path.glob("out.onnx.*.data"))) == 1
     grafted = onnx.load(out)
     original = onnx.load(path)
     # outputs of the files as written, on inputs the proof did not draw (another seed)
@@ -348,7 +349,8 @@ def test_external_data_output_into_a_new_folder(exported, tmp_path):
     code, stdout, stderr = _cli("graft", exported("gpt2"), "--out", out)
     assert code == 0, (stdout, stderr)
     # both files, nothing staged left beside them
-    assert sorted(p.name for p in out.parent.iterdir()) == ["out.onnx", "out.onnx.data"]
+    data, = out.parent.glob("out.onnx.*.data")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.onnx", data.name]
 
 
 def test_graft_api_returns_the_found_report(exported, tmp_path):
@@ -369,7 +371,7 @@ def test_torchscript_export_of_llama(tmp_path):
     code, stdout, stderr = _cli("graft", path, "--out", out, "--max-len", 256)
     assert code == 0, (stdout, stderr)
     assert stdout.startswith("found rope (half layout, R=8") and "positions 240..255" in stdout
-    assert not (tmp_path / "out.onnx.data").exists()  # it came as one file: it goes as one
+    assert not list(tmp_path.glob("out.onnx*.data"))  # it came as one file: it goes as one
     assert not {n.op_type for n in onnx.load(out).graph.node} & {"Sin", "Cos"}
 
 
@@ -659,8 +661,9 @@ def test_an_opset_23_export_rotates_with_onnx_rotary_embedding(exported, tmp_pat
     assert len(rotary) == 4 and all(n.input[1:] == rotary[0].input[1:] for n in rotary)
     assert set(rotary[0].input[1:3]) == tables and len(tables) == 2
     assert rotary[0].input[3] == "edgepe_pe0/positions_squeezed"
-    assert "Gather" not in {n.op_type for n in grafted.graph.node
-                            if any(i.startswith("edgepe_pe0/") for i in n.input)}
+    assert "Gather" not in {n.op_type for n in grafted.graph.node  # (but the range guard's)
+                            if any(i.startswith("edgepe_pe0/") and "/range_guard/" not in i
+                                   for i in n.input)}
     code, _, stderr = _cli("graft", exported(family), "--out", tmp_path / "o.onnx",
                            "--max-len", 256, "--rope-lowering", "ort")
     assert code == 2 and "rotates with ONNX's RotaryEmbedding (opset 23) already" in stderr
@@ -690,3 +693,23 @@ def test_rope_lowering_gptj_interleaved(exported, tmp_path, lowering):
     caches = {t.name: onnx.numpy_helper.to_array(t) for t in grafted.graph.initializer
               if t.name.endswith("_cache")}
     assert {c.shape for c in caches.values()} == {(256, 2)}
+
+
+@pytest.mark.parametrize("mode", ["table", "sliced"])
+def test_rope_past_max_len_and_negative_fails_never_answers_otherwise(exported, mode,
+                                                                      monkeypatch):
+    """Issue 41: the proof feeds position_ids past max_len - 1 and negative ones, where the
+    model's own RoPE answers; graft's RoPE must fail there (splice._range_guard), never give
+    other values: without the guard the table took -1 as its last row and sliced RoPE wrapped
+    its bits just past max_len, and the proof says MISMATCH."""
+    from edgepe.graft import graft, splice
+
+    report = graft(exported("llama"), max_len=64, mode=mode, lengths=[2])
+    assert report, str(report)
+    assert report.lengths[-1] == ("positions 64, 65, 131, -1, -2, -64 (the grafted model "
+                                  "refuses them)")
+    monkeypatch.setattr(splice, "_range_guard", lambda pe, prefix, positions, record: (
+        onnx.helper.make_graph([], "none", [], []), positions))
+    unguarded = graft(exported("llama"), max_len=64, mode=mode, lengths=[2])
+    assert not unguarded
+    assert any(not c.passed and c.max_abs_err > 0.01 for c in unguarded.checks)

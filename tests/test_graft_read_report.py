@@ -195,11 +195,13 @@ def test_an_empty_tensor_reads_zero_bytes(tmp_path):
 
 
 def test_the_external_limit_counts_every_tensor(tmp_path, monkeypatch):
-    (tmp_path / "t.bin").write_bytes(bytes(24))
+    (tmp_path / "t.bin").write_bytes(bytes(48))
     model = _external(_model(), location="t.bin", length=24)
     second = onnx.TensorProto()
     second.CopyFrom(model.graph.initializer[0])
     second.name = "t2"
+    entry = second.external_data.add()
+    entry.key, entry.value = "offset", "24"
     model.graph.initializer.append(second)
     monkeypatch.setattr(read, "EXTERNAL_BYTES_LIMIT", 47)  # each is 24 B; the two, 48 B
     assert _refusal(tmp_path, model) == "model 'm': its external data exceed 47 B; refused"
@@ -408,6 +410,185 @@ def test_report_share_of_a_one_byte_model_is_not_halved():
     report = _report(bytes_before=1, bytes_after=3, pe_bytes=3)
     assert report.lines()[2] == ("bytes: 1 -> 3 (+2 B, +200.0%); the PE is 100.0% of the "
                                  "grafted model")
+
+
+# -- issue 41: everything checked before the first byte is read ----------------------------------
+
+
+def _tensors(tmp_path, specs, data: bytes) -> onnx.ModelProto:
+    """A model of float32 initializers in external data: ``specs`` of (name, dims, entries)."""
+    (tmp_path / "t.bin").write_bytes(data)
+    model = _model()
+    del model.graph.initializer[:]
+    for name, dims, entries in specs:
+        tensor = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims,
+                                  data_location=TensorProto.EXTERNAL)
+        for key, value in entries.items():
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
+        model.graph.initializer.append(tensor)
+    return model
+
+
+def _at(offset, length, location="t.bin"):
+    return {"location": location, "offset": offset, "length": length}
+
+
+def test_neighbouring_ranges_are_read_and_overlapping_ones_refused(tmp_path):
+    data = np.arange(12, dtype=np.float32).tobytes()
+    files = []
+    got = read.parse_model(_tensors(tmp_path, [("b", [2], _at(16, 8)), ("a", [4], _at(0, 16)),
+                                               ("e", [0], _at(8, 0))], data)
+                           .SerializeToString(), "m", folder=tmp_path, files=files)
+    values = {t.name: numpy_helper.to_array(t).tolist() for t in got.graph.initializer}
+    assert values == {"b": [4.0, 5.0], "a": [0.0, 1.0, 2.0, 3.0], "e": []}  # empty: anywhere
+    assert files == [(tmp_path / "t.bin").resolve()]  # each file once
+    # one byte shared: refused, naming the two neighbours once sorted by offset
+    assert _refusal(tmp_path, _tensors(tmp_path, [("c", [2], _at(24, 8)), ("a", [4], _at(0, 16)),
+                                                  ("b", [3], _at(12, 12))], data)) == (
+        "model 'm': tensors 'a' and 'b' read overlapping bytes of external data 't.bin' (no "
+        "writer shares bytes between tensors; each would be materialised again); refused")
+    # a range inside a longer one that is not its neighbour
+    assert "tensors 'a' and 'b' read overlapping" in _refusal(
+        tmp_path, _tensors(tmp_path, [("a", [10], _at(0, 40)), ("b", [1], _at(4, 4)),
+                                      ("c", [1], _at(32, 4))], data))
+
+
+def test_each_file_is_opened_once_for_all_its_tensors(tmp_path, monkeypatch):
+    data = np.arange(12, dtype=np.float32).tobytes()
+    model = _tensors(tmp_path, [(f"t{i}", [1], _at(4 * i, 4)) for i in range(12)], data)
+    opened = []
+    real = Path.open
+
+    def counting(self, *args, **kwargs):
+        opened.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counting)
+    got = read.parse_model(model.SerializeToString(), "m", folder=tmp_path)
+    assert opened == ["t.bin"]
+    assert [numpy_helper.to_array(t).tolist() for t in got.graph.initializer] == [
+        [float(i)] for i in range(12)]
+
+
+@pytest.mark.parametrize(("dims", "length"), [([4, 4], 60), ([4, 4], 68), ([2], 0)])
+def test_external_length_must_be_what_the_dims_declare(tmp_path, dims, length):
+    model = _tensors(tmp_path, [("t", dims, _at(0, length))], bytes(80))
+    want = 4 * int(np.prod(dims))
+    assert _refusal(tmp_path, model) == (
+        f"model 'm': tensor 't' declares {dims} FLOAT ({want:,} B) but names {length:,} B of "
+        "external data in 't.bin'; refused")
+
+
+@pytest.mark.parametrize(("location", "size", "nul"), [
+    ("a" * 4097, 4097, False), ("t.bin\0", 6, True), ("b" * 256, 256, False),
+    ("d/" + "c" * 256, 258, False)])
+def test_external_locations_past_the_limits_are_one_line(tmp_path, location, size, nul):
+    message = _refusal(tmp_path, _tensors(tmp_path, [("t", [1], _at(0, 4, location))], bytes(4)))
+    assert message == (
+        f"model 'm': tensor 't' names an external data location of {size} B"
+        f"{' with a NUL byte' if nul else ''}, not a file name (at most 4096 B, 255 B a part); "
+        "refused")
+
+
+def test_external_locations_at_the_limits_are_looked_up(tmp_path):
+    """4,096 bytes in all and 255 a part pass the length check (then: no such file)."""
+    long = "/".join(["e" * 255] * 16)[:4096]
+    for location in (long, "f" * 255):
+        message = _refusal(tmp_path, _tensors(tmp_path, [("t", [1], _at(0, 4, location))],
+                                              bytes(4)))
+        assert "not a file name" not in message and "\n" not in message
+
+
+def test_a_location_the_system_cannot_resolve_is_one_line(tmp_path, monkeypatch):
+    real = Path.resolve
+
+    def broken(self, *args, **kwargs):
+        if self.name == "t.bin":
+            raise OSError(36, "File name too long")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "resolve", broken)
+    assert _refusal(tmp_path, _tensors(tmp_path, [("t", [1], _at(0, 4))], bytes(4))) == (
+        "model 'm': external data 't.bin' of tensor 't' cannot be read: File name too long")
+
+
+@pytest.mark.parametrize(("elem", "dims", "want"), [
+    (TensorProto.FLOAT, [2, 3], 24), (TensorProto.INT64, [5], 40), (TensorProto.INT4, [3], 2),
+    (TensorProto.UINT2, [5], 2), (TensorProto.FLOAT6E2M3, [4], 3), (TensorProto.STRING, [4], 0),
+    (TensorProto.COMPLEX64, [2], 16), (TensorProto.FLOAT, [], 4), (TensorProto.FLOAT, [0, 9], 0),
+    (TensorProto.FLOAT, [1 << 20, 1 << 20], 4 << 40)])
+def test_declared_bytes(elem, dims, want):
+    assert read.declared_bytes(onnx.TensorProto(data_type=elem, dims=dims)) == want
+
+
+def _raw(elem, dims, raw: bytes) -> onnx.TensorProto:
+    return onnx.TensorProto(name="t", data_type=elem, dims=dims, raw_data=raw)
+
+
+def test_tensor_data_must_hold_what_its_dims_declare():
+    check = read.check_tensor_data
+    check(_raw(TensorProto.FLOAT, [2], bytes(8)), "m")
+    check(numpy_helper.from_array(np.zeros((2, 3), np.float32)), "m")
+    check(helper.make_tensor("t", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0]), "m")
+    check(helper.make_tensor("t", TensorProto.COMPLEX64, [1], [1 + 2j]), "m")  # 2 floats
+    check(onnx.TensorProto(name="t", data_type=TensorProto.INT4, dims=[3], int32_data=[1, 2]),
+          "m")  # packed: two a value
+    check(onnx.TensorProto(name="t", data_type=TensorProto.INT4, dims=[3],
+                           int32_data=[1, 2, 3]), "m")  # or one a value
+    check(onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[0]), "m")
+    for tensor, says in [
+        (_raw(TensorProto.FLOAT, [2], bytes(7)), "declares [2] FLOAT (8 B of raw data) but "
+         "holds 7; refused"),
+        (_raw(TensorProto.FLOAT, [2], bytes(9)), "(8 B of raw data) but holds 9"),
+        (onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[1 << 20, 1 << 20]),
+         "declares [1048576, 1048576] FLOAT (1099511627776 values) but holds 0; refused"),
+        (onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[3], float_data=[1, 2]),
+         "(3 values) but holds 2"),
+        (onnx.TensorProto(name="t", data_type=TensorProto.COMPLEX64, dims=[2],
+                          float_data=[1, 2, 3]), "COMPLEX64 (4 values) but holds 3"),
+        (onnx.TensorProto(name="t", data_type=TensorProto.INT4, dims=[3], int32_data=[1]),
+         "INT4 (3 values) but holds 1"),
+        (onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[-1]),
+         "has negative dims [-1]"),
+        (onnx.TensorProto(name="t", data_type=0, dims=[1]), "has unknown data type 0"),
+        (onnx.TensorProto(name="t", data_type=99, dims=[1]), "has unknown data type 99")]:
+        with pytest.raises(BadParameterError) as info:
+            check(tensor, "model 'm'", BadParameterError)
+        assert str(info.value).startswith("model 'm': tensor 't' ") and says in str(info.value)
+    with pytest.raises(ArtifactError):
+        check(_raw(TensorProto.FLOAT, [2], b""), "a", ArtifactError)
+    # an external tensor's length is checked where it is read
+    check(onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[4],
+                           data_location=TensorProto.EXTERNAL), "m")
+
+
+def test_every_tensor_is_checked_subgraphs_and_attribute_lists_too():
+    model = _model()
+    empty = onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[2])
+    node = helper.make_node("Constant", [], ["c"])
+    node.attribute.append(helper.make_attribute("value_floats", [1.0]))
+    node.attribute[-1].tensors.append(empty)
+    model.graph.node.append(node)
+    with pytest.raises(BadParameterError, match=r"tensor 't' declares \[2\] FLOAT"):
+        read.parse_model(model.SerializeToString(), "m")
+
+
+@pytest.mark.parametrize(("domain", "version", "ok"), [
+    ("", 1, True), ("", onnx.defs.onnx_opset_version(), True), ("ai.onnx", 0, False),
+    ("", onnx.defs.onnx_opset_version() + 1, False), ("", 99, False),
+    ("com.microsoft", 99, True)])
+def test_only_opsets_this_onnx_knows(domain, version, ok):
+    model = _model()
+    model.opset_import.append(helper.make_opsetid(domain, version))
+    if ok:
+        read.check_opset(model, "m")
+        return
+    with pytest.raises(BadParameterError) as info:
+        read.check_opset(model, "model 'm'")
+    assert str(info.value) == (f"model 'm' imports ONNX opset {version}; this onnx "
+                               f"{onnx.__version__} knows opsets 1 to "
+                               f"{onnx.defs.onnx_opset_version()}")
 
 
 def test_report_says_where_max_len_came_from_after_the_bytes():

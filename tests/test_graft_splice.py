@@ -1027,3 +1027,53 @@ def test_reconcile_ends_its_line_with_the_converters_first():
         splice.reconcile(model, pe)
     assert str(exc.value) == ("onnx's version converter takes neither the PE (opset 18) to the "
                               f"model's opset 17 nor the model up to 18: {first}")
+
+
+# ---- the range guard of RoPE's tables (issue 41) ------------------------------------------------
+
+
+@pytest.mark.parametrize("elem", [TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT])
+def test_range_guard_passes_0_to_max_len_and_fails_outside(elem):
+    """RoPE's PE covers positions 0 .. max_len - 1: the guard gives those back unchanged and
+    fails a run at -1 or max_len (the model's own cos/sin would answer there)."""
+    pe = helper.make_model(helper.make_graph(
+        [], "pe", [_vi("p", elem, ["N"])], [_vi("p", elem, ["N"])]))
+    guard, name = splice._range_guard(pe, "g/", "pos", {"scheme": "rope", "max_len": 5})
+    assert name == "g/range_guard/positions"
+    model = helper.make_model(helper.make_graph(
+        list(guard.node), "m", [_vi("pos", elem, ["N"])], [_vi(name, elem, ["N"])],
+        list(guard.initializer)), opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    inside = np.arange(5).astype(dtype)
+    assert session.run(None, {"pos": inside})[0].tolist() == inside.tolist()
+    for bad in ([0, 5], [-1, 2], [1 << 20]):
+        with pytest.raises(Exception, match="out of"):
+            session.run(None, {"pos": np.asarray(bad).astype(dtype)})
+    # not RoPE, or no max_len: no nodes, the positions themselves
+    for record in ({"scheme": "learned", "max_len": 5}, {"scheme": "rope"}):
+        none, same = splice._range_guard(pe, "g/", "pos", record)
+        assert (list(none.node), same) == ([], "pos")
+
+
+def test_splice_found_guards_rope_and_counts_the_guard_in_the_pe():
+    """With the record's max_len, RoPE's PE reads the guarded positions: the same values at
+    0 .. max_len - 1, a failed run past them; the guard's bytes are the PE's."""
+    rows = len(COS)
+    plain = splice.splice_found(_two_tables(), _pe_two(), {"c_out": "cos", "s_out": "sin"},
+                                "position_ids", {"scheme": "rope"})
+    guarded = splice.splice_found(_two_tables(), _pe_two(), {"c_out": "cos", "s_out": "sin"},
+                                  "position_ids", {"scheme": "rope", "max_len": rows})
+    assert _run(guarded.model, position_ids=IDS).tolist() == \
+        _run(plain.model, position_ids=IDS).tolist()
+    with pytest.raises(Exception, match="out of"):
+        _run(guarded.model, position_ids=np.full_like(IDS, rows))
+    guard, name = splice._range_guard(_pe_two(), "edgepe_pe0/", "position_ids",
+                                      {"scheme": "rope", "max_len": rows})
+    longer = 2 * (len(name) - len("position_ids"))  # the two Gathers read the longer name
+    assert guarded.pe_bytes - plain.pe_bytes == sum(n.ByteSize() for n in guard.node) + sum(
+        t.ByteSize() for t in guard.initializer) + longer
+    assert [n.op_type for n in guarded.model.graph.node][:7] == [
+        "Less", "Less", "Not", "Or", "Cast", "Gather", "Add"]

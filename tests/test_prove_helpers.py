@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgepe.contract.errors import ArtifactError, BadParameterError, ParityError
+from edgepe.graft.report import OutputCheck
 
 prove = importlib.import_module("edgepe.graft.prove")  # edgepe.graft.prove is also a function
 
@@ -160,7 +162,7 @@ def test_a_failing_runs_line_keeps_the_last_300_characters_or_the_type():
         def __init__(self, exc):
             self.exc = exc
 
-        def run(self, names, feeds):
+        def run(self, names, feeds, options=None):
             raise self.exc
 
     long = RuntimeError("x" * 100 + "y" * 300 + "\nsecond line")
@@ -386,13 +388,16 @@ def test_prove_replacing_a_pe_by_the_same_rows_holds_it_to_64_ulp():
     original = _squared()
     grafted, pe = _graft(original)
     lengths, checks = prove.prove(original, grafted, pe, _manifest())
-    # max_len 8: 2, max_len // 2 and max_len (positions reach max_len - 1)
-    assert lengths == [2, 4, 8]
+    # max_len 8: 2, max_len // 2 and max_len (positions reach max_len - 1); then positions
+    # past the rows (the original's Gather refuses them) and negative ones (it wraps them, and
+    # so does the grafted table: compared)
+    assert lengths == [2, 4, 8, "positions 8, 9, 19 (the original refuses them), "
+                                "positions -1, -2, -8"]
     (check,) = checks
     assert (check.name, check.max_abs_err) == ("y", 0.0)
     assert check.tolerance == ULP_QUARTER  # no PE tolerance: only the float term
-    assert prove.prove(original, grafted, pe, _manifest(max_len=3))[0] == [1, 2, 3]
-    assert prove.prove(original, grafted, pe, _manifest(), lengths=(5, 3))[0] == [5, 3]
+    assert prove.prove(original, grafted, pe, _manifest(max_len=3))[0][:3] == [1, 2, 3]
+    assert prove.prove(original, grafted, pe, _manifest(), lengths=(5, 3))[0][:2] == [5, 3]
     assert prove.prove(original, grafted, pe, _manifest(), trials=1)[1][0].tolerance \
         == ULP_QUARTER
 
@@ -490,7 +495,7 @@ def test_prove_a_static_sequence_axis_gives_its_one_length():
         grafted, pe = _graft(original)
         assert grafted.seq_dim == seq
         lengths, (check,) = prove.prove(original, grafted, pe, _manifest(), lengths=[5])
-        assert lengths == [seq] and check.max_abs_err == 0.0
+        assert lengths[0] == seq and check.max_abs_err == 0.0
 
 
 def test_prove_refuses_lengths_and_sizes_before_running():
@@ -632,13 +637,15 @@ def _found(original, rows=C):
 
 
 EVERY = "every position 0..7 (the replaced tensors)"
+# position_ids past the 8 rows (the original's Gather refuses them) and negative (both wrap)
+OUTSIDE = "positions 8, 9, 19 (the original refuses them), positions -1, -2, -8"
 
 
 def test_prove_found_compares_outputs_and_the_replaced_tensor():
     original = _hf()
     grafted = _found(original)
     cases, checks = prove.prove_found(original, grafted, ["cos"], L)
-    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY]
+    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY, OUTSIDE]
     assert [(c.name, c.max_abs_err, c.tolerance) for c in checks] == [
         ("y", 0.0, 64 * ULP_3_4), ("cos", 0.0, 4 * ULP_3_4)]
     # an int8 bound: the replaced tensor gets it; an output twice its gain (|E| = 1) times it
@@ -657,7 +664,7 @@ def test_prove_found_checks_every_position_of_the_replaced_tensor():
     original = _hf()
     cases, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
                                         lengths=[2])
-    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY]
+    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY, OUTSIDE]
     assert (y.name, y.max_abs_err, cos.name, cos.max_abs_err) == ("y", 0.0, "cos", 0.25)
     assert not cos.passed and y.passed
     # reached by a run (default lengths 1, 7, 8): the output differs too
@@ -671,7 +678,7 @@ def test_prove_found_with_a_cache_decodes_at_the_last_position():
     rows[L - 1, 0] = -0.25  # -0.75 in the original: reached by the decode step at max_len - 1
     cases, checks = prove.prove_found(original, _found(original, rows), ["cos"], L, lengths=[2],
                                       bound=0.01)
-    assert cases == ["2", "2 (left pad 1)", "3+5", "1+7", EVERY]
+    assert cases == ["2", "2 (left pad 1)", "3+5", "1+7", EVERY, OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.5), ("cos", 0.5)]
     # the gain is measured on the last run (the decode step): |E| = 1 there too
     assert (checks[0].tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
@@ -685,7 +692,7 @@ def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes()
         node.input[:] = ["fused" if n == "cos" else n for n in node.input]
         node.output[:] = ["fused" if n == "cos" else n for n in node.output]
     cases, checks = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L)
-    assert cases == ["1", "7", "8", "8 (left pad 3)"]
+    assert cases == ["1", "7", "8", "8 (left pad 3)", OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
 
 
@@ -748,7 +755,7 @@ def test_prove_with_no_trial_measures_nothing():
     grafted, pe = _graft(original)
     lengths, (check,) = prove.prove(original, grafted, pe, _manifest(atol=0.5), trials=0)
     assert lengths == [2, 4, 8] and check.max_abs_err == 0.0
-    assert check.tolerance == 64 * float(np.spacing(np.float32(0)))
+    assert check.tolerance == 0.0  # no element compared: no element's allowance
 
 
 def _times_length(size=D, rows=None):
@@ -864,7 +871,7 @@ def test_prove_found_measures_the_gain_on_its_last_run():
     original = _weighted()
     grafted = _found(original)
     cases, (y, cos) = prove.prove_found(original, grafted, ["cos"], L, bound=1.0)
-    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY]
+    assert cases == ["1", "7", "8", "8 (left pad 3)", EVERY, OUTSIDE]
     assert y.tolerance == pytest.approx(64.0, abs=0.01) and y.max_abs_err == 0.0
     # a lowered model (no cos to compare): its last run is that prefill too
     mine = onnx.ModelProto.FromString(grafted.model.SerializeToString())
@@ -873,7 +880,8 @@ def test_prove_found_measures_the_gain_on_its_last_run():
         node.output[:] = ["fused" if n == "cos" else n for n in node.output]
     cases, (y,) = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L,
                                     bound=1.0)
-    assert cases[-1] == "8 (left pad 3)" and y.tolerance == pytest.approx(64.0, abs=0.01)
+    assert cases[-2:] == ["8 (left pad 3)", OUTSIDE]
+    assert y.tolerance == pytest.approx(64.0, abs=0.01)
 
 
 def test_prove_found_peak_of_a_replaced_tensor_counts_every_position():
@@ -906,7 +914,8 @@ def test_prove_found_names_the_model_whose_every_position_run_fails():
     with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
                                                 r"length 8 \("):
         prove.prove_found(stuck(original), grafted, ["cos"], L, lengths=[1])
-    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 8: "):
+    with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 8 "
+                                          r"\(positions 0\.\.7\): "):
         prove.prove_found(original, SimpleNamespace(model=stuck(grafted.model)), ["cos"], L,
                           lengths=[1])
 
@@ -929,7 +938,7 @@ def test_prove_found_a_replaced_constant_is_compared_through_the_outputs():
                 [onnx.numpy_helper.from_array(C.astype(np.float32), "t")])
     grafted = splice_found(original, pe, {"b_out": "cos"}, "position_ids", {})
     cases, checks = prove.prove_found(original, grafted, ["cos"], L)
-    assert cases == ["1", "7", "8"]
+    assert cases == ["1", "7", "8", OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
 
 
@@ -1047,7 +1056,7 @@ def test_prove_found_peak_and_error_of_the_padded_and_shifted_runs():
     rows[L - 1, 0] += 0.25
     cases, (y, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
                                         lengths=[2])
-    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY]
+    assert cases == ["2", "2 (left pad 1)", "2 (positions 6..7)", EVERY, OUTSIDE]
     assert y.max_abs_err == 0.25 * 8 and cos.max_abs_err == 0.25
 
 
@@ -1066,7 +1075,10 @@ def test_prove_found_a_failing_run_is_named_by_its_case():
     grafted = _found(_hf())
     with pytest.raises(BadParameterError, match=r"^the original model does not run at sequence "
                                                 r"length 2 \(past 0, left pad 1\) \("):
-        prove.prove_found(padded, grafted, ["cos"], L, lengths=[2])
+        prove.prove_found(padded, _found(padded), ["cos"], L, lengths=[2])
+    with pytest.raises(ParityError, match=r"^the grafted model's outputs \(y\) are not the "
+                                          r"original's \(y, g_out\); every output must be "):
+        prove.prove_found(padded, grafted, ["cos"], L, lengths=[2])  # g_out lost
     fixed = _hf()
     fixed.graph.initializer.append(onnx.numpy_helper.from_array(
         np.zeros((1, 4, 1), np.float32), "four"))
@@ -1079,3 +1091,308 @@ def test_prove_found_a_failing_run_is_named_by_its_case():
     with pytest.raises(ParityError, match=r"^the grafted model fails at sequence length 2 \(past "
                                           r"0\): "):
         prove.prove_found(_hf(), SimpleNamespace(model=fixed), ["cos"], L, lengths=[2])
+
+
+# ---- issue 41: the proof covers what the original accepts --------------------------------------
+
+
+def _worst_check(got, want, extra=0.0, ulps=64):
+    worst = prove._Worst(ulps)
+    worst.add(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    return worst.check("y", extra)
+
+
+def test_one_element_at_finfo_min_does_not_loosen_the_others():
+    """Per element: 64 ulp of max(|value|, the output's 90th percentile, 'lower' so that one
+    element never moves it); the line shows the failing element with its own tolerance."""
+    low = np.finfo(np.float32).min
+    check = _worst_check([1.0 + 2.79, 2.0, low], [1.0, 2.0, low])
+    assert not check.passed and check.max_abs_err == pytest.approx(2.79, rel=1e-6)
+    assert check.tolerance == 64 * 2.0**-22  # 64 ulp of 2: the percentile, not of 3.4e38
+    # no error: the element of the largest allowance (the old 64 ulp of the largest value)
+    check = _worst_check([1.0, 2.0, 0.5], [1.0, 2.0, 0.5])
+    assert (check.max_abs_err, check.tolerance, check.passed) == (0.0, 64 * 2.0**-22, True)
+    # a passing error: shown at its element, with that element's tolerance plus the extra
+    check = _worst_check([1.0, 2.0 + 2.0**-20, 8.0], [1.0, 2.0, 8.0], extra=0.5)
+    assert check.max_abs_err == 2.0**-20 and check.tolerance == 0.5 + 64 * 2.0**-22
+    # beyond the element's allowance but within the extra: passes
+    assert _worst_check([1.5], [1.0], extra=0.5).passed
+    assert not _worst_check([1.5], [1.0], extra=0.4999).passed
+
+
+def test_the_scale_is_the_lower_90th_percentile():
+    values = np.arange(1, 21, dtype=np.float32)  # 90th percentile, lower: 18 (index 17.1)
+    check = _worst_check(values, values)
+    assert check.tolerance == 64 * float(np.spacing(np.float32(20)))  # its own, larger
+    small = _worst_check(np.r_[values[:-1], 0.0], np.r_[values[:-1], 0.0])
+    assert small.tolerance == 64 * float(np.spacing(np.float32(19)))
+    mixed = prove._Worst()
+    mixed.add(np.r_[values[:-1], 1.0], np.r_[values[:-1], 0.0])  # 0 held to 64 ulp of 18
+    assert mixed.check("y", 0.0).tolerance == 64 * float(np.spacing(np.float32(18)))
+
+
+def test_nan_inf_and_shapes_element_by_element():
+    inf, nan = np.inf, np.nan
+    assert _worst_check([inf, nan, 1.0], [inf, nan, 1.0]).passed  # equal: no error
+    assert _worst_check([nan], [1.0]).max_abs_err == inf
+    assert not _worst_check([1.0], [nan]).passed
+    assert not _worst_check([inf], [-inf]).passed
+    assert not _worst_check([1.0], [inf]).passed  # an infinite reference allows nothing
+    worst = prove._Worst()
+    worst.add(np.zeros(3), np.zeros(4))
+    assert worst.check("y", 1e30).max_abs_err == inf
+    worst = prove._Worst()
+    worst.add(np.zeros((0, 3)), np.zeros((0, 3)))
+    assert worst.check("y", 0.25) == OutputCheck("y", 0.0, 0.25)
+    assert not _worst_check([1.0], [1.0], extra=nan).passed
+
+
+def test_runs_accumulate_the_worst_element():
+    worst = prove._Worst(4)
+    worst.add(np.float32([1.0, 3.0]), np.float32([1.0, 2.0]))  # err 1 at 2
+    worst.add(np.float32([0.5]), np.float32([0.25]))  # err 0.25, smaller
+    assert worst.check("y", 0.0) == OutputCheck("y", 1.0, 4 * 2.0**-22)
+    assert worst.check("y", 2.0) == OutputCheck("y", 1.0, 2.0 + 4 * 2.0**-22)
+
+
+def test_max_diff_nan_and_finite_only():
+    assert prove._max_diff([np.nan, 1.0], [np.nan, 1.0]) == 0.0
+    assert prove._max_diff([np.nan], [1.0]) == math.inf
+    assert prove._max_diff([np.inf, 2.0], [1.0, 1.5]) == math.inf
+    assert prove._max_diff([np.inf, 2.0], [1.0, 1.5], finite=True) == 0.5
+    assert prove._max_diff([np.inf], [np.inf], finite=True) == 0.0
+
+
+def test_int_high_is_the_rows_of_the_table_an_input_indexes():
+    def model(*gathers, tables=((5, 3),)):
+        inits = [onnx.numpy_helper.from_array(np.zeros(d, np.float32), f"t{i}")
+                 for i, d in enumerate(tables)]
+        nodes = [helper.make_node("Gather", [t, "k"], [f"o{i}"], axis=a)
+                 for i, (t, a) in enumerate(gathers)]
+        return _model(nodes, [_vi("k", TensorProto.INT64, [])], [], inits)
+
+    assert prove._int_high(model(("t0", 0)), "k", 100) == 5
+    assert prove._int_high(model(("t0", 1)), "k", 100) == 3
+    assert prove._int_high(model(("t0", -1)), "k", 100) == 3
+    assert prove._int_high(model(("t0", 2)), "k", 100) == 100  # no such axis: the default
+    assert prove._int_high(model(("t0", 0), ("t1", 0), tables=((5, 3), (4, 1))), "k", 100) == 4
+    assert prove._int_high(model(("t0", 0)), "k", 3) == 3  # never above the default
+    assert prove._int_high(model(("t0", 0), tables=((1, 3),)), "k", 100) == 2  # at least 0, 1
+    assert prove._int_high(model(("x", 0)), "k", 100) == 100  # not a constant table
+    assert prove._int_high(model(("t0", 0)), "other", 100) == 100
+
+
+def test_feeds_draw_integer_inputs_over_their_range():
+    session = _session(("k", ["S"], "tensor(int64)"), ("b", ["S"], "tensor(uint8)"))
+    feeds = prove._feeds(session, 2000, "S", _grafted(name="p"), 50, np.random.default_rng(0),
+                         {"k": 37, "b": 1000})
+    assert set(np.unique(feeds["k"])) == set(range(37))  # 0 .. 36, both ends
+    assert feeds["k"][0] == 0 and feeds["k"][-1] == 36
+    assert feeds["b"].max() == 255 and feeds["b"].dtype == np.uint8  # the type's own range
+    plain = prove._feeds(session, 50, "S", _grafted(name="p"), 50, np.random.default_rng(0))
+    assert set(np.unique(plain["k"])) == {0, 1}
+
+
+def test_hf_feeds_token_ids_over_their_range():
+    session = _session(("input_ids", ["b", "s"], "tensor(int64)"))
+    feeds = prove.hf_feeds(session, 300, 0, 0, 64, np.random.default_rng(0),
+                           highs={"input_ids": 50})
+    assert feeds["input_ids"].min() == 0 and feeds["input_ids"].max() == 49
+    assert feeds["input_ids"].flat[0] == 0 and feeds["input_ids"].flat[-1] == 49
+    assert set(np.unique(prove.hf_feeds(session, 30, 0, 0, 64, np.random.default_rng(0))
+                         ["input_ids"])) == {0, 1}
+
+
+def test_prove_narrows_integer_inputs_until_the_original_runs():
+    """An offset k read through a Cast (no table to bound it): drawn over 0 .. max_len - 1, the
+    original fails past its rows, so the draw narrows by 8 until it runs (here to 0 .. 0)."""
+    original = _squared()
+    original.graph.input.append(_vi("k", TensorProto.INT64, []))
+    original.graph.node.insert(0, helper.make_node("Identity", ["k"], ["k2"]))
+    original.graph.node.append(helper.make_node("Gather", ["old_table", "k2"], ["row"]))
+    original.graph.node.append(helper.make_node("Identity", ["row"], ["r_out"]))
+    original.graph.output.append(_vi("r_out", TensorProto.FLOAT, [D]))
+    grafted, pe = _graft(original)
+    lengths, checks = prove.prove(original, grafted, pe, _manifest())
+    assert all(c.passed for c in checks)
+
+
+def _clamped():
+    """``y = old_table[clip(pos, 0, L - 1)]``: the original clamps positions past its rows."""
+    return _model([helper.make_node("Clip", ["pos", "lo", "hi"], ["p"]),
+                   helper.make_node("Gather", ["old_table", "p"], ["pe_old"]),
+                   helper.make_node("Identity", ["pe_old"], ["y"])],
+                  [_vi("pos", TensorProto.INT64, ["B", "S"])],
+                  [_vi("y", TensorProto.FLOAT, ["B", "S", D])],
+                  [onnx.numpy_helper.from_array(T.astype(np.float32), "old_table"),
+                   onnx.numpy_helper.from_array(np.int64(0), "lo"),
+                   onnx.numpy_helper.from_array(np.int64(L - 1), "hi")])
+
+
+def test_positions_outside_the_rows_as_the_original_takes_them():
+    """Clamped by the original, refused by the grafted table (Gather past its rows): allowed,
+    said; negative ones clamped to row 0 by the original and wrapped to rows from the end by the
+    grafted table: a mismatch."""
+    original = _clamped()
+    grafted, pe = _graft(original)
+    lengths, (check,) = prove.prove(original, grafted, pe, _manifest())
+    assert lengths[-1] == ("positions 8, 9, 19 (the grafted model refuses them), "
+                           "positions -1, -2, -8")
+    assert not check.passed and check.max_abs_err == pytest.approx(float(np.abs(T[0] - T[-1])
+                                                                         .max()), rel=1e-6)
+    assert prove._outside_positions(5) == [5, 6, 13, -1, -2, -5]
+
+
+def test_an_overridable_initializer_the_graft_removes_is_refused():
+    original = _squared()
+    original.graph.input.append(_vi("old_table", TensorProto.FLOAT, [L, D]))
+    grafted, pe = _graft(original)
+    with pytest.raises(BadParameterError) as info:
+        prove.prove(original, grafted, pe, _manifest())
+    assert str(info.value) == (
+        "the model's input 'old_table' is also an initializer (a caller may override it) that "
+        "the graft removes with the PE's subgraph: the grafted model would ignore the value "
+        "given; refused (make it an initializer only)")
+    kept = _squared()
+    kept.graph.input.append(_vi("z", TensorProto.FLOAT, [2, 1, 1]))  # kept by the graft: fine
+    prove.check_overridable(kept, _graft(kept)[0].model)
+
+
+def test_the_every_position_pass_runs_in_chunks(monkeypatch):
+    """CONE_CHUNK 3 over max_len 8: runs at 0..2, 3..5, 6..7; a row differing in the second
+    chunk is still seen, and each chunk names its positions when it fails."""
+    monkeypatch.setattr(prove, "CONE_CHUNK", 3)
+    rows = C.copy()
+    rows[4, 2] = 0.5
+    original = _hf()
+    cases, (_, cos) = prove.prove_found(original, _found(original, rows), ["cos"], L,
+                                        lengths=[2])
+    assert cases[-2:] == [EVERY, OUTSIDE] and cos.max_abs_err == 0.25
+    calls = []
+    real = prove._cone_feed
+
+    def spy(session, names, feeds, label, which, deadline=None):
+        calls.append((label, feeds["position_ids"].tolist()))
+        return real(session, names, feeds, label, which, deadline)
+
+    monkeypatch.setattr(prove, "_cone_feed", spy)
+    prove.prove_found(original, _found(original), ["cos"], L, lengths=[2])
+    assert [c[0] for c in calls[::2]] == ["3 (positions 0..2)", "3 (positions 3..5)",
+                                          "2 (positions 6..7)"]
+    assert calls[2][1] == [[3, 4, 5], [3, 4, 5]]
+
+
+def test_a_run_past_the_deadline_is_stopped(monkeypatch):
+    """_run sets RunOptions.terminate at the deadline: a run already past it stops at once."""
+    session = _identity_session([2])
+    feeds = {"x": np.zeros(2, np.float32)}
+    assert prove._run(session, ["y"], feeds, 2, "original", time.monotonic() + 60)
+    seen = []
+
+    class Slow:
+        def run(self, names, feeds, options):
+            seen.append(options)
+            time.sleep(0.3)
+            if options.terminate:
+                raise RuntimeError("Exiting due to terminate flag being set to true.")
+            return []
+
+    with pytest.raises(ParityError) as info:
+        prove._run(Slow(), ["y"], feeds, 7, "grafted", time.monotonic() + 0.05)
+    assert str(info.value) == (f"the grafted model did not finish a run at sequence length 7 "
+                               f"within graft's proof limit of {prove.PROOF_SECONDS:g} s; "
+                               "refused")
+    assert prove._run(Slow(), ["y"], feeds, 7, "grafted", time.monotonic() + 5) == []
+    assert not seen[-1].terminate  # the timer is cancelled with the run
+
+
+def test_a_model_onnxruntime_cannot_load_is_one_line():
+    """An op of an unknown domain: the original's is bad input, the grafted's a failed proof."""
+    model = _squared()
+    model.graph.node[-1].domain = "foo.bar"
+    model.opset_import.append(helper.make_opsetid("foo.bar", 1))
+    with pytest.raises(BadParameterError) as info:
+        prove._session(model)
+    assert str(info.value).startswith("onnxruntime cannot load the original model: ")
+    assert "foo.bar:Mul" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ParityError, match="^onnxruntime cannot load the grafted model: "):
+        prove._session(model, "grafted")
+
+
+def test_the_proof_sessions_share_one_bounded_arena():
+    """Every session of graft's proof allocates from the arena of PROOF_MEMORY_BYTES (4 GiB): a
+    run needing more (an Expand to 40000 x 32000 float32) fails at once, one line, naming it."""
+    assert prove.PROOF_MEMORY_BYTES == 4 << 30
+    huge = onnx.numpy_helper.from_array(np.asarray([40000, 32000], np.int64), "huge")
+    model = _model([helper.make_node("Expand", ["x", "huge"], ["wide"]),
+                    helper.make_node("ReduceSum", ["wide"], ["y"], keepdims=0)],
+                   [_vi("x", TensorProto.FLOAT, [1])], [_vi("y", TensorProto.FLOAT, [])], [huge])
+    session = prove._session(model)
+    assert prove._ARENA == [4 << 30]
+    began = time.monotonic()
+    with pytest.raises(BadParameterError) as info:
+        prove._run(session, ["y"], {"x": np.ones(1, np.float32)}, 9, "original")
+    assert time.monotonic() - began < 5
+    assert str(info.value) == ("the original model needs more than graft's proof memory limit "
+                               "of 4,294,967,296 B at sequence length 9; give shorter --lengths, "
+                               "or --no-check")
+    small = onnx.numpy_helper.from_array(np.asarray([4000, 3200], np.int64), "huge")
+    model.graph.initializer[0].CopyFrom(small)  # 51 MB: runs
+    assert prove._run(prove._session(model), ["y"], {"x": np.ones(1, np.float32)}, 9,
+                      "grafted")[0] == 4000 * 3200
+
+
+class _Fake:
+    """A session whose run answers ``answer(position)`` or raises what ``fail(position)`` says."""
+
+    def __init__(self, answer, fail=lambda p: None):
+        self.answer, self.fail = answer, fail
+
+    def get_inputs(self):
+        return [SimpleNamespace(name="pos")]
+
+    def run(self, names, feeds, options=None):
+        p = int(feeds["pos"].reshape(-1)[0])
+        if (exc := self.fail(p)) is not None:
+            raise exc
+        return [np.float32([self.answer(p)])]
+
+
+def test_outside_runs_each_position_and_groups_the_outcomes():
+    feeds = {"pos": np.arange(3)}
+    worst = {"y": prove._Worst()}
+    original = _Fake(lambda p: p, lambda p: RuntimeError("out of range") if p >= 5 else None)
+    grafted = _Fake(lambda p: p, lambda p: RuntimeError("no") if p == -5 else None)
+    label = prove._outside(original, grafted, ["y"], feeds, "pos", 5, worst, None)
+    assert label == ("positions 5, 6, 13 (the original refuses them), positions -1, -2, "
+                     "positions -5 (the grafted model refuses them)")
+    assert worst["y"].check("y", 0.0).passed
+    wrong = _Fake(lambda p: p + (p < 0))  # answers otherwise at negative positions
+    prove._outside(original, wrong, ["y"], feeds, "pos", 5, worst, None)
+    assert worst["y"].check("y", 0.0).max_abs_err == 1.0
+    # a time or memory limit is no refusal of the positions: it stops the proof
+    for says in ("did not finish a run", "needs more than graft's proof memory limit"):
+        limited = _Fake(lambda p: p, lambda p, s=says: RuntimeError(s))
+
+        def hit(session, names, feeds, length, which, deadline=None, says=says):
+            error = BadParameterError if which == "original" else ParityError
+            raise error(f"the {which} model {says}")
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(prove, "_run", hit)
+            with pytest.raises(BadParameterError, match=says):
+                prove._outside(limited, limited, ["y"], feeds, "pos", 5, worst, None)
+        calls = []
+
+        def grafted_hit(session, names, feeds, length, which, deadline=None, says=says,
+                        calls=calls):
+            calls.append(which)
+            if which == "grafted":
+                raise ParityError(f"the grafted model {says}")
+            return [np.float32([0])]
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(prove, "_run", grafted_hit)
+            with pytest.raises(ParityError, match=says):
+                prove._outside(limited, limited, ["y"], feeds, "pos", 5, worst, None)
+        assert calls == ["original", "grafted"]

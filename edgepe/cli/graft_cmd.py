@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from edgepe.cli.export_cmd import parse_int
+from edgepe.contract.config import check_not_input
 from edgepe.contract.errors import BadParameterError, ParityError
 from edgepe.graft import graft
 
@@ -98,6 +99,7 @@ def command(
                "opset": None if opset is None else parse_int("--opset", opset)}
     hf_config = None
     if from_hf_config is not None:
+        check_not_input(out, [from_hf_config])  # graft's inputs are never its output (issue 41)
         from edgepe.schemes.hf_config import read_hf_config  # (edgepe.schemes loads torch)
 
         hf_config = read_hf_config(from_hf_config)

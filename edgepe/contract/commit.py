@@ -67,8 +67,9 @@ def manifest_of(out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def target_lock(out: Path) -> Iterator[None]:
-    """Hold the lock of ``out`` (non-blocking: a held lock is ``OutputPathError``, exit 2).
+def target_lock(out: Path, who: str = "export") -> Iterator[None]:
+    """Hold the lock of ``out`` (non-blocking: a held lock is ``OutputPathError``, exit 2,
+    "another ``who`` is writing OUT").
 
     The lock file is removed on release; a waiter that opened the old file sees its inode gone
     from the path and tries again, so two holders never coexist. Re-entrant within a process
@@ -92,7 +93,7 @@ def target_lock(out: Path) -> Iterator[None]:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise OutputPathError(
-                    f"another export is writing {str(out)!r}; try again when it has finished"
+                    f"another {who} is writing {str(out)!r}; try again when it has finished"
                 ) from None
             raise
         try:

@@ -42,12 +42,17 @@ in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the or
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
+import os
+import re
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgepe.contract.commit import atomic_write, cannot_write
-from edgepe.contract.config import check_output, write_output
+from edgepe.contract.commit import cannot_write, target_lock, temp_prefix, write_temp
+from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import (
     DETECTABLE,
@@ -74,7 +79,14 @@ from edgepe.graft.lower import (
     lower_rope,
     to_opset,
 )
-from edgepe.graft.prove import pe_tolerance, proof_manifest, prove, prove_found, table_pe
+from edgepe.graft.prove import (
+    check_overridable,
+    pe_tolerance,
+    proof_manifest,
+    prove,
+    prove_found,
+    table_pe,
+)
 from edgepe.graft.read import MODEL_BYTES_LIMIT, load_model, load_pe, parse_model
 from edgepe.graft.report import GraftReport, OutputCheck
 from edgepe.graft.splice import (
@@ -87,6 +99,11 @@ from edgepe.graft.splice import (
     reconcile,
     splice_found,
 )
+
+# The most positions a PE graft finds itself may cover (issue 41: --max-len 2^63 ran forever in
+# the sliced tables' recipe check, linear in max_len; a float32 position, as the models compute
+# their angles, is a whole number only up to 2^24).
+MAX_LEN_LIMIT = 1 << 24
 
 # --- the whole command ------------------------------------------------------------------------
 
@@ -128,12 +145,19 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
     if export_options and scheme is None:
         raise BadParameterError(f"{', '.join(sorted(export_options))}: export options go with "
                                 "--scheme (an artifact given with --pe is already exported)")
-    # The one output rule: never the model, the artifact or its manifest, --force or not.
-    inputs = [Path(model), *([Path(pe)] if pe is not None else [])]
+    # The one output rule: never the model, its external data, the artifact or its manifest,
+    # --force or not (the data files the model names are added once it is read).
+    inputs = [Path(model), _data_path(Path(model)), *([Path(pe)] if pe is not None else []),
+              *([Path(checkpoint)] if checkpoint is not None else [])]
     if out is not None:
         out = Path(out)
         check_output(out, inputs, force)
-    original, size = load_model(model)
+    named = len(inputs)
+    original, size = load_model(model, inputs)
+    # the model came with external data (read, or the usual MODEL.data beside it): so does OUT
+    external = len(inputs) > named or inputs[1].exists()
+    if out is not None:
+        check_output(out, inputs, force)
     if scheme is not None:
         candidates = detect(original, scheme)
         if not candidates:
@@ -162,10 +186,11 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
         pe_model, manifest = load_pe(pe)
         name = f"{manifest['scheme']} ({manifest['mode']}) from {str(pe)!r}"
     grafted = graft_model(original, pe_model, manifest, at, positions, add)
-    data = grafted.model.SerializeToString()
+    check_overridable(original, grafted.model)  # --no-check or not: never frozen silently
+    grafted_bytes = grafted.model.ByteSize()
     report = GraftReport(name, at, str(grafted.positions), grafted.prefix,
                          grafted.removed_nodes, grafted.removed_bytes, grafted.pe_bytes, size,
-                         len(data), grafted.metadata_bytes,
+                         grafted_bytes, grafted.metadata_bytes,
                          f"opset {_opset(original)} -> {_opset(grafted.model)}"
                          if grafted.converted else None, model=grafted.model)
     if check:
@@ -173,7 +198,8 @@ def graft(model: str | Path, pe: str | Path | None = None, at: str | None = None
         report.lengths, report.checks = prove(original, grafted, pe_model, held_to,
                                               lengths=lengths, seed=seed)
     if report and out is not None:
-        write_output(out, data, inputs, force)
+        write_model(grafted.model, out, external=grafted_bytes > MODEL_BYTES_LIMIT or
+                    external, inputs=inputs, force=force)
         report.out = out
     return report
 
@@ -209,15 +235,19 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             "rotary23 (the ONNX opset 23 RotaryEmbedding)")
     if quantize not in (None, "none", "int8"):
         raise BadParameterError(f"--quantize {quantize!r}: choose none or int8")
-    if max_len is not None and max_len < 1:
-        raise BadParameterError(f"--max-len must be positive, got {max_len}")
+    if max_len is not None and not 1 <= max_len <= MAX_LEN_LIMIT:
+        raise BadParameterError(
+            f"--max-len must be 1 .. {MAX_LEN_LIMIT:,} (2^24: past it float32 positions are "
+            f"not whole numbers, and the tables' checks take time linear in it), got {max_len}")
     # The one output rule, for OUT and its external data beside it: never the model or its data.
     inputs = [Path(model), _data_path(Path(model))]
     if out is not None:
         out = Path(out)
-        for path in (out, _data_path(out)):
-            check_output(path, inputs, force)
-    original, size = load_model(model)
+        check_output(out, inputs, force)
+    original, size = load_model(model, inputs)
+    external = len(inputs) > 2 or inputs[1].exists()  # as in graft
+    if out is not None:
+        check_output(out, inputs, force)
     found = find_pe(original)
     if not found:
         raise BadParameterError(
@@ -243,6 +273,11 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             max_len_from = f"max_position_embeddings {max_len} of --from-hf-config"
         else:
             max_len, max_len_from = declared_max_len(original, found)
+    if max_len is not None and not 1 <= max_len <= MAX_LEN_LIMIT:  # (a config's, a model's)
+        raise BadParameterError(
+            f"{max_len_from or '--max-len'}: the positions must be 1 .. {MAX_LEN_LIMIT:,} "
+            f"(2^24: past it float32 positions are not whole numbers), got {max_len}; give "
+            "--max-len")
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0
@@ -267,6 +302,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         reach = record["max_len"] - record.get("offset", 0)
         bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
         length = reach if length is None else min(length, reach)
+    check_overridable(original, grafted.model)  # --no-check or not: never frozen silently
     if rope_lowering:
         if pick.family != "rope":
             raise BadParameterError(f"--rope-lowering: the PE found is {pick.family} "
@@ -318,10 +354,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             bound=bound,
             lengths=lengths, seed=seed)
     if report and out is not None:
-        for path in (out, _data_path(out)):  # again: the place may have changed since
-            check_output(path, inputs, force)
-        write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or
-                    _data_path(Path(model)).exists())
+        write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or external,
+                    inputs=inputs, force=force)
         report.out = out
     return report
 
@@ -394,38 +428,95 @@ def _data_path(out: Path) -> Path:
     return out.with_name(out.name + ".data")
 
 
-def write_model(model, out: Path, external: bool) -> None:
-    """``out`` (atomically); ``external``: the tensors of 1 kB and more in ``OUT.data`` beside
-    it, as torch's exporter writes them (both files written to temporary names, then renamed,
-    data first; no ``OUT.data`` when no tensor is that large: the model is whole in ``out``)."""
-    import onnx
-    if not external:
-        atomic_write(out, lambda f: f.write(model.SerializeToString()))
-        return
-    import os
-    import tempfile
+def data_name(out: Path, digest: str) -> str:
+    """The name of ``out``'s external data file holding bytes of sha256 ``digest``: a new name
+    for new bytes, so the pair on disk is always the old one or the new one (``write_model``)."""
+    return f"{out.name}.{digest[:16]}.data"
 
-    data = _data_path(out)
-    try:  # as atomic_write does for one file: the folder is made
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(out, exc) from None
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        staged = Path(tmp) / out.name
-        onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), staged,
-                        save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name, size_threshold=1024)
-        mode = 0o666 & ~_umask()
-        written = [p for p in (Path(tmp) / data.name, staged) if p.exists()]  # data first
-        for path in written:
-            path.chmod(mode)
-        for path in written:
-            os.replace(path, out.parent / path.name)
+
+def _ours(out: Path) -> list[Path]:
+    """The external data files an earlier ``write_model`` of ``out`` left (``data_name``)."""
+    shape = re.compile(re.escape(out.name) + r"\.[0-9a-f]{16}\.data")
+    return [p for p in out.parent.glob(f"{glob.escape(out.name)}.*.data")
+            if shape.fullmatch(p.name)]
+
+
+def write_model(model, out: Path, external: bool, inputs: Sequence[Path] = (),
+                force: bool = True) -> None:
+    """``out``, committed as one unit with its external data (issue 41): under ``out``'s lock
+    (``commit.target_lock``: a second graft of ``out`` meanwhile is refused, exit 2), the output
+    rule checked again (``check_output``: never one of ``inputs``, an existing ``out`` only with
+    ``force``). ``external``: the tensors of 1 kB and more go to ``OUT.<16 hex of their sha256>
+    .data`` beside it (``data_name``), written and renamed into place first; then ``out`` is
+    renamed over the old one, the one step that switches pairs; then the data files of the
+    previous pair (``_ours``; never an input) are removed. A kill or Ctrl-C at any point leaves
+    the old pair or the new one, each whole (at worst with an unreferenced data file or a
+    temporary one, which the next graft of ``out`` removes); an unrelated ``OUT.data`` is not
+    graft's and is left alone. No data file when no tensor is that large."""
+    import onnx
+
+    out = Path(out)
+    with target_lock(out, who="graft"):
+        check_output(out, list(inputs), force)
+        name = None
+        if external:
+            copy = onnx.ModelProto.FromString(model.SerializeToString())
+            from onnx.external_data_helper import (
+                convert_model_to_external_data,
+                write_external_data_tensors,
+            )
+
+            pending = f"{temp_prefix(out)}{secrets.token_hex(4)}.data"  # removed by _settle
+            convert_model_to_external_data(copy, all_tensors_to_one_file=True,
+                                           location=pending, size_threshold=1024)
+            try:
+                write_external_data_tensors(copy, str(out.parent))
+                staged = out.parent / pending
+                if staged.exists():
+                    digest = hashlib.sha256()
+                    with open(staged, "rb+") as f:
+                        for block in iter(lambda: f.read(1 << 20), b""):
+                            digest.update(block)
+                        os.fsync(f.fileno())
+                    name = data_name(out, digest.hexdigest())
+                    check_output(out.parent / name, list(inputs), True)
+                    staged.chmod(0o666 & ~_umask())
+                    for tensor in _external_tensors(copy):
+                        for entry in tensor.external_data:
+                            if entry.key == "location":
+                                entry.value = name
+                    os.replace(staged, out.parent / name)
+            except OSError as exc:
+                (out.parent / pending).unlink(missing_ok=True)
+                raise cannot_write(out, exc) from None
+            body = copy.SerializeToString()
+        else:
+            body = model.SerializeToString()
+        tmp = write_temp(out, lambda f: f.write(body))[0]
+        try:
+            os.replace(tmp, out)  # the commit: the new pair from here
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise cannot_write(out, exc) from None
+        for old in _ours(out):
+            if old.name != name and not any(_same(old, Path(p)) for p in inputs):
+                old.unlink(missing_ok=True)
+
+
+def _external_tensors(model):
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return [t for t in _get_all_tensors(model) if uses_external_data(t)]
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _umask() -> int:
-    import os
-
     mask = os.umask(0)
     os.umask(mask)
     return mask

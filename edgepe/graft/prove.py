@@ -21,16 +21,135 @@ if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays
 FLOAT_ULPS = 64
 # The PE is perturbed by this much (times max(1, max|PE|)) to measure the model's gain.
 PROBE = 1e-3
+# An element's float allowance is FLOAT_ULPS ulp of the larger of its own |value| and this
+# quantile of its output's |values| (issue 41: it was 64 ulp of the output's largest value, which
+# one element at finfo.min made 2e33, infinite in effect, and a seen mismatch of 2.79 passed; a
+# quantile moves only when a tenth of the elements do, and small elements keep the allowance of
+# the values their sums cancel, the reason for a per-output scale).
+SCALE_QUANTILE = 0.9
+# Wall-clock seconds the whole proof may run the user's model (issue 41: a Loop of 10^12
+# iterations ran forever); a run past it is stopped (onnxruntime's RunOptions.terminate).
+PROOF_SECONDS = 600.0
+# Bytes the tensors of one proof run may hold at once, in all (issue 41: a user model's own
+# Expand to 5 GB ran): graft's sessions allocate from one onnxruntime arena of this size
+# (``_arena``), so a run that would need more fails at once, in one line. The model's weights
+# are not counted (they are bounded where they are read, ``read.EXTERNAL_BYTES_LIMIT``).
+PROOF_MEMORY_BYTES = 4 << 30
+_ARENA: list[int] = []  # the arena's size once registered (once per process)
+
+
+def _arena(ort) -> None:
+    """Register onnxruntime's shared CPU arena of ``PROOF_MEMORY_BYTES`` (once per process;
+    only sessions that ask for it with ``session.use_env_allocators`` use it: graft's)."""
+    if _ARENA:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                             ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg(
+        {"max_mem": PROOF_MEMORY_BYTES, "arena_extend_strategy": 1}))  # 1: as requested
+    _ARENA.append(PROOF_MEMORY_BYTES)
 
 
 
-def _session(model):
+def _session(model, which: str = "original"):
+    """An onnxruntime CPU session of ``model``, silent (its logger off: a failure is one line,
+    ours). A model onnxruntime cannot load (an op it lacks) is one line too (issue 41: exit 3
+    before): the original's is bad input, the grafted's a failed proof."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failing run is reported once, by _run, in one line
-    return ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                providers=["CPUExecutionProvider"])
+    _arena(ort)
+    options.add_session_config_entry("session.use_env_allocators", "1")
+    options.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        text = str(exc).strip()
+        first = text.splitlines()[0][-300:] if text else type(exc).__name__
+        error = BadParameterError if which == "original" else ParityError
+        raise error(f"onnxruntime cannot load the {which} model: {first}") from None
+
+
+class _Worst:
+    """One output's comparison across runs, element by element: the element furthest beyond its
+    float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``)
+    and the element of the largest error; ``check`` adds the output's PE allowance. A NaN where
+    the reference has none, or another shape, is an infinite error; equal values (the same
+    infinity, NaN against NaN) none."""
+
+    def __init__(self, ulps: float = FLOAT_ULPS) -> None:
+        self.ulps = ulps
+        self.over = (-math.inf, 0.0, 0.0)  # (error - allowance, error, allowance)
+        self.top = (-1.0, 0.0)  # (error, allowance) of the largest error
+
+    def add(self, got, want) -> None:
+        import numpy as np
+
+        a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        if a.shape != b.shape:
+            self.over, self.top = (math.inf, math.inf, 0.0), (math.inf, 0.0)
+            return
+        a, b = a.reshape(-1), b.reshape(-1)
+        if not a.size:
+            return
+        with np.errstate(invalid="ignore", over="ignore"):
+            same = (a == b) | (np.isnan(a) & np.isnan(b))
+            err = np.where(same, 0.0, np.abs(a - b))
+        err = np.where(np.isnan(err), np.inf, err)
+        mag = np.abs(b)
+        finite = np.isfinite(mag)
+        scale = float(np.quantile(mag[finite], SCALE_QUANTILE, method="lower")) \
+            if finite.any() else 0.0
+        top = 2.0**127  # float32's largest power of two: its spacing is finite
+        size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
+        allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
+                         .astype(np.float64), 0.0)
+        excess = err - allow
+        k = int(np.argmax(excess))
+        if excess[k] > self.over[0]:
+            self.over = (float(excess[k]), float(err[k]), float(allow[k]))
+        peak = err.max()
+        j = int(np.argmax(np.where(err == peak, allow, -1.0)))  # ties: the largest allowance
+        if (err[j], allow[j]) > self.top:
+            self.top = (float(err[j]), float(allow[j]))
+
+    def check(self, name: str, extra: float) -> OutputCheck:
+        """The output's line: the worst element beyond ``allowance + extra`` when one is, else
+        the element of the largest error, with its own tolerance."""
+        if self.over[0] > extra or math.isnan(extra):
+            return OutputCheck(name, self.over[1], self.over[2] + extra)
+        return OutputCheck(name, max(self.top[0], 0.0), self.top[1] + extra)
+
+
+def check_overridable(original, grafted_model) -> None:
+    """Refuse (``BadParameterError``) a graft that removed an initializer the original also
+    lists as a graph input (a caller may override it at run time): the grafted model would
+    ignore the value given (issue 41: frozen silently, 4.86 off)."""
+    kept = {t.name for t in grafted_model.graph.initializer}
+    inits = {t.name for t in original.graph.initializer}
+    for value in original.graph.input:
+        if value.name in inits and value.name not in kept:
+            raise BadParameterError(
+                f"the model's input {value.name!r} is also an initializer (a caller may "
+                "override it) that the graft removes with the PE's subgraph: the grafted model "
+                "would ignore the value given; refused (make it an initializer only)")
+
+
+def _int_high(model, name: str, default: int) -> int:
+    """The values an integer input plausibly takes: ``0 ..`` the rows of a constant table it
+    indexes directly (a Gather), else ``0 .. default - 1`` (the PE's positions)."""
+    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    high = default
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name \
+                and node.input[0] in tables:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            dims = tables[node.input[0]]
+            if -len(dims) <= axis < len(dims):
+                high = min(high, max(1, int(dims[axis])))
+    return max(2, high)
 
 
 def _pe_values(pe, max_len: int) -> np.ndarray:
@@ -85,7 +204,11 @@ def pe_tolerance(manifest: dict[str, Any], values: np.ndarray, quantised: bool) 
     return eps
 
 
-def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -> dict:
+def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng,
+           highs: dict[str, int] | None = None) -> dict:
+    """Random inputs; an integer input other than the positions takes values in ``0 ..
+    highs[name] - 1`` (both ends included; issue 41: 0 and 1 only before, so a model reading
+    one as an offset was never compared at 2 and more), else 0 and 1."""
     import numpy as np
 
     feeds = {}
@@ -105,9 +228,13 @@ def _feeds(session, length: int, seq_dim, grafted: Grafted, max_len: int, rng) -
             feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
         elif value.type == "tensor(bool)":
             feeds[value.name] = rng.random(shape) < 0.5
-        else:  # integer inputs other than positions (token ids): 0 and 1 are always valid
-            feeds[value.name] = rng.integers(0, 2, size=shape).astype(
-                np.dtype(value.type[len("tensor("):-1]))
+        else:  # integer inputs other than positions (token ids, offsets)
+            dtype = np.dtype(value.type[len("tensor("):-1])
+            high = min((highs or {}).get(value.name, 2), int(np.iinfo(dtype).max) + 1)
+            ids = rng.integers(0, high, size=shape)
+            if ids.size > 1:
+                ids.flat[0], ids.flat[-1] = 0, high - 1
+            feeds[value.name] = ids.astype(dtype)
     return feeds
 
 
@@ -169,17 +296,28 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     right, and ``edgepe verify`` is the artifact's proof against its reference. Inputs:
     ``trials`` random draws at each sequence length (default 2, ``max_len // 2`` and ``max_len``,
     so positions reach ``max_len - 1``; a static sequence axis gives its one length); a position
-    input gets random positions in ``0 .. max_len - 1`` with the last one ``max_len - 1``.
+    input gets random positions in ``0 .. max_len - 1`` with the last one ``max_len - 1``; other
+    integer inputs values over ``0 ..`` the rows of the table they index, else ``max_len - 1``
+    (``_int_high``; divided by 8 until the original runs, down to 0 and 1). Issue 41: a position
+    input is also fed positions past ``max_len - 1`` and negative ones (``_outside``); every output
+    of the original must be one of the grafted model's, and no initializer a caller may override
+    is removed (``check_overridable``).
 
-    Tolerance of an output: ``2 * gain * eps + 64 ulp`` of its largest value. ``eps`` is the PE's
-    own (``pe_tolerance``; its float tolerance only when the reference uses its rows);
+    Tolerance of an output element: ``2 * gain * eps`` plus 64 ulp of the larger of the element's
+    own reference value and the 90th percentile of its output's (``_Worst``); the report line
+    shows the element furthest beyond its tolerance, else the one of the largest error. ``eps``
+    is the PE's own (``pe_tolerance``; its float tolerance only when the reference uses its rows);
     ``gain`` is the output's change per unit change of the PE, measured by adding random +-1e-3
     (times max|PE|) to the reference table (a linearisation, hence the factor 2).
     """
+    import time
+
     import numpy as np
 
     max_len = int(manifest["max_len"])
     check_proof_size(manifest, lengths)
+    check_overridable(original, grafted.model)
+    deadline = time.monotonic() + PROOF_SECONDS
     values = _pe_values(pe, max_len)
     opset = _opset(grafted.model)
 
@@ -193,7 +331,8 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     perturbed = with_table(values + step * rng.choice([-1.0, 1.0], size=values.shape))
     own_rows = grafted.add or grafted.from_input  # the original has no PE to compare with
     reference = table_ref if own_rows else _session(original)
-    mine = _session(grafted.model)
+    mine = _session(grafted.model, "grafted")
+    check_outputs(original, grafted.model)
     seq = grafted.seq_dim
     if isinstance(seq, int) and seq > 0:
         lengths = [seq]
@@ -202,59 +341,163 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
         lengths = sorted({min(2, top), max(1, top // 2), top})
     eps = pe_tolerance(manifest, values, quantised=not own_rows)
     names = [o.name for o in mine.get_outputs()]
-    err = dict.fromkeys(names, 0.0)
+    worst = {name: _Worst() for name in names}
     gain = dict.fromkeys(names, 0.0)
-    peak = dict.fromkeys(names, 0.0)
     wanted = {i.name for i in reference.get_inputs()}
+    highs = {i.name: _int_high(original, i.name, max_len) for i in mine.get_inputs()}
     # the sequence axis is known by name when an input carries it: not a name shape inference
     # made up for the replaced tensor ('unk__0'), which only a new positions input has
     named = seq if isinstance(seq, str) and any(
         seq in i.shape for i in mine.get_inputs()
         if not (grafted.new_input and i.name == grafted.positions.name)) else None
+    feeds: dict = {}
     for length in lengths:
         for trial in range(trials):
-            feeds = _feeds(mine, length, named, grafted, max_len, rng)
-            inputs = {k: v for k, v in feeds.items() if k in wanted}
-            want = dict(zip(names, _run(reference, names, inputs, length, "original"),
-                            strict=True))
-            got = dict(zip(names, _run(mine, names, feeds, length, "grafted"), strict=True))
+            while True:  # integer inputs over their range, narrowed until the original runs
+                feeds = _feeds(mine, length, named, grafted, max_len, rng, highs)
+                inputs = {k: v for k, v in feeds.items() if k in wanted}
+                try:
+                    want = dict(zip(names, _run(reference, names, inputs, length, "original",
+                                                deadline), strict=True))
+                    break
+                except BadParameterError:
+                    wide = {k: v for k, v in highs.items() if v > 2}
+                    if not wide:
+                        raise
+                    highs.update({k: max(2, v // 8) for k, v in wide.items()})
+            got = dict(zip(names, _run(mine, names, feeds, length, "grafted", deadline),
+                           strict=True))
             if length == lengths[-1] and trial == 0:
-                base = dict(zip(names, table_ref.run(names, feeds), strict=True))
-                moved = dict(zip(names, perturbed.run(names, feeds), strict=True))
+                base = dict(zip(names, _run(table_ref, names, feeds, length, "original",
+                                            deadline), strict=True))
+                moved = dict(zip(names, _run(perturbed, names, feeds, length, "original",
+                                             deadline), strict=True))
                 for name in names:
-                    gain[name] = _max_diff(moved[name], base[name]) / step
+                    gain[name] = _max_diff(moved[name], base[name], finite=True) / step
             for name in names:
-                err[name] = max(err[name], _max_diff(got[name], want[name]))
-                peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
-                                                   .max(initial=0.0)))
-    checks = [OutputCheck(name, err[name], 2 * gain[name] * eps
-                          + FLOAT_ULPS * float(np.spacing(np.float32(peak[name]))))
-              for name in names]
-    return list(lengths), checks
+                worst[name].add(got[name], want[name])
+    label = list(lengths)
+    if grafted.positions.kind == "input" and not grafted.new_input and not own_rows and feeds:
+        label.append(_outside(reference, mine, names, feeds, grafted.positions.name, max_len,
+                              worst, deadline))
+    checks = [worst[name].check(name, 2 * gain[name] * eps) for name in names]
+    return label, checks
 
 
-def _run(session, names: list[str], feeds: dict, length: int, which: str) -> list:
+def check_outputs(original, grafted_model) -> None:
+    """Refuse (``ParityError``) a grafted model that lacks one of the original's outputs, or
+    names one twice: every output is compared (issue 41)."""
+    theirs = [o.name for o in original.graph.output]
+    mine = [o.name for o in grafted_model.graph.output]
+    lost = [n for n in theirs if n not in mine]
+    if lost or len(set(mine)) != len(mine):
+        raise ParityError(f"the grafted model's outputs ({', '.join(mine)}) are not the "
+                          f"original's ({', '.join(theirs)}); every output must be compared")
+
+
+# Positions outside the PE's rows the proof also feeds (issue 41), each in a run of its own (a
+# position the grafted model refuses must not hide another it answers wrongly): past the last row
+# (just and far), and negative (onnxruntime's Gather takes -n .. -1 as rows from the end).
+def _outside_positions(max_len: int) -> list[int]:
+    return [max_len, max_len + 1, 2 * max_len + 3, -1, -2, -max_len]
+
+
+def _outside(reference, mine, names, feeds: dict, positions: str, max_len: int, worst, deadline
+             ) -> str:
+    """The last run's inputs with their first position replaced by each of
+    ``_outside_positions``, as the original treats it (clamp, wrap, error): where the original
+    computes outputs, the grafted model must compute the same (added to ``worst``; an error of
+    the grafted model there is allowed: its PE covers ``0 .. max_len - 1``, the table's rows,
+    and says so by failing), where the original fails, nothing is compared. Returns the runs'
+    label for the report: the positions, grouped by what happened."""
+    import numpy as np
+
+    wanted = {i.name for i in reference.get_inputs()}
+    said: list[tuple[str, list[int]]] = []
+    for odd in _outside_positions(max_len):
+        ids = np.array(feeds[positions], copy=True)
+        ids.reshape(-1)[0] = odd
+        run = {**feeds, positions: ids}
+        where = f"position {odd}"
+        outcome = ""
+        try:
+            want = _run(reference, names, {k: v for k, v in run.items() if k in wanted}, where,
+                        "original", deadline)
+        except BadParameterError as exc:
+            if "did not finish" in str(exc) or "memory limit" in str(exc):
+                raise
+            outcome = " (the original refuses them)"
+        if not outcome:
+            try:
+                got = _run(mine, names, run, where, "grafted", deadline)
+            except ParityError as exc:
+                if "did not finish" in str(exc) or "memory limit" in str(exc):
+                    raise
+                outcome = " (the grafted model refuses them)"
+            else:
+                for name, a, b in zip(names, got, want, strict=True):
+                    worst[name].add(a, b)
+        if said and said[-1][0] == outcome:
+            said[-1][1].append(odd)
+        else:
+            said.append((outcome, [odd]))
+    return ", ".join(f"positions {', '.join(map(str, odds))}{outcome}" for outcome, odds in said)
+
+
+def _run(session, names: list[str], feeds: dict, length, which: str,
+         deadline: float | None = None) -> list:
     """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
-    (e.g. a torch export that fixed the sequence length), the grafted's a failed proof."""
+    (e.g. a torch export that fixed the sequence length), the grafted's a failed proof. A run
+    still going at ``deadline`` (``time.monotonic``; default ``PROOF_SECONDS`` from now) is
+    stopped (``RunOptions.terminate``) and is one line too."""
+    import threading
+    import time
+
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    left = (time.monotonic() + PROOF_SECONDS if deadline is None else deadline) \
+        - time.monotonic()
+    timer = threading.Timer(max(left, 0.0), setattr, (options, "terminate", True))
+    timer.daemon = True
+    timer.start()
     try:
-        return session.run(names, feeds)
+        return session.run(names, feeds, options)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
         text = str(exc).strip()
         first = text.splitlines()[0][-300:] if text else type(exc).__name__
+        error = BadParameterError if which == "original" else ParityError
+        if options.terminate:
+            raise error(f"the {which} model did not finish a run at sequence length {length} "
+                        f"within graft's proof limit of {PROOF_SECONDS:g} s; refused") from None
+        if "Available memory of" in text:  # the arena's refusal (_arena)
+            raise error(f"the {which} model needs more than graft's proof memory limit of "
+                        f"{_ARENA[0] if _ARENA else PROOF_MEMORY_BYTES:,} B at sequence length "
+                        f"{length}; give shorter --lengths, or --no-check") from None
         if which == "original":
             raise BadParameterError(
                 f"the original model does not run at sequence length {length} ({first}); give "
                 "lengths it takes with --lengths, or --no-check") from None
         raise ParityError(f"the grafted model fails at sequence length {length}: {first}") from None
+    finally:
+        timer.cancel()
 
 
-def _max_diff(a, b) -> float:
+def _max_diff(a, b, finite: bool = False) -> float:
+    """The largest ``|a - b|`` (float64: int8 does not wrap): equal values none (the same
+    infinity, NaN against NaN), a NaN against a number infinite; ``finite``: over the elements
+    where both are finite only (a gain, which one overflowing element must not make infinite)."""
     import numpy as np
 
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape != b.shape:
         return math.inf
-    return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0.0))
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        diff = np.where(same, 0.0, np.abs(a - b))
+    if finite:
+        diff = np.where(np.isfinite(a) & np.isfinite(b), diff, 0.0)
+    return float(np.where(np.isnan(diff), np.inf, diff).max(initial=0.0))
 
 
 # --- proving a PE found in a transformers export (issue 29) ----------------------------------
@@ -295,12 +538,13 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
     return sizes
 
 
-def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: int = 0
-             ) -> dict:
+def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: int = 0,
+             highs: dict[str, int] | None = None) -> dict:
     """Inputs for a transformers export at ``seq`` new tokens after ``past`` cached ones: the
     mask all ones but ``pad`` left-padding zeros in row 1 (when ``past`` is 0), ``position_ids``
-    as transformers makes them from the mask (``cumsum - 1``, 1 at padding), token ids 0/1,
-    past keys/values standard normal. ``shift`` is added to ``position_ids`` (a model without a
+    as transformers makes them from the mask (``cumsum - 1``, 1 at padding), other integer
+    inputs (token ids) over ``0 .. highs[name] - 1`` (both ends; default 0 and 1), past
+    keys/values standard normal. ``shift`` is added to ``position_ids`` (a model without a
     cache input reaches the table's last rows so)."""
     import numpy as np
 
@@ -325,7 +569,11 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
         elif dtype.kind == "b":
             feeds[value.name] = np.ones(shape, bool)
         else:
-            feeds[value.name] = rng.integers(0, 2, size=shape).astype(dtype)
+            high = min((highs or {}).get(value.name, 2), int(np.iinfo(dtype).max) + 1)
+            ids = rng.integers(0, high, size=shape)
+            if ids.size > 1 and high > 2:
+                ids.flat[0], ids.flat[-1] = 0, high - 1
+            feeds[value.name] = ids.astype(dtype)
     return feeds
 
 
@@ -356,17 +604,20 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     proof), on ``proof_cases``; the replaced tensors also at every position below ``max_len``
     (``_cone_run``: one sequence of ``max_len`` tokens through each model's PE alone).
 
-    Tolerances: a replaced tensor, ``bound`` (the artifact's quantisation bound; 0 for float
-    tables) plus 4 ulp of its largest value (the table holds correctly rounded cos/sin of the
-    model's own float32 angle; onnxruntime's Cos/Sin are within a few ulp of that); a model
-    output, 64 ulp of its largest value (FLOAT_ULPS, as ``prove``) plus, for int8 tables, twice
-    its measured gain times ``bound`` (the gain: the output's change per unit change of the
-    replaced tensors, from a run with the tensors perturbed by +-``PROBE``).
+    Tolerances, per element (``_Worst``, as ``prove``): a replaced tensor's, ``bound`` (the
+    artifact's quantisation bound; 0 for float tables) plus 4 ulp of the larger of its value and
+    its tensor's 90th percentile (the table holds correctly rounded cos/sin of the model's own
+    float32 angle; onnxruntime's Cos/Sin are within a few ulp of that); a model output's,
+    FLOAT_ULPS ulp of the same plus, for int8 tables, twice its measured gain times ``bound``
+    (the gain: the output's change per unit change of the replaced tensors, from a run with the
+    tensors perturbed by +-``PROBE``). Issue 41: no initializer a caller may override removed
+    (``check_overridable``), every output of the original compared (``check_outputs``), token
+    ids over their range (``_int_high``), every run within ``PROOF_SECONDS`` in all.
     """
     import numpy as np
     import onnx
 
-    def with_outputs(model):
+    def with_outputs(model, which="original"):
         model = onnx.ModelProto.FromString(model.SerializeToString())
         have = {o.name for o in model.graph.output}
         made = {o for n in model.graph.node for o in n.output}
@@ -374,9 +625,14 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
             if name not in have and name in made:
                 model.graph.output.append(onnx.helper.make_tensor_value_info(
                     name, onnx.TensorProto.FLOAT, None))
-        return _session(model)
+        return _session(model, which)
 
-    reference, mine = with_outputs(original), with_outputs(grafted.model)
+    import time
+
+    check_overridable(original, grafted.model)
+    check_outputs(original, grafted.model)
+    deadline = time.monotonic() + PROOF_SECONDS
+    reference, mine = with_outputs(original), with_outputs(grafted.model, "grafted")
     check_lengths(lengths, max_len)
     # a replaced tensor the original does not make at run time (MPT's bias slice of a constant,
     # which onnxruntime folds away) is compared through the model's outputs only
@@ -384,50 +640,89 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     names = [o.name for o in mine.get_outputs() if o.name in theirs]
     rng = np.random.default_rng(seed)
     cases = proof_cases(mine, max_len, lengths)
-    err = dict.fromkeys(names, 0.0)
-    peak = dict.fromkeys(names, 0.0)
+    # a replaced tensor: 4 ulp per element; a model output FLOAT_ULPS (see the docstring)
+    worst = {name: _Worst(4 if name in replaces else FLOAT_ULPS) for name in names}
+    masks = ("attention_mask", "position_ids")
+    highs = {i.name: _int_high(original, i.name, max_len) for i in mine.get_inputs()
+             if i.name not in masks}
     for seq, past, pad, shift in cases:
-        feeds = hf_feeds(mine, seq, past, pad, max_len, rng, shift)
         label = f"{seq} (past {past}{', left pad ' + str(pad) if pad else ''})"
-        want = dict(zip(names, _run(reference, names, feeds, label, "original"), strict=True))
-        got = dict(zip(names, _run(mine, names, feeds, label, "grafted"), strict=True))
+        while True:  # token ids over their range, narrowed until the original runs (as prove)
+            feeds = hf_feeds(mine, seq, past, pad, max_len, rng, shift, highs)
+            try:
+                want = dict(zip(names, _run(reference, names, feeds, label, "original",
+                                            deadline), strict=True))
+                break
+            except BadParameterError:
+                wide = {k: v for k, v in highs.items() if v > 2}
+                if not wide:
+                    raise
+                highs.update({k: max(2, v // 8) for k, v in wide.items()})
+        got = dict(zip(names, _run(mine, names, feeds, label, "grafted", deadline),
+                       strict=True))
         for name in names:
-            err[name] = max(err[name], _max_diff(got[name], want[name]))
-            peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
-                                               .max(initial=0.0)))
+            worst[name].add(got[name], want[name])
     # The replaced tensors at every position the tables cover, not only those the runs reach:
     # each model's cone of them (the PE and the shape arithmetic of its inputs) at one sequence
-    # of max_len tokens.
+    # of max_len tokens; in chunks of CONE_CHUNK positions (position_ids start .. start + C - 1)
+    # where both cones read position_ids, so that memory stays constant in max_len (issue 41:
+    # 5.5 GB at 2^20 in one run).
     every = [n for n in names if n in replaces]
     if every:
-        feeds = hf_feeds(mine, max_len, 0, 0, max_len, rng)
-        want = _cone_run(original, every, feeds, max_len, "original")
-        got = _cone_run(grafted.model, every, feeds, max_len, "grafted")
-        for name in every:
-            err[name] = max(err[name], _max_diff(got[name], want[name]))
-            peak[name] = max(peak[name], float(np.abs(np.asarray(want[name], np.float64))
-                                               .max(initial=0.0)))
+        theirs_cone = _cone_session(original, every)
+        mine_cone = _cone_session(grafted.model, every, "grafted")
+        chunked = all("position_ids" in {i.name for i in c.get_inputs()}
+                      for c in (theirs_cone, mine_cone))
+        step = CONE_CHUNK if chunked else max_len
+        for start in range(0, max_len, step):
+            size = min(step, max_len - start)
+            feeds = hf_feeds(mine, size, 0, 0, max_len, rng, start, highs)
+            label = f"{size} (positions {start}..{start + size - 1})"
+            want = _cone_feed(theirs_cone, every, feeds, label, "original", deadline)
+            got = _cone_feed(mine_cone, every, feeds, label, "grafted", deadline)
+            for name in every:
+                worst[name].add(got[name], want[name])
         cases = [*cases, (max_len, 0, 0, -1)]  # (shift -1: the label says what it was)
-    gain = _gain(original, replaces, cases[:-1] if every else cases, max_len, names, seed) \
-        if bound else {}
-    checks = []
-    for name in names:
-        ulp = float(np.spacing(np.float32(peak[name])))
-        if name in replaces:
-            tol = bound + 4 * ulp
-        else:
-            tol = FLOAT_ULPS * ulp + 2 * gain.get(name, 0.0) * bound
-        checks.append(OutputCheck(name, err[name], tol))
+    # position_ids past max_len - 1 and negative, as the original takes them (issue 41): the
+    # grafted model computes the same there or fails (graft's RoPE: splice._range_guard)
+    outside = []
+    if "position_ids" in {i.name for i in mine.get_inputs()}:
+        feeds = hf_feeds(mine, 3, 0, 0, max_len, rng, highs=highs)
+        if "position_ids" in feeds:
+            outside.append(_outside(reference, mine, names, feeds, "position_ids", max_len,
+                                    worst, deadline))
+    gain = _gain(original, replaces, cases[:-1] if every else cases, max_len, names, seed,
+                 highs, deadline) if bound else {}
+    checks = [worst[name].check(name, bound if name in replaces
+                                else 2 * gain.get(name, 0.0) * bound) for name in names]
     return [f"every position 0..{s - 1} (the replaced tensors)" if shift < 0 else
             f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
             f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
-            for s, p, pad, shift in cases], checks
+            for s, p, pad, shift in cases] + outside, checks
 
 
-def _cone_run(model, names: Sequence[str], feeds: dict, length: int, which: str) -> dict:
+# Positions per run of the every-position pass (a few MB of cos/sin at rotary dim 128).
+CONE_CHUNK = 1 << 12
+
+
+def _cone_run(model, names: Sequence[str], feeds: dict, length: int, which: str,
+              deadline: float | None = None) -> dict:
     """``names`` computed by ``model``'s cone of them alone (the nodes they depend on, the
     inputs and initializers those read; no attention, no MLP), on ``feeds`` (those of its
     inputs): cheap at every position of a long table."""
+    return _cone_feed(_cone_session(model, names, which), names, feeds, length, which, deadline)
+
+
+def _cone_feed(session, names: Sequence[str], feeds: dict, length, which: str,
+               deadline: float | None = None) -> dict:
+    mine = {i.name for i in session.get_inputs()}
+    out = _run(session, list(names), {k: v for k, v in feeds.items() if k in mine}, length,
+               which, deadline)
+    return dict(zip(names, out, strict=True))
+
+
+def _cone_session(model, names: Sequence[str], which: str = "original"):
+    """An onnxruntime session of ``model``'s cone of ``names`` (see ``_cone_run``)."""
     import onnx
     from onnx import helper
 
@@ -452,14 +747,11 @@ def _cone_run(model, names: Sequence[str], feeds: dict, length: int, which: str)
     cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
                                    ir_version=model.ir_version)
     cone_model.functions.extend(model.functions)
-    session = _session(cone_model)
-    mine = {i.name for i in session.get_inputs()}
-    out = _run(session, list(names), {k: v for k, v in feeds.items() if k in mine}, length,
-               which)
-    return dict(zip(names, out, strict=True))
+    return _session(cone_model, which)
 
 
-def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int):
+def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int,
+          highs: dict[str, int] | None = None, deadline: float | None = None):
     """Each output's largest change per unit change of the replaced tensors: the original run
     with each replaced tensor plus ``PROBE * max(1, max|t|) * (+-1)`` (a fixed random sign per
     element of its last axis), against the original."""
@@ -494,9 +786,9 @@ def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: i
     out_names = [n for n in names if n not in replaces]
     gain = dict.fromkeys(out_names, 0.0)
     for seq, past, pad, shift in cases[-1:]:
-        feeds = hf_feeds(base, seq, past, pad, max_len, rng, shift)
-        a = base.run(out_names, feeds)
-        b = moved.run(out_names, feeds)
+        feeds = hf_feeds(base, seq, past, pad, max_len, rng, shift, highs)
+        a = _run(base, out_names, feeds, seq, "original", deadline)
+        b = _run(moved, out_names, feeds, seq, "original", deadline)
         for name, x, y in zip(out_names, a, b, strict=True):
-            gain[name] = max(gain[name], _max_diff(x, y) / PROBE)
+            gain[name] = max(gain[name], _max_diff(x, y, finite=True) / PROBE)
     return gain

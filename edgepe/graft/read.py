@@ -11,6 +11,7 @@ onnx's loader, which would open any path the file names, is not used.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,14 @@ def _bounded_bytes(path: Path, what: str) -> bytes:
 
 
 def parse_model(data: bytes, where: str, error: type[Exception] = BadParameterError,
-                folder: Path | None = None):
+                folder: Path | None = None, files: list[Path] | None = None):
     """An ``onnx.ModelProto`` from ``data``, or one line naming why it is not an ONNX model.
 
     A model whose tensors live in external files is refused, their paths never opened, unless
-    ``folder`` (the model's own) is given: then they are read from there (``_inline_external``).
-    """
+    ``folder`` (the model's own) is given: then they are read from there (``_inline_external``;
+    each file read is appended to ``files``). Refused too (issue 41: each was an internal
+    error): an ONNX opset newer than this onnx knows, and a tensor whose data does not hold
+    what its dims and type declare (``check_tensor_data``)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -59,14 +62,84 @@ def parse_model(data: bytes, where: str, error: type[Exception] = BadParameterEr
         raise error(f"{where} is not an ONNX model: {first}") from None
     if not model.HasField("graph") or not model.opset_import:
         raise error(f"{where} is not an ONNX model: it has no graph or no opset")
+    check_opset(model, where, error)
     external = [t for t in _all_initializers(model.graph)
                 if t.data_location == onnx.TensorProto.EXTERNAL]
     if external and folder is not None:
-        _inline_external(external, folder, where)
+        _inline_external(external, folder, where, files)
     elif external:
         raise error(f"{where} keeps tensors in external files; graft reads self-contained models "
                     "only (onnx.save without save_as_external_data)")
+    for tensor in _all_initializers(model.graph):
+        check_tensor_data(tensor, where, error)
     return model
+
+
+def check_opset(model, where: str, error: type[Exception] = BadParameterError) -> None:
+    """Refuse a default-domain opset this onnx does not know (opset 99 was an internal error in
+    the version converter)."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and not 1 <= entry.version <= newest:
+            raise error(f"{where} imports ONNX opset {entry.version}; this onnx "
+                        f"{onnx.__version__} knows opsets 1 to {newest}")
+
+
+# Bits per element of the sub-byte types (packed in raw_data, two or four to a byte).
+_SUB_BYTE = {"UINT4": 4, "INT4": 4, "FLOAT4E2M1": 4, "UINT2": 2, "INT2": 2, "FLOAT6E2M3": 6,
+             "FLOAT6E3M2": 6}
+
+
+def declared_bytes(tensor) -> int:
+    """The bytes ``tensor``'s dims and type declare (exact Python ints: no overflow)."""
+    import math
+
+    import onnx
+    from onnx import helper
+
+    count = math.prod(int(d) for d in tensor.dims)
+    name = onnx.TensorProto.DataType.Name(tensor.data_type) \
+        if tensor.data_type in onnx.TensorProto.DataType.values() else "UNDEFINED"
+    if name in _SUB_BYTE:
+        return (count * _SUB_BYTE[name] + 7) // 8
+    if name in ("UNDEFINED", "STRING"):
+        return 0  # no fixed size (strings carry their own)
+    return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+
+def check_tensor_data(tensor, where: str, error: type[Exception] = BadParameterError) -> None:
+    """Refuse (one line) a tensor whose data is not what its dims and type declare: negative
+    dims, ``raw_data`` of another length, a typed field of another count (a declared
+    ``[2^20, 2^20]`` float without data was a ValueError deep in numpy, exit 3)."""
+    import math
+
+    import onnx
+    from onnx import helper
+
+    dims = [int(d) for d in tensor.dims]
+    if any(d < 0 for d in dims):
+        raise error(f"{where}: tensor {tensor.name!r} has negative dims {dims}")
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return
+    if tensor.data_type not in onnx.TensorProto.DataType.values() or \
+            tensor.data_type == onnx.TensorProto.UNDEFINED:
+        raise error(f"{where}: tensor {tensor.name!r} has unknown data type {tensor.data_type}")
+    count = math.prod(dims)
+    name = onnx.TensorProto.DataType.Name(tensor.data_type)
+    if tensor.HasField("raw_data"):
+        have, want = len(tensor.raw_data), declared_bytes(tensor)
+        unit = "B of raw data"
+    else:
+        have = len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type)))
+        want = 2 * count if name.startswith("COMPLEX") else count
+        if name in _SUB_BYTE:  # packed in int32_data by some writers, one per element by others
+            want = have if have in (count, (count * _SUB_BYTE[name] + 7) // 8) else count
+        unit = "values"
+    if have != want:
+        raise error(f"{where}: tensor {tensor.name!r} declares {dims} {name} ({want} {unit}) "
+                    f"but holds {have}; refused")
 
 
 def _all_initializers(graph) -> Iterable[Any]:
@@ -75,16 +148,30 @@ def _all_initializers(graph) -> Iterable[Any]:
         for attr in node.attribute:
             if attr.HasField("t"):
                 yield attr.t
+            yield from attr.tensors
             for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
                 yield from _all_initializers(sub)
 
 
-def _inline_external(tensors: list, folder: Path, where: str) -> None:
-    """Read each external tensor's bytes from ``folder`` (see the module doc) into ``raw_data``."""
+# The longest external-data location read (a path of PATH_MAX bytes), and of one part of it.
+LOCATION_LIMIT, NAME_LIMIT = 4096, 255
+
+
+def _inline_external(tensors: list, folder: Path, where: str,
+                     files: list[Path] | None = None) -> None:
+    """Read each external tensor's bytes from ``folder`` (see the module doc) into ``raw_data``.
+
+    Everything is checked before the first byte is read (issue 41): each location (no NUL, at
+    most ``LOCATION_LIMIT`` bytes, parts of at most ``NAME_LIMIT``, inside ``folder``, a
+    regular file), each range (inside its file, exactly the bytes the tensor's dims and type
+    declare), no two tensors reading overlapping bytes (no writer shares them; each tensor
+    materialises its own copy, so 2,400 tensors on one 1 MiB range made 6.7 GB), and the total
+    under ``EXTERNAL_BYTES_LIMIT``. Each file is then opened once."""
     import onnx
 
     root = folder.resolve()
     total = 0
+    plan: list[tuple[Any, Path, int, int]] = []
     for tensor in tensors:
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
@@ -93,37 +180,78 @@ def _inline_external(tensors: list, folder: Path, where: str) -> None:
         except (KeyError, ValueError):
             raise BadParameterError(f"{where}: tensor {tensor.name!r} names external data without "
                                     "a valid length") from None
-        target = (root / location).resolve()
+        encoded = location.encode("utf-8", "surrogateescape")
+        if "\0" in location or len(encoded) > LOCATION_LIMIT or any(
+                len(part) > NAME_LIMIT for part in encoded.split(b"/")):
+            raise BadParameterError(
+                f"{where}: tensor {tensor.name!r} names an external data location of "
+                f"{len(encoded)} B{' with a NUL byte' if chr(0) in location else ''}, not a file "
+                f"name (at most {LOCATION_LIMIT} B, {NAME_LIMIT} B a part); refused")
+        try:
+            target = (root / location).resolve()
+            regular = target.is_file()
+            size = target.stat().st_size if regular else 0
+        except (OSError, ValueError) as exc:
+            raise BadParameterError(f"{where}: external data {location[:80]!r} of tensor "
+                                    f"{tensor.name!r} cannot be read: "
+                                    f"{getattr(exc, 'strerror', None) or exc}") from None
         if not location or Path(location).is_absolute() or root not in target.parents:
             raise BadParameterError(f"{where}: tensor {tensor.name!r} names external data "
                                     f"{location!r} outside the model's folder; refused")
-        if not target.is_file():
+        if not regular:
             raise BadParameterError(f"{where}: external data {location!r} of tensor "
                                     f"{tensor.name!r} is not a regular file beside the model")
-        size = target.stat().st_size
         total += length
         if offset < 0 or length < 0 or offset + length > size:
             raise BadParameterError(f"{where}: tensor {tensor.name!r} reads bytes {offset}.."
                                     f"{offset + length} of {location!r}, which has {size:,} B")
+        want = declared_bytes(tensor)
+        if length != want:
+            raise BadParameterError(
+                f"{where}: tensor {tensor.name!r} declares {list(tensor.dims)} "
+                f"{onnx.TensorProto.DataType.Name(tensor.data_type)} ({want:,} B) but names "
+                f"{length:,} B of external data in {location!r}; refused")
         if total > EXTERNAL_BYTES_LIMIT:
             raise BadParameterError(f"{where}: its external data exceed "
                                     f"{EXTERNAL_BYTES_LIMIT:,} B; refused")
+        plan.append((tensor, target, offset, length))
+    by_file: dict[Path, list[tuple[int, int, str]]] = {}
+    for tensor, target, offset, length in plan:
+        ranges = by_file.setdefault(target, [])
+        if length:  # (an empty tensor reads nothing, wherever its offset)
+            ranges.append((offset, offset + length, tensor.name))
+    for target, ranges in by_file.items():
+        ranges.sort()  # by start: any two that overlap make two neighbours overlap
+        for (_, end, first), (start, _, second) in itertools.pairwise(ranges):
+            if start < end:
+                raise BadParameterError(
+                    f"{where}: tensors {first!r} and {second!r} read overlapping bytes of "
+                    f"external data {target.name!r} (no writer shares bytes between tensors; "
+                    "each would be materialised again); refused")
+        if files is not None:
+            files.append(target)
+    for target in by_file:
         with target.open("rb") as f:
-            f.seek(offset)
-            raw = f.read(length)
-        if len(raw) != length:
-            raise BadParameterError(f"{where}: {location!r} ended early (tensor {tensor.name!r})")
-        tensor.raw_data = raw
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
+            for tensor, at, offset, length in plan:
+                if at != target:
+                    continue
+                f.seek(offset)
+                raw = f.read(length)
+                if len(raw) != length:
+                    raise BadParameterError(f"{where}: {target.name!r} ended early (tensor "
+                                            f"{tensor.name!r})")
+                tensor.raw_data = raw
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
 
 
-def load_model(path: str | Path):
+def load_model(path: str | Path, files: list[Path] | None = None):
     """The user's model at ``path`` (bounded read; external data read from its folder only, see
-    the module doc) and its size in bytes (external data included)."""
+    the module doc) and its size in bytes (external data included); the external data files
+    read are appended to ``files`` (graft's inputs: never an output)."""
     path = Path(path)
     data = _bounded_bytes(path, "model")
-    model = parse_model(data, f"model {str(path)!r}", folder=path.parent)
+    model = parse_model(data, f"model {str(path)!r}", folder=path.parent, files=files)
     return model, max(len(data), model.ByteSize())
 
 

@@ -412,9 +412,10 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     pe = compose.add_prefix(pe, prefix)
     # the PE's inputs: its first is fed by `positions`, a second (longrope) by `condition`;
     # MPT's bias takes none
-    feeds = dict(zip((v.name for v in pe.graph.input), (positions, condition), strict=False))
+    guard, guarded = _range_guard(pe, prefix, positions, record)
+    feeds = dict(zip((v.name for v in pe.graph.input), (guarded, condition), strict=False))
     rename = {prefix + out: at for out, at in replaces.items()}
-    nodes = list(pe.graph.node)
+    nodes = [*guard.node, *pe.graph.node]
     for n in nodes:
         n.input[:] = [feeds.get(name, name) for name in n.input]
         n.output[:] = [rename.get(name, name) for name in n.output]
@@ -438,7 +439,7 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     removed["bytes"] += dropped
     del graph.node[:]
     graph.node.extend(removed["nodes"])
-    graph.initializer.extend(pe.graph.initializer)
+    graph.initializer.extend([*guard.initializer, *pe.graph.initializer])
     stale = {*replaces.values(), *removed["names"]}
     keep = [v for v in graph.value_info if v.name not in stale]
     del graph.value_info[:]
@@ -446,10 +447,40 @@ def splice_found(model, pe, replaces: dict[str, str], positions: str, record: di
     model.ir_version = max(model.ir_version,
                            helper.find_min_ir_version_for(list(model.opset_import), True))
     entry = _record_and_check(model, number, record)
-    pe_bytes = sum(n.ByteSize() for n in nodes) + sum(t.ByteSize() for t in pe.graph.initializer)
+    pe_bytes = sum(n.ByteSize() for n in nodes) + sum(
+        t.ByteSize() for t in [*guard.initializer, *pe.graph.initializer])
     return Grafted(model, ", ".join(replaces.values()), Positions("input", positions), prefix,
                    False, False, False, False, entry.ByteSize(), None, removed["count"],
                    removed["bytes"], pe_bytes)
+
+
+def _range_guard(pe, prefix: str, positions: str, record: dict[str, Any]):
+    """``(graph, name)``: for RoPE's PE (tables, or sliced bits, of ``record['max_len']``
+    positions), nodes that make ``name`` from ``positions``: the same values, and a failed run
+    for a position below 0 or from ``max_len`` on (a Gather of one zero at index 1); other PEs:
+    no nodes, ``positions`` itself. The model's own cos/sin answer at any position, the graft's
+    tables only at ``0 .. max_len - 1``: past them it must fail, never answer something else
+    (issue 41: the table took -1 as its last row, 0.28 off on the tests' Llama; sliced RoPE was
+    0.48 off at 64 with --max-len 64)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    if record.get("scheme") != "rope" or not record.get("max_len") or not pe.graph.input:
+        return helper.make_graph([], "guard", [], []), positions
+    elem = pe.graph.input[0].type.tensor_type.elem_type or TensorProto.INT64
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    g = f"{prefix}range_guard/"
+    inits = [numpy_helper.from_array(np.zeros(1, dtype), g + "zero"),
+             numpy_helper.from_array(np.asarray(0, dtype), g + "first"),
+             numpy_helper.from_array(np.asarray(record["max_len"], dtype), g + "end")]
+    nodes = [helper.make_node("Less", [positions, g + "first"], [g + "below"]),
+             helper.make_node("Less", [positions, g + "end"], [g + "inside"]),
+             helper.make_node("Not", [g + "inside"], [g + "past"]),
+             helper.make_node("Or", [g + "below", g + "past"], [g + "outside"]),
+             helper.make_node("Cast", [g + "outside"], [g + "index"], to=TensorProto.INT64),
+             helper.make_node("Gather", [g + "zero", g + "index"], [g + "naught"]),
+             helper.make_node("Add", [positions, g + "naught"], [g + "positions"])]
+    return helper.make_graph(nodes, "guard", [], [], inits), g + "positions"
 
 
 def _record_and_check(model, number: int, record: dict[str, Any]):

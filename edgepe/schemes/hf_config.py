@@ -453,10 +453,10 @@ def _rope(c: _Reader, model_type: str) -> HFTranslation:
                     return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
                 below = get_mscale(factor, mscale_all)
-                if below <= 0:  # issue 41: a ZeroDivisionError (exit 3) before
+                if not below > 0 or not math.isfinite(below):  # (issue 41: ZeroDivisionError)
                     raise BadParameterError(
                         f"HF config: yarn mscale_all_dim {mscale_all!r} with factor {factor!r} "
-                        f"gives 0.1 mscale_all_dim ln(factor) + 1 = {below!r}: it must be > 0")
+                        f"makes the attention factor's divisor {below!r}; it must be positive")
                 attention = float(get_mscale(factor, mscale) / below)
                 notes.append(f"yarn attention factor {attention!r} from mscale/mscale_all_dim")
             if attention is not None:
