@@ -50,6 +50,7 @@ from edgepe.contract.commit import atomic_write, cannot_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
+from edgepe.graft.discover import accepted_together, discover
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     Found,
@@ -212,13 +213,21 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             check_output(path, inputs, force)
     original, size = load_model(model)
     found = find_pe(original)
+    together, seen = False, []
+    if not found or (len(found) > 1 and streams(original, found) is None):
+        # the exporter's graph shapes unknown to find_pe: the PE found by its values (issue 40)
+        discovered, seen = discover(original)
+        together = accepted_together(discovered)
+        if len(discovered) == 1 or together or (discovered and not found):
+            found = discovered
     if not found:
         raise BadParameterError(
-            f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * "
-            "inv_freq, p * inv_freq)) and a position table (a constant [L, D] gathered by "
-            "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
-    per_stream = streams(original, found) if len(found) > 1 else None
-    if len(found) > 1 and (per_stream is None or rope_lowering):
+            f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
+            "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
+            "positions)" + (f"; saw {'; '.join(seen)}" if seen else "") +
+            "; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+    per_stream = streams(original, found) if len(found) > 1 and not together else None
+    if len(found) > 1 and ((per_stream is None and not together) or rope_lowering):
         raise BadParameterError(
             f"{len(found)} PE candidates in {str(model)!r}: "
             + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR"
@@ -290,10 +299,12 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     count = f" x{len(found)}" if len(found) > 1 else ""
     found_line = (f"found {pick.family}{count}, one per input stream: "
                   + "; ".join(f.where for f in found) if per_stream else
+                  f"found {pick.family}{count}, each replaced: "
+                  + "; ".join(f.where for f in found) if together else
                   f"found {pick.describe()}")
     report = GraftReport(f"{record['scheme']}{count} ({how}, {kind}, {record['max_len']} "
                          f"positions{lowered})",
-                         grafted.at, ", ".join(f.positions for f in found) if per_stream else
+                         grafted.at, ", ".join(f.positions for f in found) if per_stream or together else
                          pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
