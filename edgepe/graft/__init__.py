@@ -50,7 +50,7 @@ from edgepe.contract.commit import atomic_write, cannot_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
-from edgepe.graft.discover import accepted_together, discover
+from edgepe.graft.discover import accepted_together, confirm, discover
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     Found,
@@ -212,11 +212,13 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         for path in (out, _data_path(out)):
             check_output(path, inputs, force)
     original, size = load_model(model)
-    found = find_pe(original)
-    together, seen = False, []
+    # a table find_pe matched must be gathered by positions, by its values (issue 40)
+    found, seen = confirm(original, find_pe(original))
+    together = False
     if not found or (len(found) > 1 and streams(original, found) is None):
         # the exporter's graph shapes unknown to find_pe: the PE found by its values (issue 40)
-        discovered, seen = discover(original)
+        discovered, more = discover(original)
+        seen = list(dict.fromkeys([*seen, *more]))
         together = accepted_together(discovered)
         if len(discovered) == 1 or together or (discovered and not found):
             found = discovered
@@ -301,7 +303,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                   + "; ".join(f.where for f in found) if per_stream else
                   f"found {pick.family}{count}, each replaced: "
                   + "; ".join(f.where for f in found) if together else
-                  f"found {pick.describe()}")
+                  f"found {pick.describe()}") + (f"; also saw {'; '.join(seen)}" if seen else "")
     report = GraftReport(f"{record['scheme']}{count} ({how}, {kind}, {record['max_len']} "
                          f"positions{lowered})",
                          grafted.at, ", ".join(f.positions for f in found) if per_stream or together else

@@ -90,7 +90,7 @@ def candidates(model) -> dict[str, Any]:
     graph = model.graph
     consts = _constants(graph)
     makers, readers = graph_index(graph)
-    rope, tables, alibi = [], [], []
+    rope, tables, alibi, notes = [], [], [], []
     seen_angles = set()
     for node in graph.node:
         if node.op_type == "Cos" and node.input[0] not in seen_angles:
@@ -123,13 +123,40 @@ def candidates(model) -> dict[str, Any]:
             for i in (0, 1):
                 slopes = consts.get(node.input[i])
                 cast = makers.get(node.input[1 - i])
-                if slopes is None or slopes.dtype != np.float32 or slopes.ndim not in (2, 3) \
-                        or slopes.shape[0] < 1 or any(d != 1 for d in slopes.shape[1:]) or \
-                        cast is None or cast.op_type != "Cast" or cast.input[0] in consts:
+                if slopes is None or slopes.ndim not in (2, 3) or slopes.shape[0] < 2 or \
+                        any(d != 1 for d in slopes.shape[1:]) or cast is None or \
+                        cast.op_type != "Cast" or cast.input[0] in consts:
+                    continue
+                if slopes.dtype != np.float32:  # Falcon's ALiBi: slopes times positions in bf16
+                    notes.append(f"ALiBi-like slopes {node.input[i]!r} {list(slopes.shape)} "
+                                 f"in {slopes.dtype} at Mul {node.output[0]!r} (graft builds "
+                                 "float32 ALiBi only)")
                     continue
                 alibi.append({"node": node, "slopes": slopes, "slopes_name": node.input[i],
                               "positions": cast.input[0]})
-    return {"rope": rope, "tables": tables, "alibi": alibi, "makers": makers}
+        elif node.op_type == "Add":
+            for i in (0, 1):
+                table = consts.get(node.input[i])
+                if table is not None and table.ndim == 2 and table.dtype == np.float32 and \
+                        node.input[1 - i] not in consts and _is_whisper_sinusoidal(table):
+                    notes.append(f"Whisper's encoder sinusoidal table {node.input[i]!r} "
+                                 f"{list(table.shape)}, a constant added whole at Add "
+                                 f"{node.output[0]!r} (no positions to gather it by: kept)")
+    return {"rope": rope, "tables": tables, "alibi": alibi, "makers": makers, "notes": notes}
+
+
+def _is_whisper_sinusoidal(table) -> bool:
+    """Whether ``table [L, D]`` is Whisper's ``sinusoids(L, D)``: ``[sin(p w) | cos(p w)]``,
+    ``w_i = exp(-i ln(10000) / (D/2 - 1))`` (fairseq's frequencies, no padding row)."""
+    import numpy as np
+
+    from edgepe.graft.find_hf import _sinusoid_within
+
+    length, width = table.shape
+    half = width // 2
+    if width % 2 or half < 2 or length < 2:
+        return False
+    return _sinusoid_within(table, np.exp(-np.arange(half) * (np.log(10000.0) / (half - 1))))
 
 
 def _probe_model(model, names: list[str]):
@@ -284,9 +311,9 @@ def discover(model) -> tuple[list[Found], list[str]]:
     needs += [a["positions"] for a in found_c["alibi"]]
     needs = list(dict.fromkeys(needs))
     if not needs:
-        return [], []
+        return [], found_c["notes"]
     runs = _runs(model, needs)
-    found, seen = [], []
+    found, seen = [], list(found_c["notes"])
     for r in found_c["rope"]:
         angles = [values[r["angle"]] for values, _, _ in runs]
         fitted = None
@@ -308,6 +335,11 @@ def discover(model) -> tuple[list[Found], list[str]]:
         source, w = fitted
         layout, rotary = _layout(w)
         positions = np.asarray(runs[0][0][source])
+        if positions.ndim >= 4 and positions.shape[0] == 3:  # (the probe's batch is 2)
+            seen.append(f"a RoPE angle {r['angle']!r} {list(np.asarray(angles[0]).shape)} over "
+                        f"three position streams {source!r} {list(positions.shape)}: multimodal "
+                        "RoPE (Qwen2-VL's mrope), which graft has no scheme for yet")
+            continue
         flat = not (positions.ndim and positions.shape[-1] == 1 and
                     positions.shape[:-1] == np.asarray(angles[0]).shape[:-1])
         half = w[: w.size // 2] if layout == "half" else w[0::2] if layout == "interleaved" \
@@ -413,3 +445,26 @@ def accepted_together(found: list[Found]) -> bool:
     return len(ropes) == len(found) and all(
         not np.array_equal(a.params["inv_freq"], b.params["inv_freq"])
         for i, a in enumerate(ropes) for b in ropes[i + 1:])
+
+
+def confirm(model, found: list[Found]) -> tuple[list[Found], list[str]]:
+    """``(kept, seen)``: ``find_pe``'s table candidates whose index is positions by its values
+    (``_positions_offset``), the others dropped and said in words (T5's relative-position
+    buckets read as a "learned" table before issue 40); RoPE and ALiBi pass as found."""
+    import numpy as np
+
+    tables = [f for f in found if "table" in f.params and f.positions and
+              not f.params.get("discovered")]
+    if not tables:
+        return found, []
+    runs = _runs(model, list(dict.fromkeys(f.positions for f in tables)))
+    kept, seen = [], []
+    for f in found:
+        if f in tables and _positions_offset(f.positions, runs) is None:
+            index = np.asarray(runs[0][0][f.positions])
+            seen.append(f"a constant table {f.params['table_name']!r} "
+                        f"{list(f.params['table'].shape)} gathered by {f.positions!r} "
+                        f"{list(index.shape)}, not positions ({_what_index(index)})")
+            continue
+        kept.append(f)
+    return kept, seen
