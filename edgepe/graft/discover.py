@@ -359,13 +359,16 @@ def discover(model) -> tuple[list[Found], list[str]]:
                             "attention_factor": np.float32(r["factor"]), "layout": layout,
                             "rotary_dim": rotary, "choice": None, **columns,
                             "flat_positions": flat, "discovered": True}))
+    offsets: dict[str, int | None] = {}
     for t in found_c["tables"]:
         node, table = t["node"], t["table"]
         index = runs[0][0][t["index"]]
         nd = t["nd"]
         if nd and (np.asarray(index).ndim < 1 or np.asarray(index).shape[-1] != 1):
             continue
-        offset = _positions_offset(t["index"], runs)
+        if t["index"] not in offsets:  # one index read by many tables: checked once
+            offsets[t["index"]] = _positions_offset(t["index"], runs)
+        offset = offsets[t["index"]]
         if offset is None:
             if not np.array_equal(runs[0][0][t["index"]], runs[1][0][t["index"]]):
                 continue  # token embeddings: gathered by the ids
