@@ -237,8 +237,8 @@ def _rope_model(w: np.ndarray, offset: int = 0, positions_input: bool = False):
               helper.make_node("Mul", ["x", "sin"], ["xs"]),
               helper.make_node("Add", ["xc", "xs"], ["logits"])]
     graph = helper.make_graph(nodes, "rope", inputs,
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
-                              inits)
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                             ["B", "S", k])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -355,3 +355,79 @@ def test_tables_gathered_by_positions_are_each_found():
     assert [f.replaces for f in found] == [["g0"], ["g1"], ["g2"]] and not seen
     assert all(f.family == "learned" and f.params["offset"] == 0 for f in found)
     assert not discover.accepted_together(found)  # tables on one stream: not all the model's
+
+
+def _two_ropes(w1: np.ndarray, w2: np.ndarray):
+    """``_rope_model(w1)`` with a second rotation of the same positions by ``w2`` added in."""
+    model = _rope_model(w1)
+    graph = model.graph
+    graph.initializer.append(numpy_helper.from_array(w2.astype(np.float32), "w2"))
+    graph.output[0].name = "logits2"
+    for node in graph.node:
+        if node.output[0] == "logits":
+            node.output[0] = "first"
+    graph.node.extend([helper.make_node("Mul", ["pf", "w2"], ["angle2"]),
+                       helper.make_node("Cos", ["angle2"], ["cos2"]),
+                       helper.make_node("Sin", ["angle2"], ["sin2"]),
+                       helper.make_node("Mul", ["first", "cos2"], ["fc"]),
+                       helper.make_node("Mul", ["first", "sin2"], ["fs"]),
+                       helper.make_node("Add", ["fc", "fs"], ["logits2"])])
+    return model
+
+
+def test_two_ropes_of_different_bases_are_each_replaced(tmp_path):
+    """Gemma3's and ModernBERT's local and global RoPE, in small: graft replaces both."""
+    h = np.array([1.0, 0.1], np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_ropes(np.concatenate([h, h]), np.repeat(h / 4, 2)), path)
+    report = graft_found(path, tmp_path / "out.onnx", max_len=32)
+    assert report.found.startswith("found rope x2, each replaced: (half layout, R=4")
+    assert "(interleaved layout, R=4" in report.found
+    assert all(c.passed for c in report.checks) and len(report.checks) == 5
+    assert not any(n.op_type in ("Cos", "Sin") for n in onnx.load(tmp_path / "out.onnx").graph.node)
+
+
+def test_two_ropes_of_the_same_frequencies_are_refused(tmp_path):
+    h = np.array([1.0, 0.1], np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_ropes(h, h), path)
+    with pytest.raises(BadParameterError, match=r"^2 PE candidates in .*: rope \(caches layout"):
+        graft_found(path, tmp_path / "out.onnx", max_len=32)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_rope_columns_table_size_and_sliced_mode():
+    """An interleaved angle goes in as its own columns: both tables' K values per position
+    count against the size limit, and --mode sliced (half-layout cos/sin) is refused."""
+    from edgepe.graft import build_found
+
+    h = np.array([1.0, 0.1], np.float32)
+    model = _rope_model(np.repeat(h, 2))
+    (found,), _ = discover.discover(model)
+    limit = 16 * 2 * 4 * 4  # 16 positions, two tables of K = 4 float32 columns
+    pe, record = build_found(model, found, 16, table_bytes_limit=limit)
+    assert record["layout"] == "interleaved" and record["rotary_dim"] == 4
+    out = _session(pe).run(None, {pe.graph.input[0].name: np.arange(16)[:, None]})
+    angle = np.arange(16, dtype=np.float32)[:, None] * np.repeat(h, 2)
+    assert np.array_equal(out[0], np.cos(angle.astype(np.float64)).astype(np.float32))
+    with pytest.raises(BadParameterError, match="over graft's 511 B limit"):
+        build_found(model, found, 16, table_bytes_limit=limit - 1)
+    with pytest.raises(BadParameterError, match="this model's angle is interleaved: it goes in "
+                                                "as tables"):
+        build_found(model, found, 16, mode="sliced")
+
+
+def test_alibi_with_the_models_own_slopes_shape():
+    """Bloom without a mask input: slopes [H, 1, 1] times positions [S] is [H, 1, S]."""
+    from edgepe.graft.find_hf import _alibi_shaped
+    from edgepe.schemes.alibi import slopes
+
+    mine = slopes(4).numpy().reshape(4, 1, 1)
+    pe = _alibi_shaped(mine, 18, ["seq"], TensorProto.INT64)
+    dims = [d.dim_value or d.dim_param for d in pe.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [4, 1, "seq"]
+    (bias,) = _session(pe).run(None, {"positions": np.arange(5)})
+    assert np.array_equal(bias, mine * np.arange(5, dtype=np.float32))
+    pe = _alibi_shaped(mine.reshape(4, 1), 18, ["batch", 1, "seq"], TensorProto.INT32)
+    dims = [d.dim_value or d.dim_param for d in pe.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 4, "seq"]
