@@ -140,10 +140,8 @@ def test_bloom_alibi_of_slopes_h11_times_a_range_grafts(exported):
     ("bert", "found learned (table 'lm.embeddings.position_embeddings.weight' [128, 32]) at "
              "Gather 'embedding_2', positions 'slice_1'"),
     ("cohere", "found rope (interleaved layout, R=8, angle 'repeat_interleave' = float32(p) * w"),
-    ("gemma3", "found rope x2, each replaced: (half layout, R=8, angle 'cat_2' = float32(p) * w, "
-               "w read off the model's values [8], base 1e+06)"),
-    ("modernbert", "found rope x2, each replaced: (half layout, R=8, angle 'cat' = float32(p) * "
-                   "w, w read off the model's values [8], base 160000)"),
+    ("gemma3", "found rope x2, each replaced: (half layout, R=8, angle 'cat_"),
+    ("modernbert", "found rope x2, each replaced: (half layout, R=8, angle 'cat"),
     ("whisper", "found learned (table 'val_160' [32, 32]) at GatherND"),
 ])
 def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
@@ -151,8 +149,9 @@ def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
     report, out = _graft(path, max_len=64 if family in ("cohere", "gemma3", "modernbert")
                          else None)
     assert report.found.startswith(start), report.found
-    if family in ("gemma3", "modernbert"):  # both bases, each stream replaced
-        assert "base 10000)" in report.found
+    if family in ("gemma3", "modernbert"):  # both bases (in either order), each replaced
+        other = "base 1e+06)" if family == "gemma3" else "base 160000)"
+        assert "base 10000)" in report.found and other in report.found, report.found
     if family == "whisper":  # the encoder's constant table named, kept
         assert "also saw Whisper's encoder sinusoidal table 'embedding' [16, 32]" in report.found
     model = onnx.load(str(out))
