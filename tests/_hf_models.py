@@ -104,8 +104,8 @@ def _config_40(family: str):
                                    head_dim=8, sliding_window=16,
                                    layer_types=["sliding_attention", "full_attention"] * 2)
     if family == "gemma3n":
-        return tf.Gemma3nTextConfig(**{**small, "num_hidden_layers": 4, "intermediate_size": [64] * 4},
-                                    num_key_value_heads=2,
+        return tf.Gemma3nTextConfig(**{**small, "num_hidden_layers": 4,
+                                       "intermediate_size": [64] * 4}, num_key_value_heads=2,
                                     head_dim=8, sliding_window=16, num_kv_shared_layers=0,
                                     layer_types=["sliding_attention", "full_attention"] * 2,
                                     hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
@@ -136,9 +136,9 @@ def _config_40(family: str):
 
 
 def export_simple(family: str, folder: Path, dynamo: bool = True):
-    """``(folder/model.onnx, the torch module exported)``: issue 40's simplest export, ``torch.onnx.export(model,
-    (input_ids,), path, dynamo=dynamo)`` with ``use_cache=False`` and a dynamic batch and
-    length, so positions (or the mask ALiBi's come from) are built inside the graph; ``logits``
+    """``(folder/model.onnx, the torch module exported)``: issue 40's simplest export,
+    ``torch.onnx.export(model, (input_ids,), path, dynamo=dynamo)`` with ``use_cache=False`` and
+    a dynamic batch and length, so positions (or the mask ALiBi's come from) are built inside the graph; ``logits``
     (an encoder's ``last_hidden_state``; T5's and Whisper's decoder reads ``input_ids`` too, the
     encoder's input a fixed ``[B, 8, 32]`` of features for Whisper)."""
     import torch

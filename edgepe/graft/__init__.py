@@ -49,8 +49,8 @@ from pathlib import Path
 from edgepe.contract.commit import atomic_write, cannot_write
 from edgepe.contract.config import check_output, write_output
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
 from edgepe.graft.discover import accepted_together, confirm, discover
+from edgepe.graft.find import DETECTABLE, Candidate, build_detected, detect
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     Found,
@@ -303,10 +303,12 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                   + "; ".join(f.where for f in found) if per_stream else
                   f"found {pick.family}{count}, each replaced: "
                   + "; ".join(f.where for f in found) if together else
-                  f"found {pick.describe()}") + (f"; also saw {'; '.join(seen)}" if seen else "")
+                  f"found {pick.describe()}")
+    found_line += f"; also saw {'; '.join(seen)}" if seen else ""
     report = GraftReport(f"{record['scheme']}{count} ({how}, {kind}, {record['max_len']} "
                          f"positions{lowered})",
-                         grafted.at, ", ".join(f.positions for f in found) if per_stream or together else
+                         grafted.at,
+                         ", ".join(f.positions for f in found) if per_stream or together else
                          pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
