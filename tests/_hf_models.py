@@ -138,9 +138,9 @@ def _config_40(family: str):
 def export_simple(family: str, folder: Path, dynamo: bool = True):
     """``(folder/model.onnx, the torch module exported)``: issue 40's simplest export,
     ``torch.onnx.export(model, (input_ids,), path, dynamo=dynamo)`` with ``use_cache=False`` and
-    a dynamic batch and length, so positions (or the mask ALiBi's come from) are built inside the graph; ``logits``
-    (an encoder's ``last_hidden_state``; T5's and Whisper's decoder reads ``input_ids`` too, the
-    encoder's input a fixed ``[B, 8, 32]`` of features for Whisper)."""
+    a dynamic batch and length, so positions (or the mask ALiBi's come from) are built inside
+    the graph; ``logits`` (an encoder's ``last_hidden_state``; T5's and Whisper's decoder reads
+    ``input_ids`` too, the encoder's input a fixed ``[B, 8, 32]`` of features for Whisper)."""
     import torch
     import transformers as tf
 
