@@ -307,17 +307,33 @@ def test_rope_from_position_ids_input_is_checked_at_shifted_positions():
     assert [f.positions for f in found] == ["p"] and found[0].params["layout"] == "caches"
 
 
-def test_offset_read_off_every_row_and_flattened_or_broadcast_rows():
-    expected = np.array([[0, 1, 2], [0, 1, 2]])
-    assert discover._offset(np.array([[2, 3, 4], [2, 3, 4]]), expected) == 2
-    assert discover._offset(np.array([2, 3, 4, 2, 3, 4]), expected) == 2  # XGLM's flat
-    assert discover._offset(np.array([[5, 6, 7]]), expected) == 5  # one row for all
-    assert discover._offset(np.array([[0, 1, 2], [0, 1, 3]]), expected) is None
-    assert discover._offset(np.array([[0, 2, 4], [0, 2, 4]]), expected) is None
-    assert discover._offset(np.array([[0.0, 1, 2]] * 2), expected) is None  # floats: no index
-    shifted = np.array([[5, 6, 7], [3, 4, 5]])
-    assert discover._offset(shifted + 1, shifted) == 1
-    assert discover._offset(np.array([[6, 7, 8]]), shifted) is None  # row 1 is not row 0
+def test_start_of_consecutive_rows_flattened_or_not():
+    assert discover._start(np.array([[2, 3, 4], [2, 3, 4]]), 3) == 2
+    assert discover._start(np.array([2, 3, 4, 2, 3, 4]), 3) == 2  # XGLM's flat [B * S]
+    assert discover._start(np.array([[[5], [6], [7]]]), 3) == 5  # GatherND's [.., 1]
+    assert discover._start(np.array([[0, 1, 2, 3, 4, 5, 6, 7]]), 3) == 0  # an encoder's [P + S]
+    assert discover._start(np.array([[0, 1, 2], [0, 1, 3]]), 3) is None
+    assert discover._start(np.array([[0, 2, 4], [0, 2, 4]]), 3) is None  # step 2
+    assert discover._start(np.array([[4, 3, 2]]), 3) is None  # step -1
+    assert discover._start(np.array([[1, 1, 1]]), 3) is None  # BERT's token types
+    assert discover._start(np.array([[0.0, 1, 2]]), 3) is None  # floats index nothing
+    assert discover._start(np.array([7]), 1) is None  # one value proves nothing
+
+
+def test_encoder_and_decoder_tables_of_marian_are_both_positions():
+    """confirm() keeps each stack's table: the encoder's positions span ``past + seq`` tokens,
+    the decoder's the ``seq`` new ones after ``past``."""
+    runs = [({"enc": np.arange(6)[None].repeat(2, 0), "dec": np.arange(6)[None].repeat(2, 0)},
+             {}, np.arange(6)[None].repeat(2, 0))] * 2 + [
+        ({"enc": np.arange(8)[None].repeat(2, 0), "dec": np.arange(5, 8)[None].repeat(2, 0) + 2},
+         {}, np.arange(5, 8)[None].repeat(2, 0))]
+    assert discover._positions_offset("enc", runs) == 0
+    assert discover._positions_offset("dec", runs) == 0
+    shifted = [({"p": e + 2}, {}, e) for (_, _, e) in runs]
+    assert discover._positions_offset("p", shifted) == 2
+    moved = [({"p": runs[0][2]}, {}, runs[0][2]), ({"p": runs[0][2] + 1}, {}, runs[0][2]),
+             runs[2]]
+    assert discover._positions_offset("p", moved) is None  # changed with the token ids
 
 
 def test_layout_names_half_interleaved_and_caches():

@@ -219,40 +219,40 @@ def _runs(model, names: list[str]) -> list[tuple[dict, dict, Any]]:
     return runs
 
 
-def _offset(values, expected) -> int | None:
-    """``k`` when ``values`` (any shape holding ``expected``'s rows ``[B, S]``, flattened or one
-    row for all) is ``expected + k`` on every row, else None."""
+def _start(values, seq: int) -> int | None:
+    """The first position when ``values`` holds runs of consecutive integers (step 1) on every
+    row: rows of its last axis (a trailing axis of 1 dropped: GatherND's index), or rows of the
+    run's ``seq`` new tokens (XGLM flattens ``[B, S]``); else None. Each stack's own length: an
+    encoder's positions span the whole input while a decoder's cover the new tokens only."""
     import numpy as np
 
     values = np.asarray(values)
-    batch, seq = expected.shape
-    if values.dtype.kind not in "iu" or values.size == 0 or values.size % seq:
+    if values.dtype.kind not in "iu" or values.size < 2:
         return None
-    rows = values.reshape(-1, seq).astype(np.int64)
-    k = int(rows[0, 0]) - int(expected[0, 0])
-    if len(rows) % batch == 0 and np.array_equal(
-            rows, np.tile(expected, (len(rows) // batch, 1)) + k):
-        return k
-    if np.all(expected == expected[0]) and np.array_equal(rows, np.broadcast_to(
-            expected[0] + k, rows.shape)):
-        return k
+    while values.ndim > 1 and values.shape[-1] == 1:
+        values = values[..., 0]
+    for n in dict.fromkeys((values.shape[-1] if values.ndim else 1, seq)):
+        if n < 2 or values.size % n:
+            continue
+        rows = values.reshape(-1, n).astype(np.int64)
+        if np.all(np.diff(rows, axis=1) == 1):
+            return int(rows[0, 0])
     return None
 
 
 def _positions_offset(name: str, runs) -> int | None:
-    """The offset ``k`` of ``name`` as positions: unchanged by the token ids (runs 0 and 1) and
-    ``positions + k`` in every run, or None."""
+    """The offset ``k`` of ``name`` as positions: unchanged by the token ids (runs 0 and 1),
+    consecutive positions in every run (``_start``), ``k`` the first one in the first prefill
+    less the first position the model was given (0, or ``position_ids``'); else None."""
     import numpy as np
 
     first = np.asarray(runs[0][0][name])
     if not np.array_equal(first, np.asarray(runs[1][0][name])):
         return None  # token ids (word embeddings), not positions
-    offsets = {_offset(values[name], expected) for values, _, expected in runs}
-    if len(offsets) != 1 or None in offsets:
+    starts = [_start(values[name], expected.shape[-1]) for values, _, expected in runs]
+    if None in starts:
         return None
-    if first.size and np.all(first == first.ravel()[0]) and first.size > 1:
-        return None  # one row for every token (BERT's token types)
-    return offsets.pop()
+    return starts[0] - int(runs[0][2][0, 0])
 
 
 def _fit_angle(angle_runs, positions_runs):
