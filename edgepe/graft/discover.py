@@ -47,7 +47,9 @@ from edgepe.graft.find_hf import (
     _is_sincos,
     _origin,
     _scalar_factor,
+    _sinusoid_within,
 )
+from edgepe.graft.prove import _session, hf_feeds
 
 # The probing runs: a prefill of PROBE_SEQ tokens (positions 0 .. PROBE_SEQ - 1, so position 1,
 # where RoPE's angle is w itself, is always there) and a later step.
@@ -150,8 +152,6 @@ def _is_whisper_sinusoidal(table) -> bool:
     ``w_i = exp(-i ln(10000) / (D/2 - 1))`` (fairseq's frequencies, no padding row)."""
     import numpy as np
 
-    from edgepe.graft.find_hf import _sinusoid_within
-
     length, width = table.shape
     half = width // 2
     if width % 2 or half < 2 or length < 2:
@@ -193,8 +193,6 @@ def _runs(model, names: list[str]) -> list[tuple[dict, dict, Any]]:
     step 2) of ``names``; the expected positions are those transformers gives the new tokens
     (``position_ids`` where the model takes them, else ``past + arange(seq)``)."""
     import numpy as np
-
-    from edgepe.graft.prove import _session, hf_feeds
 
     session = _session(_probe_model(model, names))
     inputs = {i.name for i in session.get_inputs()}
