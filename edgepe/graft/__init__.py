@@ -36,7 +36,8 @@ bounded and hashed again as read, and a model or artifact that names external da
 (no path it names is opened).
 
 One file per role: ``read`` (the model and the artifact as untrusted input), ``find`` (the PE
-in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the original),
+in a model; ``find_hf`` by an exporter's node patterns, ``discover`` by the values the candidate
+tensors take on onnxruntime, issue 40), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the original),
 ``report`` (what it did, in words); this module holds the whole command, ``graft``.
 """
 
