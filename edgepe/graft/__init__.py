@@ -37,8 +37,9 @@ bounded and hashed again as read, and a model or artifact that names external da
 
 One file per role: ``read`` (the model and the artifact as untrusted input), ``find`` (the PE
 in a model; ``find_hf`` by an exporter's node patterns, ``discover`` by the values the candidate
-tensors take on onnxruntime, issue 40), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the original),
-``report`` (what it did, in words); this module holds the whole command, ``graft``.
+tensors take on onnxruntime, issue 40), ``splice`` (``graft_model``), ``prove`` (onnxruntime
+against the original), ``report`` (what it did, in words); this module holds the whole command,
+``graft``.
 """
 
 from __future__ import annotations

@@ -208,6 +208,12 @@ def _runs(model, names: list[str]) -> list[tuple[dict, dict, Any]]:
         for name in ID_INPUTS:
             if name in feeds:
                 feeds[name] = np.full_like(feeds[name], token)
+        for name, value in feeds.items():  # other position inputs (a decoder's): positions too
+            if "position" in name and name != "position_ids" and value.dtype.kind in "iu" \
+                    and value.ndim:
+                start = shift + (past if value.shape[-1] == seq else 0)
+                feeds[name] = np.broadcast_to(np.arange(start, start + value.shape[-1]),
+                                              value.shape).astype(value.dtype)
         if "position_ids" in feeds:
             expected = np.asarray(feeds["position_ids"]).reshape(PROBE_BATCH, -1)
         else:
