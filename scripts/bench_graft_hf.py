@@ -10,7 +10,8 @@ there (``FAMILY@23``: with ``opset_version=23``, into ``DIR/FAMILY-23``), grafte
 given (the proof runs, as for a user), then both models run in one process, one thread each,
 alternating original and grafted ``--reps`` times per workload: ``prefill`` (batch 1, 32 new
 tokens) and ``decode`` (batch 1, 1 new token after 128 cached; an encoder-decoder's encoder reads
-past + new tokens: 32, then 129). The
+past + new tokens: 32, then 129; ``simple:FAMILY``, exported with ``input_ids`` alone and no
+cache: its "decode" is one token with nothing cached). The
 ratio is of medians; the spread is the interquartile range of the per-pair ratios. Tiny models
 make the PE a larger share of the time than in a real one: a ratio near 1 here is an upper bound
 on what the graft costs a real model, a saving here is larger than it would be there.
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 FAMILIES = ("llama", "gpt2", "bloom", "gpt_neox", "gptj", "phi", "opt", "xglm", "qwen2",
             "mistral", "llama-yarn", "mpt", "marian")
 # families whose PE has its length in the model (tables, MPT's bias): no --max-len
-OWN_ROWS = ("gpt2", "opt", "gptj", "xglm", "mpt", "marian")
+OWN_ROWS = ("gpt2", "opt", "gptj", "xglm", "mpt", "marian", "bert", "roberta", "whisper")
 WORKLOADS = {"prefill": (32, 0), "decode": (1, 128)}
 
 
@@ -57,11 +58,17 @@ def row(family: str, models: Path, reps: int, quantize: str | None,
     from edgepe.graft.read import load_model
 
     name, _, opset = family.partition("@")  # "llama@23": exported with opset_version=23
-    path = models / family.replace("@", "-") / "model.onnx"
+    # "simple:cohere": issue 40's export, input_ids alone, no cache (_hf_models.export_simple)
+    simple = name.startswith("simple:")
+    name = name.removeprefix("simple:")
+    path = models / family.replace("@", "-").replace(":", "-") / "model.onnx"
     if not path.exists():
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            _hf_models.export(name, path.parent, opset=int(opset) if opset else None)
+            if simple:
+                _hf_models.export_simple(name, path.parent)
+            else:
+                _hf_models.export(name, path.parent, opset=int(opset) if opset else None)
     options = {"quantize": quantize} if quantize else {}
     if rope_lowering:
         options["rope_lowering"] = rope_lowering

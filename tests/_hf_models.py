@@ -75,7 +75,119 @@ def config(family: str):
     if family == "mpt":
         return tf.MptConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=256,
                             expansion_ratio=2)
+    if family in FAMILIES_40:
+        return _config_40(family)
     raise KeyError(family)
+
+
+# Issue 40's families, exported the simplest way (``export_simple``): tiny configs of the same
+# sizes (width 32, 4 heads, 2 layers; 4 for the per-layer-type RoPEs, so both kinds occur).
+FAMILIES_40 = ("cohere", "bert", "roberta", "gemma3", "gemma3n", "modernbert", "t5", "qwen2_vl",
+               "whisper", "falcon-alibi")
+# Encoder-only families: ``AutoModel`` (no causal LM head), its first output.
+ENCODERS = {"bert", "roberta", "modernbert"}
+
+
+def _config_40(family: str):
+    import transformers as tf
+
+    small = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128}
+    if family == "cohere":  # interleaved RoPE built by repeat_interleave
+        return tf.CohereConfig(**small, num_key_value_heads=2, pad_token_id=0)
+    if family == "bert":  # positions: a Slice of the registered position_ids buffer
+        return tf.BertConfig(**small)
+    if family == "roberta":  # positions: CumSum of the non-pad mask plus padding_idx (1)
+        return tf.RobertaConfig(**small, pad_token_id=1)
+    if family == "gemma3":  # a local and a global RoPE of different bases, per layer type
+        return tf.Gemma3TextConfig(**{**small, "num_hidden_layers": 4}, num_key_value_heads=2,
+                                   head_dim=8, sliding_window=16,
+                                   layer_types=["sliding_attention", "full_attention"] * 2)
+    if family == "gemma3n":
+        return tf.Gemma3nTextConfig(**{**small, "num_hidden_layers": 4,
+                                       "intermediate_size": [64] * 4}, num_key_value_heads=2,
+                                    head_dim=8, sliding_window=16, num_kv_shared_layers=0,
+                                    layer_types=["sliding_attention", "full_attention"] * 2,
+                                    hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+                                    laurel_rank=4, altup_num_inputs=2,
+                                    activation_sparsity_pattern=[0.0] * 4)
+    if family == "modernbert":  # local and global RoPE of different bases, an encoder
+        return tf.ModernBertConfig(**{**small, "num_hidden_layers": 3}, local_attention=8,
+                                   global_attn_every_n_layers=2, pad_token_id=0)
+    if family == "t5":  # relative position bias: refused by name
+        return tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                           num_heads=4, relative_attention_num_buckets=8,
+                           relative_attention_max_distance=16, decoder_start_token_id=0)
+    if family == "qwen2_vl":  # multimodal RoPE (three position streams): refused by name
+        return tf.Qwen2VLTextConfig(**small, num_key_value_heads=2, rope_parameters={
+            "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]})
+    if family == "whisper":  # the encoder's sinusoidal table and the decoder's learned one
+        return tf.WhisperConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+                                encoder_attention_heads=4, decoder_attention_heads=4,
+                                encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
+                                max_source_positions=16, max_target_positions=32,
+                                pad_token_id=0, decoder_start_token_id=1, eos_token_id=2,
+                                bos_token_id=1)
+    if family == "falcon-alibi":
+        return tf.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, alibi=True, new_decoder_architecture=False,
+                               multi_query=False, parallel_attn=False, bias=True)
+    raise KeyError(family)
+
+
+def export_simple(family: str, folder: Path, dynamo: bool = True):
+    """``(folder/model.onnx, the torch module exported)``: issue 40's simplest export,
+    ``torch.onnx.export(model, (input_ids,), path, dynamo=dynamo)`` with ``use_cache=False`` and
+    a dynamic batch and length, so positions (or the mask ALiBi's come from) are built inside
+    the graph; ``logits`` (an encoder's ``last_hidden_state``; T5's and Whisper's decoder reads
+    ``input_ids`` too, the encoder's input a fixed ``[B, 8, 32]`` of features for Whisper)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+    cfg = config(family)
+    if family in ENCODERS:
+        lm = tf.AutoModel.from_config(cfg).eval()
+    elif family == "t5":
+        lm = tf.T5ForConditionalGeneration(cfg).eval()
+    elif family == "whisper":
+        lm = tf.WhisperForConditionalGeneration(cfg).eval()
+    elif family == "qwen2_vl":
+        lm = tf.Qwen2VLTextModel(cfg).eval()
+    else:
+        lm = tf.AutoModelForCausalLM.from_config(cfg).eval()
+
+    class Simple(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids):
+            if family == "t5":
+                return self.lm(input_ids=input_ids, decoder_input_ids=input_ids,
+                               use_cache=False).logits
+            if family == "whisper":
+                features = torch.ones(input_ids.shape[0], 8, 32) * 0.5
+                return self.lm(input_features=features, decoder_input_ids=input_ids,
+                               use_cache=False).logits
+            if family in ENCODERS or family == "qwen2_vl":
+                return self.lm(input_ids=input_ids).last_hidden_state
+            return self.lm(input_ids=input_ids, use_cache=False).logits
+
+    g = torch.Generator().manual_seed(SEED)
+    ids = torch.randint(3, VOCAB, (2, 8), generator=g)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    simple = Simple().eval()
+    if dynamo:
+        shapes = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=32)},)
+        torch.onnx.export(simple, (ids,), path, dynamo=True, dynamic_shapes=shapes,
+                          input_names=["input_ids"], output_names=["logits"], verbose=False)
+    else:
+        torch.onnx.export(simple, (ids,), str(path), dynamo=False, opset_version=18,
+                          input_names=["input_ids"], output_names=["logits"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}})
+    return path, simple
 
 
 def model(family: str):

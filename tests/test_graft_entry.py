@@ -175,9 +175,9 @@ def test_no_pe_found(tmp_path):
     with pytest.raises(BadParameterError) as info:
         graft(model)
     assert str(info.value) == (
-        f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * inv_freq, "
-        "p * inv_freq)) and a position table (a constant [L, D] gathered by positions); pass "
-        "--pe ARTIFACT --at TENSOR or --scheme ID instead")
+        f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
+        "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
+        "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
 
 
 def test_a_model_with_data_beside_it_is_written_with_data_beside(tmp_path):

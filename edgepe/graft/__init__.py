@@ -36,8 +36,10 @@ bounded and hashed again as read, and a model or artifact that names external da
 (no path it names is opened).
 
 One file per role: ``read`` (the model and the artifact as untrusted input), ``find`` (the PE
-in a model), ``splice`` (``graft_model``), ``prove`` (onnxruntime against the original),
-``report`` (what it did, in words); this module holds the whole command, ``graft``.
+in a model; ``find_hf`` by an exporter's node patterns, ``discover`` by the values the candidate
+tensors take on onnxruntime, issue 40), ``splice`` (``graft_model``), ``prove`` (onnxruntime
+against the original), ``report`` (what it did, in words); this module holds the whole command,
+``graft``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from pathlib import Path
 from edgepe.contract.commit import cannot_write, target_lock, temp_prefix, write_temp
 from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError
+from edgepe.graft.discover import accepted_together, confirm, discover
 from edgepe.graft.find import (
     DETECTABLE,
     Candidate,
@@ -248,14 +251,24 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     external = len(inputs) > 2 or inputs[1].exists()  # as in graft
     if out is not None:
         check_output(out, inputs, force)
-    found = find_pe(original)
+    # a table find_pe matched must be gathered by positions, by its values (issue 40)
+    found, seen = confirm(original, find_pe(original))
+    together = False
+    if not found or (len(found) > 1 and streams(original, found) is None):
+        # the exporter's graph shapes unknown to find_pe: the PE found by its values (issue 40)
+        discovered, more = discover(original)
+        seen = list(dict.fromkeys([*seen, *more]))
+        together = accepted_together(discovered)
+        if len(discovered) == 1 or together or (discovered and not found):
+            found = discovered
     if not found:
         raise BadParameterError(
-            f"no PE found in {str(model)!r}: looked for RoPE (Cos and Sin of Concat(p * "
-            "inv_freq, p * inv_freq)) and a position table (a constant [L, D] gathered by "
-            "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
-    per_stream = streams(original, found) if len(found) > 1 else None
-    if len(found) > 1 and (per_stream is None or rope_lowering):
+            f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
+            "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
+            "positions)" + (f"; saw {'; '.join(seen)}" if seen else "") +
+            "; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+    per_stream = streams(original, found) if len(found) > 1 and not together else None
+    if len(found) > 1 and ((per_stream is None and not together) or rope_lowering):
         raise BadParameterError(
             f"{len(found)} PE candidates in {str(model)!r}: "
             + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR"
@@ -339,10 +352,14 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     count = f" x{len(found)}" if len(found) > 1 else ""
     found_line = (f"found {pick.family}{count}, one per input stream: "
                   + "; ".join(f.where for f in found) if per_stream else
+                  f"found {pick.family}{count}, each replaced: "
+                  + "; ".join(f.where for f in found) if together else
                   f"found {pick.describe()}")
+    found_line += f"; also saw {'; '.join(seen)}" if seen else ""
     report = GraftReport(f"{record['scheme']}{count} ({how}, {kind}, {record['max_len']} "
                          f"positions{lowered})",
-                         grafted.at, ", ".join(f.positions for f in found) if per_stream else
+                         grafted.at,
+                         ", ".join(f.positions for f in found) if per_stream or together else
                          pick.positions or "none (a Range inside the PE)",
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),

@@ -55,12 +55,16 @@ def graph_index(graph) -> tuple[dict, dict[str, list]]:
     return makers, readers
 
 
-def _trace_length(graph, name: str, inputs: set[str], consts) -> Positions | None:
-    """``arange`` of the input axis whose size ``name`` carries (Shape -> Gather/Unsqueeze...)."""
+def _trace_length(graph, name: str, inputs: set[str], consts, makers=None
+                  ) -> Positions | None:
+    """``arange`` of the input axis whose size ``name`` carries (Shape -> Gather/Unsqueeze...).
+    ``makers``: ``graph_index``'s, built once by the caller (issue 41: one map per Gather of a
+    table read 15,000 times made detection quadratic)."""
     import numpy as np
     from onnx import helper
 
-    makers = {o: n for n in graph.node for o in n.output}
+    if makers is None:
+        makers = {o: n for n in graph.node for o in n.output}
     for _ in range(8):
         node = makers.get(name)
         if node is None:
@@ -99,7 +103,7 @@ def detect(model, scheme: str) -> list[Candidate]:
     graph = model.graph
     consts = _constants(graph)
     inputs = {v.name for v in graph.input} - set(consts)
-    _, readers = graph_index(graph)
+    makers, readers = graph_index(graph)
     found = []
     for name, table in consts.items():
         if table.dtype.kind != "f" or table.ndim < 2 or any(d != 1 for d in table.shape[:-2]):
@@ -115,7 +119,7 @@ def detect(model, scheme: str) -> list[Candidate]:
         reads = [(name, None)]
         for node in readers.get(name, []):
             if node.input[0] == name and node.op_type in TABLE_OPS:
-                positions = _table_read(graph, node, axis, table.ndim, inputs, consts)
+                positions = _table_read(graph, node, axis, table.ndim, inputs, consts, makers)
                 if positions is not False:
                     reads.append((node.output[0], positions))
         for rows, positions in reads:
@@ -128,7 +132,7 @@ def detect(model, scheme: str) -> list[Candidate]:
     return found
 
 
-def _table_read(graph, node, axis: int, ndim: int, inputs, consts):
+def _table_read(graph, node, axis: int, ndim: int, inputs, consts, makers):
     """How a Slice/Gather of the table picks rows: Positions, None (unknown), False (not rows)."""
     import numpy as np
     from onnx import helper
@@ -140,9 +144,9 @@ def _table_read(graph, node, axis: int, ndim: int, inputs, consts):
         index = node.input[1]
         if index in inputs:
             return Positions("input", index)
-        maker = next((n for n in graph.node if index in n.output), None)
+        maker = makers.get(index)
         if maker is not None and maker.op_type == "Range":
-            return _trace_length(graph, maker.input[1], inputs, consts)
+            return _trace_length(graph, maker.input[1], inputs, consts, makers)
         return None
     args = [*node.input, "", "", ""][:5]
     starts, axes, steps = (consts.get(a) if a else None for a in (args[1], args[3], args[4]))
@@ -150,7 +154,7 @@ def _table_read(graph, node, axis: int, ndim: int, inputs, consts):
     if starts is None or list(np.asarray(starts).ravel()) != [0] or list(axes) != [axis] or (
             steps is not None and list(np.asarray(steps).ravel()) != [1]):
         return False
-    return _trace_length(graph, args[2], inputs, consts)
+    return _trace_length(graph, args[2], inputs, consts, makers)
 
 
 DETECTABLE = ("binary",)

@@ -594,6 +594,34 @@ def _gptj_gather_elements(graph, consts, makers, readers) -> list[Found]:
     return found
 
 
+def _alibi_shaped(slopes, opset: int, dims, elem: int):
+    """``positions -> slopes * float32(positions)``: ALiBi's bias with the model's own slopes
+    shape (``[H, 1, 1]`` times positions ``[S]`` in Bloom's export without a mask input), the
+    output's shape left to onnx's inference."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgepe.graphs.model_tensors import POSITIONS
+
+    dims = [d if d is not None else f"positions_{i}" for i, d in enumerate(dims or ["seq"])]
+    # numpy's broadcast of slopes [H, 1, ..] and positions [..]: aligned on the last axis
+    rank = max(slopes.ndim, len(dims))
+    left = [1] * (rank - slopes.ndim) + list(slopes.shape)
+    right = [1] * (rank - len(dims)) + list(dims)
+    out = [b if a == 1 else a for a, b in zip(left, right, strict=True)]
+    graph = helper.make_graph(
+        [helper.make_node("Cast", [POSITIONS], ["positions_float"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["slopes", "positions_float"], ["bias"])], "alibi_bias",
+        [helper.make_tensor_value_info(POSITIONS, elem, dims)],
+        [helper.make_tensor_value_info("bias", TensorProto.FLOAT, out)],
+        [numpy_helper.from_array(np.ascontiguousarray(slopes, np.float32), "slopes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 def _flat_positions(pe):
     """``pe`` taking its positions ``[...]`` where it took ``[..., 1]``: an ``Unsqueeze`` on the
     last axis in front (for a model whose positions tensor has no trailing axis of 1)."""
@@ -823,18 +851,26 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     if rope:
         max_len = max_len or DEFAULT_MAX_LEN
         choice = found.params.get("choice")
-        stored = max_len * found.params["rotary_dim"] * (2 if choice else 1) * (
+        # both tables' values per position: R/2 each, or the angle's own columns each (issue 40:
+        # an interleaved or per-frequency angle found by its values is stored as it is)
+        width = 2 * found.params.get("columns", found.params["rotary_dim"] // 2)
+        stored = max_len * width * (2 if choice else 1) * (
             1 if quantize == "int8" else 4)
         fused = found.params.get("fused")
         if mode == "sliced" and fused:
             raise BadParameterError("--mode sliced makes RoPE's cos/sin [.., R]; this model's "
                                     "RotaryEmbedding ops read [.., R/2] caches: they go in as "
                                     "tables (--mode table)")
+        if mode == "sliced" and "columns" in found.params:
+            raise BadParameterError(f"--mode sliced makes RoPE's half-layout cos/sin; this "
+                                    f"model's angle is {found.params['layout']}: it goes in as "
+                                    "tables (--mode table)")
         if mode == "sliced" or (mode is None and stored > table_bytes_limit
-                                and quantize == "none" and choice is None and not fused):
+                                and quantize == "none" and choice is None and not fused
+                                and "columns" not in found.params):
             pe, record = sliced_found(model, found, max_len, elem, dims)
             return (_flat_positions(pe) if flat else pe), record
-        _check_size(max_len * found.params["rotary_dim"] * (2 if choice else 1), max_len,
+        _check_size(max_len * width * (2 if choice else 1), max_len,
                     quantize, table_bytes_limit)
         tables = rope_tables(found, max_len)
         alternative = None if choice is None else rope_tables(found, max_len, choice["if_true"])
@@ -851,7 +887,9 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
             record["inv_freq_if"] = {"condition": choice["condition"],
                                      "initializer": choice["names"][0],
                                      "values": choice["if_true"].tolist()}
-        squeeze, duplicate = True, not found.params.get("fused")  # fused: the op's [.., R/2]
+        # fused: the op's [.., R/2]; columns: the angle's own columns, stored as they are
+        squeeze = True
+        duplicate = not found.params.get("fused") and "columns" not in found.params
     elif found.family == "alibi" and "length" in found.params:  # MPT: the constant computed
         from edgepe.graphs.model_tensors import alibi_distance_bias
 
@@ -879,8 +917,12 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
         if quantize != "none":
             raise BadParameterError("--quantize int8: ALiBi's bias is slope x position, no "
                                     "table to quantise")
-        pe = alibi_bias(mine, _opset(model), dims or ["batch", 1, "seq"],
-                        positions_type=elem or TensorProto.INT64)
+        if "slopes_shape" in found.params:  # found by its values (issue 40): its own shapes
+            pe = _alibi_shaped(mine.reshape(found.params["slopes_shape"]), _opset(model), dims,
+                               elem or TensorProto.INT64)
+        else:
+            pe = alibi_bias(mine, _opset(model), dims or ["batch", 1, "seq"],
+                            positions_type=elem or TensorProto.INT64)
         return pe, {"scheme": "alibi", "heads": heads, "slopes": "paper",
                     "model_slopes": found.params["slopes_name"], "mode": "compute",
                     "quantize": "none", "max_len": max_len or DEFAULT_MAX_LEN,
