@@ -192,8 +192,8 @@ MUTANTS = [
       "    if mine < theirs:", "    if mine > theirs:", ("tests/test_paths.py::"
                                                           "test_reconcile_branches",)),
     M("graft-proof-tolerance-factor", "edgepe/graft/prove.py",
-      "checks = [OutputCheck(name, err[name], 2 * gain[name] * eps",
-      "checks = [OutputCheck(name, err[name], 3 * gain[name] * eps",
+      "checks = [worst[name].check(name, 2 * gain[name] * eps)",
+      "checks = [worst[name].check(name, 3 * gain[name] * eps)",
       ("tests/test_paths.py::test_the_proof_tolerance_is_twice_gain_times_eps_plus_64_ulp",)),
     M("graft-removed-bytes-without-initializers", "edgepe/graft/splice.py",
       'result["bytes"] += t.ByteSize()', 'result["bytes"] += 0',

@@ -52,8 +52,8 @@ def test_every_package_a_test_skips_without_is_in_an_installed_extra():
         skipped |= set(re.findall(r'importorskip\(\s*"([a-z_]+)[."]', path.read_text()))
     skipped -= {"tomllib"}  # the standard library's
     assert {"openvino", "executorch"} <= skipped
-    for module in skipped:
-        assert module in installed, module
+    for module in skipped:  # a module's distribution spells "_" as "-" (ai_edge_litert)
+        assert module.replace("_", "-") in installed.replace("_", "-"), module
 
 
 def test_ci_runs_the_readme_command_verbatim_then_the_mutants():

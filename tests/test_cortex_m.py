@@ -42,6 +42,8 @@ def variants() -> dict[str, tuple]:
     for scheme in scheme_ids():
         spec = get_spec(scheme)
         length = MAX_LEN.get(scheme, 48)
+        if "table" not in spec.modes:  # mrope: a compute graph only, no C table
+            continue
         if scheme in BIT_SCHEMES:  # 0/1 tables: lossless uint8 and bit-packed
             out[f"{scheme}-table-uint8"] = (scheme, length, "table", "uint8", "none")
             out[f"{scheme}-table-bit"] = (scheme, length, "table", "bit", "none")
