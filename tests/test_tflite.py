@@ -206,7 +206,9 @@ def test_load_runs_on_litert(demo_int8) -> None:
     ({"scheme": "sinusoidal"}, "use --mode table"),
     ({"scheme": "gray", "quantize": "int8"}, "would only add error"),
     ({"lowering": "arith32"}, "computes bits with bitwise or float"),
-    ({"scheme": "sinusoidal", "mode": "sliced"}, "has no .tflite --mode sliced"),
+    ({"scheme": "rope", "mode": "sliced", "quantize": "int8"}, "has no int8 .tflite"),
+    ({"scheme": "rope", "mode": "sliced", "lowering": "trunc"}, "slices positions with float"),
+    ({"scheme": "rope", "mode": "sliced", "extra": {"slices": "4,4"}}, "cover positions below"),
 ])
 def test_refused_options_name_what_works(kw, message) -> None:
     with pytest.raises(BadParameterError, match=message.replace("[", r"\[")):
@@ -286,3 +288,60 @@ def test_hostile_tflite_is_refused_in_one_line(case, tmp_path) -> None:
     # verify checks the file before it rebuilds anything
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+
+
+# rope and sinusoidal --mode sliced (issue 43): the ONNX sliced graph's operations in its order
+# (--lowering trunc slices |pos| as the .tflite does), so the outputs are equal bit for bit; three
+# slices (a middle rotation), yarn's attention factor in the top tables, the half layout with
+# fairseq's offset, negative positions (the top tables' negated rows) and positions past the plan
+# (clamped indices: the table's edge, no read outside it).
+SLICED_CASES = [
+    ("rope", 4096, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+     "4,4,4"),
+    ("sinusoidal", 1000, {"layout": "half", "offset": 2}, None),
+]
+
+
+@pytest.mark.parametrize("scheme, max_len, params, slices", SLICED_CASES)
+def test_trig_sliced_equals_the_onnx_sliced_graph_on_both_interpreters(scheme, max_len, params,
+                                                                       slices) -> None:
+    import onnxruntime as ort
+
+    extra = {"slices": slices} if slices else {}
+    data, manifest = _bytes(scheme=scheme, max_len=max_len, params=params, mode="sliced",
+                            extra=dict(extra))
+    assert manifest["lowering"] == "float" and "SIN" not in manifest["tflite"]["operators"]
+    assert manifest["positions"]["limit"] == (1 << sum(manifest["sliced"]["slices"])) - 1 - \
+        params.get("offset", 0)
+    onnx = prepare(make_config(scheme, max_len, params=params, mode="sliced", lowering="trunc",
+                               extra=dict(extra)))
+    buffer = io.BytesIO()
+    onnx.write(buffer)
+    assert onnx.manifest["tolerance"] == manifest["tolerance"]
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    limit = manifest["positions"]["limit"]
+    positions = np.unique(np.concatenate([np.arange(-40, 40), [limit - 1, limit, -limit],
+                                          np.random.default_rng(0).integers(0, limit, 60)]))
+    positions = positions[np.abs(positions) <= limit].astype(np.int64)
+    expected = session.run(None, {"positions": positions})[0]
+    module = build(make_config(scheme, max_len, params=params).scheme)
+    for runtime in ("litert", "tflm"):
+        got = Program(data, manifest, runtime).run({"positions": positions})
+        np.testing.assert_array_equal(got, expected)  # same ops, same order: bit for bit
+    far = np.array([limit + 1, 2 * limit + 5], np.int64)  # past the plan: clamped, finite
+    assert np.isfinite(Program(data, manifest).run({"positions": far})).all()
+    from edgepe.schemes.definition import Definition
+
+    with torch.no_grad():  # and within the sliced bound of the float64 definition
+        ref = Definition(module).encode64(torch.from_numpy(positions)).numpy()
+    assert np.abs(expected - ref).max() <= manifest["sliced"]["bound"]
+
+
+def test_trig_sliced_target_tflm_is_the_float_lowering(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["export", "--scheme", "rope", "--max-len", "256", "--mode",
+                                      "sliced", "--format", "tflite", "--target", "tflm",
+                                      "--out", str(tmp_path / "r.tflite")])
+    assert result.exit_code == 0, result.output
+    assert "(--lowering float)" in result.output and "tflm ok" in result.output
+    ops = {op["op"] for op in read_model((tmp_path / "r.tflite").read_bytes())["operators"]}
+    assert {"SIN", "COS", "RIGHT_SHIFT"}.isdisjoint(ops) and "FLOOR" in ops
