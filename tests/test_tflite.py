@@ -345,3 +345,19 @@ def test_trig_sliced_target_tflm_is_the_float_lowering(tmp_path) -> None:
     assert "(--lowering float)" in result.output and "tflm ok" in result.output
     ops = {op["op"] for op in read_model((tmp_path / "r.tflite").read_bytes())["operators"]}
     assert {"SIN", "COS", "RIGHT_SHIFT"}.isdisjoint(ops) and "FLOOR" in ops
+
+
+def test_integer_compute_is_one_division_bit_for_bit_on_both_interpreters() -> None:
+    """integer: pos / C as one float32 DIV (the scheme's own operation, tolerance 0), also for a
+    C whose reciprocal is inexact (a multiply by 1/C would round differently)."""
+    data, manifest = _bytes(scheme="integer", max_len=L, mode="compute", params={"C": 3.7})
+    assert manifest["lowering"] is None and "DIV" in manifest["tflite"]["operators"]
+    positions = np.arange(-(2**24), 2**24 + 1, 2**24 // 50 + 7, dtype=np.int64)
+    positions = np.concatenate([positions, np.arange(-20, 20), [2**24, -(2**24)]])
+    module = build(make_config("integer", L, params={"C": 3.7}).scheme)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(positions)).numpy()
+    assert ref.shape[1] == 64
+    for runtime in ("litert", "tflm"):
+        np.testing.assert_array_equal(Program(data, manifest, runtime).run(
+            {"positions": positions}), ref)

@@ -61,6 +61,8 @@ BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
 BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray")
 PROJECTIONS = ("binary",)
+# Compute graphs of float arithmetic (no bits): integer is pos / C, one CAST and one DIV.
+FLOAT_COMPUTE = ("integer",)
 # --mode sliced: the demo's projection as one GATHER per bit slice (graphs.sliced.binary_tables).
 SLICED = ("binary",)
 # --mode sliced, trig-free cos/sin from bit slices (graphs.sliced's angle addition, issue 43):
@@ -138,10 +140,13 @@ def check_options(config: ExportConfig) -> None:
                                 f"--mode {config.mode}: its .tflite is --mode table")
     if sliced and s.scheme in SLICED_TRIG:
         _check_trig_sliced(config)
+    elif config.mode == "compute" and s.scheme in FLOAT_COMPUTE:
+        pass  # no bits, no lowering: float32 arithmetic within the scheme's position limit
     elif config.mode in ("compute", "sliced"):
         if s.scheme not in BIT_SCHEMES:
             raise BadParameterError(f"scheme '{s.scheme}' has no .tflite compute graph (compute: "
-                                    f"{', '.join(BIT_SCHEMES)}): use --mode table")
+                                    f"{', '.join(BIT_SCHEMES + FLOAT_COMPUTE)}): use --mode "
+                                    "table")
         if config.lowering not in LOWERINGS:
             raise BadParameterError(f"--lowering {config.lowering}: a .tflite computes bits with "
                                     f"{' or '.join(LOWERINGS)}")
@@ -161,7 +166,7 @@ def check_options(config: ExportConfig) -> None:
 def _check_trig_sliced(config: ExportConfig) -> None:
     """rope/sinusoidal ``--mode sliced``: slices with the float lowering (``bitwise``, the
     default, is taken as it: a trig-free graph has no bit columns to shift out), the plan
-    checked (rope's ``--param`` graphs are refused with the other params), no int8 (its tables are cos/sin of float angles)."""
+    checked (rope's ``--param`` graphs are refused with the other params), no int8."""
     from edgepe.graphs.sliced import plan_of
 
     if config.lowering not in LOWERINGS:
@@ -195,7 +200,7 @@ def prepare(config: ExportConfig, module) -> Prepared:
 
         config = replace(config, lowering="float")
     manifest = base_manifest(config, output_shape(config), config.dtype)
-    if config.mode == "table":
+    if config.mode == "table" or config.scheme.scheme in FLOAT_COMPUTE:
         manifest["lowering"] = None
     # Bias models subtract int32 positions; float bits are exact up to 2^24 (lowerings.py).
     cap = (BIAS_LIMIT if config.scheme.spec.kind == "bias"
@@ -234,6 +239,8 @@ def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
         _table(g, config, module, manifest)
     elif _trig(config):
         _trig_sliced(g, config, module, manifest)
+    elif s.scheme in FLOAT_COMPUTE:
+        _integer(g, config, module, manifest)
     elif config.mode == "sliced":
         _binary_sliced(g, config, module, manifest)
     else:
@@ -542,6 +549,23 @@ def _trig_sliced(g: Graph, config, module, manifest) -> None:
         out = g.op("ADD", [g.op("MUL", [top_h, low_c], col, f32),
                            g.op("MUL", [top_h2, low_s], col, f32)], col, f32)
     g.tensors[out].name = "pe"
+    g.outputs.append(out)
+
+
+def _integer(g: Graph, config, module, manifest) -> None:
+    """``integer``: ``pe[:, j] = float32(pos) / float32(C)``, one correctly rounded DIV per row
+    (the scheme's own operation: bitwise equal, tolerance 0), then ``MUL`` by ones ``[1, d]``
+    (exact) for the ``d`` equal columns. ``float32(pos)`` is exact within the scheme's limit
+    (2^24)."""
+    d = config.scheme.d_model
+    pos = g.input("positions", (ROWS,), np.int32)
+    x = g.op("CAST", [g.op("RESHAPE", [pos, g.const("shape", np.array([ROWS, 1], np.int32))],
+                           (ROWS, 1), np.int32)], (ROWS, 1), np.float32)
+    c = g.const("C", np.full((ROWS, 1), config.scheme.params["C"], np.float32))
+    value = g.op("DIV", [x, c], (ROWS, 1), np.float32, ("DivOptions",
+                                                         {"FusedActivationFunction": 0}))
+    out = g.op("MUL", [value, g.const("ones", np.ones((1, d), np.float32))], (ROWS, d),
+               np.float32, out_name="pe")
     g.outputs.append(out)
 
 
