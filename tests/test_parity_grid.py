@@ -45,7 +45,8 @@ RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c
             "tflite": ("litert", "tflm")}
 # .tflite (issue 43): compute graphs of these bit schemes and binary's sliced one (the float
 # lowering runs on TFLM too, RIGHT_SHIFT on LiteRT only), rope's and sinusoidal's sliced (float
-# slicing), integer's compute (CAST, DIV), tables of every [N]-position scheme
+# slicing), the integer family's compute (CAST,
+# DIV, MUL), tables of every [N]-position scheme
 # (rope's cos/sin rows, bias tables by distance).
 TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
@@ -153,7 +154,7 @@ def _tflite_variants(scheme: str, mode: str, spec) -> list[tuple]:
             out += [("tflite", "float32", "int8", "", lowering) for lowering in ("bitwise",
                                                                                  "float")]
         return out
-    if mode == "compute" and scheme == "integer":  # CAST, DIV: no bits, no lowering
+    if mode == "compute" and scheme.startswith("integer"):  # CAST, DIV, MUL: no lowering
         return [("tflite", "float32", "none", "")]
     if mode == "sliced" and scheme in ("rope", "sinusoidal"):  # float slicing only, no int8
         return [("tflite", "float32", "none", "", "float")]

@@ -347,17 +347,31 @@ def test_trig_sliced_target_tflm_is_the_float_lowering(tmp_path) -> None:
     assert {"SIN", "COS", "RIGHT_SHIFT"}.isdisjoint(ops) and "FLOOR" in ops
 
 
-def test_integer_compute_is_one_division_bit_for_bit_on_both_interpreters() -> None:
-    """integer: pos / C as one float32 DIV (the scheme's own operation, tolerance 0), also for a
-    C whose reciprocal is inexact (a multiply by 1/C would round differently)."""
-    data, manifest = _bytes(scheme="integer", max_len=L, mode="compute", params={"C": 3.7})
+@pytest.mark.parametrize("scheme, params", [
+    ("integer", {"C": 3.7}), ("integer-norm", {}), ("integer-multiscale", {}),
+    ("integer-learnable", {})])
+def test_integer_family_compute_is_the_schemes_own_arithmetic_on_both_interpreters(
+        scheme, params) -> None:
+    """pos / D as one float32 DIV (also for a D whose reciprocal is inexact: a multiply by 1/D
+    would round differently), times the columns' factors, plus learnable's bias: the scheme's
+    own float32 operations, so equal bit for bit (learnable with a seed's random w and b)."""
+    config = make_config(scheme, L, mode="compute", params=params, seed=3, format="tflite")
+    module = build(config.scheme, seed=3)
+    if scheme == "integer-learnable":
+        with torch.no_grad():
+            module.weight.normal_(generator=torch.Generator().manual_seed(1))
+            module.bias.normal_(generator=torch.Generator().manual_seed(2))
+    prepared = prepare(config, module)
+    buffer = io.BytesIO()
+    prepared.write(buffer)
+    data, manifest = buffer.getvalue(), dict(prepared.manifest)
     assert manifest["lowering"] is None and "DIV" in manifest["tflite"]["operators"]
     positions = np.arange(-(2**24), 2**24 + 1, 2**24 // 50 + 7, dtype=np.int64)
     positions = np.concatenate([positions, np.arange(-20, 20), [2**24, -(2**24)]])
-    module = build(make_config("integer", L, params={"C": 3.7}).scheme)
     with torch.no_grad():
         ref = module.encode(torch.from_numpy(positions)).numpy()
-    assert ref.shape[1] == 64
+    assert ref.shape[1] == 64 and len(np.unique(ref[100])) == (1 if scheme in (
+        "integer", "integer-norm") else 64)
     for runtime in ("litert", "tflm"):
         np.testing.assert_array_equal(Program(data, manifest, runtime).run(
             {"positions": positions}), ref)

@@ -61,8 +61,9 @@ BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
 BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray")
 PROJECTIONS = ("binary",)
-# Compute graphs of float arithmetic (no bits): integer is pos / C, one CAST and one DIV.
-FLOAT_COMPUTE = ("integer",)
+# Compute graphs of float arithmetic (no bits): pos / C (integer) or pos / (L - 1) (the others),
+# one CAST and one DIV, then a MUL by the columns' factors (and learnable's ADD of its bias).
+FLOAT_COMPUTE = ("integer", "integer-norm", "integer-multiscale", "integer-learnable")
 # --mode sliced: the demo's projection as one GATHER per bit slice (graphs.sliced.binary_tables).
 SLICED = ("binary",)
 # --mode sliced, trig-free cos/sin from bit slices (graphs.sliced's angle addition, issue 43):
@@ -141,7 +142,10 @@ def check_options(config: ExportConfig) -> None:
     if sliced and s.scheme in SLICED_TRIG:
         _check_trig_sliced(config)
     elif config.mode == "compute" and s.scheme in FLOAT_COMPUTE:
-        pass  # no bits, no lowering: float32 arithmetic within the scheme's position limit
+        # no bits, no lowering: float32 arithmetic within the scheme's position limit
+        if config.quantize == "int8":
+            raise BadParameterError(f"scheme '{s.scheme}' --mode compute has no int8 .tflite "
+                                    "(its graph stores no table): use --mode table")
     elif config.mode in ("compute", "sliced"):
         if s.scheme not in BIT_SCHEMES:
             raise BadParameterError(f"scheme '{s.scheme}' has no .tflite compute graph (compute: "
@@ -553,19 +557,27 @@ def _trig_sliced(g: Graph, config, module, manifest) -> None:
 
 
 def _integer(g: Graph, config, module, manifest) -> None:
-    """``integer``: ``pe[:, j] = float32(pos) / float32(C)``, one correctly rounded DIV per row
-    (the scheme's own operation: bitwise equal, tolerance 0), then ``MUL`` by ones ``[1, d]``
-    (exact) for the ``d`` equal columns. ``float32(pos)`` is exact within the scheme's limit
-    (2^24)."""
-    d = config.scheme.d_model
+    """The integer family, the schemes' own float32 operations in their order:
+    ``v = float32(pos) / D`` (one correctly rounded DIV by a divisor of the row's shape, as
+    ``schemes._base.divide``; ``D = C`` for integer, ``max(L - 1, 1)`` for the others), then
+    ``MUL`` by the columns' factors ``[1, d]`` (ones: exact; multiscale's ``s``; learnable's
+    ``w``) and learnable's ``ADD`` of ``b``. ``float32(pos)`` is exact within the schemes'
+    limit (2^24)."""
+    s, d = config.scheme, config.scheme.d_model
     pos = g.input("positions", (ROWS,), np.int32)
     x = g.op("CAST", [g.op("RESHAPE", [pos, g.const("shape", np.array([ROWS, 1], np.int32))],
                            (ROWS, 1), np.int32)], (ROWS, 1), np.float32)
-    c = g.const("C", np.full((ROWS, 1), config.scheme.params["C"], np.float32))
-    value = g.op("DIV", [x, c], (ROWS, 1), np.float32, ("DivOptions",
-                                                         {"FusedActivationFunction": 0}))
-    out = g.op("MUL", [value, g.const("ones", np.ones((1, d), np.float32))], (ROWS, d),
-               np.float32, out_name="pe")
+    divisor = s.params["C"] if s.scheme == "integer" else float(max(s.max_len - 1, 1))
+    value = g.op("DIV", [x, g.const("divisor", np.full((ROWS, 1), divisor, np.float32))],
+                 (ROWS, 1), np.float32, ("DivOptions", {"FusedActivationFunction": 0}))
+    factor = {"integer-multiscale": "scale", "integer-learnable": "weight"}.get(s.scheme)
+    row = np.ones(d) if factor is None else getattr(module, factor).detach().numpy()
+    out = g.op("MUL", [value, g.const("factor", np.asarray(row, np.float32).reshape(1, d))],
+               (ROWS, d), np.float32)
+    if s.scheme == "integer-learnable":
+        bias = module.bias.detach().numpy().astype(np.float32).reshape(1, d)
+        out = g.op("ADD", [out, g.const("bias", bias)], (ROWS, d), np.float32)
+    g.tensors[out].name = "pe"
     g.outputs.append(out)
 
 
