@@ -19,6 +19,10 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
 - ``--mode sliced`` (``binary``, the C header's slices): one ``GATHER`` per bit slice of the
   projection rows' sums (``edgepe.graphs.sliced.binary_tables``), added; the slice index from
   the same two lowerings.
+- ``--mode sliced`` (rope ``[cos | sin]``, sinusoidal): ``edgepe.graphs.sliced``'s angle
+  addition with float slicing (``_trig_sliced``), bit for bit the ONNX ``--lowering trunc`` graph.
+- ``--mode compute`` for the integer family (``FLOAT_COMPUTE``): the schemes' own float32 DIV,
+  MUL (and ADD), bit for bit.
 - ``--mode table`` (every scheme with positions ``[N]``; rope its cos/sin rows): the table of
   ``edgepe.graphs.table_values`` as a constant, rows gathered
   (``GATHER``) at positions clamped with ``MINIMUM``/``MAXIMUM`` to ``[0, max_len - 1]``; bias
