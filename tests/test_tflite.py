@@ -345,6 +345,13 @@ def test_trig_sliced_target_tflm_is_the_float_lowering(tmp_path) -> None:
     assert "(--lowering float)" in result.output and "tflm ok" in result.output
     ops = {op["op"] for op in read_model((tmp_path / "r.tflite").read_bytes())["operators"]}
     assert {"SIN", "COS", "RIGHT_SHIFT"}.isdisjoint(ops) and "FLOOR" in ops
+    integer = CliRunner().invoke(app, ["export", "--scheme", "integer", "--max-len", "64",
+                                       "--format", "tflite", "--target", "tflm", "--out",
+                                       str(tmp_path / "i.tflite")])
+    assert integer.exit_code == 0, integer.output
+    # the artifact's lowering is printed, and a graph without one (integer's DIV) prints none
+    assert "target tflm: all 4 nodes supported" in integer.output
+    assert "--lowering" not in integer.output
 
 
 @pytest.mark.parametrize("scheme, params", [
