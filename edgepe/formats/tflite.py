@@ -6,7 +6,8 @@ the official schema; no converter). It takes ``positions`` int32 ``[ROWS]`` (bia
 ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is static and callers
 (``Program``) cut longer calls into pieces of ``ROWS``, padding the last. What the graphs hold:
 
-- ``--mode compute`` for the bit schemes of ``BIT_SCHEMES``: column ``j`` is bit ``k_j`` of
+- ``--mode compute`` for the bit schemes of ``BIT_SCHEMES``: column ``j`` is bit ``k_j`` (``j``;
+  binary-multilevel: its ``shifts[j]``) of
   ``pos mod 2^n``, taken as ``b = (x >> k) - 2 (x >> (k+1))`` with LiteRT's ``RIGHT_SHIFT``
   (``--lowering bitwise``: int32, exact for every position since only bits ``< n <= 31`` are
   read and int64 positions reach the model wrapped to their low 32 bits), or with ``FLOOR``,
@@ -63,7 +64,7 @@ INSTALL = "pip install -c constraints.txt -e '.[tflite]'"
 ROWS = 16
 BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
-BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray")
+BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel")
 PROJECTIONS = ("binary",)
 # Compute graphs of float arithmetic (no bits): pos / C (integer) or pos / (L - 1) (the others),
 # one CAST and one DIV, then a MUL by the columns' factors (and learnable's ADD of its bias).
@@ -381,7 +382,10 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
             out = g.op("FULLY_CONNECTED", [fb, w, -1], (ROWS, s.d_model), np.float32,
                        ("FullyConnectedOptions", {"FusedActivationFunction": 0}), out_name="pe")
     else:
-        b = _bits(g, config, pos, np.arange(s.d_model), gray=s.scheme == "gray")
+        # binary-multilevel's column j reads bit shifts[j] (bit_select), the others bit j
+        shifts = (module.shifts.numpy() if s.scheme == "binary-multilevel"
+                  else np.arange(s.d_model))
+        b = _bits(g, config, pos, shifts, gray=s.scheme == "gray")
         if config.lowering == "bitwise":
             b = g.op("CAST", [b], (ROWS, s.d_model), np.float32)
         if s.scheme == "binary-signed":  # 2b - 1, exact in float32
