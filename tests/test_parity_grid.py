@@ -48,7 +48,8 @@ RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c
 # slicing), the integer family's compute (CAST,
 # DIV, MUL), tables of every [N]-position scheme
 # (rope's cos/sin rows, bias tables by distance).
-TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel")
+TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
+                  "hybrid-int-binary")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
 

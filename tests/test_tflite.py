@@ -384,18 +384,20 @@ def test_integer_family_compute_is_the_schemes_own_arithmetic_on_both_interprete
             {"positions": positions}), ref)
 
 
-def test_multilevel_compute_reads_its_shifted_bits_on_both_interpreters() -> None:
-    """binary-multilevel: column j is bit shifts[j] (group g reads pos >> g), not bit j; both
-    lowerings, bit for bit, negative positions in two's complement."""
-    params = {"groups": 3}
-    module = build(make_config("binary-multilevel", 300, params=params).scheme)
-    assert len(set(module.shifts.tolist())) < len(module.shifts)  # shifts repeat: not arange
+@pytest.mark.parametrize("scheme", ["binary-multilevel", "hybrid-int-binary"])
+def test_multilevel_and_hybrid_compute_bit_for_bit_on_both_interpreters(scheme) -> None:
+    """binary-multilevel: column j is bit shifts[j] (group g reads pos >> g), not bit j;
+    hybrid-int-binary: pos / (L - 1) columns then bits (CONCATENATION). Both lowerings, bit for
+    bit, negative positions in two's complement."""
+    params = {"groups": 3} if scheme == "binary-multilevel" else {}
+    module = build(make_config(scheme, 300, params=params).scheme)
+    if scheme == "binary-multilevel":  # shifts repeat: not arange
+        assert len(set(module.shifts.tolist())) < len(module.shifts)
     positions = np.concatenate([np.arange(-300, 300), [2**24, -(2**24)]]).astype(np.int64)
     with torch.no_grad():
         ref = module.encode(torch.from_numpy(positions)).numpy()
     for lowering, runtimes in (("bitwise", ("litert",)), ("float", ("litert", "tflm"))):
-        data, manifest = _bytes(scheme="binary-multilevel", max_len=300, params=params,
-                                lowering=lowering)
+        data, manifest = _bytes(scheme=scheme, max_len=300, params=params, lowering=lowering)
         for runtime in runtimes:
             np.testing.assert_array_equal(Program(data, manifest, runtime).run(
                 {"positions": positions}), ref)

@@ -64,7 +64,8 @@ INSTALL = "pip install -c constraints.txt -e '.[tflite]'"
 ROWS = 16
 BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
-BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel")
+BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
+               "hybrid-int-binary")
 PROJECTIONS = ("binary",)
 # Compute graphs of float arithmetic (no bits): pos / C (integer) or pos / (L - 1) (the others),
 # one CAST and one DIV, then a MUL by the columns' factors (and learnable's ADD of its bias).
@@ -250,6 +251,8 @@ def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
         _trig_sliced(g, config, module, manifest)
     elif s.scheme in FLOAT_COMPUTE:
         _integer(g, config, module, manifest)
+    elif s.scheme == "hybrid-int-binary":
+        _hybrid(g, config)
     elif config.mode == "sliced":
         _binary_sliced(g, config, module, manifest)
     else:
@@ -573,11 +576,8 @@ def _integer(g: Graph, config, module, manifest) -> None:
     limit (2^24)."""
     s, d = config.scheme, config.scheme.d_model
     pos = g.input("positions", (ROWS,), np.int32)
-    x = g.op("CAST", [g.op("RESHAPE", [pos, g.const("shape", np.array([ROWS, 1], np.int32))],
-                           (ROWS, 1), np.int32)], (ROWS, 1), np.float32)
     divisor = s.params["C"] if s.scheme == "integer" else float(max(s.max_len - 1, 1))
-    value = g.op("DIV", [x, g.const("divisor", np.full((ROWS, 1), divisor, np.float32))],
-                 (ROWS, 1), np.float32, ("DivOptions", {"FusedActivationFunction": 0}))
+    value = _divided(g, pos, divisor)
     factor = {"integer-multiscale": "scale", "integer-learnable": "weight"}.get(s.scheme)
     row = np.ones(d) if factor is None else getattr(module, factor).detach().numpy()
     out = g.op("MUL", [value, g.const("factor", np.asarray(row, np.float32).reshape(1, d))],
@@ -586,6 +586,33 @@ def _integer(g: Graph, config, module, manifest) -> None:
         bias = module.bias.detach().numpy().astype(np.float32).reshape(1, d)
         out = g.op("ADD", [out, g.const("bias", bias)], (ROWS, d), np.float32)
     g.tensors[out].name = "pe"
+    g.outputs.append(out)
+
+
+
+def _divided(g: Graph, pos: int, divisor: float) -> int:
+    """``[ROWS, 1]`` ``float32(pos) / divisor``: one correctly rounded DIV by a tensor of the
+    row's shape (``schemes._base.divide``)."""
+    x = g.op("CAST", [g.op("RESHAPE", [pos, g.const("shape", np.array([ROWS, 1], np.int32))],
+                           (ROWS, 1), np.int32)], (ROWS, 1), np.float32)
+    return g.op("DIV", [x, g.const("divisor", np.full((ROWS, 1), divisor, np.float32))],
+                (ROWS, 1), np.float32, ("DivOptions", {"FusedActivationFunction": 0}))
+
+
+def _hybrid(g: Graph, config) -> None:
+    """hybrid-int-binary: ``[pos / (L - 1)] * (d // 2)`` (the integer family's DIV, times ones)
+    then the bits ``0 .. d - d // 2 - 1`` (``_bits``, either lowering), CONCATENATION on the
+    columns: every value exact or one correctly rounded division (tolerance 0)."""
+    s = config.scheme
+    half, rest = s.d_model // 2, s.d_model - s.d_model // 2
+    pos = g.input("positions", (ROWS,), np.int32)
+    lin = g.op("MUL", [_divided(g, pos, float(max(s.max_len - 1, 1))),
+                       g.const("ones", np.ones((1, half), np.float32))], (ROWS, half), np.float32)
+    b = _bits(g, config, pos, np.arange(rest), gray=False)
+    if config.lowering == "bitwise":
+        b = g.op("CAST", [b], (ROWS, rest), np.float32)
+    out = g.op("CONCATENATION", [lin, b], (ROWS, s.d_model), np.float32,
+               ("ConcatenationOptions", {"Axis": 1, "FusedActivationFunction": 0}), out_name="pe")
     g.outputs.append(out)
 
 
