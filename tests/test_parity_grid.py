@@ -49,7 +49,7 @@ RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c
 # DIV, MUL), tables of every [N]-position scheme
 # (rope's cos/sin rows, bias tables by distance).
 TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
-                  "hybrid-int-binary")
+                  "hybrid-int-binary", "binary-smooth")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
 

@@ -384,12 +384,13 @@ def test_integer_family_compute_is_the_schemes_own_arithmetic_on_both_interprete
             {"positions": positions}), ref)
 
 
-@pytest.mark.parametrize("scheme", ["binary-multilevel", "hybrid-int-binary"])
+@pytest.mark.parametrize("scheme", ["binary-multilevel", "hybrid-int-binary", "binary-smooth"])
 def test_multilevel_and_hybrid_compute_bit_for_bit_on_both_interpreters(scheme) -> None:
     """binary-multilevel: column j is bit shifts[j] (group g reads pos >> g), not bit j;
-    hybrid-int-binary: pos / (L - 1) columns then bits (CONCATENATION). Both lowerings, bit for
-    bit, negative positions in two's complement."""
-    params = {"groups": 3} if scheme == "binary-multilevel" else {}
+    hybrid-int-binary: pos / (L - 1) columns then bits (CONCATENATION); binary-smooth: exactly
+    sigmoid(+-c) (a non-default c). Both lowerings, bit for bit, negative positions in two's
+    complement."""
+    params = {"binary-multilevel": {"groups": 3}, "binary-smooth": {"c": 2.3}}.get(scheme, {})
     module = build(make_config(scheme, 300, params=params).scheme)
     if scheme == "binary-multilevel":  # shifts repeat: not arange
         assert len(set(module.shifts.tolist())) < len(module.shifts)

@@ -65,7 +65,7 @@ ROWS = 16
 BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
 BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
-               "hybrid-int-binary")
+               "hybrid-int-binary", "binary-smooth")
 PROJECTIONS = ("binary",)
 # Compute graphs of float arithmetic (no bits): pos / C (integer) or pos / (L - 1) (the others),
 # one CAST and one DIV, then a MUL by the columns' factors (and learnable's ADD of its bias).
@@ -391,6 +391,13 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
         b = _bits(g, config, pos, shifts, gray=s.scheme == "gray")
         if config.lowering == "bitwise":
             b = g.op("CAST", [b], (ROWS, s.d_model), np.float32)
+        if s.scheme == "binary-smooth":  # b hi + (1 - b) lo: exactly hi or lo (b is 0 or 1)
+            hi, lo = (np.float32(getattr(module, k).item()) for k in ("hi", "lo"))
+            b = g.op("ADD", [g.op("MUL", [b, g.const("hi", hi)], (ROWS, s.d_model), np.float32),
+                             g.op("MUL", [g.op("SUB", [g.const("one", np.float32(1.0)), b],
+                                               (ROWS, s.d_model), np.float32),
+                                          g.const("lo", lo)], (ROWS, s.d_model), np.float32)],
+                     (ROWS, s.d_model), np.float32)
         if s.scheme == "binary-signed":  # 2b - 1, exact in float32
             b = g.op("SUB", [g.op("ADD", [b, b], (ROWS, s.d_model), np.float32),
                              g.const("one", np.float32(1.0))], (ROWS, s.d_model), np.float32)
