@@ -44,9 +44,12 @@ C_COMPUTE = ("binary", "binary-bits", "binary-signed", "binary-smooth", "gray",
 RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c",),
             "tflite": ("litert", "tflm")}
 # .tflite (issue 43): compute graphs of these bit schemes and binary's sliced one (the float
-# lowering runs on TFLM too, RIGHT_SHIFT on LiteRT only), tables of every [N]-position scheme
+# lowering runs on TFLM too, RIGHT_SHIFT on LiteRT only), rope's and sinusoidal's sliced (float
+# slicing), the integer family's compute (CAST,
+# DIV, MUL), tables of every [N]-position scheme
 # (rope's cos/sin rows, bias tables by distance).
-TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray")
+TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
+                  "hybrid-int-binary", "binary-smooth")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
 
@@ -152,6 +155,10 @@ def _tflite_variants(scheme: str, mode: str, spec) -> list[tuple]:
             out += [("tflite", "float32", "int8", "", lowering) for lowering in ("bitwise",
                                                                                  "float")]
         return out
+    if mode == "compute" and scheme.startswith("integer"):  # CAST, DIV, MUL: no lowering
+        return [("tflite", "float32", "none", "")]
+    if mode == "sliced" and scheme in ("rope", "sinusoidal"):  # float slicing only, no int8
+        return [("tflite", "float32", "none", "", "float")]
     if mode == "table" and spec.arity is None:
         return [("tflite", "float32", "none", "")] + (
             [] if spec.exact else [("tflite", "float32", "int8", "")])

@@ -206,7 +206,9 @@ def test_load_runs_on_litert(demo_int8) -> None:
     ({"scheme": "sinusoidal"}, "use --mode table"),
     ({"scheme": "gray", "quantize": "int8"}, "would only add error"),
     ({"lowering": "arith32"}, "computes bits with bitwise or float"),
-    ({"scheme": "sinusoidal", "mode": "sliced"}, "has no .tflite --mode sliced"),
+    ({"scheme": "rope", "mode": "sliced", "quantize": "int8"}, "has no int8 .tflite"),
+    ({"scheme": "rope", "mode": "sliced", "lowering": "trunc"}, "slices positions with float"),
+    ({"scheme": "rope", "mode": "sliced", "extra": {"slices": "4,4"}}, "cover positions below"),
 ])
 def test_refused_options_name_what_works(kw, message) -> None:
     with pytest.raises(BadParameterError, match=message.replace("[", r"\[")):
@@ -286,3 +288,117 @@ def test_hostile_tflite_is_refused_in_one_line(case, tmp_path) -> None:
     # verify checks the file before it rebuilds anything
     result = runner.invoke(app, ["verify", str(out)])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+
+
+# rope and sinusoidal --mode sliced (issue 43): the ONNX sliced graph's operations in its order
+# (--lowering trunc slices |pos| as the .tflite does), so the outputs are equal bit for bit; three
+# slices (a middle rotation), yarn's attention factor in the top tables, the half layout with
+# fairseq's offset, negative positions (the top tables' negated rows) and positions past the plan
+# (clamped indices: the table's edge, no read outside it).
+SLICED_CASES = [
+    ("rope", 4096, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+     "4,4,4"),
+    ("sinusoidal", 1000, {"layout": "half", "offset": 2}, None),
+]
+
+
+@pytest.mark.parametrize("scheme, max_len, params, slices", SLICED_CASES)
+def test_trig_sliced_equals_the_onnx_sliced_graph_on_both_interpreters(scheme, max_len, params,
+                                                                       slices) -> None:
+    import onnxruntime as ort
+
+    extra = {"slices": slices} if slices else {}
+    data, manifest = _bytes(scheme=scheme, max_len=max_len, params=params, mode="sliced",
+                            extra=dict(extra))
+    assert manifest["lowering"] == "float" and "SIN" not in manifest["tflite"]["operators"]
+    assert manifest["positions"]["limit"] == (1 << sum(manifest["sliced"]["slices"])) - 1 - \
+        params.get("offset", 0)
+    onnx = prepare(make_config(scheme, max_len, params=params, mode="sliced", lowering="trunc",
+                               extra=dict(extra)))
+    buffer = io.BytesIO()
+    onnx.write(buffer)
+    assert onnx.manifest["tolerance"] == manifest["tolerance"]
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    limit = manifest["positions"]["limit"]
+    positions = np.unique(np.concatenate([np.arange(-40, 40), [limit - 1, limit, -limit],
+                                          np.random.default_rng(0).integers(0, limit, 60)]))
+    positions = positions[np.abs(positions) <= limit].astype(np.int64)
+    expected = session.run(None, {"positions": positions})[0]
+    module = build(make_config(scheme, max_len, params=params).scheme)
+    for runtime in ("litert", "tflm"):
+        got = Program(data, manifest, runtime).run({"positions": positions})
+        np.testing.assert_array_equal(got, expected)  # same ops, same order: bit for bit
+    far = np.array([limit + 1, 2 * limit + 5], np.int64)  # past the plan: clamped, finite
+    assert np.isfinite(Program(data, manifest).run({"positions": far})).all()
+    from edgepe.schemes.definition import Definition
+
+    with torch.no_grad():  # and within the sliced bound of the float64 definition
+        ref = Definition(module).encode64(torch.from_numpy(positions)).numpy()
+    assert np.abs(expected - ref).max() <= manifest["sliced"]["bound"]
+
+
+def test_trig_sliced_target_tflm_is_the_float_lowering(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["export", "--scheme", "rope", "--max-len", "256", "--mode",
+                                      "sliced", "--format", "tflite", "--target", "tflm",
+                                      "--out", str(tmp_path / "r.tflite")])
+    assert result.exit_code == 0, result.output
+    assert "(--lowering float)" in result.output and "tflm ok" in result.output
+    ops = {op["op"] for op in read_model((tmp_path / "r.tflite").read_bytes())["operators"]}
+    assert {"SIN", "COS", "RIGHT_SHIFT"}.isdisjoint(ops) and "FLOOR" in ops
+    integer = CliRunner().invoke(app, ["export", "--scheme", "integer", "--max-len", "64",
+                                       "--format", "tflite", "--target", "tflm", "--out",
+                                       str(tmp_path / "i.tflite")])
+    assert integer.exit_code == 0, integer.output
+    # the artifact's lowering is printed, and a graph without one (integer's DIV) prints none
+    assert "target tflm: all 4 nodes supported" in integer.output
+    assert "--lowering" not in integer.output
+
+
+@pytest.mark.parametrize("scheme, params", [
+    ("integer", {"C": 3.7}), ("integer-norm", {}), ("integer-multiscale", {}),
+    ("integer-learnable", {})])
+def test_integer_family_compute_is_the_schemes_own_arithmetic_on_both_interpreters(
+        scheme, params) -> None:
+    """pos / D as one float32 DIV (also for a D whose reciprocal is inexact: a multiply by 1/D
+    would round differently), times the columns' factors, plus learnable's bias: the scheme's
+    own float32 operations, so equal bit for bit (learnable with a seed's random w and b)."""
+    config = make_config(scheme, L, mode="compute", params=params, seed=3, format="tflite")
+    module = build(config.scheme, seed=3)
+    if scheme == "integer-learnable":
+        with torch.no_grad():
+            module.weight.normal_(generator=torch.Generator().manual_seed(1))
+            module.bias.normal_(generator=torch.Generator().manual_seed(2))
+    prepared = prepare(config, module)
+    buffer = io.BytesIO()
+    prepared.write(buffer)
+    data, manifest = buffer.getvalue(), dict(prepared.manifest)
+    assert manifest["lowering"] is None and "DIV" in manifest["tflite"]["operators"]
+    positions = np.arange(-(2**24), 2**24 + 1, 2**24 // 50 + 7, dtype=np.int64)
+    positions = np.concatenate([positions, np.arange(-20, 20), [2**24, -(2**24)]])
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(positions)).numpy()
+    assert ref.shape[1] == 64 and len(np.unique(ref[100])) == (1 if scheme in (
+        "integer", "integer-norm") else 64)
+    for runtime in ("litert", "tflm"):
+        np.testing.assert_array_equal(Program(data, manifest, runtime).run(
+            {"positions": positions}), ref)
+
+
+@pytest.mark.parametrize("scheme", ["binary-multilevel", "hybrid-int-binary", "binary-smooth"])
+def test_multilevel_and_hybrid_compute_bit_for_bit_on_both_interpreters(scheme) -> None:
+    """binary-multilevel: column j is bit shifts[j] (group g reads pos >> g), not bit j;
+    hybrid-int-binary: pos / (L - 1) columns then bits (CONCATENATION); binary-smooth: exactly
+    sigmoid(+-c) (a non-default c). Both lowerings, bit for bit, negative positions in two's
+    complement."""
+    params = {"binary-multilevel": {"groups": 3}, "binary-smooth": {"c": 2.3}}.get(scheme, {})
+    module = build(make_config(scheme, 300, params=params).scheme)
+    if scheme == "binary-multilevel":  # shifts repeat: not arange
+        assert len(set(module.shifts.tolist())) < len(module.shifts)
+    positions = np.concatenate([np.arange(-300, 300), [2**24, -(2**24)]]).astype(np.int64)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(positions)).numpy()
+    for lowering, runtimes in (("bitwise", ("litert",)), ("float", ("litert", "tflm"))):
+        data, manifest = _bytes(scheme=scheme, max_len=300, params=params, lowering=lowering)
+        for runtime in runtimes:
+            np.testing.assert_array_equal(Program(data, manifest, runtime).run(
+                {"positions": positions}), ref)

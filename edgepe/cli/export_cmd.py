@@ -341,8 +341,10 @@ def command(
             typer.echo(f"error: {checked}", err=True)
             raise typer.Exit(2)
         if not quiet:
-            typer.echo(f"{checked}" + (f" (--lowering {config.lowering})"
-                                       if config.mode in ("compute", "sliced") else ""))
+            lowering = result.manifest.get("lowering")  # what the artifact holds (None: none)
+            typer.echo(f"{checked}" + (f" (--lowering {lowering})"
+                                       if config.mode in ("compute", "sliced") and lowering
+                                       else ""))
             if note := form_note(config, target):  # issue 44: which form for the GPU, and why
                 typer.echo(note)
     if report is not None:

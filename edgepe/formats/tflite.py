@@ -6,7 +6,8 @@ the official schema; no converter). It takes ``positions`` int32 ``[ROWS]`` (bia
 ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is static and callers
 (``Program``) cut longer calls into pieces of ``ROWS``, padding the last. What the graphs hold:
 
-- ``--mode compute`` for the bit schemes of ``BIT_SCHEMES``: column ``j`` is bit ``k_j`` of
+- ``--mode compute`` for the bit schemes of ``BIT_SCHEMES``: column ``j`` is bit ``k_j`` (``j``;
+  binary-multilevel: its ``shifts[j]``) of
   ``pos mod 2^n``, taken as ``b = (x >> k) - 2 (x >> (k+1))`` with LiteRT's ``RIGHT_SHIFT``
   (``--lowering bitwise``: int32, exact for every position since only bits ``< n <= 31`` are
   read and int64 positions reach the model wrapped to their low 32 bits), or with ``FLOOR``,
@@ -19,6 +20,10 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
 - ``--mode sliced`` (``binary``, the C header's slices): one ``GATHER`` per bit slice of the
   projection rows' sums (``edgepe.graphs.sliced.binary_tables``), added; the slice index from
   the same two lowerings.
+- ``--mode sliced`` (rope ``[cos | sin]``, sinusoidal): ``edgepe.graphs.sliced``'s angle
+  addition with float slicing (``_trig_sliced``), bit for bit the ONNX ``--lowering trunc`` graph.
+- ``--mode compute`` for the integer family (``FLOAT_COMPUTE``): the schemes' own float32 DIV,
+  MUL (and ADD), bit for bit.
 - ``--mode table`` (every scheme with positions ``[N]``; rope its cos/sin rows): the table of
   ``edgepe.graphs.table_values`` as a constant, rows gathered
   (``GATHER``) at positions clamped with ``MINIMUM``/``MAXIMUM`` to ``[0, max_len - 1]``; bias
@@ -59,10 +64,17 @@ INSTALL = "pip install -c constraints.txt -e '.[tflite]'"
 ROWS = 16
 BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
-BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray")
+BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
+               "hybrid-int-binary", "binary-smooth")
 PROJECTIONS = ("binary",)
+# Compute graphs of float arithmetic (no bits): pos / C (integer) or pos / (L - 1) (the others),
+# one CAST and one DIV, then a MUL by the columns' factors (and learnable's ADD of its bias).
+FLOAT_COMPUTE = ("integer", "integer-norm", "integer-multiscale", "integer-learnable")
 # --mode sliced: the demo's projection as one GATHER per bit slice (graphs.sliced.binary_tables).
 SLICED = ("binary",)
+# --mode sliced, trig-free cos/sin from bit slices (graphs.sliced's angle addition, issue 43):
+# the float lowering only, which both interpreters run.
+SLICED_TRIG = ("rope", "sinusoidal")
 # Bias models subtract int32 positions: |t|, |u| <= 2^30 keeps t - u inside int32.
 BIAS_LIMIT = 2**30
 INT32 = (-(2**31), 2**31 - 1)
@@ -125,20 +137,26 @@ def check_options(config: ExportConfig) -> None:
     if config.int8_runtime != "fold" or set(config.extra) - ({"slices"} if sliced else set()):
         raise BadParameterError("--int8-runtime and --param options apply to ONNX graphs, not "
                                 "to --format tflite" + (" (but slices=...)" if sliced else ""))
-    if sliced and s.scheme not in SLICED:
-        raise BadParameterError(f"scheme '{s.scheme}' has no .tflite --mode sliced (sliced: "
-                                f"{', '.join(SLICED)}; rope and sinusoidal: --format onnx or c)")
+    # (every scheme with a sliced mode has its .tflite: SLICED + SLICED_TRIG)
     if s.arity is not None:
         raise BadParameterError(f"scheme '{s.scheme}' takes positions [N, {s.arity}]: .tflite "
                                 "models take positions [N] (use --format onnx, pte or c)")
     if s.spec.kind not in ("pe", "bias") and not (s.spec.kind == "rope"
-                                                  and config.mode == "table"):
+                                                  and config.mode in ("table", "sliced")):
         raise BadParameterError(f"scheme '{s.scheme}' ({s.spec.kind}) has no .tflite "
                                 f"--mode {config.mode}: its .tflite is --mode table")
-    if config.mode in ("compute", "sliced"):
+    if sliced and s.scheme in SLICED_TRIG:
+        _check_trig_sliced(config)
+    elif config.mode == "compute" and s.scheme in FLOAT_COMPUTE:
+        # no bits, no lowering: float32 arithmetic within the scheme's position limit
+        if config.quantize == "int8":
+            raise BadParameterError(f"scheme '{s.scheme}' --mode compute has no int8 .tflite "
+                                    "(its graph stores no table): use --mode table")
+    elif config.mode in ("compute", "sliced"):
         if s.scheme not in BIT_SCHEMES:
             raise BadParameterError(f"scheme '{s.scheme}' has no .tflite compute graph (compute: "
-                                    f"{', '.join(BIT_SCHEMES)}): use --mode table")
+                                    f"{', '.join(BIT_SCHEMES + FLOAT_COMPUTE)}): use --mode "
+                                    "table")
         if config.lowering not in LOWERINGS:
             raise BadParameterError(f"--lowering {config.lowering}: a .tflite computes bits with "
                                     f"{' or '.join(LOWERINGS)}")
@@ -155,6 +173,25 @@ def check_options(config: ExportConfig) -> None:
         check_table_size(config, "int8" if config.quantize == "int8" else config.dtype)
 
 
+def _check_trig_sliced(config: ExportConfig) -> None:
+    """rope/sinusoidal ``--mode sliced``: slices with the float lowering (``bitwise``, the
+    default, is taken as it: a trig-free graph has no bit columns to shift out), the plan
+    checked (rope's ``--param`` graphs are refused with the other params), no int8."""
+    from edgepe.graphs.sliced import plan_of
+
+    if config.lowering not in LOWERINGS:
+        raise BadParameterError(f"--lowering {config.lowering}: a .tflite slices positions with "
+                                "float (FLOOR, exact to 2^24)")
+    plan_of(config)
+    if config.quantize == "int8":
+        raise BadParameterError(f"scheme '{config.scheme.scheme}' --mode sliced has no int8 "
+                                ".tflite (its cos/sin tables stay float32): use --mode table")
+
+
+def _trig(config: ExportConfig) -> bool:
+    return config.mode == "sliced" and config.scheme.scheme in SLICED_TRIG
+
+
 def rows(manifest: dict[str, Any]) -> int:
     return BIAS_ROWS if manifest.get("kind") == "bias" else ROWS
 
@@ -168,8 +205,12 @@ def prepare(config: ExportConfig, module) -> Prepared:
     """The ``.tflite`` artifact for ``config``: manifest (all but sha256) and a writer."""
     _require_writer()
     check_options(config)
+    if _trig(config):  # float slicing whatever --lowering said (_check_trig_sliced)
+        from dataclasses import replace
+
+        config = replace(config, lowering="float")
     manifest = base_manifest(config, output_shape(config), config.dtype)
-    if config.mode == "table":
+    if config.mode == "table" or config.scheme.scheme in FLOAT_COMPUTE:
         manifest["lowering"] = None
     # Bias models subtract int32 positions; float bits are exact up to 2^24 (lowerings.py).
     cap = (BIAS_LIMIT if config.scheme.spec.kind == "bias"
@@ -206,6 +247,12 @@ def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
         _bias_table(g, config, module, manifest)
     elif config.mode == "table":
         _table(g, config, module, manifest)
+    elif _trig(config):
+        _trig_sliced(g, config, module, manifest)
+    elif s.scheme in FLOAT_COMPUTE:
+        _integer(g, config, module, manifest)
+    elif s.scheme == "hybrid-int-binary":
+        _hybrid(g, config)
     elif config.mode == "sliced":
         _binary_sliced(g, config, module, manifest)
     else:
@@ -338,9 +385,19 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
             out = g.op("FULLY_CONNECTED", [fb, w, -1], (ROWS, s.d_model), np.float32,
                        ("FullyConnectedOptions", {"FusedActivationFunction": 0}), out_name="pe")
     else:
-        b = _bits(g, config, pos, np.arange(s.d_model), gray=s.scheme == "gray")
+        # binary-multilevel's column j reads bit shifts[j] (bit_select), the others bit j
+        shifts = (module.shifts.numpy() if s.scheme == "binary-multilevel"
+                  else np.arange(s.d_model))
+        b = _bits(g, config, pos, shifts, gray=s.scheme == "gray")
         if config.lowering == "bitwise":
             b = g.op("CAST", [b], (ROWS, s.d_model), np.float32)
+        if s.scheme == "binary-smooth":  # b hi + (1 - b) lo: exactly hi or lo (b is 0 or 1)
+            hi, lo = (np.float32(getattr(module, k).item()) for k in ("hi", "lo"))
+            b = g.op("ADD", [g.op("MUL", [b, g.const("hi", hi)], (ROWS, s.d_model), np.float32),
+                             g.op("MUL", [g.op("SUB", [g.const("one", np.float32(1.0)), b],
+                                               (ROWS, s.d_model), np.float32),
+                                          g.const("lo", lo)], (ROWS, s.d_model), np.float32)],
+                     (ROWS, s.d_model), np.float32)
         if s.scheme == "binary-signed":  # 2b - 1, exact in float32
             b = g.op("SUB", [g.op("ADD", [b, b], (ROWS, s.d_model), np.float32),
                              g.const("one", np.float32(1.0))], (ROWS, s.d_model), np.float32)
@@ -425,6 +482,145 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
                      np.float32)
     g.tensors[total].name = "pe"
     g.outputs.append(total)
+
+
+def _trig_sliced(g: Graph, config, module, manifest) -> None:
+    """rope (``[cos | sin]``, its encode rows) and sinusoidal from bit slices, no SIN/COS: the
+    angle addition of ``edgepe.graphs.sliced`` (its tables, its operations in its order, so its
+    ``bound`` holds). The slices of ``|pos|`` with the float lowering only (TFLM has no
+    RIGHT_SHIFT and float32-only FLOOR): ``x`` float32 (exact to 2^24), ``[pos < 0] =
+    min(max(-x, 0), 1)``, ``|x| = x (1 - 2 [pos < 0])``, ``q_c = FLOOR(|x| 2^-k_c)`` (exact),
+    ``s_c = q_c - 2^w_c q_(c+1)``; the top index ``+ 2^w_top`` where ``pos < 0``, whose rows are
+    the top tables with their sin columns negated (``sin(-a) = -sin a``). The graph's
+    column-expanded tables (``H``, ``H'``, ``L``, ``L'``: what the ONNX graph folds at load) are
+    stored as they are; every index is clamped to its table (``MINIMUM``), so a position past
+    ``positions.limit`` reads a table's edge, never outside it."""
+    from edgepe.graphs.sliced import COS, SIN, _frequencies, _record, plan_of, slice_tables
+
+    s = config.scheme
+    widths = plan_of(config)
+    inv_freq, scale, attention = _frequencies(module)
+    k = len(inv_freq)
+    if s.scheme == "rope":
+        slots, kinds = np.tile(np.arange(k), 2), np.repeat([COS, SIN], k)
+    elif module.layout == "half":
+        slots, kinds = np.tile(np.arange(k), 2), np.repeat([SIN, COS], k)
+    else:
+        slots, kinds = np.repeat(np.arange(k), 2), np.tile([SIN, COS], k)
+    _record(config, manifest, widths, attention)
+    low_first = [int(w) for w in reversed(widths)]
+    tables = [(c[:, slots], t[:, slots]) for c, t in slice_tables(inv_freq, widths, scale)]
+    is_sin = (np.asarray(kinds) == SIN)[None, :]
+    cos_t, sin_t = tables[-1]
+    h = np.where(is_sin, sin_t, cos_t)  # cos | sin of the column
+    h2 = np.where(is_sin, cos_t, -sin_t)  # H': -sin | cos
+    flip = np.where(is_sin, np.float32(-1), np.float32(1))
+    h = np.concatenate([h, h * flip]).astype(np.float32)
+    h2 = np.concatenate([h2, h2 * flip]).astype(np.float32)
+    manifest["sliced"]["table_bytes"] = int(h.nbytes + h2.nbytes + sum(
+        2 * c.nbytes for c, _ in tables[:-1]))
+    manifest["sliced"]["reference"] += "; tables stored per column"
+    d, f32 = s.d_model, np.float32
+    v, col = (ROWS,), (ROWS, d)
+    pos = g.input("positions", v, np.int32)
+    offset = int(getattr(module, "offset", 0) or 0) if s.scheme == "sinusoidal" else 0
+    if offset:
+        pos = g.op("ADD", [pos, g.const("offset", np.int32(offset))], v, np.int32)
+    x = g.op("CAST", [pos], v, f32)
+    neg = g.op("MINIMUM", [g.op("MAXIMUM", [g.op("MUL", [x, g.const("minus_one", f32(-1))], v,
+                                                 f32), g.const("zero", f32(0))], v, f32),
+                           g.const("one", f32(1))], v, f32)  # 1 where pos < 0, else 0
+    sign = g.op("SUB", [g.const("one_", f32(1)), g.op("ADD", [neg, neg], v, f32)], v, f32)
+    a = g.op("MUL", [x, sign], v, f32)  # |pos|, exact
+    shifts = np.cumsum([0, *low_first[:-1]]).astype(int).tolist()
+    quotients = [a if kk == 0 else g.op("FLOOR", [g.op("MUL", [a, g.const(
+        f"down{c}", f32(2.0 ** -kk))], v, f32)], v, f32) for c, kk in enumerate(shifts)]
+    top_rows = 1 << low_first[-1]
+
+    def index(value: int, rows: int) -> int:  # float32 index in [0, rows) -> int32, clamped
+        clamped = g.op("MINIMUM", [value, g.const(f"last_{len(g.ops)}", f32(rows - 1))], v, f32)
+        return g.op("CAST", [clamped], v, np.int32)
+
+    def gather(name: str, table: np.ndarray, i: int) -> int:
+        return g.op("GATHER", [g.const(name, np.ascontiguousarray(table, f32)), i], col, f32,
+                    ("GatherOptions", {"Axis": 0, "BatchDims": 0}))
+
+    top_q = g.op("ADD", [quotients[-1], g.op("MUL", [neg, g.const("top_rows", f32(top_rows))],
+                                             v, f32)], v, f32)
+    top = index(top_q, 2 * top_rows)
+    top_h = gather("top_h", h, top)
+    if len(low_first) == 1:
+        out = top_h
+    else:
+        idx = []
+        for c in range(len(low_first) - 1):  # s_c = q_c - q_(c+1) 2^w_c, in [0, 2^w_c)
+            up = g.op("MUL", [quotients[c + 1], g.const(f"up{c}", f32(1 << low_first[c]))], v,
+                      f32)
+            idx.append(index(g.op("SUB", [quotients[c], up], v, f32), 1 << low_first[c]))
+        low_c = gather("cos0", tables[0][0], idx[0])
+        low_s = gather("sin0", tables[0][1], idx[0])
+        for c in range(1, len(low_first) - 1):  # rotate (L, L') by the middle slice's angle
+            tc = gather(f"cos{c}", tables[c][0], idx[c])
+            ts = gather(f"sin{c}", tables[c][1], idx[c])
+            low_c, low_s = (
+                g.op("SUB", [g.op("MUL", [tc, low_c], col, f32),
+                             g.op("MUL", [ts, low_s], col, f32)], col, f32),
+                g.op("ADD", [g.op("MUL", [ts, low_c], col, f32),
+                             g.op("MUL", [tc, low_s], col, f32)], col, f32))
+        top_h2 = gather("top_h2", h2, top)
+        out = g.op("ADD", [g.op("MUL", [top_h, low_c], col, f32),
+                           g.op("MUL", [top_h2, low_s], col, f32)], col, f32)
+    g.tensors[out].name = "pe"
+    g.outputs.append(out)
+
+
+def _integer(g: Graph, config, module, manifest) -> None:
+    """The integer family, the schemes' own float32 operations in their order:
+    ``v = float32(pos) / D`` (one correctly rounded DIV by a divisor of the row's shape, as
+    ``schemes._base.divide``; ``D = C`` for integer, ``max(L - 1, 1)`` for the others), then
+    ``MUL`` by the columns' factors ``[1, d]`` (ones: exact; multiscale's ``s``; learnable's
+    ``w``) and learnable's ``ADD`` of ``b``. ``float32(pos)`` is exact within the schemes'
+    limit (2^24)."""
+    s, d = config.scheme, config.scheme.d_model
+    pos = g.input("positions", (ROWS,), np.int32)
+    divisor = s.params["C"] if s.scheme == "integer" else float(max(s.max_len - 1, 1))
+    value = _divided(g, pos, divisor)
+    factor = {"integer-multiscale": "scale", "integer-learnable": "weight"}.get(s.scheme)
+    row = np.ones(d) if factor is None else getattr(module, factor).detach().numpy()
+    out = g.op("MUL", [value, g.const("factor", np.asarray(row, np.float32).reshape(1, d))],
+               (ROWS, d), np.float32)
+    if s.scheme == "integer-learnable":
+        bias = module.bias.detach().numpy().astype(np.float32).reshape(1, d)
+        out = g.op("ADD", [out, g.const("bias", bias)], (ROWS, d), np.float32)
+    g.tensors[out].name = "pe"
+    g.outputs.append(out)
+
+
+
+def _divided(g: Graph, pos: int, divisor: float) -> int:
+    """``[ROWS, 1]`` ``float32(pos) / divisor``: one correctly rounded DIV by a tensor of the
+    row's shape (``schemes._base.divide``)."""
+    x = g.op("CAST", [g.op("RESHAPE", [pos, g.const("shape", np.array([ROWS, 1], np.int32))],
+                           (ROWS, 1), np.int32)], (ROWS, 1), np.float32)
+    return g.op("DIV", [x, g.const("divisor", np.full((ROWS, 1), divisor, np.float32))],
+                (ROWS, 1), np.float32, ("DivOptions", {"FusedActivationFunction": 0}))
+
+
+def _hybrid(g: Graph, config) -> None:
+    """hybrid-int-binary: ``[pos / (L - 1)] * (d // 2)`` (the integer family's DIV, times ones)
+    then the bits ``0 .. d - d // 2 - 1`` (``_bits``, either lowering), CONCATENATION on the
+    columns: every value exact or one correctly rounded division (tolerance 0)."""
+    s = config.scheme
+    half, rest = s.d_model // 2, s.d_model - s.d_model // 2
+    pos = g.input("positions", (ROWS,), np.int32)
+    lin = g.op("MUL", [_divided(g, pos, float(max(s.max_len - 1, 1))),
+                       g.const("ones", np.ones((1, half), np.float32))], (ROWS, half), np.float32)
+    b = _bits(g, config, pos, np.arange(rest), gray=False)
+    if config.lowering == "bitwise":
+        b = g.op("CAST", [b], (ROWS, rest), np.float32)
+    out = g.op("CONCATENATION", [lin, b], (ROWS, s.d_model), np.float32,
+               ("ConcatenationOptions", {"Axis": 1, "FusedActivationFunction": 0}), out_name="pe")
+    g.outputs.append(out)
 
 
 def _weight(config, module) -> np.ndarray:

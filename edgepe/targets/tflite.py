@@ -71,7 +71,7 @@ def _candidate(config, module) -> dict:
 def for_export(config, prof: Profile, lowering_given: bool):
     """``(config, report)`` with the first lowering of ``formats.tflite.LOWERINGS`` whose model
     ``prof`` runs whole (or the one ``--lowering`` names); refuses in one line naming the op."""
-    from edgepe.formats.tflite import BIT_SCHEMES, LOWERINGS
+    from edgepe.formats.tflite import BIT_SCHEMES, LOWERINGS, SLICED_TRIG
     from edgepe.schemes import build
 
     if config.format != "tflite":
@@ -79,6 +79,8 @@ def for_export(config, prof: Profile, lowering_given: bool):
     module = build(config.scheme, seed=config.seed, checkpoint=config.checkpoint)
     bits = config.mode in ("compute", "sliced") and config.scheme.scheme in BIT_SCHEMES
     lowerings = list(LOWERINGS) if bits and not lowering_given else [config.lowering]
+    if config.mode == "sliced" and config.scheme.scheme in SLICED_TRIG:
+        lowerings = ["float"]  # rope/sinusoidal slice with float only (formats.tflite)
     why = []
     for lowering in lowerings:
         candidate = replace(config, lowering=lowering)
