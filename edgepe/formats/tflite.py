@@ -71,6 +71,10 @@ FLOAT_LIMIT = 2**24
 MAX_FILE_BYTES = 256 * 2**20
 MAX_TENSOR_BYTES = 64 * 2**20
 MAX_TENSORS = 4096
+# Operators, op codes and a tensor's rank: a vector of offsets may name one table many times,
+# so a 256 MiB file could list 64M operators (gigabytes of Python objects) without these.
+MAX_OPERATORS = 4096
+MAX_RANK = 8
 RUNTIMES = ("litert", "tflm")
 # TFLM's arena for a model: found by bisection (the smallest that allocates), then this much
 # more for alignment on a target whose pointers differ from the host's.
@@ -521,6 +525,12 @@ def read_model(data: bytes) -> dict[str, Any]:
         if model.SubgraphsLength() != 1:
             raise ArtifactError(f"the .tflite has {model.SubgraphsLength()} subgraphs; edgepe's "
                                 "models have one")
+        sg = model.Subgraphs(0)
+        for what, count, most in (("op codes", model.OperatorCodesLength(), MAX_OPERATORS),
+                                  ("operators", sg.OperatorsLength(), MAX_OPERATORS),
+                                  ("tensors", sg.TensorsLength(), MAX_TENSORS)):
+            if count > most:
+                raise ArtifactError(f"the .tflite has {count} {what} (at most {most})")
         codes = []
         for i in range(model.OperatorCodesLength()):
             oc = model.OperatorCodes(i)
@@ -533,14 +543,12 @@ def read_model(data: bytes) -> dict[str, Any]:
                 raise ArtifactError(f"the .tflite names builtin op code {code}, unknown to this "
                                     "schema")
             codes.append(names[code])
-        sg = model.Subgraphs(0)
-        if sg.TensorsLength() > MAX_TENSORS:
-            raise ArtifactError(f"the .tflite has {sg.TensorsLength()} tensors (at most "
-                                f"{MAX_TENSORS})")
         n_buffers = model.BuffersLength()
         tensors, constant = [], 0
         for i in range(sg.TensorsLength()):
             t = sg.Tensors(i)
+            if t.ShapeLength() > MAX_RANK:
+                raise ArtifactError(f"tensor {i} has rank {t.ShapeLength()} (at most {MAX_RANK})")
             shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
             if t.Type() not in TYPE_NAMES:
                 raise ArtifactError(f"tensor {i} has TFLite type {t.Type()}, not one edgepe "
@@ -560,6 +568,11 @@ def read_model(data: bytes) -> dict[str, Any]:
                 raise ArtifactError(f"tensor {i} names buffer {t.Buffer()} of {n_buffers}")
             if t.Buffer():
                 buf = model.Buffers(t.Buffer())
+                # Data past the flatbuffer (Buffer.offset/size, for models over 2 GB): edgepe
+                # never writes it, and TFLM allocates such a model with the offset unchecked.
+                if buf.Offset() or buf.Size():
+                    raise ArtifactError(f"tensor {i}'s buffer {t.Buffer()} lies outside the "
+                                        f"flatbuffer (offset {buf.Offset()}): not edgepe's")
                 held = buf.DataLength()
                 if held and held != size:
                     raise ArtifactError(f"tensor {i} holds {held} bytes for {shape} {dtype}")
