@@ -4,6 +4,9 @@ small artifact, read and rewrite its manifest as a forger would, re-route a grap
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -41,3 +44,23 @@ def rerouted(folder: Path):
     for node in graph.node:
         node.output[:] = [f"{o}_raw" if o == out else o for o in node.output]
     return path, model, graph, out
+
+
+def run_plan(base: Path, cases) -> dict:
+    """Run ``cases`` (each with ``id`` and ``make(folder) -> argv``) in one process of
+    tests/_trust_driver.py, each in its own folder under ``base``, with HOME, TMPDIR and
+    matplotlib's cache inside ``base``; the driver's results by case id."""
+    plan = []
+    for case in cases:
+        folder = base / case.id
+        folder.mkdir()
+        plan.append({"id": case.id, "folder": str(folder), "argv": case.make(folder)})
+    (base / "plan.json").write_text(json.dumps(plan))
+    env = {**os.environ, "MPLCONFIGDIR": str(base / "mpl"), "HOME": str(base / "home"),
+           "TMPDIR": str(base / "tmp")}
+    for name in ("mpl", "home", "tmp"):
+        (base / name).mkdir()
+    subprocess.run([sys.executable, str(Path(__file__).parent / "_trust_driver.py"),
+                    str(base / "plan.json"), str(base / "results.json")],
+                   check=True, timeout=600, env=env, cwd=base)
+    return json.loads((base / "results.json").read_text())

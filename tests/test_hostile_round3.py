@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import pytest
 from _hostile import binary as _binary
 from _hostile import manifest_of as _manifest
 from _hostile import rerouted as _rerouted
+from _hostile import run_plan as _run_plan
 from _hostile import write_manifest as _write_manifest
 from onnx import helper, numpy_helper
 
@@ -154,20 +154,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     base = tmp_path_factory.mktemp("trust3")
-    plan = []
-    for case in CASES:
-        folder = base / case.id
-        folder.mkdir()
-        plan.append({"id": case.id, "folder": str(folder), "argv": case.make(folder)})
-    (base / "plan.json").write_text(json.dumps(plan))
-    env = {**os.environ, "MPLCONFIGDIR": str(base / "mpl"), "HOME": str(base / "home"),
-           "TMPDIR": str(base / "tmp")}
-    for name in ("mpl", "home", "tmp"):
-        (base / name).mkdir()
-    subprocess.run([sys.executable, str(REPO / "tests" / "_trust_driver.py"),
-                    str(base / "plan.json"), str(base / "results.json")],
-                   check=True, timeout=600, env=env, cwd=base)
-    return base, json.loads((base / "results.json").read_text())
+    return base, _run_plan(base, CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.group}: {c.id}" for c in CASES])
