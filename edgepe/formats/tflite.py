@@ -52,6 +52,12 @@ import numpy as np
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
 from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.manifest import open_regular
+from edgepe.formats.bin import check_table_size
+from edgepe.graphs.int8 import _weight as int8_weight
+from edgepe.graphs.int8 import projection_quant
+from edgepe.graphs.quant import check_quantizable, table_quant
+from edgepe.graphs.sliced import binary_plan, binary_tables
+from edgepe.graphs.table_values import full_table, iter_table
 from edgepe.graphs.tflite_graph import IDENTIFIER, TYPE_NAMES, Graph
 
 INSTALL = "pip install -c constraints.txt -e '.[tflite]'"
@@ -150,12 +156,8 @@ def check_options(config: ExportConfig) -> None:
             raise BadParameterError(f"max_len {s.max_len} needs {s.n_bits} bits: past what "
                                     f"--lowering {config.lowering} computes in int32/float32")
     if config.quantize == "int8":
-        from edgepe.graphs.quant import check_quantizable
-
         check_quantizable(config)  # (the other compute schemes are exact: refused there)
     if config.mode == "table":
-        from edgepe.formats.bin import check_table_size
-
         check_table_size(config, "int8" if config.quantize == "int8" else config.dtype)
 
 
@@ -219,11 +221,8 @@ def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
 
 def _stored_table(config, module, manifest):
     """``(table, scale)``: float32 rows, or int8 rows and their float32 column scales."""
-    from edgepe.graphs.table_values import full_table, iter_table
-
     if config.quantize != "int8":
         return full_table(config.scheme, module).astype(np.float32), None
-    from edgepe.graphs.quant import table_quant
 
     tq = table_quant(config, module)
     manifest["quant"] = tq.manifest("table_int8")
@@ -335,7 +334,7 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
         if config.quantize == "int8":
             out = _int8_projection(g, config, module, manifest, b)
         else:
-            weight = _weight(config, module)  # [n, d]
+            weight = int8_weight(config, module)  # [n, d]
             fb = b if config.lowering == "float" else g.op("CAST", [b], (ROWS, s.n_bits),
                                                            np.float32)
             w = g.const("projection_weight", np.ascontiguousarray(weight.T, np.float32))
@@ -365,7 +364,6 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
     tables of float64 sums; int8: the exact integer sums of the int8 projection, held in
     float32, then one float32 multiply by the column scale: the int8 compute graph's value bit
     for bit, and its bound)."""
-    from edgepe.graphs.sliced import binary_plan, binary_tables
 
     s = config.scheme
     n, d = s.n_bits, s.d_model
@@ -373,7 +371,6 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
     low_first = list(reversed(widths))
     shifts = np.cumsum([0, *low_first[:-1]]).astype(int).tolist()
     if config.quantize == "int8":
-        from edgepe.graphs.int8 import projection_quant
 
         q, scale, _, quant = projection_quant(config, module, "int32")
         for graph_only in ("tensor", "scale_tensor", "scale_storage"):
@@ -386,7 +383,7 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
         manifest["quant"] = quant
         scale = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (d,))
     else:
-        tables = binary_tables(_weight(config, module), low_first, False)
+        tables = binary_tables(int8_weight(config, module), low_first, False)
     manifest["sliced"] = {"slices": [int(w) for w in widths],
                           "shifts": [int(k) for k in shifts[::-1]],
                           "table_bytes": int(sum(t.nbytes for t in tables))}
@@ -431,12 +428,6 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
     g.outputs.append(total)
 
 
-def _weight(config, module) -> np.ndarray:
-    from edgepe.graphs.int8 import _weight as weight
-
-    return weight(config, module)
-
-
 def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
     """``pe = DEQUANTIZE(FULLY_CONNECTED(bits int8, q int8 per channel))`` and its bound.
 
@@ -450,7 +441,6 @@ def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
     ``2^-30`` on a value of at most 127 steps; ``DEQUANTIZE`` rounds ``q s_out`` once in
     float32 (``127 u s_out``). Added to the weights' bound, for every position.
     """
-    from edgepe.graphs.int8 import projection_quant
 
     s = config.scheme
     q, scale, _, quant = projection_quant(config, module, "int32")
@@ -481,7 +471,7 @@ def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
     bits = ((pos[:, None] >> np.arange(s.n_bits)) & 1)
     acc = bits @ qi
     out_q = np.clip(np.sign(acc) * np.floor(np.abs(acc * scale / s_out) + 0.5), -128, 127)
-    ref = bits.astype(np.float64) @ _weight(config, module).astype(np.float64)
+    ref = bits.astype(np.float64) @ int8_weight(config, module).astype(np.float64)
     quant["max_abs_err"] = max(quant["max_abs_err"], float(np.abs(out_q * s_out - ref).max()))
     assert quant["max_abs_err"] <= quant["bound"], "int8 error past its proven bound"
     manifest["quant"] = quant
