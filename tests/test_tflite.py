@@ -195,7 +195,8 @@ def test_load_runs_on_litert(demo_int8) -> None:
         ref = module.encode(torch.from_numpy(positions)).numpy()
     bound = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())["quant"]["bound"]
     assert np.abs(pe.encode(positions) - ref).max() <= bound
-    with pytest.raises(BadParameterError):
+    with pytest.raises(BadParameterError, match="is a TFLite model: it runs on LiteRT's "
+                       "interpreter, providers apply to ONNX artifacts"):
         edgepe.load(demo_int8, providers="cpu")
 
 
