@@ -616,10 +616,9 @@ class TfliteRuntime(PteRuntime):
 
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         Runtime.__init__(self, path, manifest)
-        from edgepe.formats.tflite import Program
+        from edgepe.formats.tflite import Program, read_file
 
-        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
-            data = f.read()
+        data = read_file(path)
         if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
             raise _sha256_refusal(path)
         self.program = Program(data, dict(manifest), "litert")

@@ -345,3 +345,20 @@ def test_read_model_takes_the_bounds_themselves() -> None:
     """The limits are inclusive: 4096 operators and rank 8 are read."""
     assert len(read_model(_many_operators(4096))["operators"]) == 4096
     assert read_model(_rank(8))["inputs"][0]["shape"] == [1] * 8
+
+
+def test_a_file_past_the_reader_bound_is_refused_before_it_is_read_whole(demo_int8,
+                                                                         monkeypatch) -> None:
+    """edgepe.load, inspect (describe) and verify's runtimes read a .tflite through read_file:
+    at most MAX_FILE_BYTES + 1 bytes (load read the whole file once its sha256 matched)."""
+    from edgepe.audit import describe
+    from edgepe.formats import tflite
+
+    size = demo_int8.stat().st_size
+    monkeypatch.setattr(tflite, "MAX_FILE_BYTES", size)
+    assert tflite.read_file(demo_int8) == demo_int8.read_bytes()  # the bound itself is read
+    monkeypatch.setattr(tflite, "MAX_FILE_BYTES", size - 1)
+    message = f"the .tflite is over {size - 1} bytes"
+    for call in (tflite.read_file, edgepe.load, describe):
+        with pytest.raises(ArtifactError, match=message):
+            call(demo_int8)

@@ -592,10 +592,20 @@ def read_model(data: bytes) -> dict[str, Any]:
             "constant_bytes": constant}
 
 
+def read_file(path: Path) -> bytes:
+    """The bytes of the ``.tflite`` at ``path`` (a regular file, never a symlink's target),
+    refused (``ArtifactError``) past ``MAX_FILE_BYTES`` before more than that is read."""
+    with open(open_regular(Path(path), "artifact"), "rb", closefd=True) as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ArtifactError(f"the .tflite is over {MAX_FILE_BYTES} bytes, past what this reader "
+                            "takes")
+    return data
+
+
 def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
     """Refuse a file that is not a TFLite model edgepe reads; returns the model's inputs."""
-    with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
-        data = f.read(MAX_FILE_BYTES + 1)
+    data = read_file(path)
     info = read_model(data)
     if "litert" in installed():
         verify_flatbuffer(data)
