@@ -19,8 +19,8 @@ threads' first calls to coincide).
 ``warm()`` calls each such function once on a one-element tensor (below the 2048-element grain:
 one thread) in float32 and float64, before any reference is computed: the kernel is resolved
 before any concurrent use, and identical afterwards whatever the threads. It runs once per
-process (``edgepe.schemes._base`` calls it on import), costs ~0.1 ms, and is harmless on builds
-without MKL (SLEEF: no lazy dispatch).
+process (in the first ``Scheme.__init__``, ``edgepe.schemes._base``), costs ~0.1 ms, and is
+harmless on builds without MKL (SLEEF: no lazy dispatch).
 """
 
 from __future__ import annotations
