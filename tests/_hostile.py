@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,23 @@ def run_plan(base: Path, cases) -> dict:
                     str(base / "plan.json"), str(base / "results.json")],
                    check=True, timeout=600, env=env, cwd=base)
     return json.loads((base / "results.json").read_text())
+
+
+def check_outcome(got: dict, case) -> None:
+    """A hostile case's result: its exit code; exit 0 prints nothing on stderr and its last
+    stdout line matches ``case.says``, any other exit ONE stderr line (``error: `` for exit 2)
+    that matches it; under a minute; the case's folder untouched."""
+    assert got["exit"] == case.exit, (got["stdout"], got["stderr"])
+    if case.exit == 0:
+        assert got["stderr"] == ""
+        line = got["stdout"].strip().splitlines()[-1]
+    else:
+        lines = got["stderr"].strip().splitlines()
+        assert len(lines) == 1, got["stderr"]  # one line, no traceback
+        line = lines[0]
+        if case.exit == 2:
+            assert line.startswith("error: "), line
+    assert re.search(case.says, line), line
+    assert got["seconds"] < 60, got["seconds"]
+    # nothing written, removed or changed: names, sizes, mtimes and sha256 of every file
+    assert got["after"] == got["before"]
