@@ -210,8 +210,8 @@ def describe(path: str | Path) -> dict[str, Any]:
 
         info["program"] = describe_program(path.read_bytes())
     elif manifest["format"] == "tflite":
-        from edgepe.formats.tflite import describe_model
+        from edgepe.formats.tflite import describe_model, read_file
 
-        info["tflite"] = describe_model(path.read_bytes())
+        info["tflite"] = describe_model(read_file(path))
     info["sha256_ok"] = manifest.get("sha256") == info["sha256"]
     return info

@@ -38,6 +38,9 @@ MAX_POSITIONS = 4096  # a similarity matrix of 4096^2 is 16M cells: already more
 # 4096 dimensions peak at 1.5 GB (heatmap and similarity, measured); d_model 65536 took 19 GB
 # (issue 41), more columns than a screen has pixels anyway.
 MAX_WIDTH = 4096
+# A bias plot's values computed at once ([heads, query rows, S], head 0 kept): 2^24 float32
+# values are 64 MiB (1024 heads at 4096 positions were 64 GiB in one call).
+BIAS_VALUES = 1 << 24
 DEFAULT_POSITIONS = 256
 DPI = 100
 METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
@@ -58,13 +61,13 @@ def check_span(positions: np.ndarray) -> np.ndarray:
 
 
 def check_width(config) -> None:
-    """Refuse an encoding wider than ``MAX_WIDTH`` (d_model, or heads for a bias scheme) before
-    anything is built or encoded."""
-    width = config.heads if config.spec.kind == "bias" else config.d_model
-    if width is not None and width > MAX_WIDTH:
-        name = "heads" if config.spec.kind == "bias" else "d_model"
+    """Refuse an encoding wider than ``MAX_WIDTH`` (d_model) before anything is built or
+    encoded. (A bias scheme draws head 0's ``[S, S]``: its width is the positions', bounded by
+    ``check_span``; its heads are computed in blocks, ``BIAS_VALUES``.)"""
+    if config.spec.kind != "bias" and config.d_model is not None and config.d_model > MAX_WIDTH:
         raise BadParameterError(f"a plot draws at most {MAX_WIDTH} columns (one per dimension), "
-                                f"got {name} {width}: export a table and plot a slice of it")
+                                f"got d_model {config.d_model}: export a table and plot a slice "
+                                "of it")
 
 
 def _encode(source, config, positions: np.ndarray) -> np.ndarray:
@@ -76,17 +79,30 @@ def _encode(source, config, positions: np.ndarray) -> np.ndarray:
     from edgepe.runtime import Runtime
 
     rows = positions if config.arity is None else np.repeat(positions[:, None], config.arity, 1)
+    if config.spec.kind == "bias":
+        # Every head is computed, head 0 kept: query rows in blocks of at most BIAS_VALUES
+        # values ([H, rows, S]), as 1024 heads at 4096 positions are 64 GiB at once.
+        step = max(1, BIAS_VALUES // (config.heads * len(positions)))
+        return np.concatenate([_bias_head0(source, positions[i:i + step], positions)
+                               for i in range(0, len(positions), step)], axis=0)
     if isinstance(source, Runtime):
-        if config.spec.kind == "bias":
-            return source.encode(rows, positions)[0].astype(np.float64)
         return source.encode(rows).astype(np.float64)
     import torch
 
     with torch.no_grad():
-        if config.spec.kind == "bias":
-            p = torch.as_tensor(positions)
-            return source.encode(p, p)[0].double().numpy()
         return source.encode(torch.as_tensor(rows)).double().numpy()
+
+
+def _bias_head0(source, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Head 0's ``[len(queries), len(keys)]`` bias as float64."""
+    from edgepe.runtime import Runtime
+
+    if isinstance(source, Runtime):
+        return source.encode(queries, keys)[0].astype(np.float64)
+    import torch
+
+    with torch.no_grad():
+        return source.encode(torch.as_tensor(queries), torch.as_tensor(keys))[0].double().numpy()
 
 
 def _bits(positions: np.ndarray, n: int) -> np.ndarray:

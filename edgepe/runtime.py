@@ -121,6 +121,11 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
     return resolved
 
 
+# The formats that run on a runtime of their own, which onnxruntime's providers do not apply to.
+_OWN_RUNTIME = {"pte": "an ExecuTorch program: it runs on ExecuTorch's runtime",
+                "tflite": "a TFLite model: it runs on LiteRT's interpreter"}
+
+
 def load(path: str | Path, providers: str | Sequence[str] | None = None,
          check: str = "sha256", checkpoint: str | Path | None = None) -> Runtime:
     """Open the artifact at ``path`` (any format but C) for ``encode``/``apply``.
@@ -161,20 +166,11 @@ def load(path: str | Path, providers: str | Sequence[str] | None = None,
             raise ParityError(f"{str(path)!r} is not reproduced: {rebuilt}")
     if fmt == "onnx":
         runtime: Runtime = OnnxRuntime(path, manifest, providers, data)
-    elif fmt == "pte":
+    elif fmt in _OWN_RUNTIME:
         if providers is not None:
-            raise BadParameterError(
-                f"{str(path)!r} is an ExecuTorch program: it runs on ExecuTorch's runtime, "
-                "providers apply to ONNX artifacts"
-            )
-        runtime = PteRuntime(path, manifest)
-    elif fmt == "tflite":
-        if providers is not None:
-            raise BadParameterError(
-                f"{str(path)!r} is a TFLite model: it runs on LiteRT's interpreter, providers "
-                "apply to ONNX artifacts"
-            )
-        runtime = TfliteRuntime(path, manifest)
+            raise BadParameterError(f"{str(path)!r} is {_OWN_RUNTIME[fmt]}, providers apply to "
+                                    "ONNX artifacts")
+        runtime = (PteRuntime if fmt == "pte" else TfliteRuntime)(path, manifest)
     else:
         if providers is not None:
             resolve_providers(providers)  # a misspelt name is still an error
@@ -620,10 +616,9 @@ class TfliteRuntime(PteRuntime):
 
     def __init__(self, path: Path, manifest: Mapping[str, Any]) -> None:
         Runtime.__init__(self, path, manifest)
-        from edgepe.formats.tflite import Program
+        from edgepe.formats.tflite import Program, read_file
 
-        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
-            data = f.read()
+        data = read_file(path)
         if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
             raise _sha256_refusal(path)
         self.program = Program(data, dict(manifest), "litert")

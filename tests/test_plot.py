@@ -210,3 +210,34 @@ def test_artifact_pictures_show_what_the_artifact_computes(tmp_path):
                                       "--out", str(tmp_path / "no.png")])
     assert result.exit_code == 2
     assert "drop --scheme" in _one_line(result.stderr)
+
+
+def test_a_bias_plot_computes_its_heads_in_bounded_blocks(monkeypatch):
+    """A bias plot draws head 0's [S, S]; its heads are computed in query blocks of at most
+    BIAS_VALUES values (1024 heads at 4096 positions were 64 GiB in one call), with the same
+    values as one call."""
+    import torch
+
+    from edgepe import plot
+    from edgepe.schemes import build
+
+    config = resolve("alibi", 64, heads=8)
+    module = build(config)
+    positions = np.arange(40, dtype=np.int64)
+    with torch.no_grad():
+        whole = module.encode(torch.as_tensor(positions), torch.as_tensor(positions))[0]
+    calls = []
+    encode = module.encode
+
+    def watched(queries, keys):
+        calls.append(len(queries) * len(keys) * config.heads)
+        return encode(queries, keys)
+    monkeypatch.setattr(module, "encode", watched)
+    monkeypatch.setattr(plot, "BIAS_VALUES", 8 * 40 * 3)  # 3 query rows a block
+    got = plot._encode(module, config, positions)
+    np.testing.assert_array_equal(got, whole.double().numpy())
+    assert calls == [8 * 40 * 3] * 13 + [8 * 40 * 1]
+    monkeypatch.setattr(plot, "BIAS_VALUES", 1)  # one row at least
+    calls.clear()
+    np.testing.assert_array_equal(plot._encode(module, config, positions), got)
+    assert calls == [8 * 40] * 40

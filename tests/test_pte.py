@@ -189,6 +189,14 @@ def test_load_encodes_through_executorch_in_pieces(demo_pte):
     np.testing.assert_allclose(pe.apply(x, offset=100), x + expected[3100:3105], rtol=1e-6)
 
 
+def test_load_refuses_providers_for_a_program(demo_pte):
+    """onnxruntime's providers do not apply to an ExecuTorch program: refused, naming why."""
+    with pytest.raises(edgepe.contract.errors.BadParameterError,
+                       match="is an ExecuTorch program: it runs on "
+                       "ExecuTorch's runtime, providers apply to ONNX artifacts"):
+        edgepe.load(demo_pte, providers="cpu")
+
+
 def test_load_bias_program_in_blocks(tmp_path):
     """A bias program takes [N] x [M] up to max_n each; load() tiles longer calls."""
     run = _export(tmp_path, "--scheme", "alibi", "--max-len", "16", "--format", "pte",

@@ -36,7 +36,7 @@ from edgepe.formats.tflite import (  # noqa: E402
     read_model,
     verify_flatbuffer,
 )
-from edgepe.graphs.tflite_graph import Graph  # noqa: E402
+from edgepe.graphs.tflite_graph import Graph, Op  # noqa: E402
 from edgepe.schemes import build  # noqa: E402
 
 L = 512
@@ -195,7 +195,8 @@ def test_load_runs_on_litert(demo_int8) -> None:
         ref = module.encode(torch.from_numpy(positions)).numpy()
     bound = json.loads(demo_int8.with_name(demo_int8.name + ".json").read_text())["quant"]["bound"]
     assert np.abs(pe.encode(positions) - ref).max() <= bound
-    with pytest.raises(BadParameterError):
+    with pytest.raises(BadParameterError, match="is a TFLite model: it runs on LiteRT's "
+                       "interpreter, providers apply to ONNX artifacts"):
         edgepe.load(demo_int8, providers="cpu")
 
 
@@ -402,3 +403,77 @@ def test_multilevel_and_hybrid_compute_bit_for_bit_on_both_interpreters(scheme) 
         for runtime in runtimes:
             np.testing.assert_array_equal(Program(data, manifest, runtime).run(
                 {"positions": positions}), ref)
+
+def _offset_buffer() -> bytes:
+    """A table whose data the model says lies at byte 2^40 (Buffer.offset/size): LiteRT's
+    verifier refuses it, TFLM allocates it unchecked."""
+    import tflite
+
+    g = Graph()
+    x = g.input("positions", (ROWS,), np.int32)
+    t = g.const("table", np.zeros((64, 4), np.float32))
+    g.buffers[g.tensors[t].buffer] = b""
+    g.outputs.append(g.op("GATHER", [t, x], (ROWS, 4), np.float32,
+                          options=("GatherOptions", {"Axis": 0})))
+    end, calls = tflite.BufferEnd, []
+
+    def forged_end(b):
+        calls.append(1)
+        if len(calls) == 2:  # the table's buffer (0 is the sentinel)
+            tflite.BufferAddOffset(b, 2**40)
+            tflite.BufferAddSize(b, 1024)
+        return end(b)
+    tflite.BufferEnd = forged_end
+    try:
+        return g.serialize("offset")
+    finally:
+        tflite.BufferEnd = end
+
+
+def _many_operators(n: int) -> bytes:
+    """``n`` ABS operators, each its own table (a forger could name one table n times)."""
+    g = Graph()
+    x = g.input("positions", (ROWS,), np.int32)
+    g.outputs.append(x)
+    g.ops.extend(Op("ABS", (x,), (x,)) for _ in range(n))
+    return g.serialize("many")
+
+
+def _rank(n: int) -> bytes:
+    g = Graph()
+    x = g.input("positions", (1,) * n, np.int32)
+    g.outputs.append(x)
+    return g.serialize("rank")
+
+
+@pytest.mark.parametrize("make, message", [
+    (_offset_buffer, "lies outside the flatbuffer"),
+    (lambda: _many_operators(4097), r"4097 operators \(at most 4096\)"),
+    (lambda: _rank(9), r"rank 9 \(at most 8\)"),
+])
+def test_read_model_bounds_what_a_file_names(make, message) -> None:
+    with pytest.raises(ArtifactError, match=message):
+        read_model(make())
+
+
+def test_read_model_takes_the_bounds_themselves() -> None:
+    """The limits are inclusive: 4096 operators and rank 8 are read."""
+    assert len(read_model(_many_operators(4096))["operators"]) == 4096
+    assert read_model(_rank(8))["inputs"][0]["shape"] == [1] * 8
+
+
+def test_a_file_past_the_reader_bound_is_refused_before_it_is_read_whole(demo_int8,
+                                                                         monkeypatch) -> None:
+    """edgepe.load, inspect (describe) and verify's runtimes read a .tflite through read_file:
+    at most MAX_FILE_BYTES + 1 bytes (load read the whole file once its sha256 matched)."""
+    from edgepe.audit import describe
+    from edgepe.formats import tflite
+
+    size = demo_int8.stat().st_size
+    monkeypatch.setattr(tflite, "MAX_FILE_BYTES", size)
+    assert tflite.read_file(demo_int8) == demo_int8.read_bytes()  # the bound itself is read
+    monkeypatch.setattr(tflite, "MAX_FILE_BYTES", size - 1)
+    message = f"the .tflite is over {size - 1} bytes"
+    for call in (tflite.read_file, edgepe.load, describe):
+        with pytest.raises(ArtifactError, match=message):
+            call(demo_int8)

@@ -15,8 +15,10 @@ its first ``cos`` on the ``[512, 32]`` angles: 16384 elements, two threads, spli
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +98,16 @@ def test_warm_resolves_every_vml_op_in_both_float_widths(monkeypatch):
                     for op in VML_OPS]
     assert _vml._warmed
 
+
+
+def test_vml_ops_are_the_functions_the_installed_torch_sends_to_mkl_vml():
+    """``VML_OPS`` is exactly the uncommented ``IMPLEMENT_VML_MKL(op, ...)`` lines of this
+    torch's ``ATen/cpu/vml.h`` (the header its wheel ships): a function torch routes through VML
+    that warm() skips would race on its first call again."""
+    import torch
+
+    header = Path(torch.__file__).parent / "include" / "ATen" / "cpu" / "vml.h"
+    if not header.is_file():
+        pytest.skip("this torch ships no C++ headers")
+    routed = re.findall(r"^IMPLEMENT_VML_MKL\((\w+),", header.read_text(), re.MULTILINE)
+    assert routed and sorted(routed) == sorted(VML_OPS), (routed, VML_OPS)

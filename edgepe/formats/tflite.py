@@ -57,6 +57,21 @@ import numpy as np
 from edgepe.contract.config import ExportConfig, Prepared, base_manifest
 from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.manifest import open_regular
+from edgepe.formats.bin import check_table_size
+from edgepe.graphs.int8 import _weight as int8_weight
+from edgepe.graphs.int8 import projection_quant
+from edgepe.graphs.quant import check_quantizable, table_quant
+from edgepe.graphs.sliced import (
+    COS,
+    SIN,
+    _frequencies,
+    _record,
+    binary_plan,
+    binary_tables,
+    plan_of,
+    slice_tables,
+)
+from edgepe.graphs.table_values import full_table, iter_table
 from edgepe.graphs.tflite_graph import IDENTIFIER, TYPE_NAMES, Graph
 
 INSTALL = "pip install -c constraints.txt -e '.[tflite]'"
@@ -83,6 +98,10 @@ FLOAT_LIMIT = 2**24
 MAX_FILE_BYTES = 256 * 2**20
 MAX_TENSOR_BYTES = 64 * 2**20
 MAX_TENSORS = 4096
+# Operators, op codes and a tensor's rank: a vector of offsets may name one table many times,
+# so a 256 MiB file could list 64M operators (gigabytes of Python objects) without these.
+MAX_OPERATORS = 4096
+MAX_RANK = 8
 RUNTIMES = ("litert", "tflm")
 # TFLM's arena for a model: found by bisection (the smallest that allocates), then this much
 # more for alignment on a target whose pointers differ from the host's.
@@ -164,12 +183,8 @@ def check_options(config: ExportConfig) -> None:
             raise BadParameterError(f"max_len {s.max_len} needs {s.n_bits} bits: past what "
                                     f"--lowering {config.lowering} computes in int32/float32")
     if config.quantize == "int8":
-        from edgepe.graphs.quant import check_quantizable
-
         check_quantizable(config)  # (the other compute schemes are exact: refused there)
     if config.mode == "table":
-        from edgepe.formats.bin import check_table_size
-
         check_table_size(config, "int8" if config.quantize == "int8" else config.dtype)
 
 
@@ -177,7 +192,6 @@ def _check_trig_sliced(config: ExportConfig) -> None:
     """rope/sinusoidal ``--mode sliced``: slices with the float lowering (``bitwise``, the
     default, is taken as it: a trig-free graph has no bit columns to shift out), the plan
     checked (rope's ``--param`` graphs are refused with the other params), no int8."""
-    from edgepe.graphs.sliced import plan_of
 
     if config.lowering not in LOWERINGS:
         raise BadParameterError(f"--lowering {config.lowering}: a .tflite slices positions with "
@@ -262,11 +276,8 @@ def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
 
 def _stored_table(config, module, manifest):
     """``(table, scale)``: float32 rows, or int8 rows and their float32 column scales."""
-    from edgepe.graphs.table_values import full_table, iter_table
-
     if config.quantize != "int8":
         return full_table(config.scheme, module).astype(np.float32), None
-    from edgepe.graphs.quant import table_quant
 
     tq = table_quant(config, module)
     manifest["quant"] = tq.manifest("table_int8")
@@ -378,7 +389,7 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
         if config.quantize == "int8":
             out = _int8_projection(g, config, module, manifest, b)
         else:
-            weight = _weight(config, module)  # [n, d]
+            weight = int8_weight(config, module)  # [n, d]
             fb = b if config.lowering == "float" else g.op("CAST", [b], (ROWS, s.n_bits),
                                                            np.float32)
             w = g.const("projection_weight", np.ascontiguousarray(weight.T, np.float32))
@@ -418,7 +429,6 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
     tables of float64 sums; int8: the exact integer sums of the int8 projection, held in
     float32, then one float32 multiply by the column scale: the int8 compute graph's value bit
     for bit, and its bound)."""
-    from edgepe.graphs.sliced import binary_plan, binary_tables
 
     s = config.scheme
     n, d = s.n_bits, s.d_model
@@ -426,7 +436,6 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
     low_first = list(reversed(widths))
     shifts = np.cumsum([0, *low_first[:-1]]).astype(int).tolist()
     if config.quantize == "int8":
-        from edgepe.graphs.int8 import projection_quant
 
         q, scale, _, quant = projection_quant(config, module, "int32")
         for graph_only in ("tensor", "scale_tensor", "scale_storage"):
@@ -439,7 +448,7 @@ def _binary_sliced(g: Graph, config, module, manifest) -> None:
         manifest["quant"] = quant
         scale = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (d,))
     else:
-        tables = binary_tables(_weight(config, module), low_first, False)
+        tables = binary_tables(int8_weight(config, module), low_first, False)
     manifest["sliced"] = {"slices": [int(w) for w in widths],
                           "shifts": [int(k) for k in shifts[::-1]],
                           "table_bytes": int(sum(t.nbytes for t in tables))}
@@ -495,8 +504,6 @@ def _trig_sliced(g: Graph, config, module, manifest) -> None:
     column-expanded tables (``H``, ``H'``, ``L``, ``L'``: what the ONNX graph folds at load) are
     stored as they are; every index is clamped to its table (``MINIMUM``), so a position past
     ``positions.limit`` reads a table's edge, never outside it."""
-    from edgepe.graphs.sliced import COS, SIN, _frequencies, _record, plan_of, slice_tables
-
     s = config.scheme
     widths = plan_of(config)
     inv_freq, scale, attention = _frequencies(module)
@@ -623,12 +630,6 @@ def _hybrid(g: Graph, config) -> None:
     g.outputs.append(out)
 
 
-def _weight(config, module) -> np.ndarray:
-    from edgepe.graphs.int8 import _weight as weight
-
-    return weight(config, module)
-
-
 def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
     """``pe = DEQUANTIZE(FULLY_CONNECTED(bits int8, q int8 per channel))`` and its bound.
 
@@ -642,7 +643,6 @@ def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
     ``2^-30`` on a value of at most 127 steps; ``DEQUANTIZE`` rounds ``q s_out`` once in
     float32 (``127 u s_out``). Added to the weights' bound, for every position.
     """
-    from edgepe.graphs.int8 import projection_quant
 
     s = config.scheme
     q, scale, _, quant = projection_quant(config, module, "int32")
@@ -673,7 +673,7 @@ def _int8_projection(g: Graph, config, module, manifest, b: int) -> int:
     bits = ((pos[:, None] >> np.arange(s.n_bits)) & 1)
     acc = bits @ qi
     out_q = np.clip(np.sign(acc) * np.floor(np.abs(acc * scale / s_out) + 0.5), -128, 127)
-    ref = bits.astype(np.float64) @ _weight(config, module).astype(np.float64)
+    ref = bits.astype(np.float64) @ int8_weight(config, module).astype(np.float64)
     quant["max_abs_err"] = max(quant["max_abs_err"], float(np.abs(out_q * s_out - ref).max()))
     assert quant["max_abs_err"] <= quant["bound"], "int8 error past its proven bound"
     manifest["quant"] = quant
@@ -717,6 +717,12 @@ def read_model(data: bytes) -> dict[str, Any]:
         if model.SubgraphsLength() != 1:
             raise ArtifactError(f"the .tflite has {model.SubgraphsLength()} subgraphs; edgepe's "
                                 "models have one")
+        sg = model.Subgraphs(0)
+        for what, count, most in (("op codes", model.OperatorCodesLength(), MAX_OPERATORS),
+                                  ("operators", sg.OperatorsLength(), MAX_OPERATORS),
+                                  ("tensors", sg.TensorsLength(), MAX_TENSORS)):
+            if count > most:
+                raise ArtifactError(f"the .tflite has {count} {what} (at most {most})")
         codes = []
         for i in range(model.OperatorCodesLength()):
             oc = model.OperatorCodes(i)
@@ -729,14 +735,12 @@ def read_model(data: bytes) -> dict[str, Any]:
                 raise ArtifactError(f"the .tflite names builtin op code {code}, unknown to this "
                                     "schema")
             codes.append(names[code])
-        sg = model.Subgraphs(0)
-        if sg.TensorsLength() > MAX_TENSORS:
-            raise ArtifactError(f"the .tflite has {sg.TensorsLength()} tensors (at most "
-                                f"{MAX_TENSORS})")
         n_buffers = model.BuffersLength()
         tensors, constant = [], 0
         for i in range(sg.TensorsLength()):
             t = sg.Tensors(i)
+            if t.ShapeLength() > MAX_RANK:
+                raise ArtifactError(f"tensor {i} has rank {t.ShapeLength()} (at most {MAX_RANK})")
             shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
             if t.Type() not in TYPE_NAMES:
                 raise ArtifactError(f"tensor {i} has TFLite type {t.Type()}, not one edgepe "
@@ -756,6 +760,11 @@ def read_model(data: bytes) -> dict[str, Any]:
                 raise ArtifactError(f"tensor {i} names buffer {t.Buffer()} of {n_buffers}")
             if t.Buffer():
                 buf = model.Buffers(t.Buffer())
+                # Data past the flatbuffer (Buffer.offset/size, for models over 2 GB): edgepe
+                # never writes it, and TFLM allocates such a model with the offset unchecked.
+                if buf.Offset() or buf.Size():
+                    raise ArtifactError(f"tensor {i}'s buffer {t.Buffer()} lies outside the "
+                                        f"flatbuffer (offset {buf.Offset()}): not edgepe's")
                 held = buf.DataLength()
                 if held and held != size:
                     raise ArtifactError(f"tensor {i} holds {held} bytes for {shape} {dtype}")
@@ -785,10 +794,20 @@ def read_model(data: bytes) -> dict[str, Any]:
             "constant_bytes": constant}
 
 
+def read_file(path: Path) -> bytes:
+    """The bytes of the ``.tflite`` at ``path`` (a regular file, never a symlink's target),
+    refused (``ArtifactError``) past ``MAX_FILE_BYTES`` before more than that is read."""
+    with open(open_regular(Path(path), "artifact"), "rb", closefd=True) as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ArtifactError(f"the .tflite is over {MAX_FILE_BYTES} bytes, past what this reader "
+                            "takes")
+    return data
+
+
 def check_file(path: Path, manifest: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
     """Refuse a file that is not a TFLite model edgepe reads; returns the model's inputs."""
-    with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
-        data = f.read(MAX_FILE_BYTES + 1)
+    data = read_file(path)
     info = read_model(data)
     if "litert" in installed():
         verify_flatbuffer(data)

@@ -525,8 +525,6 @@ def _record(config, manifest: dict, widths: Sequence[int], attention: float,
 def sinusoidal(config, module, manifest: dict):
     """``positions [N] int64 -> pe [N, d]`` from bit slices: sin even, cos odd columns
     (``layout=half``: ``[sin | cos]``), at ``positions + offset`` (fairseq's padding offset)."""
-    from edgepe.graphs.trig import _pe_model
-
     widths = plan_of(config)
     inv_freq, _, _ = _frequencies(module)
     k = len(inv_freq)
@@ -545,7 +543,7 @@ def sinusoidal(config, module, manifest: dict):
         pe = rotary_columns(g, positions, inv_freq, widths, None, rotary, pairs=pairs)
         return _fused_model(config, g, pe, manifest, rotary)
     pe = columns_graph(g, positions, inv_freq, widths, slots, kinds, None, config.lowering)
-    return _pe_model(config, g, pe, manifest)
+    return trig._pe_model(config, g, pe, manifest)
 
 
 def _fused(config, widths: Sequence[int]) -> str | None:
@@ -640,8 +638,6 @@ def binary_plan(config) -> tuple[int, ...]:
 def binary(config, module, manifest: dict):
     """``positions [N] int64 -> pe [N, d]``: binary's projection of the bits of ``pos mod 2^n``
     as a sum of one Gather per slice (float32 tables of float64 sums), bitwise slicing."""
-    from edgepe.graphs._common import output, positions_input
-
     if config.lowering != "bitwise":
         raise BadParameterError("binary --mode sliced slices with BitShift/BitwiseAnd "
                                 "(--lowering bitwise); other lowerings: --mode compute")

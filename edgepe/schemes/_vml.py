@@ -19,18 +19,19 @@ threads' first calls to coincide).
 ``warm()`` calls each such function once on a one-element tensor (below the 2048-element grain:
 one thread) in float32 and float64, before any reference is computed: the kernel is resolved
 before any concurrent use, and identical afterwards whatever the threads. It runs once per
-process (``edgepe.schemes._base`` calls it on import), costs ~0.1 ms, and is harmless on builds
-without MKL (SLEEF: no lazy dispatch).
+process (in the first ``Scheme.__init__``, ``edgepe.schemes._base``), costs ~0.1 ms, and is
+harmless on builds without MKL (SLEEF: no lazy dispatch).
 """
 
 from __future__ import annotations
 
 import torch
 
-# The float unary ops aten sends to MKL VML (aten/src/ATen/cpu/vml.h, IMPLEMENT_VML_MKL), by
-# torch name. tests/test_vml_warmup.py checks that every one the schemes call is here.
-VML_OPS = ("abs", "acos", "asin", "atan", "cos", "erf", "erfc", "exp", "expm1", "log", "log10",
-           "log1p", "log2", "sin", "sqrt", "tan", "tanh", "trunc")
+# The float unary ops aten sends to MKL VML (aten/src/ATen/cpu/vml.h, IMPLEMENT_VML_MKL; abs,
+# cosh, sinh, expm1 and log1p are commented out there), by torch name.
+# tests/test_vml_warmup.py checks this list against the installed torch's vml.h.
+VML_OPS = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "log2",
+           "sin", "sqrt", "tan", "tanh", "trunc")
 
 _warmed = False
 

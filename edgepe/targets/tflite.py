@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgepe.contract.errors import BadParameterError
-from edgepe.contract.manifest import open_regular
 from edgepe.export import prepare
 from edgepe.targets.check import NodeCheck, TargetReport
 from edgepe.targets.profiles import Profile
@@ -54,10 +53,9 @@ def check_model(model: dict, prof: Profile) -> TargetReport:
 
 
 def check_file(path: str | Path, prof: Profile) -> TargetReport:
-    from edgepe.formats.tflite import MAX_FILE_BYTES, read_model
+    from edgepe.formats.tflite import read_file, read_model
 
-    with open(open_regular(Path(path), "artifact"), "rb", closefd=True) as f:
-        return check_model(read_model(f.read(MAX_FILE_BYTES + 1)), prof)
+    return check_model(read_model(read_file(path)), prof)
 
 
 def _candidate(config, module) -> dict:

@@ -39,6 +39,7 @@ from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError, EdgepeError
 from edgepe.contract.manifest import artifact_for, path_arg
 from edgepe.contract.progress import reporting, track
+from edgepe.graphs.sliced import CUDA_GRID_YZ_LIMIT
 from edgepe.rebuild import read_manifest as read
 from edgepe.verify.compare import CompareResult, Comparison, Tolerance
 
@@ -422,7 +423,7 @@ def _verify_on(name, path, manifest, ours, chunks, tolerance, probe_tolerance, b
 # failure 1: invalid argument") until the fused sliced graph folded its rows. On these providers
 # one more call goes past every such limit edgepe knows: twice CUDA's 65,535 and one.
 GPU_RUNTIMES = ("cuda", "trt")
-PAST_KERNEL_LIMITS = 2 * 65535 + 1  # graphs.sliced.CUDA_GRID_YZ_LIMIT
+PAST_KERNEL_LIMITS = 2 * CUDA_GRID_YZ_LIMIT + 1
 PAST_LIMITS_ELEMENTS = 2**27  # 512 MiB of float32 output: wider rows skip the call
 
 

@@ -399,9 +399,9 @@ def open_positions_runtime(name: str, path: Path, manifest: dict[str, Any], rebu
             return Program(f.read(), manifest)
     if name in (LITERT, TFLM):
         from edgepe.formats.tflite import Program as TfliteProgram
+        from edgepe.formats.tflite import read_file
 
-        with open(open_regular(path, "artifact"), "rb", closefd=True) as f:
-            return TfliteProgram(f.read(), manifest, name)
+        return TfliteProgram(read_file(path), manifest, name)
     from edgepe.formats.onnx_table import split_table
 
     return open_onnx(name, path, split_table(path, manifest))
