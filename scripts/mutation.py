@@ -1279,7 +1279,7 @@ EQUIVALENT: dict[str, str] = {
 # (``SCHEMA = _schema()``), before mutmut switches a mutant on in its forked worker, so every
 # mutant of them runs the original. Counted as equivalent, with what pins them instead.
 UNOBSERVABLE: dict[str, str] = {
-    r"edgepe\.manifest\.x__schema__mutmut_\d+": "manifest.SCHEMA is built by _schema() at "
+    r"edgepe\.contract\.manifest\.x__schema__mutmut_\d+": "manifest.SCHEMA is built by _schema() at "
     "import, before mutmut activates a mutant (the mutant never runs); tests/test_edges.py pins "
     "every range, type and required field of SCHEMA instead",
 }
