@@ -174,12 +174,14 @@ EQUIVALENT: dict[str, str] = {
     MAN + "read_bytes__mutmut_17": "read(max_bytes + 2): any read past max_bytes "
     "gives the same refusal",
     MAN + "loads__mutmut_4": "decode('UTF-8'): codec names are case-insensitive",
-    MAN + "loads__mutmut_29": "the type-name fallback for an empty message is "
-    "unreachable: json's errors and ours always carry a message (and nesting is bounded "
-    "before parsing, so no RecursionError)",
-    MAN + "loads__mutmut_33": "same unreachable fallback (type(None).__name__)",
-    MAN + "loads__mutmut_32": "same unreachable fallback (its condition always "
-    "true: every message is non-empty)",
+    # (loads' hooks for integers and numbers, issue 30, renumbered these: were 29, 32, 33)
+    MAN + "loads__mutmut_53": "the type-name fallback for an empty message is unreachable "
+    "(here its condition, str(None), is always true): json's errors and ours always carry a "
+    "message (and nesting is bounded before parsing, so no RecursionError)",
+    MAN + "loads__mutmut_50": "same unreachable fallback (its condition always true: every "
+    "message is non-empty)",
+    MAN + "loads__mutmut_54": "same unreachable fallback (type(None).__name__)",
+    MAN + "read_embedded__mutmut_34": "encode('UTF-8'): codec names are case-insensitive",
     MAN + "nesting_depth__mutmut_9": "strings replaced by 'XXXX' instead of '': "
     "neither holds a bracket",
     MAN + "nesting_depth__mutmut_17": "encode() as UTF-8 instead of ASCII with "
@@ -1279,9 +1281,9 @@ EQUIVALENT: dict[str, str] = {
 # (``SCHEMA = _schema()``), before mutmut switches a mutant on in its forked worker, so every
 # mutant of them runs the original. Counted as equivalent, with what pins them instead.
 UNOBSERVABLE: dict[str, str] = {
-    r"edgepe\.contract\.manifest\.x__schema__mutmut_\d+": "manifest.SCHEMA is built by _schema() at "
-    "import, before mutmut activates a mutant (the mutant never runs); tests/test_edges.py pins "
-    "every range, type and required field of SCHEMA instead",
+    r"edgepe\.contract\.manifest\.x__schema__mutmut_\d+": "manifest.SCHEMA is built by "
+    "_schema() at import, before mutmut activates a mutant (the mutant never runs); "
+    "tests/test_edges.py pins every range, type and required field of SCHEMA instead",
 }
 
 TIMEOUT_S = 1800

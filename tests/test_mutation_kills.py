@@ -823,7 +823,126 @@ def test_path_arg_takes_str_and_pathlike_and_names_anything_else():
         def __fspath__(self):
             return b"x"
 
-    with pytest.raises(BadParameterError, match="must be a str or os.PathLike of str, got"):
+        def __repr__(self):
+            return "BytesPath(b'x')"
+
+    with pytest.raises(BadParameterError) as raised:
         manifest.path_arg(BytesPath(), "the thing")
+    assert str(raised.value) == ("the thing must be a str or os.PathLike of str, got "
+                                 "BytesPath(b'x')")
     with pytest.raises(BadParameterError, match="^the artifact path must be"):
         manifest.artifact_for(123)
+
+
+# --- manifest.artifact_for / has_sidecar: a manifest's path names its artifact ------------------
+
+def test_artifact_for_a_manifest_path_is_the_artifact_beside_it(tmp_path):
+    art = tmp_path / "pe.onnx"
+    art.write_bytes(b"x")
+    assert manifest.artifact_for(tmp_path / "pe.onnx.json") == art
+    assert manifest.artifact_for(str(art)) == art  # not a manifest's name: the path itself
+    assert manifest.artifact_for(tmp_path / "pe.onnx.JSON") == tmp_path / "pe.onnx.JSON"
+    # a name that is exactly ".json" has no artifact name before it: the path itself
+    assert manifest.artifact_for(tmp_path / ".json") == tmp_path / ".json"
+    with pytest.raises(ArtifactError) as info:
+        manifest.artifact_for(tmp_path / "gone.npy.json")
+    assert str(info.value) == (f"{str(tmp_path / 'gone.npy.json')!r} is a manifest; the artifact "
+                               f"it describes, {str(tmp_path / 'gone.npy')!r}, does not exist")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling.bin")  # lexists: the link is there
+    assert manifest.artifact_for(tmp_path / "dangling.bin.json") == tmp_path / "dangling.bin"
+
+
+def test_has_sidecar_is_whether_path_json_exists(tmp_path):
+    art = tmp_path / "pe.onnx"
+    art.write_bytes(b"x")
+    assert manifest.has_sidecar(art) is False
+    (tmp_path / "pe.onnx.json").write_bytes(b"not even JSON")  # readable or not
+    assert manifest.has_sidecar(art) is True
+    assert manifest.has_sidecar(str(art)) is True
+
+
+# --- manifest.loads: the integer and float bounds, exactly at and past each --------------------
+
+def test_loads_integer_digits_bound():
+    twenty = "9" * manifest.MAX_INT_DIGITS
+    assert manifest.loads(f'{{"a": {twenty}, "b": -{twenty}}}'.encode(), "m") == {
+        "a": int(twenty), "b": -int(twenty)}
+    with pytest.raises(ArtifactError) as info:
+        manifest.loads(f'{{"a": -{twenty}1}}'.encode(), "m")
+    assert str(info.value) == ("manifest 'm' is not valid JSON (an integer of 21 digits (at most "
+                               "20))")
+
+
+def test_loads_float_bounds_and_the_shortened_number_in_the_message():
+    forty = "0." + "1" * (manifest.MAX_FLOAT_CHARS - 2)
+    assert manifest.loads(f'{{"a": {forty}}}'.encode(), "m") == {"a": float(forty)}
+    cases = (
+        ("1e999", "1e999"),  # short but not finite
+        (forty + "1", forty[:24] + "..."),  # finite but 41 characters
+        ("1" * 20 + "e999", "1" * 20 + "e999"),  # 24 characters: shown whole
+        ("1" * 21 + "e999", "1" * 21 + "e99..."),  # 25: cut to 24 and marked
+    )
+    for number, shown in cases:
+        with pytest.raises(ArtifactError) as info:
+            manifest.loads(f'{{"a": {number}}}'.encode(), "m")
+        assert str(info.value) == (f"manifest 'm' is not valid JSON (the number {shown} (at most "
+                                   "40 characters, finite))"), number
+
+
+# --- manifest.read_embedded: the copy an ONNX graph carries in its metadata_props --------------
+
+def _onnx_with(path, props=(), opsets=(("", 17),)):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets],
+                              ir_version=8)
+    for key, value in props:
+        model.metadata_props.add(key=key, value=value)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_read_embedded_returns_the_manifest_and_the_default_domain_opset(tmp_path):
+    text = manifest.dumps(_valid()).decode()
+    art = _onnx_with(tmp_path / "pe.onnx", [("other", "{}"), (manifest.EMBEDDED_KEY, text)],
+                     opsets=(("com.microsoft", 1), ("", 17)))
+    assert manifest.read_embedded(art) == (_valid(), 17)
+    upper = _onnx_with(tmp_path / "PE.ONNX", [(manifest.EMBEDDED_KEY, text)],
+                       opsets=(("ai.onnx", 13),))  # the default domain's other name
+    assert manifest.read_embedded(upper) == (_valid(), 13)
+
+
+def test_read_embedded_is_none_for_anything_but_an_onnx_graph_holding_one(tmp_path):
+    assert manifest.read_embedded(tmp_path / "absent.npy") is None  # not even opened
+    assert manifest.read_embedded(_onnx_with(tmp_path / "bare.onnx", [("other", "{}")])) is None
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\xff" * 8)
+    assert manifest.read_embedded(junk) is None
+    (tmp_path / "dir.onnx").mkdir()
+    with pytest.raises(ArtifactError) as info:
+        manifest.read_embedded(tmp_path / "dir.onnx")
+    assert str(info.value).startswith(f"artifact {str(tmp_path / 'dir.onnx')!r} is not a file")
+
+
+def test_read_embedded_refusals_name_the_embedded_copy(tmp_path):
+    art = _onnx_with(tmp_path / "pe.onnx", [(manifest.EMBEDDED_KEY, '{"a": 1, "a": 2}')])
+    where = f"{art}'s embedded manifest"
+    with pytest.raises(ArtifactError) as info:
+        manifest.read_embedded(art)
+    assert str(info.value) == f"manifest {where!r} is not valid JSON (duplicate key 'a')"
+    _onnx_with(art, [(manifest.EMBEDDED_KEY, "[1]")])
+    with pytest.raises(ArtifactError) as info:
+        manifest.read_embedded(art)
+    assert str(info.value) == f"manifest {where!r} is not a JSON object"
+    # the text bound is MAX_BYTES characters: exactly that is read, one more refused
+    pad = manifest.MAX_BYTES - len('{"a": ""}')
+    _onnx_with(art, [(manifest.EMBEDDED_KEY, '{"a": "' + "x" * pad + '"}')])
+    assert manifest.read_embedded(art) == ({"a": "x" * pad}, 17)
+    _onnx_with(art, [(manifest.EMBEDDED_KEY, '{"a": "' + "x" * (pad + 1) + '"}')])
+    with pytest.raises(ArtifactError) as info:
+        manifest.read_embedded(art)
+    assert str(info.value) == (f"{where} is {manifest.MAX_BYTES + 1} bytes; edgepe reads at most "
+                               f"{manifest.MAX_BYTES}: refused")
