@@ -122,11 +122,12 @@ def _detail(found: Found, mode: str, max_len: int) -> str:
         types = "" if found.layer_types == (None,) else f", layer types {list(found.layer_types)}"
         return f"rotary {'/'.join(kinds)}{types}, {mode} L={max_len}"
     if found.kind == "alibi":
-        return "ALiBi built in forward from arange, pow and cumsum: no trig, no module"
-    rows = tuple(getattr(m, "weight", getattr(m, "weights", None)).shape)
+        method = next(n for n in ("build_alibi_tensor", "build_mpt_alibi_tensor")
+                      if callable(getattr(m, n, None)))
+        return f"ALiBi from its {method}: arange and pow, no trig, no module to swap"
     offset = getattr(m, "offset", 0)
     where = f", offset {offset}" if offset else ""
-    return f"{found.kind} table {list(rows)}{where}: a gather, no trig"
+    return f"{found.kind} table {list(found.table)}{where}: a gather, no trig"
 
 
 def default_max_len(model) -> int:
@@ -150,13 +151,14 @@ def patch(model, mode: str = "table", max_len: int | None = None, quantize: str 
                                 f"{quantize!r} (int8 tables would change the logits)")
     if not isinstance(model, torch.nn.Module):
         raise BadParameterError(f"patch takes a torch.nn.Module, got {type(model).__name__}")
-    if max_len is None:
-        max_len = default_max_len(model)
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
+                                or max_len < 1):
         raise BadParameterError(f"max_len must be a positive integer, got {max_len!r}")
     found = find(model)  # raises Refused before anything changes
-    report = PatchReport(mode, max_len, model=model)
     rotary = [f for f in found if f.kind == "rotary"]
+    if max_len is None:
+        max_len = default_max_len(model) if rotary else 0
+    report = PatchReport(mode, max_len, model=model)
     inputs = cases(model, max_len) if check and rotary else []
     reference = run_cases(model, inputs) if inputs else []
     for f in found:

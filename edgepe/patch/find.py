@@ -44,6 +44,7 @@ class Found:
     kind: str
     layer_types: tuple = (None,)
     rope_types: dict = field(default_factory=dict)
+    table: tuple = ()  # a kept table's shape
 
     @property
     def cls(self) -> str:
@@ -85,6 +86,15 @@ def _position_rows(config) -> set[int]:
     return rows
 
 
+def _position_table(module, rows: set[int]):
+    """A float buffer of ``module`` with one row per position (GPT-J's ``[sin | cos]``
+    ``embed_positions``, gathered by ``position_ids``), or ``None``."""
+    for buffer in module.buffers(recurse=False):
+        if buffer.is_floating_point() and buffer.dim() == 2 and buffer.shape[0] in rows:
+            return buffer
+    return None
+
+
 def find(model) -> list[Found]:
     """Every PE module of ``model`` (module docstring), in ``named_modules`` order; raises
     ``Refused`` for one it knows it cannot reproduce, and when it finds none."""
@@ -117,17 +127,21 @@ def find(model) -> list[Found]:
                         "reproduces fixed frequencies only (default, linear, llama3, yarn, "
                         "longrope)")
             found.append(Found(name, module, "rotary", types, dict(kinds)))
+        elif types is None and _takes_positions(module) and (
+                table := _position_table(module, rows)) is not None:
+            found.append(Found(name, module, "sinusoidal", table=tuple(table.shape)))
         elif any(callable(getattr(module, m, None))
                  for m in ("build_alibi_tensor", "build_mpt_alibi_tensor")):
             found.append(Found(name, module, "alibi"))
         elif hasattr(module, "make_weights") and isinstance(
                 getattr(module, "weights", None), __import__("torch").Tensor):
-            found.append(Found(name, module, "sinusoidal"))
+            found.append(Found(name, module, "sinusoidal", table=tuple(module.weights.shape)))
         elif isinstance(module, nn.Embedding) and module is not inputs:
             offset = int(getattr(module, "offset", 0) or 0)
             if module.num_embeddings - offset in rows:
                 sinusoidal = callable(getattr(module, "create_weight", None))
-                found.append(Found(name, module, "sinusoidal" if sinusoidal else "learned"))
+                found.append(Found(name, module, "sinusoidal" if sinusoidal else "learned",
+                                   table=tuple(module.weight.shape)))
     if not found:
         raise Refused(f"{type(model).__name__}: no PE module edgepe knows (rotary embeddings, "
                       "learned or sinusoidal position tables, ALiBi)")

@@ -125,12 +125,14 @@ def run_cases(model, inputs: list[tuple[str, list[dict]]]) -> list[list[torch.Te
     results = []
     for _, steps in inputs:
         logits, past = [], None
+        # transformers 5.24 names the KV cache ``cache`` (``past_key_values`` is deprecated)
+        key = "cache" if _takes(model, "cache") else "past_key_values"
         for step in steps:
             kw = dict(step)
             if past is not None:
-                kw["past_key_values"] = past
+                kw[key] = past
             out = model(**kw)
-            past = getattr(out, "past_key_values", None) if kw.get("use_cache") else None
+            past = getattr(out, key, None) if kw.get("use_cache") else None
             logits.append(out.logits.float().clone())
         results.append(logits)
     return results
