@@ -18,6 +18,8 @@ Exporters, each with the runtime it is proven on:
 - ``pte``: ``torch.export`` -> ``executorch.exir.to_edge`` -> ``to_executorch`` with ExecuTorch's
   portable kernels; ``pte-xnnpack``: ``to_edge_transform_and_lower`` with the XNNPACK
   partitioner (executorch 1.5.1 ships it). Both run on ``executorch.runtime``.
+- ``tflite``: ``litert_torch.convert`` (litert-torch 0.10, the ``[litert]`` extra), run on
+  ``ai_edge_litert``'s interpreter with its built-in kernels.
 
 The lowering: the sliced module slices positions with integer floor division and remainder on
 non-negative (clamped) positions, never shifts, which every exporter here takes (litert-torch
@@ -44,12 +46,17 @@ from edgepe.contract.config import check_output, sha256_bytes
 from edgepe.contract.errors import BadParameterError, ParityError
 from edgepe.contract.version import __version__
 
-EXPORTERS = ("onnx", "pte", "pte-xnnpack")
-SUFFIX = {"onnx": ".onnx", "pte": ".pte", "pte-xnnpack": ".pte"}
+EXPORTERS = ("onnx", "pte", "pte-xnnpack", "tflite")
+SUFFIX = {"onnx": ".onnx", "pte": ".pte", "pte-xnnpack": ".pte", "tflite": ".tflite"}
 RUNTIME = {"onnx": "onnxruntime CPU", "pte": "executorch.runtime (portable kernels)",
-           "pte-xnnpack": "executorch.runtime (XNNPACK delegate)"}
+           "pte-xnnpack": "executorch.runtime (XNNPACK delegate)",
+           "tflite": "ai_edge_litert's interpreter (built-in kernels, no delegate)"}
 LOWERING = {e: "gather (table) / floor division and remainder (sliced): no shift, no trig"
             for e in EXPORTERS}
+# litert-torch 0.10 has no lowering for aten.bitwise_right_shift (issue 42): the sliced module's
+# floor division and remainder become DIV/FLOOR_MOD (with SIGN); its 64-bit inputs are int32
+# in the .tflite (enable_x64=False), so positions and ids are fed as int32.
+LOWERING["tflite"] += "; int32 inputs (litert-torch downcasts 64-bit I/O)"
 SEQ = 8
 # Both programs hold the same graph but for the PE: with a table patch the cos/sin are the same
 # float32 values, so the logits match exactly unless the runtime schedules the two graphs'
@@ -142,11 +149,45 @@ def _pte(model, example, xnnpack: bool):
     return data, (aten, trig), run
 
 
+def _tflite(model, example):
+    import contextlib
+    import io
+    import tempfile
+
+    import litert_torch
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    aten = _trig_in_graph(_torch_export(model, example))
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        edge = litert_torch.convert(Logits(model).eval(), example)  # prints its progress
+        path = Path(tmp) / "model.tflite"
+        edge.export(str(path))
+        data = path.read_bytes()
+    # Without the default XNNPACK delegate: every op is listed (a delegate hides its ops) and
+    # runs on LiteRT's built-in kernels.
+    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    interpreter.allocate_tensors()
+    ops = {d["op_name"] for d in interpreter._get_ops_details()}
+    trig = sum(1 for op in ops if op.lower() in TRIG)
+    runner = interpreter.get_signature_runner()
+    names = sorted(interpreter.get_signature_list()["serving_default"]["inputs"])
+
+    def run(ids, pos):
+        feeds = dict(zip(names, [ids.numpy().astype("int32"), pos.numpy().astype("int32")]))
+        return next(iter(runner(**feeds).values()))
+
+    return data, (aten, trig), run
+
+
 def program(model, exporter: str, example):
     """``(bytes, (sin/cos in torch.export's ATen graph, in the program), run(ids, pos) ->
     logits numpy)``."""
     if exporter == "onnx":
         return _onnx(model, example)
+    if exporter == "tflite":
+        return _tflite(model, example)
     return _pte(model, example, xnnpack=exporter == "pte-xnnpack")
 
 
@@ -220,4 +261,5 @@ def export(report, out: str | Path, exporter: str = "onnx", force: bool = False)
 def _version(exporter: str) -> str:
     from importlib.metadata import version
 
-    return version("torch") if exporter == "onnx" else version("executorch")
+    package = {"onnx": "torch", "tflite": "litert-torch"}.get(exporter, "executorch")
+    return version(package)
