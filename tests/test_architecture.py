@@ -35,7 +35,9 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # memory to import (or are optional extras): everything else is imported at module level.
 # safetensors: only to read a checkpoint, whose tensors it hands to torch (framework "pt").
 HEAVY = ("torch", "onnx", "onnxruntime", "numpy", "matplotlib", "executorch", "openvino", "rich",
-         "safetensors")
+         "safetensors",
+         # edgepe.patch (issue 42): loading a saved model, and the LiteRT exporter and runtime.
+         "transformers", "litert_torch", "ai_edge_litert")
 
 
 def lint_imports(config: Path, path: Path) -> subprocess.CompletedProcess:

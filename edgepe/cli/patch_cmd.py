@@ -2,6 +2,7 @@
 
     edgepe patch FOLDER [--mode table|sliced] [--max-len L]
     edgepe patch FOLDER --out model.onnx|.pte|.tflite [--exporter onnx|pte|pte-xnnpack|tflite]
+    edgepe patch FOLDER --verify model.onnx    (rebuilt from FOLDER byte-identical, re-proven)
 
 ``edgepe.patch`` does the work (its module doc says how); this prints one line per PE module and
 the logits proof, then, with ``--out``, what was written and its parity on the exporter's runtime
@@ -42,8 +43,24 @@ def command(
         "from --out's extension; pte-xnnpack: ExecuTorch with the XNNPACK delegate; tflite: "
         "litert-torch).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    verify: Annotated[Path | None, typer.Option(
+        "--verify", metavar="PROGRAM", help="Verify a program 'edgepe patch FOLDER --out' "
+        "wrote: rebuilt from FOLDER byte-identical, its parity measured again.")] = None,
 ) -> None:
     """Make a transformers model's PE trig-free in PyTorch, prove it, and export it."""
+    if verify is not None:
+        if out is not None or exporter is not None:
+            raise BadParameterError("--verify takes no --out or --exporter (the program's "
+                                    "manifest records them)")
+        from edgepe.patch.verify import verify_program
+
+        manifest = verify_program(folder, verify)
+        parity = manifest["parity"]
+        typer.echo(f"verified {verify}: rebuilt byte-identical from {folder} (sha256 "
+                   f"{manifest['sha256'][:12]}); parity measured again on {manifest['runtime']}"
+                   f": max abs {parity['max_abs_err']:.3g} (tolerance "
+                   f"{parity['tolerance']:.3g}); Sin/Cos {manifest['trig_ops']['patched'][0]}")
+        return
     if exporter is not None and out is None:
         raise BadParameterError("--exporter needs --out (the file to write)")
     if out is not None and exporter is None:
@@ -59,6 +76,9 @@ def command(
     if exporter is not None and exporter not in EXPORTERS:
         raise BadParameterError(f"--exporter must be one of {', '.join(EXPORTERS)}, got "
                                 f"{exporter!r}")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # "Loading weights" on stderr: noise here
     model = load_folder(folder)
     report = patch(model, mode=mode, max_len=limit, quantize=quantize)
     quiet = (ctx.obj or {}).get("quiet", False)
@@ -66,7 +86,9 @@ def command(
         typer.echo(str(report))
     if out is None:
         return
-    manifest = export(report, out, exporter, force=force)
+    from edgepe.patch.verify import folder_source
+
+    manifest = export(report, out, exporter, force=force, source=folder_source(folder))
     if not quiet:
         parity = manifest["parity"]
         typer.echo(f"wrote {out} ({manifest['bytes']['patched']} bytes, sha256 "

@@ -191,10 +191,12 @@ def program(model, exporter: str, example):
     return _pte(model, example, xnnpack=exporter == "pte-xnnpack")
 
 
-def export(report, out: str | Path, exporter: str = "onnx", force: bool = False) -> dict:
+def export(report, out: str | Path, exporter: str = "onnx", force: bool = False,
+           source: dict | None = None) -> dict:
     """Export ``report.model`` (patched by ``edgepe.patch``) with ``exporter`` to ``out`` and its
     manifest to ``out + '.json'``, proven against the unpatched model on the same runtime (module
-    docstring). Returns the manifest; raises ``ParityError`` (nothing written) when the logits
+    docstring); ``source``: the sha256 of the model folder's files (``edgepe.patch.verify``),
+    ``{}`` for a model built in Python (such a program cannot be rebuilt). Returns the manifest; raises ``ParityError`` (nothing written) when the logits
     differ past ``TOLERANCE`` or Sin/Cos remain, ``BadParameterError`` for a bad option."""
     if exporter not in EXPORTERS:
         raise BadParameterError(f"exporter must be one of {', '.join(EXPORTERS)}, got "
@@ -232,6 +234,7 @@ def export(report, out: str | Path, exporter: str = "onnx", force: bool = False)
         "kind": "patched-model",
         "edgepe": __version__,
         "model": type(model).__name__,
+        "source": dict(source or {}),
         "exporter": exporter,
         "exporter_version": _version(exporter),
         "runtime": RUNTIME[exporter],
