@@ -36,8 +36,9 @@ def command(
         "(default: max_position_embeddings).")] = None,
     quantize: Annotated[str, typer.Option("--quantize", metavar="none")] = "none",
     out: Annotated[Path | None, typer.Option(
-        "--out", metavar="FILE.onnx|FILE.pte|FILE.tflite", help="Export the patched model there (+ a "
-        "manifest FILE.json), proven against the unpatched model on the same runtime.")] = None,
+        "--out", metavar="FILE.onnx|FILE.pte|FILE.tflite", help="Export the patched model "
+        "there (+ a manifest FILE.json), proven against the unpatched model on the same "
+        "runtime.")] = None,
     exporter: Annotated[str | None, typer.Option(
         "--exporter", metavar="onnx|pte|pte-xnnpack|tflite", help="The exporter (default: "
         "from --out's extension; pte-xnnpack: ExecuTorch with the XNNPACK delegate; tflite: "

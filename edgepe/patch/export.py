@@ -7,9 +7,10 @@ as ``input_ids [1, S], position_ids [1, S] (int64) -> logits [1, S, vocab]`` (no
 the same inputs (positions from 0, from ``L - S``, and a scattered set below ``L``), and the
 largest logits difference must be within ``TOLERANCE``. The exported graph must hold no Sin or
 Cos (checked on torch.export's ATen graph for every exporter, and on the program: ONNX node
-types, ExecuTorch operator names; a delegate such as XNNPACK hides its ops from the program's
-operator list, so the ATen count is the one that holds there); the unpatched program's count of them is recorded beside
-(a check that can fail: it is not 0 for a rotary model).
+types, ExecuTorch operator names, LiteRT op codes; a delegate such as XNNPACK hides its ops
+from the program's operator list, so the ATen count is the one that holds there); the
+unpatched program's count is recorded beside (a check that can fail: not 0 for a rotary
+model).
 
 Exporters, each with the runtime it is proven on:
 
@@ -101,10 +102,10 @@ def _torch_export(model, example):
 
 
 def _onnx(model, example):
+    import warnings
+
     import onnx
     import onnxruntime as ort
-
-    import warnings
 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -119,7 +120,7 @@ def _onnx(model, example):
     names = [i.name for i in session.get_inputs()]
 
     def run(ids, pos):
-        return session.run(None, dict(zip(names, [ids.numpy(), pos.numpy()])))[0]
+        return session.run(None, dict(zip(names, [ids.numpy(), pos.numpy()], strict=True)))[0]
 
     return data, (aten, trig), run
 
@@ -175,7 +176,8 @@ def _tflite(model, example):
     names = sorted(interpreter.get_signature_list()["serving_default"]["inputs"])
 
     def run(ids, pos):
-        feeds = dict(zip(names, [ids.numpy().astype("int32"), pos.numpy().astype("int32")]))
+        feeds = dict(zip(names, [ids.numpy().astype("int32"), pos.numpy().astype("int32")],
+                         strict=True))
         return next(iter(runner(**feeds).values()))
 
     return data, (aten, trig), run
@@ -196,7 +198,8 @@ def export(report, out: str | Path, exporter: str = "onnx", force: bool = False,
     """Export ``report.model`` (patched by ``edgepe.patch``) with ``exporter`` to ``out`` and its
     manifest to ``out + '.json'``, proven against the unpatched model on the same runtime (module
     docstring); ``source``: the sha256 of the model folder's files (``edgepe.patch.verify``),
-    ``{}`` for a model built in Python (such a program cannot be rebuilt). Returns the manifest; raises ``ParityError`` (nothing written) when the logits
+    ``{}`` for a model built in Python (such a program cannot be rebuilt). Returns the
+    manifest; raises ``ParityError`` (nothing written) when the logits
     differ past ``TOLERANCE`` or Sin/Cos remain, ``BadParameterError`` for a bad option."""
     if exporter not in EXPORTERS:
         raise BadParameterError(f"exporter must be one of {', '.join(EXPORTERS)}, got "

@@ -13,9 +13,11 @@ Every module of ``model.named_modules()`` is classified by its attributes, not i
   embeddings whose row count is the config's position range (``max_position_embeddings`` or
   ``n_positions``, plus ``offset``): a gather of a trained table, already trig-free. Kept.
 - ``sinusoidal``: a module holding a ``weights`` table and a ``make_weights`` method (XGLM,
-  M2M100: the table is built once and gathered), or an ``nn.Embedding`` whose table is fixed
-  sinusoidal (Marian's, built by its ``create_weight``): a gather at run time. Kept (XGLM's ``forward``
-  rebuilds its table with sin/cos only past its rows, a branch a static export does not take).
+  M2M100: the table is built once and gathered), an ``nn.Embedding`` whose table is fixed
+  sinusoidal (Marian's, built by its ``create_weight``), or a module called with
+  ``position_ids`` that holds a float buffer of one row per position (GPT-J's ``[sin | cos]``
+  ``embed_positions``): a gather at run time. Kept (XGLM's ``forward`` rebuilds its table with
+  sin/cos only past its rows, a branch a static export does not take).
 - ``alibi``: a module with a ``build_alibi_tensor`` / ``build_mpt_alibi_tensor`` method (Bloom,
   MPT): ALiBi is computed in the model's forward from ``arange``, ``pow`` and the mask's
   ``cumsum``, no trig and no module to swap. Kept, said so.

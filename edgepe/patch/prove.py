@@ -76,7 +76,9 @@ def prove_module(found, replacement, max_len: int) -> float:
             x = torch.zeros(1, 1, dtype=torch.float32)
             kw = {} if layer_type is None else {"layer_type": layer_type}
             got = replacement(x, positions[None, :], **kw)
-            for r, g in zip(ref, got):
+            if len(got) != 2:
+                return math.inf
+            for r, g in zip(ref, got, strict=True):
                 if r.shape != g[0].shape or g.dtype != torch.float32:
                     return math.inf
                 worst = max(worst, float((r - g[0]).abs().max()))
@@ -140,8 +142,8 @@ def run_cases(model, inputs: list[tuple[str, list[dict]]]) -> list[list[torch.Te
 
 def max_diff(a: list[list[torch.Tensor]], b: list[list[torch.Tensor]]) -> float:
     worst = 0.0
-    for xs, ys in zip(a, b):
-        for x, y in zip(xs, ys):
+    for xs, ys in zip(a, b, strict=True):
+        for x, y in zip(xs, ys, strict=True):
             if x.shape != y.shape:
                 return math.inf
             worst = max(worst, float((x - y).abs().max()))
