@@ -32,6 +32,8 @@ The bit family has no transformers model to patch; its integer compute graph sta
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -169,9 +171,9 @@ def patch(model, mode: str = "table", max_len: int | None = None, quantize: str 
         item = Replaced(f, new, _detail(f, mode, max_len), bound=module_bound(f, mode, max_len))
         item.max_abs_err = prove_module(f, new, max_len)
         if not item.max_abs_err <= item.bound:
-            raise Refused(f"{f.cls} ({f.name}): edgepe cannot reproduce it: its {mode} "
-                          f"replacement is {item.max_abs_err:.3g} off at some position below "
-                          f"{max_len} (bound {item.bound:.3g})")
+            raise Refused(f"cannot patch {f.cls} ({f.name}): edgepe cannot reproduce it: "
+                          f"its {mode} replacement is {item.max_abs_err:.3g} off at some "
+                          f"position below {max_len} (bound {item.bound:.3g})")
         report.modules.append(item)
     report.swap(original=False)
     if inputs:
@@ -184,3 +186,17 @@ def patch(model, mode: str = "table", max_len: int | None = None, quantize: str 
                               f"original's (tolerance {report.logits_tolerance:.3g}); the "
                               "original modules are back")
     return report
+
+
+class _CallableModule(types.ModuleType):
+    """``edgepe.patch(model, ...)`` once this package is imported: importing a submodule binds
+    the package over the root's lazy ``edgepe.patch`` function (Python sets the parent's
+    attribute after the import), so the package itself calls ``patch``. The root stays light:
+    it imports no torch until the first call."""
+
+    def __call__(self, model, mode: str = "table", max_len: int | None = None,
+                 quantize: str = "none", check: bool = True) -> PatchReport:
+        return patch(model, mode=mode, max_len=max_len, quantize=quantize, check=check)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -110,24 +110,24 @@ def find(model) -> list[Found]:
         cls = type(module).__name__
         if getattr(module, "has_relative_attention_bias", False) and hasattr(
                 module, "relative_attention_bias"):
-            raise Refused(f"{cls} ({name}): T5's bucketed relative attention bias is not yet an "
-                          "edgepe scheme; edgepe patch cannot reproduce it")
+            raise Refused(f"cannot patch {cls} ({name}): T5's bucketed relative attention "
+                          "bias is not yet an edgepe scheme")
         types = _rotary_layer_types(module)
         if types is not None and _takes_positions(module):
             if hasattr(module, "mrope_section"):
-                raise Refused(f"{cls} ({name}): mrope (mrope_section "
+                raise Refused(f"cannot patch {cls} ({name}): mrope (mrope_section "
                               f"{list(module.mrope_section)}, three position streams) is not yet "
-                              "an edgepe scheme; edgepe patch cannot reproduce it")
+                              "an edgepe scheme")
             kinds = module.rope_type if isinstance(getattr(module, "rope_type", None), dict) \
                 else {t: getattr(module, "rope_type", "default") for t in types}
             for layer_type, rope_type in kinds.items():
                 if "dynamic" in str(rope_type):
                     where = f" for layer type {layer_type}" if layer_type else ""
                     raise Refused(
-                        f"{cls} ({name}): rope_type {rope_type!r}{where} recomputes its "
-                        "frequencies from each batch's longest position; edgepe patch "
-                        "reproduces fixed frequencies only (default, linear, llama3, yarn, "
-                        "longrope)")
+                        f"cannot patch {cls} ({name}): rope_type {rope_type!r}{where} "
+                        "recomputes its frequencies from each batch's longest position; edgepe "
+                        "patch reproduces fixed frequencies only (default, linear, llama3, "
+                        "yarn, longrope)")
             found.append(Found(name, module, "rotary", types, dict(kinds)))
         elif types is None and _takes_positions(module) and (
                 table := _position_table(module, rows)) is not None:
@@ -145,6 +145,6 @@ def find(model) -> list[Found]:
                 found.append(Found(name, module, "sinusoidal" if sinusoidal else "learned",
                                    table=tuple(module.weight.shape)))
     if not found:
-        raise Refused(f"{type(model).__name__}: no PE module edgepe knows (rotary embeddings, "
-                      "learned or sinusoidal position tables, ALiBi)")
+        raise Refused(f"cannot patch {type(model).__name__}: no PE module edgepe knows (rotary "
+                      "embeddings, learned or sinusoidal position tables, ALiBi)")
     return found
