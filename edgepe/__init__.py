@@ -8,7 +8,7 @@ from __future__ import annotations
 from edgepe.contract.errors import EdgepeError
 from edgepe.contract.version import __version__
 
-__all__ = ["EdgepeError", "__version__", "graft", "load"]
+__all__ = ["EdgepeError", "__version__", "graft", "load", "patch"]
 
 
 def load(path, providers=None, check="sha256", checkpoint=None):
@@ -19,6 +19,14 @@ def load(path, providers=None, check="sha256", checkpoint=None):
     from edgepe.runtime import load as _load
 
     return _load(path, providers=providers, check=check, checkpoint=checkpoint)
+
+
+def patch(model, mode="table", max_len=None, quantize="none", check=True):
+    """Replace a transformers model's rotary modules in place by trig-free edgepe ones, proven
+    per module and on the logits (``edgepe.patch.patch``; loads torch)."""
+    from edgepe.patch import patch as _patch
+
+    return _patch(model, mode=mode, max_len=max_len, quantize=quantize, check=check)
 
 
 # ``edgepe.graft(...)``: the function shadows its module's name here on purpose (the module stays

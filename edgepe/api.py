@@ -45,3 +45,10 @@ def verify_artifact(path: str | Path, providers=None, quick: bool = False, **opt
 
 
 verify = verify_artifact
+
+
+def patch(model, **options):
+    """Make a transformers model's PE trig-free in place, proven (``edgepe.patch.patch``)."""
+    from edgepe.patch import patch as run
+
+    return run(model, **options)

@@ -36,7 +36,9 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # safetensors: only to read a checkpoint, whose tensors it hands to torch (framework "pt").
 # tflite, flatbuffers, ai_edge_litert, tflite_micro: the optional [tflite] extra (issue 43).
 HEAVY = ("torch", "onnx", "onnxruntime", "numpy", "matplotlib", "executorch", "openvino", "rich",
-         "safetensors", "tflite", "flatbuffers", "ai_edge_litert", "tflite_micro")
+         "safetensors", "tflite", "flatbuffers", "ai_edge_litert", "tflite_micro",
+         # edgepe.patch (issue 42): loading a saved model, and the LiteRT exporter.
+         "transformers", "litert_torch")
 
 
 def lint_imports(config: Path, path: Path) -> subprocess.CompletedProcess:

@@ -245,6 +245,9 @@ app.command("verify")(verify_cmd.command)
 from edgepe.cli import graft_cmd  # noqa: E402
 
 app.command("graft")(graft_cmd.command)
+from edgepe.cli import patch_cmd  # noqa: E402
+
+app.command("patch")(patch_cmd.command)
 
 
 def main() -> None:
