@@ -117,3 +117,27 @@ def test_litert_export_matches_the_unpatched_program(folder, tmp_path):
     manifest = _manifest(out)
     assert manifest["trig_ops"]["unpatched"][1] == 2
     assert manifest["parity"]["max_abs_err"] <= 1e-5
+
+
+@pytest.mark.slow
+def test_an_executorch_program_runs_after_its_bytes_are_dropped():
+    """ExecuTorch's runtime reads the program's bytes in place: ``program``'s runner keeps them
+    alive (the benchmark kept only their length, and the freed buffer crashed the runtime)."""
+    pytest.importorskip("executorch", reason="pip install -c constraints.txt -e '.[executorch]'")
+    import gc
+
+    import edgepe.patch as patching
+    from edgepe.patch.export import inputs, program
+
+    model = _hf_models.model("llama")
+    patching.patch(model, mode="sliced")
+    ids, pos = inputs(model, 256)[0]
+    data, _, run = program(model, "pte", (ids, pos))
+    with torch.no_grad():
+        want = model(input_ids=ids, position_ids=pos).logits.numpy()
+    # the runner holds the very bytes the runtime reads (a copy would not keep them alive)
+    assert any(data is kept for kept in gc.get_referents(*run.__defaults__))
+    del data
+    gc.collect()
+    for _ in range(3):
+        assert abs(run(ids, pos) - want).max() <= 1e-5

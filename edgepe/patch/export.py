@@ -142,9 +142,10 @@ def _pte(model, example, xnnpack: bool):
     operators = {op.name for plan in program.executorch_program.execution_plan
                  for op in plan.operators}
     trig = sum(1 for op in operators if op.split("::")[-1].split(".")[0] in TRIG)
-    method = Runtime.get().load_program(data).load_method("forward")
+    loaded = Runtime.get().load_program(data)  # reads ``data`` in place: it must outlive run
+    method = loaded.load_method("forward")
 
-    def run(ids, pos):
+    def run(ids, pos, _keep=(data, loaded)):
         return method.execute([ids, pos])[0].numpy()
 
     return data, (aten, trig), run
