@@ -274,7 +274,11 @@ def run_command(text: str, ctx: DocContext) -> tuple[int, str]:
     pipe = _PIPE_TAIL.match(body)
     body = pipe.group("cmd") if pipe else body
     words = shlex.split(body)
-    if words and words[0] == "edgepe" and not any(c in body for c in "|;&><`$"):
+    # edgepe patch loads transformers (and torchao through it), whose loggers keep the stderr
+    # they were first configured with: in this process that is a CliRunner stream closed after
+    # the command, so patch runs in bash like any other program
+    if (words and words[0] == "edgepe" and "patch" not in words[1:3]
+            and not any(c in body for c in "|;&><`$")):
         code, output = _in_process(words[1:], ctx)
         if pipe:
             lines = output.splitlines(keepends=True)
