@@ -49,7 +49,7 @@ from edgepe.graft.find_hf import (
     _scalar_factor,
     _sinusoid_within,
 )
-from edgepe.graft.prove import _session, hf_feeds
+from edgepe.graft.prove import _session, cone_of, hf_feeds
 
 # The probing runs: a prefill of PROBE_SEQ tokens (positions 0 .. PROBE_SEQ - 1, so position 1,
 # where RoPE's angle is w itself, is always there) and a later step.
@@ -165,19 +165,7 @@ def _probe_model(model, names: list[str]):
     from onnx import helper
 
     graph = model.graph
-    makers = {o: n for n in graph.node for o in n.output}
-    kept, todo, seen = set(), list(names), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        node = makers.get(name)
-        if node is not None:
-            kept.add(id(node))
-            todo += [i for i in node.input if i]
-    nodes = [n for n in graph.node if id(n) in kept]
-    used = {i for n in nodes for i in n.input} | set(names)
+    nodes, used = cone_of(graph, names)
     inputs = [v for v in graph.input if v.name in used]
     cone = helper.make_graph(nodes, "probe", inputs,
                              [onnx.ValueInfoProto(name=n) for n in names],

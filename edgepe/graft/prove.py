@@ -721,12 +721,9 @@ def _cone_feed(session, names: Sequence[str], feeds: dict, length, which: str,
     return dict(zip(names, out, strict=True))
 
 
-def _cone_session(model, names: Sequence[str], which: str = "original"):
-    """An onnxruntime session of ``model``'s cone of ``names`` (see ``_cone_run``)."""
-    import onnx
-    from onnx import helper
-
-    graph = model.graph
+def cone_of(graph, names: Sequence[str]) -> tuple[list, set[str]]:
+    """The nodes ``names`` are computed from, in graph order, and every tensor name they read
+    (``names`` included): one walk up from the names, linear in the nodes."""
     makers = {o: n for n in graph.node for o in n.output}
     kept, todo, seen = set(), list(names), set()
     while todo:
@@ -739,7 +736,16 @@ def _cone_session(model, names: Sequence[str], which: str = "original"):
             kept.add(id(node))
             todo += [i for i in node.input if i]
     nodes = [n for n in graph.node if id(n) in kept]
-    used = {i for n in nodes for i in n.input} | set(names)
+    return nodes, {i for n in nodes for i in n.input} | set(names)
+
+
+def _cone_session(model, names: Sequence[str], which: str = "original"):
+    """An onnxruntime session of ``model``'s cone of ``names`` (see ``_cone_run``)."""
+    import onnx
+    from onnx import helper
+
+    graph = model.graph
+    nodes, used = cone_of(graph, names)
     cone = helper.make_graph(
         nodes, "cone", [v for v in graph.input if v.name in used],
         [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names],
