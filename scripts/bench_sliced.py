@@ -21,6 +21,13 @@ round-robin (``bench.latency.time_round_robin``). Candidates:
   sums where this has two sums, and onnxruntime's CPU kernels fuse none of them, so no
   two-slice graph on them can beat this one: its ratios bound what ``--mode sliced`` can
   reach on the machine.
+- ``passes``, ``unfolded`` (rope; issue 44, why N = 512 misses 2.5x the cache): bounds of the
+  fused form. ``passes`` is its three passes over ``[N, d]`` alone (the lowest slice's
+  ``Gather``, the ``RotaryEmbedding``, the copy of the op's 3-D output into ``[N, d]``) with
+  both slice indices fed in already computed, as ``[N, 1]``: no slicing, no fold; ``unfolded``
+  adds the slicing on ``[N]`` (``BitwiseAnd``, ``BitwiseAnd``, ``Div`` and the two index
+  ``Reshape``\ s) but not the CUDA grid fold (the ``[N, 1]`` form, which fails on CUDA from
+  N = 65536). Both are checked PEs; neither is an artifact.
 
 Every candidate's output is checked against the float64 definition first (the sliced ones within
 ``graphs.sliced.bound``, the float32 recipe reports its own distance). Ratios are medians of the
@@ -106,22 +113,27 @@ def run(bench, work: Path, reps: int, min_sample_s: float, quick: bool) -> dict[
         bench.gather_floor(cache, paths["cache"])
         if scheme_name == "rope":
             paths["floor"] = _floor_graph(module, work / "floor.onnx")
+            paths.update(_fused_floor_graphs(module, work))
         report["bytes"][scheme_name] = {name: path.stat().st_size for name, path in paths.items()}
         report["cache_bytes"] = int(cache.nbytes)
         errors = report["max_abs_err"].setdefault(scheme_name, {})
         for n in (SIZES[:1] if quick else SIZES):
             positions = rng.integers(0, MAX_LEN, n).astype(np.int64)
             candidates = []
+            low = (positions & ((1 << LOW_BITS) - 1)).reshape(-1, 1)
+            top = ((positions >> LOW_BITS) & ((1 << (TOP_BITS + 1)) - 1)).reshape(-1, 1)
             for name, path in paths.items():
+                feeds = ({"low_ids": low, "top_ids": top} if name == "passes"
+                         else {"positions": positions})
                 c = bench.Candidate(name, "edgepe", path=path, session=bench.session(path),
-                                    feeds={"positions": positions})
+                                    feeds=feeds)
                 candidates.append(c)
                 if name == "floor":
                     continue  # a cost bound, not a PE
                 got = c.session.run(None, c.feeds)[0].astype(np.float64)
                 err = float(np.abs(got - exact[positions]).max())
                 errors[name] = max(errors.get(name, 0.0), err)
-                if name.startswith("sliced") and err > limit:  # timing a wrong graph is moot
+                if name != "cache" and name != "sincos" and err > limit:  # a wrong graph: moot
                     raise SystemExit(f"{scheme_name} {name}: error {err:.3g} past the bound "
                                      f"{limit:.3g}")
             print(f"sliced: {scheme_name} N={n}", file=sys.stderr, flush=True)
@@ -163,10 +175,66 @@ def _floor_graph(module, path: Path) -> Path:
     return path
 
 
+TOP_BITS, LOW_BITS = 8, 7  # default_plan(32768): the fused floors' plan (checked there)
+
+
+def _fused_floor_graphs(module, work: Path) -> dict[str, Path]:
+    """The ``passes`` and ``unfolded`` candidates (module docstring): ``com.microsoft``
+    RotaryEmbedding, the plan's own tables, the top caches with ``rotary_columns``' mirrored
+    rows for negative positions (the bench feeds none)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgepe.graphs.sliced import default_plan, slice_tables
+
+    assert default_plan(MAX_LEN) == (TOP_BITS, LOW_BITS)
+    (cl, sl), (ch, sh) = slice_tables(module.inv_freq.detach().numpy(), default_plan(MAX_LEN),
+                                      top_extra=True)
+    rows = 1 << TOP_BITS
+    inits = {"low": np.hstack([cl, sl]),
+             "cos": np.vstack([ch[:rows], ch[rows:0:-1]]),
+             "sin": np.vstack([sh[:rows], -sh[rows:0:-1]]),
+             "low_mask": np.int64((1 << LOW_BITS) - 1),
+             "top_mask": np.int64(((1 << (TOP_BITS + 1)) - 1) << LOW_BITS),
+             "step": np.int64(1 << LOW_BITS), "column": np.array([-1, 1], np.int64),
+             "rows": np.array([-1, D_MODEL], np.int64)}
+    passes = [helper.make_node("Gather", ["low", "low_ids"], ["x"]),
+              helper.make_node("RotaryEmbedding", ["x", "top_ids", "cos", "sin"], ["r"],
+                               domain="com.microsoft", num_heads=1),
+              helper.make_node("Reshape", ["r", "rows"], ["y"])]
+    slicing = [helper.make_node("BitwiseAnd", ["positions", "low_mask"], ["low_flat"]),
+               helper.make_node("Reshape", ["low_flat", "column"], ["low_ids"]),
+               helper.make_node("BitwiseAnd", ["positions", "top_mask"], ["top_bits"]),
+               helper.make_node("Div", ["top_bits", "step"], ["top_flat"]),
+               helper.make_node("Reshape", ["top_flat", "column"], ["top_ids"])]
+    ids = [helper.make_tensor_value_info(name, TensorProto.INT64, ["N", 1])
+           for name in ("low_ids", "top_ids")]
+    out = {}
+    for name, nodes, inputs in (
+            ("passes", passes, ids),
+            ("unfolded", slicing + passes,
+             [helper.make_tensor_value_info("positions", TensorProto.INT64, ["N"])])):
+        used = {i for node in nodes for i in node.input}
+        graph = helper.make_graph(
+            nodes, name, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                ["N", D_MODEL])],
+            [numpy_helper.from_array(np.asarray(v, np.float32 if v.dtype.kind == "f"
+                                                else np.int64), k)
+             for k, v in inits.items() if k in used])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        out[name] = work / f"fused-{name}.onnx"
+        onnx.save(model, str(out[name]))
+    return out
+
+
 def _ratios(row: dict[str, Any], by: dict[str, np.ndarray], prefix: str) -> None:
     for name, samples in by.items():
         row[f"{prefix}{name}_us"] = float(np.median(samples) * 1e6)
-    for name in ("sliced", "sliced-trunc", "sliced-ort", "sliced-rotary23", "floor"):
+    for name in ("sliced", "sliced-trunc", "sliced-ort", "sliced-rotary23", "floor", "passes",
+                 "unfolded"):
         if name not in by:  # sinusoidal has no trunc or floor candidate
             continue
         for base in ("sincos", "cache"):
@@ -211,21 +279,23 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
             continue
         rope = scheme == "rope"
         names = ("sincos", "cache", "sliced-ort", "sliced-rotary23", "sliced",
-                 *(("sliced-trunc", "floor") if rope else ()))
+                 *(("sliced-trunc", "floor", "passes", "unfolded") if rope else ()))
         lines += [
             "", f"{scheme}:", "",
             "| N | ort / Sin-Cos | ort / cache | rotary23 / Sin-Cos | rotary23 / cache "
             "| plain / Sin-Cos | plain / cache | "
-            + ("trunc / Sin-Cos | floor / Sin-Cos | floor / cache | " if rope else "")
+            + ("trunc / Sin-Cos | floor / Sin-Cos | floor / cache | passes / cache | "
+               "unfolded / cache | " if rope else "")
             + "us per call: Sin-Cos, cache, ort, rotary23, plain"
-            + (", trunc, floor |" if rope else " |"),
-            "|---:|---|---|---|---|---|---|" + ("---|---|---|" if rope else "") + "---|",
+            + (", trunc, floor, passes, unfolded |" if rope else " |"),
+            "|---:|---|---|---|---|---|---|" + ("---|---|---|---|---|" if rope else "") + "---|",
         ]
         for p, clock in (("", "wall"), ("cpu_", "CPU")):
             for r in rows:
                 us = ", ".join(f"{r[f'{p}{name}_us']:.0f}" for name in names)
                 extra = (f"{r[f'{p}sliced-trunc_vs_sincos']:.2f}x | "
                          f"{r[f'{p}floor_vs_sincos']:.2f}x | {r[f'{p}floor_vs_cache']:.2f}x | "
+                         f"{r[f'{p}passes_vs_cache']:.2f}x | {r[f'{p}unfolded_vs_cache']:.2f}x | "
                          if rope else "")
                 lines.append(
                     f"| {r['n']} ({clock}) | {pair(r, p, 'sliced-ort')} | "
@@ -243,7 +313,7 @@ def markdown(report: dict[str, Any], machine: dict[str, Any], date: str, reps: i
         "| file | bytes | x full cache |",
         "|---|---:|---:|",
         *(f"| {scheme} {name} | {size} | {size / cache:.4f} |" for scheme, by in sizes.items()
-          for name, size in by.items() if name != "floor"),
+          for name, size in by.items() if name not in ("floor", "passes", "unfolded")),
         "",
         f"largest sliced file / full float32 cache: 1/{1 / ratio:.0f} "
         f"({verdict(ratio <= SIZE_TARGET)}, target <= 1/50).",
