@@ -26,7 +26,7 @@ round-robin (``bench.latency.time_round_robin``). Candidates:
   ``Gather``, the ``RotaryEmbedding``, the copy of the op's 3-D output into ``[N, d]``) with
   both slice indices fed in already computed, as ``[N, 1]``: no slicing, no fold; ``unfolded``
   adds the slicing on ``[N]`` (``BitwiseAnd``, ``BitwiseAnd``, ``Div`` and the two index
-  ``Reshape``\ s) but not the CUDA grid fold (the ``[N, 1]`` form, which fails on CUDA from
+  ``Reshape`` nodes) but not the CUDA grid fold (the ``[N, 1]`` form, which fails on CUDA from
   N = 65536). Both are checked PEs; neither is an artifact.
 
 Every candidate's output is checked against the float64 definition first (the sliced ones within
