@@ -163,6 +163,13 @@ def check_options(config: ExportConfig) -> None:
         raise BadParameterError("--int8-runtime and --param options apply to ONNX graphs, not "
                                 "to --format tflite" + (" (but slices=...)" if sliced else ""))
     # (every scheme with a sliced mode has its .tflite: SLICED + SLICED_TRIG)
+    if s.scheme == "mrope":
+        # Decided (issue 43): refused, not three GATHERs of rope's cos/sin rows by section. mrope
+        # has no table mode (its compute is unbounded in position); such a .tflite would be a
+        # table whose positions clamp at max_len, a cell no other format has, with [N, 3] inputs.
+        raise BadParameterError("scheme 'mrope' takes positions [N, 3] and has no table mode: a "
+                                ".tflite holds no SIN/COS compute graph (use --format onnx or "
+                                "pte)")
     if s.arity is not None:
         raise BadParameterError(f"scheme '{s.scheme}' takes positions [N, {s.arity}]: .tflite "
                                 "models take positions [N] (use --format onnx, pte or c)")
