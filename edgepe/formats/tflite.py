@@ -15,8 +15,9 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   ``edgepe.graphs.lowerings``: exact for ``|pos| <= 2^24``), which TFLM runs: its op resolver
   has no ``RIGHT_SHIFT`` or ``BITWISE_XOR``, and its ``FLOOR_DIV``/``FLOOR_MOD`` take float32
   only (issue 43, measured: "Type 'INT32' is not supported by FLOOR_MOD"). Gray bit ``k`` is
-  ``(b_k - b_(k+1))^2`` (xor of two 0/1 values, no ``ABS``); ``binary`` projects the bits with
-  ``FULLY_CONNECTED``.
+  ``(b_k - b_(k+1))^2`` (xor of two 0/1 values, no ``ABS``); ``binary`` and ``fourier-binary``
+  (its DFT basis) project the bits with ``FULLY_CONNECTED``; ``binary-gated`` is
+  ``b g + (pos / (L - 1)) (1 - g)``, the ONNX graph's MUL, DIV, MUL, ADD in its order.
 - ``--mode sliced`` (``binary``, the C header's slices): one ``GATHER`` per bit slice of the
   projection rows' sums (``edgepe.graphs.sliced.binary_tables``), added; the slice index from
   the same two lowerings.
@@ -36,7 +37,10 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   scale, then ``DEQUANTIZE`` (edgepe's int8 artifacts output float32: ``pe`` is output 0;
   ``pe_int8``, output 1, is the int8 row a quantised model takes, scale ``quant.output``).
   Its bound is the weights' (``projection_quant``, exact int32 sum) plus the requantisation's:
-  see ``_int8_projection``.
+  see ``_int8_projection``. Graphs without weights (binary-gated's compute, rope's and
+  sinusoidal's sliced: ``OUTPUT_QUANT``) quantise their float32 output with the ONNX int8
+  graph's scales and bound (``_quantised_output``).
+- mrope (positions ``[N, 3]``, compute only) is refused: see ``check_options``.
 
 Loading: LiteRT's interpreter verifies the flatbuffer before it builds anything; TFLM reads it
 unchecked, so it is given only bytes that LiteRT's verifier accepted (``verify_flatbuffer``:
