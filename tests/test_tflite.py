@@ -604,3 +604,29 @@ def test_a_file_past_the_reader_bound_is_refused_before_it_is_read_whole(demo_in
     for call in (tflite.read_file, edgepe.load, describe):
         with pytest.raises(ArtifactError, match=message):
             call(demo_int8)
+
+
+@pytest.mark.parametrize("kw", [
+    {"scheme": "fourier-binary", "max_len": 64},
+    {"scheme": "fourier-binary", "max_len": 64, "quantize": "int8"},
+    {"scheme": "binary-gated", "max_len": 64, "quantize": "int8"},
+    {"scheme": "sinusoidal", "max_len": 64, "mode": "sliced", "quantize": "int8"}])
+def test_new_cells_targets_pick_what_each_runtime_runs(kw) -> None:
+    """--target litert takes RIGHT_SHIFT (bitwise) where the cell has bits, --target tflm the
+    float lowering; each chosen model passes its profile node by node, and TFLM allocates the
+    one chosen for it (the sliced cell slices with float on both)."""
+    from edgepe.targets.profiles import TFLITE_PROFILES
+    from edgepe.targets.tflite import for_export
+
+    kw = dict(kw)
+    config = make_config(kw.pop("scheme"), kw.pop("max_len"), format="tflite", **kw)
+    chosen = {}
+    for name in ("litert", "tflm"):
+        picked, report = for_export(config, TFLITE_PROFILES[name], lowering_given=False)
+        assert report and not report.blocking
+        chosen[name] = picked.lowering
+    sliced = config.mode == "sliced"
+    assert chosen == {"litert": "float" if sliced else "bitwise", "tflm": "float"}
+    data, manifest = _bytes(scheme=config.scheme.scheme, max_len=64, **kw,
+                            lowering=chosen["tflm"])
+    assert arena_bytes(data) > 0
