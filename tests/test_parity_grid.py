@@ -49,7 +49,9 @@ RUNTIMES = {"onnx": ("cpu", "ref"), "npy": ("file",), "bin": ("file",), "c": ("c
 # DIV, MUL), tables of every [N]-position scheme
 # (rope's cos/sin rows, bias tables by distance).
 TFLITE_COMPUTE = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
-                  "hybrid-int-binary", "binary-smooth")
+                  "hybrid-int-binary", "binary-smooth", "fourier-binary", "binary-gated")
+# int8 compute: the FULLY_CONNECTED projections, binary-gated's quantised output (issue 43)
+TFLITE_INT8_COMPUTE = ("binary", "fourier-binary", "binary-gated")
 # scheme -> graph family (the foundation's builder map): the "bits" family has --lowering arith.
 BIT_FAMILY = {scheme: family for scheme, (family, _) in COMPUTE.items()}
 
@@ -151,14 +153,14 @@ def _variants(scheme: str, mode: str) -> list[tuple]:
 def _tflite_variants(scheme: str, mode: str, spec) -> list[tuple]:
     if mode == "sliced" and scheme == "binary" or mode == "compute" and scheme in TFLITE_COMPUTE:
         out = [("tflite", "float32", "none", "", lowering) for lowering in ("bitwise", "float")]
-        if scheme == "binary":
+        if scheme in TFLITE_INT8_COMPUTE and (scheme == "binary" or mode == "compute"):
             out += [("tflite", "float32", "int8", "", lowering) for lowering in ("bitwise",
                                                                                  "float")]
         return out
     if mode == "compute" and scheme.startswith("integer"):  # CAST, DIV, MUL: no lowering
         return [("tflite", "float32", "none", "")]
-    if mode == "sliced" and scheme in ("rope", "sinusoidal"):  # float slicing only, no int8
-        return [("tflite", "float32", "none", "", "float")]
+    if mode == "sliced" and scheme in ("rope", "sinusoidal"):  # float slicing only
+        return [("tflite", "float32", quant, "", "float") for quant in ("none", "int8")]
     if mode == "table" and spec.arity is None:
         return [("tflite", "float32", "none", "")] + (
             [] if spec.exact else [("tflite", "float32", "int8", "")])

@@ -207,7 +207,7 @@ def test_load_runs_on_litert(demo_int8) -> None:
     ({"scheme": "sinusoidal"}, "use --mode table"),
     ({"scheme": "gray", "quantize": "int8"}, "would only add error"),
     ({"lowering": "arith32"}, "computes bits with bitwise or float"),
-    ({"scheme": "rope", "mode": "sliced", "quantize": "int8"}, "has no int8 .tflite"),
+    ({"scheme": "mrope"}, "takes positions [N, 3] and has no table mode"),
     ({"scheme": "rope", "mode": "sliced", "lowering": "trunc"}, "slices positions with float"),
     ({"scheme": "rope", "mode": "sliced", "extra": {"slices": "4,4"}}, "cover positions below"),
 ])
@@ -404,6 +404,133 @@ def test_multilevel_and_hybrid_compute_bit_for_bit_on_both_interpreters(scheme) 
             np.testing.assert_array_equal(Program(data, manifest, runtime).run(
                 {"positions": positions}), ref)
 
+
+
+# fourier-binary, binary-gated compute and rope/sinusoidal sliced int8 (issue 43, the last cells).
+def _reference(scheme, max_len, positions, params=None):
+    module = build(make_config(scheme, max_len, params=params or {}).scheme)
+    with torch.no_grad():
+        return module.encode(torch.from_numpy(positions)).numpy()
+
+
+def test_fourier_binary_compute_is_the_basis_projection_on_both_interpreters() -> None:
+    """bits @ [cos | -sin] in one float32 FULLY_CONNECTED: within the scheme's tolerance of the
+    float32 reference for every bit pattern (both signs: they wrap), both lowerings; TFLM's
+    reference kernel sums in the reference's order here (measured: equal bit for bit)."""
+    n = 6  # max_len 64
+    positions = np.concatenate([np.arange(2**n), np.arange(2**n) - 2**n, [2**24]]).astype(
+        np.int64)
+    ref = _reference("fourier-binary", 64, positions)
+    rtol, atol = (1e-6, 1e-6)
+    for lowering, runtimes in (("bitwise", ("litert",)), ("float", ("litert", "tflm"))):
+        data, manifest = _bytes(scheme="fourier-binary", max_len=64, lowering=lowering)
+        assert "FULLY_CONNECTED" in manifest["tflite"]["operators"]
+        for runtime in runtimes:
+            got = Program(data, manifest, runtime).run({"positions": positions})
+            assert got.shape == ref.shape == (len(positions), 14)
+            np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+
+
+def test_fourier_binary_int8_is_per_channel_within_its_bound_on_both_interpreters() -> None:
+    """The demo's int8 FULLY_CONNECTED with the DFT basis: every bit pattern within the
+    proven bound; its all-zero column (Im F_0) exactly 0."""
+    n = 6
+    positions = np.concatenate([np.arange(2**n), np.arange(2**n) - 2**n]).astype(np.int64)
+    ref = _reference("fourier-binary", 64, positions)
+    data, manifest = _bytes(scheme="fourier-binary", max_len=64, quantize="int8",
+                            lowering="float")
+    quant = manifest["quant"]
+    assert quant["max_abs_err"] <= quant["bound"] and quant["output"]["tensor"] == "pe_int8"
+    for runtime in ("litert", "tflm"):
+        got = Program(data, manifest, runtime).run({"positions": positions})
+        err = np.abs(got - ref)
+        assert 0 < err.max() <= quant["bound"]
+        assert not got[:, 7].any()  # Im F_0 = 0: scale 1, q 0
+
+
+def test_binary_gated_compute_bit_for_bit_on_both_interpreters() -> None:
+    """b g + (pos / (L - 1)) (1 - g) with random gates: the ONNX graph's MUL, DIV, MUL, ADD in
+    its order, so equal to the reference bit for bit, negative positions and 2^24 included."""
+    config = make_config("binary-gated", 300, seed=0, format="tflite")
+    module = build(config.scheme, seed=0)
+    with torch.no_grad():
+        module.gate_logits.normal_(generator=torch.Generator().manual_seed(5))
+    positions = np.concatenate([np.arange(-300, 300), [2**24, -(2**24)]]).astype(np.int64)
+    with torch.no_grad():
+        ref = module.encode(torch.from_numpy(positions)).numpy()
+    assert len(np.unique(module.gates()[0].detach().numpy())) > 1
+    for lowering, runtimes in (("bitwise", ("litert",)), ("float", ("litert", "tflm"))):
+        from dataclasses import replace
+
+        prepared = prepare(replace(config, lowering=lowering), module)
+        buffer = io.BytesIO()
+        prepared.write(buffer)
+        for runtime in runtimes:
+            np.testing.assert_array_equal(Program(buffer.getvalue(), dict(prepared.manifest),
+                                                  runtime).run({"positions": positions}), ref)
+
+
+def test_binary_gated_int8_clamps_positions_and_holds_its_bound() -> None:
+    """int8 of a graph without weights: the output's per-column scales (the ONNX int8 graph's)
+    as a reciprocal MUL, QUANTIZE with scale 1, DEQUANTIZE, MUL; positions clamped to
+    [0, L - 1] as the ONNX int8 graph does (pos / (L - 1) has no int8 range past it)."""
+    import onnxruntime as ort
+
+    L_ = 64
+    data, manifest = _bytes(scheme="binary-gated", max_len=L_, quantize="int8",
+                            lowering="float")
+    onnx = prepare(make_config("binary-gated", L_, quantize="int8"))
+    assert manifest["quant"]["bound"] == onnx.manifest["quant"]["bound"]
+    assert manifest["quant"]["scale"] == onnx.manifest["quant"]["scale"]
+    assert manifest["positions"]["out_of_range"] == "clamp"
+    assert manifest["tflite"]["feed"] == "saturate"
+    buffer = io.BytesIO()
+    onnx.write(buffer)
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    positions = np.concatenate([np.arange(-5, L_ + 5), [2**40, -(2**40)]]).astype(np.int64)
+    expected = session.run(None, {"positions": positions})[0]
+    ref = _reference("binary-gated", L_, np.clip(positions, 0, L_ - 1))
+    scale = np.float32(manifest["quant"]["output"]["scale"])
+    for runtime in ("litert", "tflm"):
+        got = Program(data, manifest, runtime).run({"positions": positions})
+        assert np.abs(got - ref).max() <= manifest["quant"]["bound"]
+        # the same int8 steps as the ONNX graph's QuantizeLinear, up to ties (half to even there,
+        # half away from zero in TFLite): at most one step apart
+        assert np.abs(np.round(got / scale) - np.round(expected / scale)).max() <= 1
+        np.testing.assert_array_equal(got[-2], got[5 + L_ - 1])  # 2^40: row L - 1
+        np.testing.assert_array_equal(got[-1], got[5])  # -2^40: row 0
+
+
+@pytest.mark.parametrize("scheme", ["rope", "sinusoidal"])
+def test_trig_sliced_int8_is_the_float_sliced_output_quantised(scheme) -> None:
+    """int8 of the sliced graph: one scale (1/127: sin/cos within +-1), QUANTIZE to the int8
+    output a quantised model takes, DEQUANTIZE; its bound is the ONNX int8 sliced manifest's
+    (half a step, the sliced bound against the float64 definition, Q/DQ roundings), held
+    against the float64 definition on both interpreters, negative positions included."""
+    from edgepe.schemes.definition import Definition
+
+    f_data, f_manifest = _bytes(scheme=scheme, max_len=256, mode="sliced")
+    data, manifest = _bytes(scheme=scheme, max_len=256, mode="sliced", quantize="int8")
+    onnx = prepare(make_config(scheme, 256, mode="sliced", lowering="trunc", quantize="int8"))
+    quant = manifest["quant"]
+    assert quant["bound"] == onnx.manifest["quant"]["bound"]
+    assert {"QUANTIZE", "DEQUANTIZE"} <= set(manifest["tflite"]["operators"])
+    scale = np.float32(quant["output"]["scale"])
+    assert scale == np.float32(1 / 127)
+    limit = manifest["positions"]["limit"]
+    positions = np.concatenate([np.arange(-64, limit + 1), [-limit]]).astype(np.int64)
+    module = build(make_config(scheme, 256).scheme)
+    with torch.no_grad():
+        ref = Definition(module).encode64(torch.from_numpy(positions)).numpy()
+    floats = Program(f_data, f_manifest).run({"positions": positions})
+    for runtime in ("litert", "tflm"):
+        program = Program(data, manifest, runtime)
+        got = program.run({"positions": positions})
+        assert 0 < np.abs(got - ref).max() <= quant["bound"]
+        # the float sliced output, rounded to the step (ties aside: measured none here)
+        np.testing.assert_array_equal(got, (np.round(floats / scale) * scale).astype(np.float32))
+
+
 def _offset_buffer() -> bytes:
     """A table whose data the model says lies at byte 2^40 (Buffer.offset/size): LiteRT's
     verifier refuses it, TFLM allocates it unchecked."""
@@ -477,3 +604,29 @@ def test_a_file_past_the_reader_bound_is_refused_before_it_is_read_whole(demo_in
     for call in (tflite.read_file, edgepe.load, describe):
         with pytest.raises(ArtifactError, match=message):
             call(demo_int8)
+
+
+@pytest.mark.parametrize("kw", [
+    {"scheme": "fourier-binary", "max_len": 64},
+    {"scheme": "fourier-binary", "max_len": 64, "quantize": "int8"},
+    {"scheme": "binary-gated", "max_len": 64, "quantize": "int8"},
+    {"scheme": "sinusoidal", "max_len": 64, "mode": "sliced", "quantize": "int8"}])
+def test_new_cells_targets_pick_what_each_runtime_runs(kw) -> None:
+    """--target litert takes RIGHT_SHIFT (bitwise) where the cell has bits, --target tflm the
+    float lowering; each chosen model passes its profile node by node, and TFLM allocates the
+    one chosen for it (the sliced cell slices with float on both)."""
+    from edgepe.targets.profiles import TFLITE_PROFILES
+    from edgepe.targets.tflite import for_export
+
+    kw = dict(kw)
+    config = make_config(kw.pop("scheme"), kw.pop("max_len"), format="tflite", **kw)
+    chosen = {}
+    for name in ("litert", "tflm"):
+        picked, report = for_export(config, TFLITE_PROFILES[name], lowering_given=False)
+        assert report and not report.blocking
+        chosen[name] = picked.lowering
+    sliced = config.mode == "sliced"
+    assert chosen == {"litert": "float" if sliced else "bitwise", "tflm": "float"}
+    data, manifest = _bytes(scheme=config.scheme.scheme, max_len=64, **kw,
+                            lowering=chosen["tflm"])
+    assert arena_bytes(data) > 0

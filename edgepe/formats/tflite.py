@@ -15,8 +15,9 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   ``edgepe.graphs.lowerings``: exact for ``|pos| <= 2^24``), which TFLM runs: its op resolver
   has no ``RIGHT_SHIFT`` or ``BITWISE_XOR``, and its ``FLOOR_DIV``/``FLOOR_MOD`` take float32
   only (issue 43, measured: "Type 'INT32' is not supported by FLOOR_MOD"). Gray bit ``k`` is
-  ``(b_k - b_(k+1))^2`` (xor of two 0/1 values, no ``ABS``); ``binary`` projects the bits with
-  ``FULLY_CONNECTED``.
+  ``(b_k - b_(k+1))^2`` (xor of two 0/1 values, no ``ABS``); ``binary`` and ``fourier-binary``
+  (its DFT basis) project the bits with ``FULLY_CONNECTED``; ``binary-gated`` is
+  ``b g + (pos / (L - 1)) (1 - g)``, the ONNX graph's MUL, DIV, MUL, ADD in its order.
 - ``--mode sliced`` (``binary``, the C header's slices): one ``GATHER`` per bit slice of the
   projection rows' sums (``edgepe.graphs.sliced.binary_tables``), added; the slice index from
   the same two lowerings.
@@ -36,7 +37,10 @@ ROWS]``): TFLM plans its arena for fixed shapes, so every tensor's shape is stat
   scale, then ``DEQUANTIZE`` (edgepe's int8 artifacts output float32: ``pe`` is output 0;
   ``pe_int8``, output 1, is the int8 row a quantised model takes, scale ``quant.output``).
   Its bound is the weights' (``projection_quant``, exact int32 sum) plus the requantisation's:
-  see ``_int8_projection``.
+  see ``_int8_projection``. Graphs without weights (binary-gated's compute, rope's and
+  sinusoidal's sliced: ``OUTPUT_QUANT``) quantise their float32 output with the ONNX int8
+  graph's scales and bound (``_quantised_output``).
+- mrope (positions ``[N, 3]``, compute only) is refused: see ``check_options``.
 
 Loading: LiteRT's interpreter verifies the flatbuffer before it builds anything; TFLM reads it
 unchecked, so it is given only bytes that LiteRT's verifier accepted (``verify_flatbuffer``:
@@ -80,8 +84,14 @@ ROWS = 16
 BIAS_ROWS = 16
 LOWERINGS = ("bitwise", "float")
 BIT_SCHEMES = ("binary", "binary-bits", "binary-signed", "gray", "binary-multilevel",
-               "hybrid-int-binary", "binary-smooth")
-PROJECTIONS = ("binary",)
+               "hybrid-int-binary", "binary-smooth", "fourier-binary", "binary-gated")
+# bits @ W in one FULLY_CONNECTED (binary's projection, fourier-binary's DFT basis [cos | -sin]):
+# float32, or int8 per-channel weights (graphs.int8.PROJECTIONS, the same quantisation).
+PROJECTIONS = ("binary", "fourier-binary")
+# --quantize int8 of a graph that stores no weights (binary-gated's compute, rope's and
+# sinusoidal's sliced): its float32 output QUANTIZEd and DEQUANTIZEd, the ONNX int8 graph's
+# output scales and bound (graphs.int8._quantised_output, issue 43).
+OUTPUT_QUANT = ("binary-gated", "rope", "sinusoidal")
 # Compute graphs of float arithmetic (no bits): pos / C (integer) or pos / (L - 1) (the others),
 # one CAST and one DIV, then a MUL by the columns' factors (and learnable's ADD of its bias).
 FLOAT_COMPUTE = ("integer", "integer-norm", "integer-multiscale", "integer-learnable")
@@ -157,6 +167,13 @@ def check_options(config: ExportConfig) -> None:
         raise BadParameterError("--int8-runtime and --param options apply to ONNX graphs, not "
                                 "to --format tflite" + (" (but slices=...)" if sliced else ""))
     # (every scheme with a sliced mode has its .tflite: SLICED + SLICED_TRIG)
+    if s.scheme == "mrope":
+        # Decided (issue 43): refused, not three GATHERs of rope's cos/sin rows by section. mrope
+        # has no table mode (its compute is unbounded in position); such a .tflite would be a
+        # table whose positions clamp at max_len, a cell no other format has, with [N, 3] inputs.
+        raise BadParameterError("scheme 'mrope' takes positions [N, 3] and has no table mode: a "
+                                ".tflite holds no SIN/COS compute graph (use --format onnx or "
+                                "pte)")
     if s.arity is not None:
         raise BadParameterError(f"scheme '{s.scheme}' takes positions [N, {s.arity}]: .tflite "
                                 "models take positions [N] (use --format onnx, pte or c)")
@@ -191,15 +208,13 @@ def check_options(config: ExportConfig) -> None:
 def _check_trig_sliced(config: ExportConfig) -> None:
     """rope/sinusoidal ``--mode sliced``: slices with the float lowering (``bitwise``, the
     default, is taken as it: a trig-free graph has no bit columns to shift out), the plan
-    checked (rope's ``--param`` graphs are refused with the other params), no int8."""
+    checked (rope's ``--param`` graphs are refused with the other params); int8 quantises the
+    output (``_quantised_output``)."""
 
     if config.lowering not in LOWERINGS:
         raise BadParameterError(f"--lowering {config.lowering}: a .tflite slices positions with "
                                 "float (FLOOR, exact to 2^24)")
     plan_of(config)
-    if config.quantize == "int8":
-        raise BadParameterError(f"scheme '{config.scheme.scheme}' --mode sliced has no int8 "
-                                ".tflite (its cos/sin tables stay float32): use --mode table")
 
 
 def _trig(config: ExportConfig) -> bool:
@@ -250,7 +265,14 @@ def prepare(config: ExportConfig, module) -> Prepared:
 
 
 def _wraps(config: ExportConfig) -> bool:
-    return config.mode in ("compute", "sliced") and config.lowering == "bitwise"
+    return config.mode in ("compute", "sliced") and config.lowering == "bitwise" and \
+        not _clamps(config)
+
+
+def _clamps(config: ExportConfig) -> bool:
+    """binary-gated in int8: ``pos / (L - 1)`` grows without bound, so, as the ONNX int8 graph
+    (``graphs.int8._output_range``'s clamp policy), positions are clamped to ``[0, L - 1]``."""
+    return config.quantize == "int8" and config.scheme.scheme == "binary-gated"
 
 
 def build(config: ExportConfig, module, manifest: dict[str, Any]) -> Graph:
@@ -396,12 +418,24 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
             out = g.op("FULLY_CONNECTED", [fb, w, -1], (ROWS, s.d_model), np.float32,
                        ("FullyConnectedOptions", {"FusedActivationFunction": 0}), out_name="pe")
     else:
+        if _clamps(config):
+            pos = _clamp(g, pos, 0, s.max_len - 1, (ROWS,))
         # binary-multilevel's column j reads bit shifts[j] (bit_select), the others bit j
         shifts = (module.shifts.numpy() if s.scheme == "binary-multilevel"
                   else np.arange(s.d_model))
         b = _bits(g, config, pos, shifts, gray=s.scheme == "gray")
         if config.lowering == "bitwise":
             b = g.op("CAST", [b], (ROWS, s.d_model), np.float32)
+        if s.scheme == "binary-gated":
+            # b g + (pos / (L - 1)) (1 - g): graphs.bits.binary_gated's Mul, Div, Mul, Add in its
+            # order, g and 1 - g the module's folded float32 gates (no Exp in the graph)
+            gate, rest = (t.detach().numpy().astype(np.float32).reshape(1, s.d_model)
+                          for t in module.gates())
+            col = (ROWS, s.d_model)
+            gated = g.op("MUL", [b, g.const("gate", gate)], col, np.float32)
+            lin = _divided(g, pos, float(max(s.max_len - 1, 1)))
+            b = g.op("ADD", [gated, g.op("MUL", [lin, g.const("one_minus_gate", rest)], col,
+                                         np.float32)], col, np.float32)
         if s.scheme == "binary-smooth":  # b hi + (1 - b) lo: exactly hi or lo (b is 0 or 1)
             hi, lo = (np.float32(getattr(module, k).item()) for k in ("hi", "lo"))
             b = g.op("ADD", [g.op("MUL", [b, g.const("hi", hi)], (ROWS, s.d_model), np.float32),
@@ -414,9 +448,11 @@ def _bits_model(g: Graph, config, module, manifest) -> None:
                              g.const("one", np.float32(1.0))], (ROWS, s.d_model), np.float32)
         out = g.op("RESHAPE", [b, g.const("out_shape", np.array([ROWS, s.d_model], np.int32))],
                    (ROWS, s.d_model), np.float32, out_name="pe")
+    if config.quantize == "int8" and s.scheme in OUTPUT_QUANT:
+        out = _quantised_output(g, config, module, manifest, out)
     g.tensors[out].name = "pe"
     g.outputs.append(out)
-    if config.quantize == "int8" and s.scheme in PROJECTIONS:
+    if config.quantize == "int8":
         # The int8 row too, for a model that stays int8 (its scale: quant.output.scale).
         g.outputs.append(next(i for i, t in enumerate(g.tensors) if t.name == "pe_int8"))
 
@@ -577,8 +613,66 @@ def _trig_sliced(g: Graph, config, module, manifest) -> None:
         top_h2 = gather("top_h2", h2, top)
         out = g.op("ADD", [g.op("MUL", [top_h, low_c], col, f32),
                            g.op("MUL", [top_h2, low_s], col, f32)], col, f32)
+    if config.quantize == "int8":
+        out = _quantised_output(g, config, module, manifest, out)
     g.tensors[out].name = "pe"
     g.outputs.append(out)
+    if config.quantize == "int8":
+        g.outputs.append(next(i for i, t in enumerate(g.tensors) if t.name == "pe_int8"))
+
+
+def _quantised_output(g: Graph, config, module, manifest, x: int) -> int:
+    """``DEQUANTIZE(QUANTIZE(x))`` of the float32 ``[ROWS, d]`` output ``x``, with the ONNX int8
+    graph's output scales, manifest and bound (``graphs.int8._quantised_output``: half a step,
+    the float graph's tolerance, <= 2 roundings of ``x / s`` and one of ``q s``).
+
+    One scale for every column (rope and sinusoidal: each covers +-1; ``--quant-granularity
+    tensor``): ``QUANTIZE`` to ``pe_int8`` with that scale (a per-tensor int8 output, what
+    TFLM's and CMSIS-NN's kernels take), ``DEQUANTIZE``. Scales per column (binary-gated):
+    ``MUL`` by the float32 reciprocals ``1 / s_j`` (the reciprocal multiply the bound already
+    counts as two roundings), ``QUANTIZE`` with scale 1 (exact), ``DEQUANTIZE`` (exact) and
+    ``MUL`` by ``s_j`` (one rounding): the same bound, with TFLite's per-tensor QUANTIZE, whose
+    output scale would otherwise be one for all columns; ``pe_int8`` then holds ``q`` with
+    scale 1 in the file and its real scales in ``quant.output.scale``."""
+    from dataclasses import replace
+
+    from edgepe.graphs.int8 import _quantised_output as onnx_quantised
+
+    s, d = config.scheme, config.scheme.d_model
+    g.tensors[x].name = "pe_float32"
+    # The ONNX int8 graph of the same cell: its manifest's quant section is this graph's. A
+    # sliced one with --lowering trunc (the float slicing this graph does: same tolerance).
+    onnx_config = replace(config, format="onnx",
+                          lowering="trunc" if config.mode == "sliced" else "bitwise")
+    onnx_manifest = base_manifest(onnx_config, output_shape(config), config.dtype)
+    onnx_quantised(onnx_config, module, onnx_manifest)
+    quant = dict(onnx_manifest["quant"])
+    if onnx_manifest["positions"].get("out_of_range") == "clamp":  # binary-gated (_clamps)
+        assert _clamps(config), s.scheme
+        manifest["positions"] = {**manifest["positions"], "out_of_range": "clamp",
+                                 "limit": None}
+    scale = np.broadcast_to(np.asarray(quant["scale"], np.float32).reshape(-1), (d,))
+    quant.pop("scale_tensor", None)
+    quant["tensor"] = "pe_int8"
+    col = (ROWS, d)
+    if (scale == scale[0]).all():
+        s0 = float(scale[0])
+        q = g.op("QUANTIZE", [x], col, np.int8, out_name="pe_int8", scale=(s0,),
+                 zero_point=(0,))
+        out = g.op("DEQUANTIZE", [q], col, np.float32, out_name="pe")
+        quant["output"] = {"tensor": "pe_int8", "scale": s0, "zero_point": 0}
+    else:
+        inverse = (np.float32(1) / scale).astype(np.float32).reshape(1, d)
+        steps = g.op("MUL", [x, g.const("inverse_scale", inverse)], col, np.float32)
+        q = g.op("QUANTIZE", [steps], col, np.int8, out_name="pe_int8", scale=(1.0,),
+                 zero_point=(0,))
+        wide = g.op("DEQUANTIZE", [q], col, np.float32)
+        out = g.op("MUL", [wide, g.const("scale", np.ascontiguousarray(scale.reshape(1, d)))],
+                   col, np.float32, out_name="pe")
+        quant["output"] = {"tensor": "pe_int8", "scale": [float(v) for v in scale],
+                           "zero_point": 0}
+    manifest["quant"] = quant
+    return out
 
 
 def _integer(g: Graph, config, module, manifest) -> None:
