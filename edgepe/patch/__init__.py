@@ -99,15 +99,16 @@ class PatchReport:
 
     def swap(self, original: bool) -> None:
         """Put the original modules back (``True``) or the replacements (``False``). T5's
-        bias: the replacement is the attention's ``compute_bias`` submodule, shadowing the
-        method (removed again to put the original back)."""
+        bias: the replacement goes into the attention's instance ``__dict__`` as
+        ``compute_bias``, where it shadows the class's method (a registered submodule would
+        not: ``nn.Module.__getattr__`` is asked only when the method is not found); popped to
+        put the original back."""
         for m in self.replaced:
             if m.found.kind == "t5-bias":
                 if original:
-                    if "compute_bias" in m.found.module._modules:
-                        delattr(m.found.module, "compute_bias")
+                    m.found.module.__dict__.pop("compute_bias", None)
                 else:
-                    m.found.module.compute_bias = m.replacement
+                    m.found.module.__dict__["compute_bias"] = m.replacement
                 continue
             _set(self.model, m.found.name, m.found.module if original else m.replacement)
 

@@ -163,9 +163,9 @@ class MRope(nn.Module):
 
 
 class T5RelativeBias(nn.Module):
-    """T5's ``compute_bias`` without its logarithm: put on a ``T5Attention`` as its
-    ``compute_bias`` attribute (a submodule shadows the method), it returns what the method
-    returns, ``[1, H, q, k]`` rows of the attention's own ``relative_attention_bias`` table.
+    """T5's ``compute_bias`` without its logarithm: put in a ``T5Attention``'s instance
+    ``__dict__`` as ``compute_bias`` (shadowing the method; not a registered submodule, so the
+    model's modules and state dict are unchanged), it returns what the method returns, ``[1, H, q, k]`` rows of the attention's own ``relative_attention_bias`` table.
 
     The bucket of ``u - t`` is a gather of ``lut`` (``edgepe.schemes.t5_bias``'s
     ``magnitude_buckets``: T5's bucket of each distance ``0 .. C``, every one past ``C`` the
@@ -183,16 +183,17 @@ class T5RelativeBias(nn.Module):
         self.later = embedding.num_embeddings // 2 if bidirectional else 0
 
     def forward(self, query_length, key_length, device=None, past_seen_tokens=0):
-        device = self.lut.device if device is None else device
+        device = self.embedding.weight.device if device is None else device
+        lut = self.lut.to(device)  # not moved with the model: it is not registered there
         context = torch.arange(query_length, dtype=torch.long, device=device)[:, None] \
             + past_seen_tokens
         memory = torch.arange(key_length, dtype=torch.long, device=device)[None, :]
         relative = memory - context  # u - t, as T5
         top = self.lut.shape[0] - 1
         if self.bidirectional:
-            bucket = self.lut[relative.abs().clamp(max=top)] \
+            bucket = lut[relative.abs().clamp(max=top)] \
                 + (relative > 0).to(torch.long) * self.later
         else:
-            bucket = self.lut[(-relative).clamp(0, top)]
+            bucket = lut[(-relative).clamp(0, top)]
         values = self.embedding(bucket)  # [q, k, H]
         return values.permute([2, 0, 1]).unsqueeze(0)
