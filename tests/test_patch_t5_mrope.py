@@ -228,3 +228,22 @@ def test_onnx_export_matches_the_unpatched_program_without_trig_or_log(family, t
     assert not ops & {"Sin", "Cos", "Log"}
     if family == "t5":
         assert list(manifest["inputs"]) == ["input_ids", "decoder_input_ids"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", ["pte", "tflite"])
+@pytest.mark.parametrize("family", ["t5", "qwen2_vl"])
+def test_executorch_and_litert_take_the_patched_families(family, exporter, tmp_path):
+    """ExecuTorch's portable program on its runtime; LiteRT (litert-torch, the [litert] extra)
+    on ai_edge_litert's interpreter: each against the unpatched program, no Sin/Cos/Log."""
+    if exporter == "tflite":
+        pytest.importorskip("litert_torch", reason="pip install -c constraints.txt -e '.[litert]'")
+    else:
+        pytest.importorskip("executorch")
+    from edgepe.patch.export import SUFFIX, export
+
+    model = t5() if family == "t5" else vl("Qwen2VL")
+    manifest = export(patch(model, mode="sliced"), tmp_path / f"m{SUFFIX[exporter]}", exporter)
+    assert manifest["parity"]["max_abs_err"] <= 1e-5
+    assert manifest["trig_ops"]["patched"] == [0, 0]
+    assert manifest["trig_ops"]["unpatched"][0] == 2
