@@ -208,6 +208,35 @@ def test_a_recomposition_that_is_not_a_selection_is_refused():
         build(found, "table", 64)
 
 
+# --- the CLI over saved folders ---------------------------------------------------------------
+
+
+def test_cli_patches_saved_t5_and_qwen2_vl_folders(tmp_path):
+    """``edgepe patch FOLDER`` builds a model type AutoModelForCausalLM does not map with the
+    seq2seq or image-text-to-text Auto class; one it cannot build is one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    t5().save_pretrained(tmp_path / "t5")
+    vl("Qwen2VL").save_pretrained(tmp_path / "qwen2vl")
+    runner = CliRunner()
+    result = runner.invoke(app, ["patch", str(tmp_path / "t5")])
+    assert result.exit_code == 0, result.stderr
+    assert "-> T5RelativeBias, max |diff| 0 <= bound 0" in result.stdout
+    assert "logits: 3 inputs (batch, padded source, KV cache): max |diff| 0 <= 0" in result.stdout
+    result = runner.invoke(app, ["patch", str(tmp_path / "qwen2vl"), "--max-len", "64"])
+    assert result.exit_code == 0, result.stderr
+    assert "Qwen2VLRotaryEmbedding (rotary default, mrope_section [1, 1, 2], table L=64) -> " \
+        "MRope" in result.stdout
+    (tmp_path / "vit").mkdir()
+    (tmp_path / "vit" / "config.json").write_text('{"model_type": "vit"}')
+    (tmp_path / "vit" / "model.safetensors").write_bytes(b"")
+    result = runner.invoke(app, ["patch", str(tmp_path / "vit")])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "as a causal LM, a seq2seq LM or an image-text-to-text model" in result.stderr
+
+
 # --- ONNX export -----------------------------------------------------------------------------
 
 
