@@ -3,7 +3,8 @@
 Every model is a tiny random-weight one built from a transformers config object (no download;
 tests/_hf_models.py and ``_extra`` below). The proofs are edgepe's own; these tests check that
 they hold where they should, fail where they should (Cohere's interleaved layout in sliced mode,
-a dynamic RoPE, an mrope module without a readable recomposition), and that the patched model computes no Sin/Cos.
+a dynamic RoPE, an mrope module without a readable recomposition), and that the patched model
+computes no Sin/Cos.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ encoder-decoder, T5: ``input_ids [1, S], decoder_input_ids [1, S]``; no cache:
 ``use_cache=False``; static shapes, ``S = SEQ``), both programs run on the exporter's runtime on
 the same inputs (positions from 0, from ``L - S``, and a scattered set below ``L``), and the
 largest logits difference must be within ``TOLERANCE``. The exported graph must hold no Sin,
-Cos or Log (T5's buckets; checked on torch.export's ATen graph for every exporter, and on the program: ONNX node
-types, ExecuTorch operator names, LiteRT op codes; a delegate such as XNNPACK hides its ops
-from the program's operator list, so the ATen count is the one that holds there); the
+Cos or Log (T5's buckets; checked on torch.export's ATen graph for every exporter, and on the
+program: ONNX node types, ExecuTorch operator names, LiteRT op codes; a delegate such as
+XNNPACK hides its ops from the program's operator list, so the ATen count is the one that holds
+there); the
 unpatched program's count is recorded beside (a check that can fail: not 0 for a rotary
 model).
 

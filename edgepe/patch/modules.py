@@ -165,7 +165,8 @@ class MRope(nn.Module):
 class T5RelativeBias(nn.Module):
     """T5's ``compute_bias`` without its logarithm: put in a ``T5Attention``'s instance
     ``__dict__`` as ``compute_bias`` (shadowing the method; not a registered submodule, so the
-    model's modules and state dict are unchanged), it returns what the method returns, ``[1, H, q, k]`` rows of the attention's own ``relative_attention_bias`` table.
+    model's modules and state dict are unchanged), it returns what the method returns,
+    ``[1, H, q, k]`` rows of the attention's own ``relative_attention_bias`` table.
 
     The bucket of ``u - t`` is a gather of ``lut`` (``edgepe.schemes.t5_bias``'s
     ``magnitude_buckets``: T5's bucket of each distance ``0 .. C``, every one past ``C`` the

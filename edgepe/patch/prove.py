@@ -108,7 +108,8 @@ def prove_module(found, replacement, max_len: int) -> float:
 def _prove_t5(found, replacement, max_len: int) -> float:
     worst = 0.0
     original = type(found.module).compute_bias  # the class's method, whatever shadows it
-    for q, k, past in ((max_len, max_len, 0), (min(3, max_len), max_len, max_len - min(3, max_len))):
+    tail = min(3, max_len)
+    for q, k, past in ((max_len, max_len, 0), (tail, max_len, max_len - tail)):
         ref = original(found.module, q, k, past_seen_tokens=past)
         got = replacement(q, k, past_seen_tokens=past)
         if ref.shape != got.shape or ref.dtype != got.dtype:
