@@ -33,10 +33,9 @@ def test_the_readme_command_installs_every_extra_but_the_gpu_wheel():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = set(project["optional-dependencies"])
     # gpu replaces the onnxruntime wheel (README: uninstall the CPU wheel first); plot's
-    # matplotlib is in dev; litert (litert-torch, issue 42) moves typing-extensions and pydantic
-    # down for every other package (its xdsl pins typing-extensions<4.13): its one test skips
-    # with the line that installs it
-    assert extras == declared - {"gpu", "plot", "litert"}
+    # matplotlib is in dev. litert (litert-torch, issue 42) is in: its xdsl moves
+    # typing-extensions and pydantic down, with which the suite passes (issue 42's figures)
+    assert extras == declared - {"gpu", "plot"}
     dev = " ".join(project["optional-dependencies"]["dev"])
     for requirement in project["optional-dependencies"]["plot"]:
         assert requirement in dev
@@ -53,7 +52,6 @@ def test_every_package_a_test_skips_without_is_in_an_installed_extra():
     for path in (ROOT / "tests").glob("test_*.py"):
         skipped |= set(re.findall(r'importorskip\(\s*"([a-z_]+)[."]', path.read_text()))
     skipped -= {"tomllib"}  # the standard library's
-    skipped -= {"litert_torch"}  # the [litert] extra, left out of the command (test above)
     assert {"openvino", "executorch"} <= skipped
     for module in skipped:  # a module's distribution spells "_" as "-" (ai_edge_litert)
         assert module.replace("_", "-") in installed.replace("_", "-"), module

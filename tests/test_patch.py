@@ -3,7 +3,8 @@
 Every model is a tiny random-weight one built from a transformers config object (no download;
 tests/_hf_models.py and ``_extra`` below). The proofs are edgepe's own; these tests check that
 they hold where they should, fail where they should (Cohere's interleaved layout in sliced mode,
-a dynamic RoPE, T5, mrope), and that the patched model computes no Sin/Cos.
+a dynamic RoPE, an mrope module without a readable recomposition), and that the patched model
+computes no Sin/Cos.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ LLAMA = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidd
 
 def _extra(family: str):
     """Families tests/_hf_models.py does not build: Gemma3 (two layer types), Qwen3, Cohere
-    (interleaved cos/sin), T5, and a Phi-3 whose longrope switches sets below L."""
+    (interleaved cos/sin), and a Phi-3 whose longrope switches sets below L."""
     torch.manual_seed(0)
     if family == "gemma3":
         config = tf.Gemma3TextConfig(**LLAMA, head_dim=8, sliding_window=4,
@@ -46,9 +47,6 @@ def _extra(family: str):
                                                 "original_max_position_embeddings": 64})
     elif family == "cohere":
         config = tf.CohereConfig(**LLAMA)
-    elif family == "t5":
-        return tf.T5ForConditionalGeneration(tf.T5Config(
-            vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4)).eval()
     else:
         return _hf_models.model(family)
     return tf.AutoModelForCausalLM.from_config(config).eval()
@@ -142,21 +140,22 @@ def test_marian_two_sinusoidal_tables_and_opt_offset():
 
 @pytest.mark.parametrize("family, message", [
     ("llama-dynamic", "LlamaRotaryEmbedding .*rope_type 'dynamic'"),
-    ("t5", "T5Attention .*relative attention bias"),
 ])
 def test_modules_it_cannot_reproduce_are_refused_naming_the_class(family, message):
     with pytest.raises(Refused, match=message):
         patch(_extra(family))
 
 
-def test_mrope_and_a_model_without_pe_are_refused():
+def test_mrope_without_its_recomposition_and_a_model_without_pe_are_refused():
+    # T5's bias and Qwen2-VL's mrope are patched: tests/test_patch_t5_mrope.py
     config = tf.Qwen2VLTextConfig(**LLAMA, rope_parameters={
         "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]})
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 
     holder = torch.nn.Module()
     holder.rotary_emb = Qwen2VLRotaryEmbedding(config)
-    with pytest.raises(Refused, match="Qwen2VLRotaryEmbedding .*mrope"):
+    holder.rotary_emb.recomposition_frequencies = None  # not a method edgepe can read
+    with pytest.raises(Refused, match="Qwen2VLRotaryEmbedding .*mrope .*recomposition"):
         find(holder)
     with pytest.raises(Refused, match="^cannot patch Sequential: no PE module"):
         patch(torch.nn.Sequential(torch.nn.Linear(2, 2)))

@@ -98,8 +98,18 @@ class PatchReport:
         return self.passed
 
     def swap(self, original: bool) -> None:
-        """Put the original modules back (``True``) or the replacements (``False``)."""
+        """Put the original modules back (``True``) or the replacements (``False``). T5's
+        bias: the replacement goes into the attention's instance ``__dict__`` as
+        ``compute_bias``, where it shadows the class's method (a registered submodule would
+        not: ``nn.Module.__getattr__`` is asked only when the method is not found); popped to
+        put the original back."""
         for m in self.replaced:
+            if m.found.kind == "t5-bias":
+                if original:
+                    m.found.module.__dict__.pop("compute_bias", None)
+                else:
+                    m.found.module.__dict__["compute_bias"] = m.replacement
+                continue
             _set(self.model, m.found.name, m.found.module if original else m.replacement)
 
     def __str__(self) -> str:
@@ -122,7 +132,16 @@ def _detail(found: Found, mode: str, max_len: int) -> str:
     if found.kind == "rotary":
         kinds = sorted({str(v) for v in found.rope_types.values()})
         types = "" if found.layer_types == (None,) else f", layer types {list(found.layer_types)}"
-        return f"rotary {'/'.join(kinds)}{types}, {mode} L={max_len}"
+        mrope = f", mrope_section {list(found.mrope)}" if found.mrope else ""
+        return f"rotary {'/'.join(kinds)}{types}{mrope}, {mode} L={max_len}"
+    if found.kind == "axial":
+        return ("a vision tower's axial 2D rotary: runs with pixel_values only, its Sin/Cos "
+                "not replaced; a text-only export has none")
+    if found.kind == "t5-bias":
+        direction = "causal" if m.is_decoder else "bidirectional"
+        return (f"T5 bias {direction}, {m.relative_attention_num_buckets} buckets, max_distance "
+                f"{m.relative_attention_max_distance}: log buckets -> integer lookup, distances "
+                f"to {max_len - 1}")
     if found.kind == "alibi":
         method = next(n for n in ("build_alibi_tensor", "build_mpt_alibi_tensor")
                       if callable(getattr(m, n, None)))
@@ -132,8 +151,16 @@ def _detail(found: Found, mode: str, max_len: int) -> str:
     return f"{found.kind} table {list(found.table)}{where}: a gather, no trig"
 
 
-def default_max_len(model) -> int:
-    value = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+def default_max_len(model, found: list[Found] = ()) -> int:
+    """The config's ``max_position_embeddings``; a model with T5's bias alone (no position
+    range): 4 x its largest ``max_distance`` (512 for T5), the distances its proof covers."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):  # a multimodal model's text side (Qwen2-VL)
+        config = config.get_text_config()
+    value = getattr(config, "max_position_embeddings", None)
+    t5 = [f.module.relative_attention_max_distance for f in found if f.kind == "t5-bias"]
+    if t5 and not any(f.kind == "rotary" for f in found):
+        return 4 * max(t5)
     if not isinstance(value, int) or value < 1:
         raise BadParameterError(f"{type(model).__name__}: its config has no "
                                 "max_position_embeddings; give max_len")
@@ -157,14 +184,15 @@ def patch(model, mode: str = "table", max_len: int | None = None, quantize: str 
                                 or max_len < 1):
         raise BadParameterError(f"max_len must be a positive integer, got {max_len!r}")
     found = find(model)  # raises Refused before anything changes
-    rotary = [f for f in found if f.kind == "rotary"]
+    rotary = [f for f in found if f.kind in ("rotary", "t5-bias")]
     if max_len is None:
-        max_len = default_max_len(model) if rotary else 0
+        max_len = default_max_len(model, found) if rotary else 0
     report = PatchReport(mode, max_len, model=model)
-    inputs = cases(model, max_len) if check and rotary else []
+    inputs = cases(model, max_len, mrope=any(f.mrope for f in found)) \
+        if check and rotary else []
     reference = run_cases(model, inputs) if inputs else []
     for f in found:
-        if f.kind != "rotary":
+        if f.kind not in ("rotary", "t5-bias"):
             report.modules.append(Replaced(f, None, _detail(f, mode, max_len)))
             continue
         new = build(f, mode, max_len)
@@ -178,7 +206,9 @@ def patch(model, mode: str = "table", max_len: int | None = None, quantize: str 
     report.swap(original=False)
     if inputs:
         report.cases = [name for name, _ in inputs]
-        report.logits_tolerance = 0.0 if mode == "table" else LOGITS_SLICED
+        # exact when every replacement is (table mode; T5's integer buckets in either mode)
+        report.logits_tolerance = 0.0 if all(m.bound == 0 for m in report.replaced) \
+            else LOGITS_SLICED
         report.logits_err = max_diff(reference, run_cases(model, inputs))
         if not report.passed:
             report.swap(original=True)

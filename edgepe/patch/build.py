@@ -7,6 +7,17 @@ tables of ``edgepe.graphs.sliced`` (``RotarySliced``). Phi-3's longrope holds tw
 one (positions below ``P = original_max_position_embeddings``) and the long one, which the
 original swaps into its ``inv_freq`` buffer when a batch reaches ``P`` (``dynamic_rope_update``):
 both are read from the module itself, never recomputed from the config.
+
+Multimodal RoPE (``found.mrope``): the same per-slot cos/sin (table: the original's own float32
+outputs at text positions, where every stream is the position; sliced: its ``inv_freq``),
+computed for each of the three streams and selected by ``MRope``'s column index, which is read
+off the original's ``recomposition_frequencies`` by running it on a code tensor (stream ``s``,
+slot ``i`` holds ``s * half + i``, exact in float32): a selection only, else refused.
+
+T5's relative bias (``kind == "t5-bias"``): ``T5RelativeBias`` over the attention's own
+``relative_attention_bias``, its distance lookup ``edgepe.schemes.t5_bias``'s
+``magnitude_buckets`` for the attention's ``num_buckets``, ``max_distance`` and direction
+(bidirectional unless ``is_decoder``, as ``compute_bias`` passes it).
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import torch
 
 from edgepe.contract.errors import BadParameterError
 from edgepe.graphs.sliced import default_plan
-from edgepe.patch.modules import RotarySliced, RotaryTable
+from edgepe.patch.modules import MRope, RotarySliced, RotaryTable, T5RelativeBias
 
 MODES = ("table", "sliced")
 # A table mode set is L x R float32 cos and as much sin: past this many values it is refused
@@ -55,11 +66,69 @@ def run_original(module, layer_type, positions: torch.Tensor):
     return cos[0].float(), sin[0].float()
 
 
+def t5_lut(module) -> torch.Tensor:
+    """The distance lookup of a T5 attention (module docstring)."""
+    from edgepe.schemes import build as build_scheme
+    from edgepe.schemes import resolve
+
+    direction = "causal" if module.is_decoder else "bidirectional"
+    scheme = build_scheme(resolve("t5-bias", 8, heads=1, params={
+        "num_buckets": int(module.relative_attention_num_buckets),
+        "max_distance": int(module.relative_attention_max_distance), "direction": direction}))
+    return scheme.magnitude_buckets()
+
+
+def mrope_index(found) -> torch.Tensor:
+    """``[R]``: the flattened (stream, slot) each output column of the original's
+    ``recomposition_frequencies`` holds; ``Refused`` when it is not a selection."""
+    from edgepe.patch.find import Refused
+
+    half = len(_inv_freq(found.module, None))
+    codes = torch.arange(3 * half, dtype=torch.float32).reshape(3, 1, 1, half)
+    with torch.no_grad():
+        out = found.module.recomposition_frequencies(codes.clone())
+    flat = out.reshape(-1)
+    index = flat.to(torch.int64)
+    if out.dim() != 3 or out.shape[:2] != (1, 1) or not torch.equal(index.float(), flat) or (
+            index.numel() and (int(index.min()) < 0 or int(index.max()) >= 3 * half)):
+        raise Refused(f"cannot patch {found.cls} ({found.name}): its recomposition_frequencies "
+                      "is not a selection of the three streams' columns")
+    return index
+
+
+def _build_mrope(found, mode: str, max_len: int) -> torch.nn.Module:
+    module, index = found.module, mrope_index(found)
+    half = len(_inv_freq(module, None))
+    if mode == "sliced":
+        inner = RotarySliced({None: (_inv_freq(module, None).numpy(), None, None,
+                                     _attention(module, None))},
+                             default_plan(max_len), max_len, _attention(module, None))
+        return MRope(inner, index, half)
+    if max_len * half * 2 > MAX_TABLE_VALUES:
+        raise BadParameterError(
+            f"{found.cls}: a {max_len} x {half} cos/sin table is too large for mode='table'; "
+            "use mode='sliced' or a smaller max_len")
+    cos, sin = run_original(module, None, torch.arange(max_len))
+    # at text positions every stream is the position: a column holding slot i is slot i's
+    # value (the first such column; a slot no column holds is never read)
+    cols = torch.zeros(half, dtype=torch.int64)
+    for c, code in reversed(list(enumerate(index.tolist()))):
+        cols[code % half] = c
+    tables = {None: (cos[:, cols], sin[:, cols], None, None)}
+    return MRope(RotaryTable(tables, _attention(module, None)), index, half)
+
+
 def build(found, mode: str, max_len: int) -> torch.nn.Module:
-    """The replacement of ``found.module`` (a rotary module) covering positions ``0 .. L - 1``."""
+    """The replacement of ``found.module`` (a rotary module covering positions ``0 .. L - 1``,
+    or a T5 attention's bias)."""
     module = found.module
     if mode not in MODES:
         raise BadParameterError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if found.kind == "t5-bias":
+        return T5RelativeBias(module.relative_attention_bias, t5_lut(module),
+                              bidirectional=not module.is_decoder)
+    if found.mrope:
+        return _build_mrope(found, mode, max_len)
     if mode == "table":
         tables = {}
         for layer_type in found.layer_types:

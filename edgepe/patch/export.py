@@ -2,13 +2,15 @@
 
 ``export(report, out, exporter)``: the patched model (``report.model``) and, with the original
 modules put back for the time it takes, the unpatched one are each exported by the same exporter
-as ``input_ids [1, S], position_ids [1, S] (int64) -> logits [1, S, vocab]`` (no cache:
+as ``input_ids [1, S], position_ids [1, S] (int64) -> logits [1, S, vocab]`` (an
+encoder-decoder, T5: ``input_ids [1, S], decoder_input_ids [1, S]``; no cache:
 ``use_cache=False``; static shapes, ``S = SEQ``), both programs run on the exporter's runtime on
 the same inputs (positions from 0, from ``L - S``, and a scattered set below ``L``), and the
-largest logits difference must be within ``TOLERANCE``. The exported graph must hold no Sin or
-Cos (checked on torch.export's ATen graph for every exporter, and on the program: ONNX node
-types, ExecuTorch operator names, LiteRT op codes; a delegate such as XNNPACK hides its ops
-from the program's operator list, so the ATen count is the one that holds there); the
+largest logits difference must be within ``TOLERANCE``. The exported graph must hold no Sin,
+Cos or Log (T5's buckets; checked on torch.export's ATen graph for every exporter, and on the
+program: ONNX node types, ExecuTorch operator names, LiteRT op codes; a delegate such as
+XNNPACK hides its ops from the program's operator list, so the ATen count is the one that holds
+there); the
 unpatched program's count is recorded beside (a check that can fail: not 0 for a rotary
 model).
 
@@ -64,7 +66,7 @@ SEQ = 8
 # float ops differently (a fused kernel on one side): 1e-5 covers float32 reassociation over the
 # test models' 2 layers (logits ~1; measured 0 on onnxruntime and ExecuTorch portable).
 TOLERANCE = 1e-5
-TRIG = ("sin", "cos")
+TRIG = ("sin", "cos", "log")  # log: T5's buckets (issue 42)
 
 
 class Logits(torch.nn.Module):
@@ -78,11 +80,37 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
 
 
+class Seq2SeqLogits(torch.nn.Module):
+    """``(input_ids, decoder_input_ids) -> logits``: an encoder-decoder (T5) without its cache."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, decoder_input_ids):
+        return self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).logits
+
+
+def _seq2seq(model) -> bool:
+    return bool(getattr(model.config, "is_encoder_decoder", False))
+
+
+def _wrap(model) -> torch.nn.Module:
+    return (Seq2SeqLogits if _seq2seq(model) else Logits)(model).eval()
+
+
 def inputs(model, max_len: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The proof's ``(input_ids, position_ids)`` pairs, each ``[1, SEQ]`` int64."""
+    """The proof's ``(input_ids, position_ids)`` pairs, each ``[1, SEQ]`` int64 (an
+    encoder-decoder's: ``(input_ids, decoder_input_ids)``, three random pairs)."""
     g = torch.Generator().manual_seed(seed)
-    vocab = int(model.config.vocab_size)
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = int(text.vocab_size)
     seq = min(SEQ, max_len)
+    if _seq2seq(model):
+        return [(torch.randint(0, vocab, (1, seq), generator=g),
+                 torch.randint(0, vocab, (1, seq), generator=g)) for _ in range(3)]
     starts = [torch.arange(seq), torch.arange(max_len - seq, max_len),
               torch.sort(torch.randperm(max_len, generator=g)[:seq]).values]
     return [(torch.randint(0, vocab, (1, seq), generator=g), p[None, :]) for p in starts]
@@ -98,7 +126,7 @@ def _torch_export(model, example):
 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers' and torch.export's deprecations
-        return torch.export.export(Logits(model).eval(), example, strict=False)
+        return torch.export.export(_wrap(model), example, strict=False)
 
 
 def _onnx(model, example):
@@ -109,7 +137,7 @@ def _onnx(model, example):
 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(Logits(model).eval(), example, dynamo=True, verbose=False)
+        program = torch.onnx.export(_wrap(model), example, dynamo=True, verbose=False)
     aten = _trig_in_graph(program.exported_program)
     proto = program.model_proto
     data = proto.SerializeToString()
@@ -162,7 +190,7 @@ def _tflite(model, example):
     aten = _trig_in_graph(_torch_export(model, example))
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
-        edge = litert_torch.convert(Logits(model).eval(), example)  # prints its progress
+        edge = litert_torch.convert(_wrap(model), example)  # prints its progress
         path = Path(tmp) / "model.tflite"
         edge.export(str(path))
         data = path.read_bytes()
@@ -229,7 +257,7 @@ def export(report, out: str | Path, exporter: str = "onnx", force: bool = False,
         a, b = run(ids, pos), base_run(ids, pos)
         worst = max(worst, math.inf if a.shape != b.shape else float(abs(a - b).max()))
     if any(trig):
-        raise ParityError(f"the patched {exporter} program still holds Sin/Cos operators "
+        raise ParityError(f"the patched {exporter} program still holds Sin/Cos/Log operators "
                           f"({trig[0]} in its ATen graph, {trig[1]} in the program)")
     if not worst <= TOLERANCE:
         raise ParityError(f"the patched {exporter} program's logits are {worst:.3g} off the "
@@ -246,12 +274,14 @@ def export(report, out: str | Path, exporter: str = "onnx", force: bool = False,
         "mode": report.mode,
         "max_len": report.max_len,
         "modules": [str(m) for m in report.modules],
-        "inputs": {"input_ids": [1, len(example[1][0])], "position_ids": [
-            [int(p[0, 0]), int(p[0, -1])] for _, p in cases]},
+        "inputs": {"input_ids": [1, len(example[1][0])], "decoder_input_ids": [
+            1, len(example[1][0])]} if _seq2seq(model) else {
+            "input_ids": [1, len(example[1][0])], "position_ids": [
+                [int(p[0, 0]), int(p[0, -1])] for _, p in cases]},
         "parity": {"compared_with": f"the unpatched model exported by {exporter} and run on "
                    f"{RUNTIME[exporter]}, same inputs", "max_abs_err": worst,
                    "tolerance": TOLERANCE, "passed": True},
-        # sin/cos: (in torch.export's ATen graph, in the program's own operators)
+        # sin/cos/log: (in torch.export's ATen graph, in the program's own operators)
         "trig_ops": {"patched": list(trig), "unpatched": list(base_trig)},
         "bytes": {"patched": len(data), "unpatched": len(base_data)},
     }

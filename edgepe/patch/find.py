@@ -6,9 +6,12 @@ Every module of ``model.named_modules()`` is classified by its attributes, not i
   buffer (or Gemma3's ``{layer_type}_inv_freq`` per layer type) and an ``attention_scaling``
   (``{layer_type}_attention_scaling``): every Hugging Face rotary class (Llama, Mistral, Qwen2/3,
   Phi, Phi-3 longrope, Gemma3's per-layer-type sets, GPT-NeoX's partial rotation). Replaced.
-  Refused: ``rope_type`` ``dynamic`` (its frequencies are recomputed from the batch's longest
-  position: no fixed table or slice plan reproduces every batch) and mrope (a ``mrope_section``:
-  Qwen2-VL's three position streams; not yet an edgepe scheme).
+  Multimodal RoPE (a ``mrope_section``: Qwen2-VL, Qwen2.5-VL and kin, three position streams)
+  is a rotary module too, replaced when it has a ``recomposition_frequencies`` method (the
+  selection of stream columns ``edgepe.patch.build`` reads off it; issue 42). Refused:
+  ``rope_type`` ``dynamic`` (its frequencies are recomputed from the batch's longest position:
+  no fixed table or slice plan reproduces every batch), an mrope module without that method or
+  with longrope's two sets.
 - ``learned``: an ``nn.Embedding`` (or subclass: OPT's with ``offset`` 2) other than the input
   embeddings whose row count is the config's position range (``max_position_embeddings`` or
   ``n_positions``, plus ``offset``): a gather of a trained table, already trig-free. Kept.
@@ -21,9 +24,16 @@ Every module of ``model.named_modules()`` is classified by its attributes, not i
 - ``alibi``: a module with a ``build_alibi_tensor`` / ``build_mpt_alibi_tensor`` method (Bloom,
   MPT): ALiBi is computed in the model's forward from ``arange``, ``pow`` and the mask's
   ``cumsum``, no trig and no module to swap. Kept, said so.
-- T5's relative bias (a module with ``has_relative_attention_bias`` and a
-  ``relative_attention_bias`` table): refused for now, naming the class (not yet an edgepe
-  scheme).
+- ``axial``: a vision tower's 2D rotary (``rope_type`` ``axial``: Qwen2-VL's
+  ``Qwen2VLVisionRotaryEmbedding``, ``position_ids [N, 2]``). Kept and said so: it runs only
+  with ``pixel_values``, so a text-only export of the patched model holds no trace of it; its
+  Sin/Cos stay in a vision tower's export (not yet replaced).
+- ``t5-bias``: T5's relative bias, an attention module with ``has_relative_attention_bias``, a
+  ``relative_attention_bias`` ``nn.Embedding``, ``relative_attention_num_buckets`` /
+  ``relative_attention_max_distance`` and a ``compute_bias(query_length, key_length, device,
+  past_seen_tokens)`` (T5, mT5, UMT5, Switch, Pop2Piano, UDOP, Pix2Struct's text side): its
+  ``compute_bias`` (float32 ``log`` buckets) is shadowed by an integer-lookup module. Refused:
+  one whose ``compute_bias`` takes another form (LongT5's local blocks), naming the class.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from dataclasses import dataclass, field
 
 from edgepe.contract.errors import BadParameterError
 
-KINDS = ("rotary", "learned", "sinusoidal", "alibi")
+KINDS = ("rotary", "learned", "sinusoidal", "alibi", "t5-bias", "axial")
 
 
 @dataclass
@@ -47,6 +57,7 @@ class Found:
     layer_types: tuple = (None,)
     rope_types: dict = field(default_factory=dict)
     table: tuple = ()  # a kept table's shape
+    mrope: tuple = ()  # a multimodal rotary module's mrope_section
 
     @property
     def cls(self) -> str:
@@ -79,6 +90,17 @@ def _rotary_layer_types(module) -> tuple | None:
     return types or None
 
 
+def _t5_compute_bias(module) -> bool:
+    """Whether ``module`` computes its bias as T5's ``compute_bias`` does (module docstring)."""
+    try:
+        params = inspect.signature(module.compute_bias).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return {"query_length", "key_length", "past_seen_tokens"} <= set(params) and all(
+        isinstance(getattr(module, a, None), int) for a in (
+            "relative_attention_num_buckets", "relative_attention_max_distance"))
+
+
 def _position_rows(config) -> set[int]:
     rows = set()
     for attr in ("max_position_embeddings", "n_positions", "max_seq_len"):
@@ -108,16 +130,31 @@ def find(model) -> list[Found]:
     found: list[Found] = []
     for name, module in model.named_modules():
         cls = type(module).__name__
-        if getattr(module, "has_relative_attention_bias", False) and hasattr(
-                module, "relative_attention_bias"):
-            raise Refused(f"cannot patch {cls} ({name}): T5's bucketed relative attention "
-                          "bias is not yet an edgepe scheme")
+        if getattr(module, "has_relative_attention_bias", False) and isinstance(
+                getattr(module, "relative_attention_bias", None), nn.Embedding):
+            if not _t5_compute_bias(module):
+                raise Refused(f"cannot patch {cls} ({name}): its relative attention bias is not "
+                              "T5's compute_bias(query_length, key_length, device, "
+                              "past_seen_tokens) with relative_attention_num_buckets and "
+                              "relative_attention_max_distance")
+            found.append(Found(name, module, "t5-bias",
+                               table=tuple(module.relative_attention_bias.weight.shape)))
+            continue
         types = _rotary_layer_types(module)
+        if types == (None,) and _takes_positions(module) and getattr(
+                module, "rope_type", None) == "axial":
+            found.append(Found(name, module, "axial", rope_types={None: "axial"}))
+            continue
         if types is not None and _takes_positions(module):
+            mrope = ()
             if hasattr(module, "mrope_section"):
-                raise Refused(f"cannot patch {cls} ({name}): mrope (mrope_section "
-                              f"{list(module.mrope_section)}, three position streams) is not yet "
-                              "an edgepe scheme")
+                mrope = tuple(int(v) for v in module.mrope_section)
+                if types != (None,) or not callable(
+                        getattr(module, "recomposition_frequencies", None)) or str(
+                        getattr(module, "rope_type", "")) == "longrope":
+                    raise Refused(f"cannot patch {cls} ({name}): mrope (mrope_section "
+                                  f"{list(mrope)}) without one frequency set and a "
+                                  "recomposition_frequencies method edgepe can read")
             kinds = module.rope_type if isinstance(getattr(module, "rope_type", None), dict) \
                 else {t: getattr(module, "rope_type", "default") for t in types}
             for layer_type, rope_type in kinds.items():
@@ -128,7 +165,7 @@ def find(model) -> list[Found]:
                         "recomputes its frequencies from each batch's longest position; edgepe "
                         "patch reproduces fixed frequencies only (default, linear, llama3, "
                         "yarn, longrope)")
-            found.append(Found(name, module, "rotary", types, dict(kinds)))
+            found.append(Found(name, module, "rotary", types, dict(kinds), mrope=mrope))
         elif types is None and _takes_positions(module) and (
                 table := _position_table(module, rows)) is not None:
             found.append(Found(name, module, "sinusoidal", table=tuple(table.shape)))
@@ -146,5 +183,6 @@ def find(model) -> list[Found]:
                                    table=tuple(module.weight.shape)))
     if not found:
         raise Refused(f"cannot patch {type(model).__name__}: no PE module edgepe knows (rotary "
-                      "embeddings, learned or sinusoidal position tables, ALiBi)")
+                      "embeddings, learned or sinusoidal position tables, ALiBi, T5's relative "
+                      "bias)")
     return found

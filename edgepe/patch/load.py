@@ -5,7 +5,8 @@ weights as ``*.safetensors`` (no pickle: a ``pytorch_model.bin`` alone is refuse
 downloaded (``local_files_only``) and no code from the folder runs: ``trust_remote_code`` is
 never set, and a config that asks for it (``auto_map``) is refused before transformers reads it.
 The model is built by ``AutoModelForCausalLM`` from the config's ``model_type`` (the classes
-transformers ships), in eval mode.
+transformers ships), or, for a model type it does not map, ``AutoModelForSeq2SeqLM`` (T5) or
+``AutoModelForImageTextToText`` (Qwen2-VL: issue 42), in eval mode.
 """
 
 from __future__ import annotations
@@ -47,16 +48,22 @@ def read_config(folder: Path) -> dict:
 
 
 def load_folder(folder: str | Path):
-    """The causal LM saved in ``folder`` (module docstring), in eval mode."""
+    """The model saved in ``folder`` (module docstring), in eval mode."""
     folder = Path(folder)
     config = read_config(folder)
     import transformers
 
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(folder), local_files_only=True, trust_remote_code=False, use_safetensors=True)
-    except (ValueError, OSError, KeyError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadParameterError(f"transformers cannot load {str(folder)!r} (model_type "
-                                f"{config['model_type']!r}) as a causal LM: {first}") from None
-    return model.eval()
+    first = ""
+    for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForImageTextToText"):
+        try:
+            model = getattr(transformers, auto).from_pretrained(
+                str(folder), local_files_only=True, trust_remote_code=False, use_safetensors=True)
+        except (ValueError, OSError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if first.startswith("Unrecognized configuration class"):
+                continue  # this Auto class does not map the model type: the next one
+            break
+        return model.eval()
+    raise BadParameterError(f"transformers cannot load {str(folder)!r} (model_type "
+                            f"{config['model_type']!r}) as a causal LM, a seq2seq LM or an "
+                            f"image-text-to-text model: {first}")

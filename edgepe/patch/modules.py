@@ -132,3 +132,69 @@ class RotarySliced(nn.Module):
             sin = _pick(position_ids, limit, sin, short_sin)
         cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+class MRope(nn.Module):
+    """Multimodal RoPE (Qwen2-VL's ``mrope_section`` and its kin): the rotary contract with
+    ``position_ids`` ``[B, S]`` or ``[3, B, S]`` (temporal, height, width streams).
+
+    ``inner`` (a ``RotaryTable`` or ``RotarySliced``) gives each stream's per-slot cos/sin
+    ``[3, B, S, >= half]`` (slot ``i`` in column ``i``); ``index`` ``[R]`` picks output column ``c``
+    from the flattened ``[3 * half]`` (stream ``s``, slot ``i`` at ``s * half + i``): the
+    original's own ``recomposition_frequencies``, read off it by ``edgepe.patch.build`` (a
+    selection, so the same values land in the same columns: Qwen2-VL's sections then
+    ``[f | f]``, Qwen3-VL's interleave, GLM-4V's ``repeat_interleave`` alike)."""
+
+    def __init__(self, inner: nn.Module, index: torch.Tensor, half: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.half = int(half)
+        self.register_buffer("index", index.to(torch.int64).contiguous(), persistent=False)
+        self.attention_scaling = inner.attention_scaling
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+        pos = position_ids.expand(3, -1, -1)  # as the original: text ids are one stream thrice
+        cos, sin = self.inner(x, pos)
+        out = []
+        for t in (cos, sin):  # [3, B, S, half] -> [B, S, 3 * half] -> the original's columns
+            t = t[..., : self.half].movedim(0, -2).flatten(-2)
+            out.append(t.index_select(-1, self.index))
+        return out[0], out[1]
+
+
+class T5RelativeBias(nn.Module):
+    """T5's ``compute_bias`` without its logarithm: put in a ``T5Attention``'s instance
+    ``__dict__`` as ``compute_bias`` (shadowing the method; not a registered submodule, so the
+    model's modules and state dict are unchanged), it returns what the method returns,
+    ``[1, H, q, k]`` rows of the attention's own ``relative_attention_bias`` table.
+
+    The bucket of ``u - t`` is a gather of ``lut`` (``edgepe.schemes.t5_bias``'s
+    ``magnitude_buckets``: T5's bucket of each distance ``0 .. C``, every one past ``C`` the
+    last) at ``min(|u - t|, C)`` plus ``num_buckets // 2`` for a later key (bidirectional: the
+    encoder), or at ``min(max(t - u, 0), C)`` (causal: the decoder): integer compares and one
+    gather, equal to transformers' float32 ``log`` buckets at every distance below 2^24
+    (tests/test_t5_mrope.py checks the lookup to 2^25). The table is the attention's own
+    ``nn.Embedding``, held by reference (not registered: the state dict keeps its keys)."""
+
+    def __init__(self, embedding: nn.Embedding, lut: torch.Tensor, bidirectional: bool) -> None:
+        super().__init__()
+        object.__setattr__(self, "embedding", embedding)  # shared, not a second state-dict key
+        self.register_buffer("lut", lut.to(torch.int64).contiguous(), persistent=False)
+        self.bidirectional = bool(bidirectional)
+        self.later = embedding.num_embeddings // 2 if bidirectional else 0
+
+    def forward(self, query_length, key_length, device=None, past_seen_tokens=0):
+        device = self.embedding.weight.device if device is None else device
+        lut = self.lut.to(device)  # not moved with the model: it is not registered there
+        context = torch.arange(query_length, dtype=torch.long, device=device)[:, None] \
+            + past_seen_tokens
+        memory = torch.arange(key_length, dtype=torch.long, device=device)[None, :]
+        relative = memory - context  # u - t, as T5
+        top = self.lut.shape[0] - 1
+        if self.bidirectional:
+            bucket = lut[relative.abs().clamp(max=top)] \
+                + (relative > 0).to(torch.long) * self.later
+        else:
+            bucket = lut[(-relative).clamp(0, top)]
+        values = self.embedding(bucket)  # [q, k, H]
+        return values.permute([2, 0, 1]).unsqueeze(0)

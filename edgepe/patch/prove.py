@@ -12,11 +12,20 @@ type; the max abs difference of cos and sin must be within the mode's bound:
   ``|d cos| <= |d angle|``), its float32 cos/sin within 2 ulp (``2^-23`` below 1; torch's CPU
   kernels are within 1 ulp) and its product by ``a`` rounded once (``U(a)``).
 
+Multimodal RoPE is run, besides the text batch (every stream the position), on three streams
+that differ at every position (``0 .. L - 1``, reversed, rotated by ``L // 3``), so each
+section is checked against its own stream. T5's bias: the original's ``compute_bias`` and the
+replacement for ``L`` queries over ``L`` keys (every relative distance ``-(L - 1) .. L - 1``) and
+for 3 queries after ``L - 3`` cached ones; bound 0 (integer buckets, then the same table rows).
+
 Model: the patched model's logits against the original's, recorded before the swap, on four
 inputs: a batch of two, left padding (positions from the mask's cumsum, as ``generate`` makes
 them), a KV cache (a prefix, then the rest with the cache: both steps' logits) and an offset
 (the last positions below ``L``). ``table``: exact (0), the same cos/sin bit for bit through the
-same kernels. ``sliced``: ``LOGITS_SLICED`` (module doc of ``edgepe.patch``).
+same kernels. ``sliced``: ``LOGITS_SLICED`` (module doc of ``edgepe.patch``). An
+encoder-decoder (T5) gets a batch, a padded source (the second row's last half masked) and a
+decoder KV cache (a prefix, then the rest); a multimodal RoPE model also gets three position
+streams that differ (``position_ids [3, B, S]``, as an image's grid makes them).
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ SEQ = 8  # the proof's sequence length (KV cache: a prefix of SEQ - 3, then 3)
 
 def module_bound(found, mode: str, max_len: int) -> float:
     """The bound the replaced module is held to (module docstring)."""
-    if mode == "table":
+    if mode == "table" or found.kind == "t5-bias":
         return 0.0
     module, worst = found.module, 0.0
     widths = default_plan(max_len)
@@ -64,8 +73,19 @@ def module_bound(found, mode: str, max_len: int) -> float:
 @torch.no_grad()
 def prove_module(found, replacement, max_len: int) -> float:
     """The max abs difference of ``replacement`` and the original at every position
-    ``0 .. L - 1`` (and ``0 .. P - 1`` for longrope), over every layer type."""
+    ``0 .. L - 1`` (and ``0 .. P - 1`` for longrope), over every layer type (module
+    docstring: mrope's streams, T5's distances)."""
+    if found.kind == "t5-bias":
+        return _prove_t5(found, replacement, max_len)
     worst = 0.0
+    if found.mrope:
+        ramp = torch.arange(max_len)
+        streams = torch.stack([ramp, ramp.flip(0), ramp.roll(max_len // 3)])[:, None, :]
+        x = torch.zeros(1, 1, dtype=torch.float32)
+        for r, g in zip(found.module(x, streams), replacement(x, streams), strict=True):
+            if r.shape != g.shape or g.dtype != r.dtype:
+                return math.inf
+            worst = max(worst, float((r - g).abs().max()))
     for layer_type in found.layer_types:
         batches = [torch.arange(max_len)]
         limit = longrope_limit(found.module, layer_type)
@@ -85,22 +105,50 @@ def prove_module(found, replacement, max_len: int) -> float:
     return worst
 
 
+def _prove_t5(found, replacement, max_len: int) -> float:
+    worst = 0.0
+    original = type(found.module).compute_bias  # the class's method, whatever shadows it
+    tail = min(3, max_len)
+    for q, k, past in ((max_len, max_len, 0), (tail, max_len, max_len - tail)):
+        ref = original(found.module, q, k, past_seen_tokens=past)
+        got = replacement(q, k, past_seen_tokens=past)
+        if ref.shape != got.shape or ref.dtype != got.dtype:
+            return math.inf
+        worst = max(worst, float((ref - got).abs().max()))
+    return worst
+
+
 def _takes(model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
-def cases(model, max_len: int, seed: int = 0) -> list[tuple[str, list[dict]]]:
+def cases(model, max_len: int, seed: int = 0,
+          mrope: bool = False) -> list[tuple[str, list[dict]]]:
     """The proof's inputs: ``(name, steps)``, each step the keyword arguments of one forward
     (a KV cache case has two: the second gets the first's ``past_key_values``)."""
     g = torch.Generator().manual_seed(seed)
-    vocab = int(model.config.vocab_size)
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = int(text.vocab_size)  # a multimodal model's is its text config's (Qwen2-VL)
     seq = min(SEQ, max_len)
     ids = torch.randint(0, vocab, (2, seq), generator=g)
     ones = torch.ones_like(ids)
     extra = {"decoder_input_ids": ids} if getattr(model.config, "is_encoder_decoder", False) \
         else {}
     out = [("batch", [{"input_ids": ids, "attention_mask": ones, **extra}])]
-    if extra or not _takes(model, "position_ids"):
+    if extra:
+        padded = ones.clone()
+        padded[1, seq // 2:] = 0  # the second source row padded (T5 pads on the right)
+        out.append(("padded source", [{"input_ids": ids, "attention_mask": padded, **extra}]))
+        if seq > 3 and _takes(model, "use_cache"):
+            cut = seq - 3
+            out.append(("KV cache", [
+                {"input_ids": ids, "attention_mask": ones, "decoder_input_ids": ids[:, :cut],
+                 "use_cache": True},
+                {"input_ids": ids, "attention_mask": ones, "decoder_input_ids": ids[:, cut:],
+                 "use_cache": True}]))
+        return out
+    if not _takes(model, "position_ids"):
         return out
     mask = ones.clone()
     mask[1, : seq // 2] = 0  # the second row left-padded
@@ -115,6 +163,11 @@ def cases(model, max_len: int, seed: int = 0) -> list[tuple[str, list[dict]]]:
              "position_ids": pos[:, :cut], "use_cache": True},
             {"input_ids": ids[:, cut:], "attention_mask": ones, "position_ids": pos[:, cut:],
              "use_cache": True}]))
+    if mrope:
+        ramp = torch.arange(seq)
+        grid = torch.stack([ramp, ramp.flip(0), ramp.roll(seq // 3)])[:, None].expand(3, 2, seq)
+        out.append(("3 streams", [{"input_ids": ids, "attention_mask": ones,
+                                   "position_ids": grid}]))
     start = max_len - seq
     out.append((f"offset {start}", [{"input_ids": ids, "attention_mask": ones,
                                      "position_ids": torch.arange(start, max_len).expand(2, seq)}]))
