@@ -233,8 +233,10 @@ def cell(family: str, form: str, folder: Path) -> dict:
     try:
         path, module = _export(family, form, folder)
     except Exception as exc:  # noqa: BLE001 -- an export failure is this cell's finding
-        return {**result, "status": "export fails",
-                "line": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+        while exc.__cause__ is not None:  # torch's TorchExportError wraps the cause
+            exc = exc.__cause__
+        return {**result, "status": "export fails", "line": f"{type(exc).__name__}: "
+                f"{next((x for x in str(exc).splitlines() if x.strip()), '')[:300]}"}
     if path is None:
         return {**result, "status": "n/a", "line": "no cache (an encoder, or h40t's family)"}
     result["export_s"] = round(time.perf_counter() - start, 1)
@@ -288,29 +290,39 @@ def _write(out: Path, result: dict) -> None:
 
 
 def _short(r: dict) -> str:
+    """A table cell: what graft found (its kind, not the node names) and the worst error, or the
+    status and its one line."""
     if r["status"] == "grafts":
-        found = r["found"].split(" at ")[0].removeprefix("found ")
-        return f"grafts: {found} ({r['ulps']:.0f} ulp; {r['original_s'] * 1e3:.2f} -> " \
-               f"{r['grafted_s'] * 1e3:.2f} ms)"
+        kind = r["found"].removeprefix("found ").split(" (")[0].split(":")[0].rstrip(",")
+        return f"grafts: {kind} ({r['ulps']:.0f} ulp, {r['torch_rel']:.0e} vs torch)"
     return f"{r['status']}: {r.get('line', '')}".replace("|", "\\|").replace("\n", " ")
 
 
 def report(out: Path) -> str:
+    """The README's family x form table and the bench table (markdown), ``OUT/bench.json``."""
     cells = {}
     for p in sorted(out.glob("*__*.json")):
         r = json.loads(p.read_text())
         cells[(r["family"], r["form"])] = r
     lines = ["| family | " + " | ".join(FORMS) + " |", "|---" * (len(FORMS) + 1) + "|"]
+    bench_lines = ["| family | form | original ms | grafted ms | ratio | original bytes | "
+                   "grafted bytes |", "|---|---|---:|---:|---:|---:|---:|"]
     bench = []
     for family in FAMILIES:
         row = [_short(cells[(family, f)]) if (family, f) in cells else "not run" for f in FORMS]
         lines.append(f"| {family} | " + " | ".join(row) + " |")
-        bench += [{k: cells[(family, f)].get(k) for k in
-                   ("family", "form", "original_s", "grafted_s", "original_bytes",
-                    "grafted_bytes")}
-                  for f in FORMS if cells.get((family, f), {}).get("status") == "grafts"]
+        for f in FORMS:
+            r = cells.get((family, f), {})
+            if r.get("status") != "grafts":
+                continue
+            bench.append({k: r[k] for k in ("family", "form", "original_s", "grafted_s",
+                                             "original_bytes", "grafted_bytes")})
+            bench_lines.append(
+                f"| {family} | {f} | {r['original_s'] * 1e3:.3f} | {r['grafted_s'] * 1e3:.3f} | "
+                f"{r['grafted_s'] / r['original_s']:.3f}x | {r['original_bytes']:,} | "
+                f"{r['grafted_bytes']:,} |")
     (out / "bench.json").write_text(json.dumps(bench, indent=1))
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + "\n".join(bench_lines)
 
 
 def main(argv=None) -> int:

@@ -75,14 +75,15 @@ def _cell_json(out: Path, **fields) -> None:
 
 def test_report_marks_each_cell_and_escapes_lines(tmp_path):
     _cell_json(tmp_path, family="gpt2", status="grafts", found="found learned (table 'x' [4, 2]) "
-               "at Gather 'g'", ulps=0.0, original_s=1e-4, grafted_s=2e-4, original_bytes=10,
-               grafted_bytes=8)
+               "at Gather 'g'", ulps=0.0, torch_rel=1e-7, original_s=1e-4, grafted_s=2e-4,
+               original_bytes=10, grafted_bytes=8)
     _cell_json(tmp_path, family="t5", status="refused", line="a | b")
-    table = gf.report(tmp_path)
+    table, bench_md = gf.report(tmp_path).split("\n\n")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
-    assert "grafts: learned (table 'x' [4, 2]) (0 ulp; 0.10 -> 0.20 ms) | not run" in rows["gpt2"]
+    assert rows["gpt2"] == "| gpt2 | grafts: learned (0 ulp, 1e-07 vs torch) | not run | not run |"
     assert "refused: a \\| b" in rows["t5"]  # a | in graft's line does not split the cell
     assert rows["llama"] == "| llama | not run | not run | not run |"
+    assert bench_md.splitlines()[2] == "| gpt2 | dynamo-ext | 0.100 | 0.200 | 2.000x | 10 | 8 |"
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert bench == [{"family": "gpt2", "form": "dynamo-ext", "original_s": 1e-4,
                       "grafted_s": 2e-4, "original_bytes": 10, "grafted_bytes": 8}]
