@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -300,7 +301,8 @@ def _short(r: dict) -> str:
     if r["status"] == "grafts":
         kind = r["found"].removeprefix("found ").split(" (")[0].split(":")[0].rstrip(",")
         return f"grafts: {kind} ({r['ulps']:.0f} ulp, {r['torch_rel']:.0e} vs torch)"
-    return f"{r['status']}: {r.get('line', '')}".replace("|", "\\|").replace("\n", " ")
+    line = re.sub(r"'[^']*/model\.onnx'", "'model.onnx'", r.get("line", ""))  # a cell's temp dir
+    return f"{r['status']}: {line}".replace("|", "\\|").replace("\n", " ")
 
 
 def report(out: Path) -> str:

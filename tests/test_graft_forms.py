@@ -28,6 +28,21 @@ _spec.loader.exec_module(gf)
 # What each cell does today where it is not "grafts" (measured by the script; the README's
 # family table). A change to any of these is a change of behaviour to put in that table.
 EXPECTED: dict = {
+    ('cohere', 'torchscript'): 'refused',
+    ('deepseek_v3', 'dynamo-kv'): 'export fails',
+    ('falcon-alibi', 'dynamo-ext'): 'refused',
+    ('falcon-alibi', 'dynamo-kv'): 'refused',
+    ('falcon-alibi', 'torchscript'): 'refused',
+    ('gemma3', 'dynamo-kv'): 'refused',
+    ('gemma3n', 'dynamo-kv'): 'refused',
+    ('llama-dynamic', 'dynamo-ext'): 'export fails',
+    ('llama-dynamic', 'dynamo-kv'): 'export fails',
+    ('phi3-longrope', 'torchscript'): 'export fails',
+    ('qwen2_vl', 'dynamo-ext'): 'refused',
+    ('qwen2_vl', 'torchscript'): 'export fails',
+    ('t5', 'dynamo-ext'): 'export fails',
+    ('t5', 'torchscript'): 'refused',
+    ('whisper', 'torchscript'): 'export fails',
 }
 
 
