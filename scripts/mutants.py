@@ -254,8 +254,15 @@ def first_failure(output: str) -> str:
     return match.group(1) if match else output.strip().splitlines()[-1][:80]
 
 
-def run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str]:
-    """``(status, detail)``: status is caught, SURVIVED, DRIFTED or ERROR."""
+def run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str, float]:
+    """``(status, detail, seconds)``: status is caught, SURVIVED, DRIFTED or ERROR; seconds is
+    the mutant's wall time (copy, pytest), printed so a slow subset shows (.ci/run's budget)."""
+    start = time.monotonic()
+    status, detail = _run_mutant(mutant, files)
+    return status, detail, time.monotonic() - start
+
+
+def _run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix=f"edgepe-mutant-{mutant.name}-") as tmp:
         copy = scratch_copy(files, Path(tmp))
         target = copy / mutant.file
@@ -309,10 +316,10 @@ def main(argv: list[str] | None = None) -> int:
         results = list(pool.map(lambda m: run_mutant(m, files), mutants))
     width = max(len(m.name) for m in mutants)
     fwidth = max(len(m.file) for m in mutants)
-    print(f"{'mutant':<{width}}  {'file':<{fwidth}}  {'result':<8}  by")
-    for m, (status, detail) in zip(mutants, results, strict=True):
-        print(f"{m.name:<{width}}  {m.file:<{fwidth}}  {status:<8}  {detail}")
-    bad = [m.name for m, (status, _) in zip(mutants, results, strict=True) if status != "caught"]
+    print(f"{'mutant':<{width}}  {'file':<{fwidth}}  {'result':<8}  {'s':>5}  by")
+    for m, (status, detail, seconds) in zip(mutants, results, strict=True):
+        print(f"{m.name:<{width}}  {m.file:<{fwidth}}  {status:<8}  {seconds:5.1f}  {detail}")
+    bad = [m.name for m, (status, *_) in zip(mutants, results, strict=True) if status != "caught"]
     print(f"{len(mutants) - len(bad)} of {len(mutants)} caught in {time.monotonic() - start:.0f} s"
           + (f"; not caught: {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0
