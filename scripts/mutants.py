@@ -170,24 +170,31 @@ MUTANTS = [
       "return self.sha256_expected == self.sha256_actual", "return bool(self.sha256_expected)",
       ("tests/test_verify.py::test_a_sha256_mismatch_is_its_own_failure_exit_1",)),
     # -- issue 33: the planted bugs that survived the suite, one each ----------------------------
+    # (each runs the test function that caught it in a run of its whole file: one pytest start
+    # and that function's cases, not the file's other tests before it)
     M("manifest-read-limit-doubled", "edgepe/contract/manifest.py",
-      "MAX_BYTES = 1 << 20", "MAX_BYTES = 1 << 21", ("tests/test_edges.py",)),
+      "MAX_BYTES = 1 << 20", "MAX_BYTES = 1 << 21",
+      ("tests/test_edges.py::test_limits_are_the_documented_numbers",)),
     M("manifest-depth-off-by-one", "edgepe/contract/manifest.py",
-      "if depth > MAX_DEPTH:", "if depth > MAX_DEPTH + 1:", ("tests/test_edges.py",)),
+      "if depth > MAX_DEPTH:", "if depth > MAX_DEPTH + 1:",
+      ("tests/test_edges.py::test_manifest_depth_limit_at_its_edge",)),
     M("target-opset-range-end", "edgepe/targets/check.py",
       "if opset is not None and not lo <= opset <= hi:",
-      "if opset is not None and not lo <= opset < hi:", ("tests/test_edges.py",)),
+      "if opset is not None and not lo <= opset < hi:",
+      ("tests/test_edges.py::test_target_opset_range_ends_and_verdict",)),
     M("target-verdict-ignores-graph-problems", "edgepe/targets/check.py",
       "return not self.problems and all(n.supported for n in self.nodes)",
-      "return all(n.supported for n in self.nodes)", ("tests/test_edges.py",)),
+      "return all(n.supported for n in self.nodes)",
+      ("tests/test_edges.py::test_target_opset_range_ends_and_verdict",)),
     M("rebuild-longer-file-not-flagged", "edgepe/export/compare.py",
       "if self.offset is None and self._f.read(1):", "if False:",
-      ("tests/test_compare_fields.py",)),
+      ("tests/test_compare_fields.py::test_file_differences_give_the_offset",)),
     M("rebuild-skips-one-field", "edgepe/export/compare.py",
       "for key in sorted(set(a) | set(b)):", 'for key in sorted(set(a) | set(b) - {"seed"}):',
-      ("tests/test_compare_fields.py",)),
+      ("tests/test_compare_fields.py::test_each_field_removed_alone_is_named",)),
     M("rebuild-1.0-equals-1", "edgepe/export/compare.py",
-      "if a == b and type(a) is type(b):", "if a == b:", ("tests/test_compare_fields.py",)),
+      "if a == b and type(a) is type(b):", "if a == b:",
+      ("tests/test_compare_fields.py::test_look_alikes_differ",)),
     M("graft-reconcile-branch", "edgepe/graft/splice.py",
       "    if mine < theirs:", "    if mine > theirs:", ("tests/test_paths.py::"
                                                           "test_reconcile_branches",)),
@@ -202,16 +209,21 @@ MUTANTS = [
       "per_tick = 400000 / calib", "per_tick = 200000 / calib",
       ("tests/test_cortex_m.py::test_instructions_follow_from_the_board_clock",)),
     M("int8-output-bound-383u", "edgepe/graphs/int8.py",
-      "s64 * (0.5 + 383 * U32)", "s64 * (0.5 + 127 * U32)", ("tests/test_bound_pins.py",)),
+      "s64 * (0.5 + 383 * U32)", "s64 * (0.5 + 127 * U32)",
+      ("tests/test_bound_pins.py::test_quantised_output_bound_per_channel",)),
     M("int8-residual-bound-2u", "edgepe/graphs/int8.py",
-      "2 * U32 * (1 + m + s64)", "U32 * (1 + m + s64)", ("tests/test_bound_pins.py",)),
+      "2 * U32 * (1 + m + s64)", "U32 * (1 + m + s64)",
+      ("tests/test_bound_pins.py::test_residual_bound_per_channel",)),
     M("int8-projection-one-sum", "edgepe/graphs/int8.py",
-      "sums = 1 if exact else 2", "sums = 1", ("tests/test_bound_pins.py",)),
+      "sums = 1 if exact else 2", "sums = 1",
+      ("tests/test_bound_pins.py::test_projection_bound_per_channel",)),
     M("audit-attribute-subgraphs-unchecked", "edgepe/graphs/untrusted.py",
-      'a.HasField("g") or len(a.graphs)', "len(a.graphs)", ("tests/test_paths.py",)),
+      'a.HasField("g") or len(a.graphs)', "len(a.graphs)",
+      ("tests/test_paths.py::test_a_subgraph_in_an_attribute_of_an_emitted_op_is_refused",)),
     M("audit-allow-list-ignores-domain", "edgepe/graphs/untrusted.py",
       'EMITTED_OPS.get(node.domain or "", ())',
-      'set().union(*EMITTED_OPS.values())', ("tests/test_paths.py",)),
+      'set().union(*EMITTED_OPS.values())',
+      ("tests/test_paths.py::test_the_op_allow_list_is_per_domain",)),
     M("cli-ctrl-c-exit-1", "edgepe/cli/__init__.py",
       "raise typer.Exit(130)", "raise typer.Exit(1)",
       ("tests/test_paths.py::test_ctrl_c_mid_export_exits_130_and_leaves_nothing_half_written",)),
@@ -254,8 +266,15 @@ def first_failure(output: str) -> str:
     return match.group(1) if match else output.strip().splitlines()[-1][:80]
 
 
-def run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str]:
-    """``(status, detail)``: status is caught, SURVIVED, DRIFTED or ERROR."""
+def run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str, float]:
+    """``(status, detail, seconds)``: status is caught, SURVIVED, DRIFTED or ERROR; seconds is
+    the mutant's wall time (copy, pytest), printed so a slow subset shows (.ci/run's budget)."""
+    start = time.monotonic()
+    status, detail = _run_mutant(mutant, files)
+    return status, detail, time.monotonic() - start
+
+
+def _run_mutant(mutant: Mutant, files: dict[str, bytes]) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix=f"edgepe-mutant-{mutant.name}-") as tmp:
         copy = scratch_copy(files, Path(tmp))
         target = copy / mutant.file
@@ -301,18 +320,21 @@ def main(argv: list[str] | None = None) -> int:
     mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
     start = time.monotonic()
     files = snapshot(ROOT)
-    problem = baseline(files, mutants)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # The baseline runs beside the first mutants, not before them (a core idle for its 15 s
+        # otherwise); a failing baseline still fails the run before any result is shown.
+        checked = pool.submit(baseline, files, mutants)
+        results = list(pool.map(lambda m: run_mutant(m, files), mutants))
+        problem = checked.result()
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda m: run_mutant(m, files), mutants))
     width = max(len(m.name) for m in mutants)
     fwidth = max(len(m.file) for m in mutants)
-    print(f"{'mutant':<{width}}  {'file':<{fwidth}}  {'result':<8}  by")
-    for m, (status, detail) in zip(mutants, results, strict=True):
-        print(f"{m.name:<{width}}  {m.file:<{fwidth}}  {status:<8}  {detail}")
-    bad = [m.name for m, (status, _) in zip(mutants, results, strict=True) if status != "caught"]
+    print(f"{'mutant':<{width}}  {'file':<{fwidth}}  {'result':<8}  {'s':>5}  by")
+    for m, (status, detail, seconds) in zip(mutants, results, strict=True):
+        print(f"{m.name:<{width}}  {m.file:<{fwidth}}  {status:<8}  {seconds:5.1f}  {detail}")
+    bad = [m.name for m, (status, *_) in zip(mutants, results, strict=True) if status != "caught"]
     print(f"{len(mutants) - len(bad)} of {len(mutants)} caught in {time.monotonic() - start:.0f} s"
           + (f"; not caught: {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0
