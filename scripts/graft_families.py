@@ -49,7 +49,7 @@ EXTRA = ("qwen3", "stablelm", "olmo2", "gpt_bigcode", "falcon-rotary", "deepseek
 FAMILIES = ("llama", "llama-linear", "llama-dynamic", "llama-llama3", "llama-yarn", "mistral",
             "qwen2", "phi", "gpt_neox", "gptj", "gpt2", "opt", "phi3-longrope", "xglm", "bloom",
             "marian", "mpt", *hf.FAMILIES_40, *EXTRA)
-# No cache form: encoders, and T5/Whisper/Qwen2-VL (h40t's: their rows as they are today).
+# No cache form: encoders, and T5/Whisper/Qwen2-VL (their cache forms are not in this harness).
 NO_KV = {"bert", "roberta", "modernbert", "t5", "whisper", "qwen2_vl"}
 # Tables of positions graft builds for RoPE: 64 rows cover every case below (and keep the proof
 # short); learned and sinusoidal tables keep the model's own length.
@@ -135,13 +135,13 @@ def _kv_feeds(family: str, session, batch: int, seq: int, past: int, pad: int, s
     if family in hf.ENC_DEC:
         args, names = hf.seq2seq_inputs(lm, batch=batch, seq=seq + past, target=seq, past=past,
                                         seed=seed)
-        feeds = {n: a.numpy() for n, a in zip(names, args)}
+        feeds = {n: a.numpy() for n, a in zip(names, args, strict=True)}
         feeds[names[1]][-1, :pad] = 0
         return feeds, None
     with_positions = any(i.name == "position_ids" for i in session.get_inputs())
     args, names = hf.example_inputs(lm, batch=batch, seq=seq, past=past,
                                     with_positions=with_positions, seed=seed)
-    feeds = {n: a.numpy().copy() for n, a in zip(names, args)}
+    feeds = {n: a.numpy().copy() for n, a in zip(names, args, strict=True)}
     feeds["attention_mask"][-1, :pad] = 0
     if with_positions:
         feeds["position_ids"][-1] -= pad
@@ -210,10 +210,12 @@ def _export(family: str, form: str, folder: Path):
 
     if form == "dynamo-kv":
         if family in NO_KV:
-            return None, "no cache: an encoder, or h40t's family (T5, Whisper, Qwen2-VL)"
+            return None, ("no cache form (an encoder; T5, Whisper, Qwen2-VL: not in this "
+                          "harness)")
         return hf.export(family, folder), None
     if form == "torchscript" and family in hf.ENC_DEC:
-        return None, "this harness's TorchScript wrapper is a decoder's (input_ids, mask, positions)"
+        return None, ("this harness's TorchScript wrapper is a decoder's (input_ids, mask, "
+                      "positions)")
     if form == "torchscript" and family not in NO_KV:
         # input_ids alone does not export so (transformers 5.24's mask calls aten::diff, which
         # TorchScript has no ONNX for): the mask and positions are inputs
