@@ -8,7 +8,9 @@
 - resources: 2,400 initializers on one 1 MiB of external data (6.7 GB before), a length that is
   not the tensor's, a declared [2^20, 2^20] tensor without data, a location with a NUL byte or
   5,000 characters, opset 99, ``--max-len 2^63`` (ran forever), an op onnxruntime lacks, the
-  model's own Expand to 5 GB (stopped by graft's proof arena, ``prove.PROOF_MEMORY_BYTES``).
+  model's own Expand to 5 GB, Tile to 6 GB, Expand sized from its input's length (each refused
+  before any session runs: ``prove.check_run_bound``, the sum of every tensor shape inference
+  bounds at the proof's input shapes, under ``prove.PROOF_MEMORY_BYTES``).
 
 Every case runs one command in ONE process (``tests/_trust_driver.py``, as
 tests/test_trust_round2.py does) and asserts its exit code, one stderr line matching what it must
@@ -253,6 +255,37 @@ def _expand(folder: Path) -> list[str]:
     return _graft_argv(folder / "model.onnx", pe, "arange:x")
 
 
+def _tile(folder: Path) -> list[str]:
+    """The user's model tiles a [1, S, 4] float tensor 15000 x 5000 times: 6 GB at S = 5, known
+    from shape inference alone (constant repeats), refused before any session runs."""
+    pe, w = _pe(folder)
+    model = onnx.load(demo(folder, weight=w, name="model.onnx"))
+    model.graph.initializer.append(numpy_helper.from_array(
+        np.asarray([1, 15000, 5000], np.int64), "reps"))
+    model.graph.node.extend([helper.make_node("Tile", ["x", "reps"], ["tiled"]),
+                             helper.make_node("ReduceSum", ["tiled"], ["total"], keepdims=0)])
+    model.graph.output.append(_vi("total", TensorProto.FLOAT, []))
+    onnx.save(model, folder / "model.onnx")
+    return _graft_argv(folder / "model.onnx", pe, "arange:x")
+
+
+def _expand_by_length(folder: Path) -> list[str]:
+    """The user's model expands to [1, S * 2^26, 4] float32, its shape computed from x's own
+    (Shape, Mul, Concat): 5.4 GB at S = 5, known from shape inference's data propagation."""
+    pe, w = _pe(folder)
+    model = onnx.load(demo(folder, weight=w, name="model.onnx"))
+    model.graph.initializer.extend([
+        numpy_helper.from_array(np.asarray([1, 1 << 26, 1], np.int64), "stretch"),
+        numpy_helper.from_array(np.ones(1, np.float32), "one_f")])
+    model.graph.node.extend([helper.make_node("Shape", ["x"], ["x_shape"]),
+                             helper.make_node("Mul", ["x_shape", "stretch"], ["big_shape"]),
+                             helper.make_node("Expand", ["one_f", "big_shape"], ["wide"]),
+                             helper.make_node("ReduceSum", ["wide"], ["total"], keepdims=0)])
+    model.graph.output.append(_vi("total", TensorProto.FLOAT, []))
+    onnx.save(model, folder / "model.onnx")
+    return _graft_argv(folder / "model.onnx", pe, "arange:x")
+
+
 def _max_len(folder: Path, value: int) -> list[str]:
     model = demo(folder, name="model.onnx")
     return ["graft", str(model), "--max-len", str(value), "--out", str(folder / "out.onnx")]
@@ -292,8 +325,15 @@ CASES = [
     Case("an-op-onnxruntime-lacks", "resources", _unknown_op, 2,
          r"onnxruntime cannot load the original model: .*foo\.bar:Bar"),
     Case("the-models-own-expand-to-5-gb", "resources", _expand, 2,
-         r"the original model needs more than graft's proof memory limit of 4,294,967,296 B at "
-         r"sequence length 2; give shorter --lengths, or --no-check"),
+         r"the original model's tensors would hold 5,120,000,292 B in all at sequence length 5 "
+         r"\(the largest, 'wide', 5,120,000,000 B\), over graft's proof memory limit of "
+         r"4,294,967,296 B; refused before running it"),
+    Case("the-models-own-tile-to-6-gb", "resources", _tile, 2,
+         r"the original model's tensors would hold 6,000,000,\d+ B in all at sequence length 5 "
+         r"\(the largest, 'tiled', 6,000,000,000 B\).* refused before running it"),
+    Case("the-models-own-expand-by-its-length", "resources", _expand_by_length, 2,
+         r"the original model's tensors would hold 5,368,709,\d+ B in all at sequence length 5 "
+         r"\(the largest, 'wide', 5,368,709,120 B\).* refused before running it"),
     Case("max-len-2^63", "resources", lambda f: _max_len(f, 2**63), 2,
          r"--max-len must be 1 \.\. 16,777,216 .* got 9223372036854775808"),
 ]

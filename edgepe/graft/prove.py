@@ -51,6 +51,91 @@ def _arena(ort) -> None:
 
 
 
+# Element sizes of the ONNX tensor types, for ``check_run_bound`` (onnx.TensorProto's numbers);
+# a type not here (strings) counts 8 bytes an element.
+_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
+                  14: 8, 15: 16, 16: 2}
+
+
+def check_run_bound(model, shapes: dict[str, list[int]], which: str, length,
+                    budget: int | None = None) -> None:
+    """Refuse (one line) a run of ``model`` on inputs of ``shapes`` whose tensors would hold
+    more than ``budget`` bytes (default ``PROOF_MEMORY_BYTES``) in all, before any session runs
+    it (issue 41: a user model's own Expand to 5 GB ran until the arena stopped it): ONNX shape
+    inference with data propagation over a copy with those input shapes, then the bytes of every
+    tensor it bounds (graph inputs, every node output) summed, not each alone (onnxruntime reuses
+    buffers, so the sum bounds the peak from above). A tensor shape inference cannot bound (a
+    size read from input values, a Loop's outputs) is not counted: the proof's arena
+    (``PROOF_MEMORY_BYTES``) and deadline (``PROOF_SECONDS``) stay the backstop for those.
+    The refusal names the largest tensor and its size; the original's is bad input, the
+    grafted's a failed proof."""
+    import onnx
+    from onnx import shape_inference
+
+    budget = PROOF_MEMORY_BYTES if budget is None else budget
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in copy.graph.input:
+        if value.name in shapes and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.Clear()
+            for size in shapes[value.name]:
+                shape.dim.add().dim_value = int(size)
+    del copy.graph.value_info[:]
+    error = BadParameterError if which == "original" else ParityError
+    try:
+        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference that fails bounds nothing: the arena does
+        return
+    graph = inferred.graph
+    weights = {t.name for t in graph.initializer}
+    total, largest, seen = 0, (0, ""), set(weights)
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        t = value.type.tensor_type
+        if value.name in seen or not t.HasField("shape") or any(
+                not d.HasField("dim_value") for d in t.shape.dim):
+            continue
+        seen.add(value.name)
+        size = _ELEMENT_BYTES.get(t.elem_type, 8)
+        for d in t.shape.dim:
+            size *= max(int(d.dim_value), 0)
+        total += size
+        largest = max(largest, (size, value.name))
+    if total > budget:
+        raise error(f"the {which} model's tensors would hold {total:,} B in all at sequence "
+                    f"length {length} (the largest, {largest[1]!r}, {largest[0]:,} B), over "
+                    f"graft's proof memory limit of {budget:,} B; refused before running it")
+
+
+
+class _GraphInputs:
+    """A model's graph inputs as an onnxruntime session lists them (``name``, ``shape`` of ints
+    and names, ``type``), so the proof's input shapes are known before a session exists."""
+
+    def __init__(self, model) -> None:
+        from types import SimpleNamespace
+
+        self.inputs = []
+        weights = {t.name for t in model.graph.initializer}
+        for value in model.graph.input:
+            t = value.type.tensor_type
+            if value.name in weights or not value.type.HasField("tensor_type"):
+                continue
+            shape = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                     for d in t.shape.dim]
+            self.inputs.append(SimpleNamespace(name=value.name, shape=shape))
+
+    def get_inputs(self) -> list:
+        return self.inputs
+
+
+def _case_shapes(inputs, seq: int, past: int) -> dict[str, list[int]]:
+    """The shapes ``hf_feeds`` gives ``inputs`` at ``seq`` new tokens after ``past`` cached."""
+    sizes = _dim_sizes(inputs, PROOF_BATCH, seq, past)
+    return {v.name: [d if isinstance(d, int) else sizes.get(d, seq) for d in v.shape]
+            for v in inputs}
+
+
 def _session(model, which: str = "original"):
     """An onnxruntime CPU session of ``model``, silent (its logger off: a failure is one line,
     ours). A model onnxruntime cannot load (an op it lacks) is one line too (issue 41: exit 3
@@ -317,6 +402,13 @@ def prove(original, grafted: Grafted, pe, manifest: dict[str, Any],
     max_len = int(manifest["max_len"])
     check_proof_size(manifest, lengths)
     check_overridable(original, grafted.model)
+    # the user's model at the proof's longest run, bounded before any session (issue 41)
+    seq, given = grafted.seq_dim, _GraphInputs(original).get_inputs()
+    longest = seq if isinstance(seq, int) and seq > 0 else max(lengths) if lengths else min(
+        max_len, PROOF_MAX_LENGTH)
+    named = seq if isinstance(seq, str) and any(seq in v.shape for v in given) else None
+    check_run_bound(original, {v.name: [d if isinstance(d, int) else longest if named in (
+        None, d) else 2 for d in v.shape] for v in given}, "original", longest)
     deadline = time.monotonic() + PROOF_SECONDS
     values = _pe_values(pe, max_len)
     opset = _opset(grafted.model)
@@ -631,6 +723,12 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
 
     check_overridable(original, grafted.model)
     check_outputs(original, grafted.model)
+    # the user's model at every proof run, bounded before any session (issue 41)
+    check_lengths(lengths, max_len)
+    given = _GraphInputs(original)
+    for seq, past, _pad, _shift in proof_cases(given, max_len, lengths):
+        check_run_bound(original, _case_shapes(given.get_inputs(), seq, past), "original",
+                        f"{seq}+{past}" if past else seq)
     deadline = time.monotonic() + PROOF_SECONDS
     reference, mine = with_outputs(original), with_outputs(grafted.model, "grafted")
     check_lengths(lengths, max_len)
