@@ -453,3 +453,70 @@ def test_graft_from_hf_config_refuses_a_yarn_divisor_of_zero(scaling, says):
     assert says in str(info.value)
     fine = {**scaling, "mscale_all_dim": 1.0}
     assert from_hf_config({**config, "rope_scaling": fine}).params["attention_factor"] == 1.0
+
+
+# -- the static bound of the user model's own tensors (prove.check_run_bound), in process -------
+
+
+def _two_adds(elem=TensorProto.FLOAT, inputs=("a",)):
+    """``b = a + a``, ``c = b + b`` over ``a [S, 4]`` of ``elem``, an initializer ``w [1000]``."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["b"]), helper.make_node("Add", ["b", "b"], ["c"])],
+        "adds", [_vi(n, elem, ["S", 4]) for n in inputs], [_vi("c", elem, ["S", 4])],
+        [numpy_helper.from_array(np.zeros(1000, np.float32), "w")]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    model.graph.input.append(_vi("w", TensorProto.FLOAT, [1000]))  # an overridable weight
+    return model
+
+
+def test_the_run_bound_sums_input_and_every_node_output_not_initializers():
+    """a, b, c: 3 tensors of S x 4 float32 = 48 * S bytes in all (w's 4000 B not counted): at the
+    budget it runs, one byte under it refuses, naming the largest and the total."""
+    model = _two_adds()
+    prove.check_run_bound(model, {"a": [10, 4], "w": [1000]}, "original", 10, budget=480)
+    with pytest.raises(BadParameterError) as info:
+        prove.check_run_bound(model, {"a": [10, 4], "w": [1000]}, "original", 10, budget=479)
+    assert str(info.value) == (
+        "the original model's tensors would hold 480 B in all at sequence length 10 (the "
+        "largest, 'a', 160 B), over graft's proof memory limit of 479 B; refused before "
+        "running it")
+
+
+def test_the_run_bound_counts_each_type_by_its_element_size_and_a_grafted_failure_is_parity():
+    """float16 is 2 bytes an element, int64 8; the grafted model's refusal is a failed proof."""
+    prove.check_run_bound(_two_adds(TensorProto.FLOAT16), {"a": [10, 4]}, "grafted", 10,
+                          budget=240)
+    with pytest.raises(ParityError, match=r"grafted model's tensors would hold 240 B"):
+        prove.check_run_bound(_two_adds(TensorProto.FLOAT16), {"a": [10, 4]}, "grafted", 10,
+                              budget=239)
+    with pytest.raises(ParityError, match=r"hold 960 B .*'a', 320 B"):
+        prove.check_run_bound(_two_adds(TensorProto.INT64), {"a": [10, 4]}, "grafted", 10,
+                              budget=959)
+
+
+def test_the_run_bound_skips_what_shape_inference_cannot_bound():
+    """A size from an input's values (Expand to a shape fed at run time) is not counted: the
+    arena and deadline stay the backstop; the rest still is."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Expand", ["one", "shape"], ["wide"])], "open",
+        [_vi("one", TensorProto.FLOAT, [1]), _vi("shape", TensorProto.INT64, [2])],
+        [_vi("wide", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 18)])
+    prove.check_run_bound(model, {"one": [1], "shape": [2]}, "original", 1, budget=20)
+    with pytest.raises(BadParameterError, match=r"hold 20 B in all .*'shape', 16 B"):
+        prove.check_run_bound(model, {"one": [1], "shape": [2]}, "original", 1, budget=19)
+
+
+def test_the_proof_shapes_are_read_from_the_graph_before_a_session():
+    """A transformers export's inputs, as ``hf_feeds`` sizes them: ids [2, seq], the mask
+    [2, past + seq], a cache [2, heads, past, d]; a fixed dimension kept."""
+    model = helper.make_model(helper.make_graph(
+        [], "io", [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                   _vi("attention_mask", TensorProto.INT64, ["b", "t"]),
+                   _vi("past_key_values.0.key", TensorProto.FLOAT, ["b", 2, "p", 8])],
+        [_vi("input_ids", TensorProto.INT64, ["b", "s"])]))
+    given = prove._GraphInputs(model).get_inputs()
+    assert [(v.name, v.shape) for v in given] == [
+        ("input_ids", ["b", "s"]), ("attention_mask", ["b", "t"]),
+        ("past_key_values.0.key", ["b", 2, "p", 8])]
+    assert prove._case_shapes(given, 3, 5) == {
+        "input_ids": [2, 3], "attention_mask": [2, 8], "past_key_values.0.key": [2, 2, 5, 8]}

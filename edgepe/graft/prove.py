@@ -100,7 +100,8 @@ def check_run_bound(model, shapes: dict[str, list[int]], which: str, length,
         for d in t.shape.dim:
             size *= max(int(d.dim_value), 0)
         total += size
-        largest = max(largest, (size, value.name))
+        if size > largest[0]:  # the first of the largest, in graph order
+            largest = (size, value.name)
     if total > budget:
         raise error(f"the {which} model's tensors would hold {total:,} B in all at sequence "
                     f"length {length} (the largest, {largest[1]!r}, {largest[0]:,} B), over "
