@@ -520,3 +520,24 @@ def test_the_proof_shapes_are_read_from_the_graph_before_a_session():
         ("past_key_values.0.key", ["b", 2, "p", 8])]
     assert prove._case_shapes(given, 3, 5) == {
         "input_ids": [2, 3], "attention_mask": [2, 8], "past_key_values.0.key": [2, 2, 5, 8]}
+
+
+def test_the_run_bound_sizes_a_constant_range_without_making_it():
+    """Range(0, 2^31) of int64 (16 GiB): shape inference sizes it from its constant inputs, so
+    it is refused in a fraction of a second (measured: 0.25 s, 51 MB peak RSS in a fresh
+    process), never made."""
+    import time
+
+    inits = [numpy_helper.from_array(np.asarray(v, np.int64), n)
+             for n, v in (("s", 0), ("l", 1 << 31), ("d", 1))]
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Range", ["s", "l", "d"], ["r"]),
+         helper.make_node("Shape", ["r"], ["rs"]), helper.make_node("Add", ["x", "x"], ["y"])],
+        "range", [_vi("x", TensorProto.FLOAT, ["S"])],
+        [_vi("y", TensorProto.FLOAT, ["S"]), _vi("rs", TensorProto.INT64, None)], inits),
+        opset_imports=[helper.make_opsetid("", 18)])
+    began = time.monotonic()
+    with pytest.raises(BadParameterError, match=r"hold 17,179,869,224 B in all at sequence "
+                       r"length 4 \(the largest, 'r', 17,179,869,184 B\)"):
+        prove.check_run_bound(model, {"x": [4]}, "original", 4)
+    assert time.monotonic() - began < 5
