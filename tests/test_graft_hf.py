@@ -713,3 +713,27 @@ def test_rope_past_max_len_and_negative_fails_never_answers_otherwise(exported, 
     unguarded = graft(exported("llama"), max_len=64, mode=mode, lengths=[2])
     assert not unguarded
     assert any(not c.passed and c.max_abs_err > 0.01 for c in unguarded.checks)
+
+
+def test_a_transformers_exports_own_expand_is_refused_before_any_run(exported, tmp_path):
+    """graft with no PE given (prove_found's path) bounds the user's model at every proof run's
+    input shapes before a session runs it (issue 41): Llama plus an Expand to 40000 x 32000
+    float32 (5.1 GB) refused in one line naming it, nothing written."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(exported("llama"))
+    model.graph.initializer.extend([
+        numpy_helper.from_array(np.asarray([40000, 32000], np.int64), "huge"),
+        numpy_helper.from_array(np.ones(1, np.float32), "one_f")])
+    model.graph.node.extend([helper.make_node("Expand", ["one_f", "huge"], ["wide"]),
+                             helper.make_node("ReduceSum", ["wide"], ["total"], keepdims=0)])
+    model.graph.output.append(helper.make_tensor_value_info("total", TensorProto.FLOAT, []))
+    onnx.save(model, tmp_path / "model.onnx")
+    out = tmp_path / "out.onnx"
+    code, _, stderr = _cli("graft", tmp_path / "model.onnx", "--out", out, "--max-len", 256)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and not out.exists() and len(lines) == 1, stderr
+    assert lines[0].startswith("error: the original model's tensors would hold 5,12"), lines
+    assert lines[0].endswith(" B in all at sequence length 1 (the largest, 'wide', "
+                             "5,120,000,000 B), over graft's proof memory limit of "
+                             "4,294,967,296 B; refused before running it"), lines
