@@ -541,3 +541,26 @@ def test_the_run_bound_sizes_a_constant_range_without_making_it():
                        r"length 4 \(the largest, 'r', 17,179,869,184 B\)"):
         prove.check_run_bound(model, {"x": [4]}, "original", 4)
     assert time.monotonic() - began < 5
+
+
+def test_the_run_bound_copies_large_float_weights_without_their_data():
+    """Shape inference gets the model without float weights over 1024 elements (name, type and
+    dims kept: a weight read as a size keeps its values); the bound is the same either way."""
+    weights = {"w1024": np.ones(1024, np.float32), "w1025": np.ones(1025, np.float32),
+               "h1025": np.ones(1025, np.float16), "i2048": np.arange(2048, dtype=np.int64)}
+    model = _two_adds()
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in weights.items())
+    copy = prove._weightless(model)
+    kept = {t.name: t for t in copy.graph.initializer}
+    assert [t.name for t in copy.graph.initializer] == [t.name for t in model.graph.initializer]
+    for name in ("w", "w1024", "i2048"):
+        np.testing.assert_array_equal(numpy_helper.to_array(kept[name]),
+                                      numpy_helper.to_array(next(
+                                          t for t in model.graph.initializer if t.name == name)))
+    for name in ("w1025", "h1025"):
+        assert list(kept[name].dims) == [1025] and not kept[name].raw_data
+        assert kept[name].data_type == next(t.data_type for t in model.graph.initializer
+                                            if t.name == name)
+    assert copy.graph.node == model.graph.node and copy.graph.input == model.graph.input
+    assert copy.opset_import == model.opset_import and copy.ir_version == model.ir_version
+    assert len(model.graph.initializer[-2].raw_data) == 1025 * 2  # the caller's model untouched

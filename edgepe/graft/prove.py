@@ -69,12 +69,10 @@ def check_run_bound(model, shapes: dict[str, list[int]], which: str, length,
     (``PROOF_MEMORY_BYTES``) and deadline (``PROOF_SECONDS``) stay the backstop for those.
     The refusal names the largest tensor and its size; the original's is bad input, the
     grafted's a failed proof."""
-    import onnx
     from onnx import shape_inference
 
     budget = PROOF_MEMORY_BYTES if budget is None else budget
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    copy = _weightless(model)
     for value in copy.graph.input:
         if value.name in shapes and value.type.HasField("tensor_type"):
             shape = value.type.tensor_type.shape
@@ -107,6 +105,44 @@ def check_run_bound(model, shapes: dict[str, list[int]], which: str, length,
                     f"length {length} (the largest, {largest[1]!r}, {largest[0]:,} B), over "
                     f"graft's proof memory limit of {budget:,} B; refused before running it")
 
+
+
+# Float initializers over this many elements are copied for shape inference without their data:
+# inference reads an initializer's values only where it is a size (integer shapes, repeats, a
+# few Resize scales), and a user model's weights would be copied once per proof run, and past
+# protobuf's 2 GiB make inference fail (then nothing would be bounded).
+_WEIGHT_ELEMENTS = 1024
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})  # float, float16, double, bfloat16
+
+
+def _weightless(model):
+    """A copy of ``model`` whose large float initializers keep their name, type and dims only
+    (the rest of the model copied field by field: its weights are never copied whole)."""
+    import math
+
+    import onnx
+
+    def copy_fields(source, target, skip: str) -> None:
+        for field, value in source.ListFields():
+            if field.name == skip:
+                continue
+            if hasattr(value, "extend"):  # a repeated field
+                getattr(target, field.name).extend(value)
+            elif hasattr(value, "ListFields"):  # a message
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+
+    copy = onnx.ModelProto()
+    copy_fields(model, copy, "graph")
+    copy_fields(model.graph, copy.graph, "initializer")
+    for tensor in model.graph.initializer:
+        if tensor.data_type in _FLOAT_TYPES and math.prod(tensor.dims) > _WEIGHT_ELEMENTS:
+            copy.graph.initializer.add(name=tensor.name, dims=tensor.dims,
+                                       data_type=tensor.data_type)
+        else:
+            copy.graph.initializer.add().CopyFrom(tensor)
+    return copy
 
 
 class _GraphInputs:
