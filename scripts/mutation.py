@@ -119,7 +119,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/verify/sweep.py": ("tests/test_mut_sweep.py",),
     "edgepe/graft/__init__.py": ("tests/test_mut_graft.py", "tests/test_graft_entry.py"),
     "edgepe/graft/find.py": ("tests/test_graft_find.py",),
-    "edgepe/graft/find_hf.py": ("tests/test_mut_find_hf.py",),
+    "edgepe/graft/find_hf.py": ("tests/test_mut_find_hf.py", "tests/test_graft_sincos_use.py"),
     "edgepe/graft/lower.py": ("tests/test_graft_lower.py", "tests/test_graft_lower_chosen.py"),
     "edgepe/graft/read.py": ("tests/test_graft_read_report.py",),
     "edgepe/graft/report.py": ("tests/test_graft_read_report.py",),

@@ -47,6 +47,7 @@ from edgepe.graft.find_hf import (
     _is_sincos,
     _origin,
     _scalar_factor,
+    _sincos_by_use,
     _sinusoid_within,
 )
 from edgepe.graft.prove import _session, cone_of, hf_feeds
@@ -144,7 +145,8 @@ def candidates(model) -> dict[str, Any]:
                     notes.append(f"Whisper's encoder sinusoidal table {node.input[i]!r} "
                                  f"{list(table.shape)}, a constant added whole at Add "
                                  f"{node.output[0]!r} (no positions to gather it by: kept)")
-    return {"rope": rope, "tables": tables, "alibi": alibi, "makers": makers, "notes": notes}
+    return {"rope": rope, "tables": tables, "alibi": alibi, "makers": makers, "readers": readers,
+            "notes": notes}
 
 
 def _is_whisper_sinusoidal(table) -> bool:
@@ -294,7 +296,7 @@ def discover(model) -> tuple[list[Found], list[str]]:
 
     graph = model.graph
     found_c = candidates(model)
-    makers = found_c["makers"]
+    makers, readers = found_c["makers"], found_c["readers"]
     inputs = {v.name for v in graph.input}
     needs: list[str] = []
     for r in found_c["rope"]:
@@ -372,6 +374,7 @@ def discover(model) -> tuple[list[Found], list[str]]:
         sincos = _is_sincos(table)
         fairseq = not sincos and _is_fairseq_sinusoidal(table)
         half = None if sincos or fairseq else _half_sinusoidal_distance(table)
+        sincos, half = _sincos_by_use(table, sincos, half, node.output[0], readers)
         kind = ("GPT-J [sin | cos] table " if sincos else
                 "fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else
                 "Marian sinusoidal [sin | cos] table " if half is not None else "table ")

@@ -321,6 +321,7 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         sincos = nd and _is_sincos(table)  # GPT-J's table is read by GatherND
         fairseq = not sincos and _is_fairseq_sinusoidal(table)
         half = None if sincos or fairseq or nd else _half_sinusoidal_distance(table)
+        sincos, half = _sincos_by_use(table, sincos, half, node.output[0], readers)
         where = ("(GPT-J [sin | cos] table " if sincos else
                  "(fairseq/XGLM sinusoidal [sin | cos] table " if fairseq else
                  "(Marian sinusoidal [sin | cos] table " if half is not None else "(table ") + (
@@ -337,6 +338,50 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
                                    **({"layout": "half", "definition_distance": half}
                                       if half is not None else {})}))
     return found
+
+
+PASS_THROUGH = ("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity", "Flatten", "Expand",
+                "Transpose")
+
+
+def _table_use(rows: str, readers, depth: int = 6) -> str | None:
+    """What the model does with the rows a ``[sin | cos]`` table's gather reads (issue 40):
+    ``"rope"`` where they are split (``Split``/``Slice``) into the sin and cos of a rotation,
+    ``"sinusoidal"`` where they are added (``Add``) to the embeddings; None where neither or both
+    is seen within ``depth`` reshapes. GPT-J's and Marian's tables hold the same values, so their
+    values alone cannot tell a RoPE from an absolute sinusoidal PE."""
+    uses, frontier = set(), [rows]
+    for _ in range(depth):
+        following = []
+        for name in frontier:
+            for node in readers.get(name, []):
+                if node.op_type in ("Split", "Slice"):
+                    uses.add("rope")
+                elif node.op_type == "Add":
+                    uses.add("sinusoidal")
+                elif node.op_type in PASS_THROUGH:
+                    following += list(node.output)
+        frontier = following
+    return uses.pop() if len(uses) == 1 else None
+
+
+def _sincos_by_use(table, sincos: bool, half: float | None, rows: str, readers
+                   ) -> tuple[bool, float | None]:
+    """``(sincos, half)`` for a table whose values are ``[sin(p w) | cos(p w)]`` (GPT-J's
+    ``_is_sincos`` or Marian's ``_half_sinusoidal_distance``, whichever matched first), decided
+    by its consumer (``_table_use``): split into a rotation's sin and cos, GPT-J's RoPE; added to
+    the embeddings, Marian's sinusoidal. Unchanged where the consumer says neither, or the
+    values fit only the pattern that matched (the two differ in their tolerances)."""
+    if not sincos and half is None:
+        return sincos, half
+    use = _table_use(rows, readers)
+    if use == "sinusoidal" and sincos:
+        distance = _half_sinusoidal_distance(table)
+        if distance is not None:
+            return False, distance
+    elif use == "rope" and half is not None and _is_sincos(table):
+        return True, None
+    return sincos, half
 
 
 def _sinusoid_within(table, w) -> bool:
