@@ -165,7 +165,7 @@ def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
 @pytest.mark.parametrize("family, words", [
     ("qwen2_vl", "saw a RoPE angle 'mul_49' [3, 2, 6, 4] over three position streams "
                  "'unsqueeze_12' [3, 2, 6, 1]: multimodal RoPE (Qwen2-VL's mrope), which graft "
-                 "has no scheme for yet"),
+                 "does not splice yet (edgepe patch replaces it in the PyTorch model)"),
     ("falcon-alibi", "ALiBi (slopes times positions); saw ALiBi-like slopes '_to_copy' [4, 1] in "
                      "bfloat16"),
 ])
@@ -185,7 +185,8 @@ def test_t5_relative_bias_is_refused_by_name_not_read_as_learned(exported):
     with pytest.raises(BadParameterError) as err:
         graft_found(path, path.with_name("never.onnx"))
     assert "a square [.., S, S] index, as relative-position buckets are: T5's relative " \
-           "attention bias, which graft has no scheme for yet" in str(err.value)
+           "attention bias, which graft does not splice yet (edgepe patch replaces it in the " \
+           "PyTorch model)" in str(err.value)
 
 
 @pytest.mark.slow

@@ -324,7 +324,8 @@ def discover(model) -> tuple[list[Found], list[str]]:
                 f"a Cos/Sin of {r['angle']!r} {shape} that is no single product float32(p) * w "
                 "of a positions tensor" + (
                     f" (positions {streams[0]!r} hold three streams: multimodal RoPE, mrope, "
-                    "which graft has no scheme for yet)" if streams else ""))
+                    "which graft does not splice yet: edgepe patch replaces it in the PyTorch "
+                    "model)" if streams else ""))
             continue
         source, w = fitted
         layout, rotary = _layout(w)
@@ -332,7 +333,8 @@ def discover(model) -> tuple[list[Found], list[str]]:
         if positions.ndim >= 4 and positions.shape[0] == 3:  # (the probe's batch is 2)
             seen.append(f"a RoPE angle {r['angle']!r} {list(np.asarray(angles[0]).shape)} over "
                         f"three position streams {source!r} {list(positions.shape)}: multimodal "
-                        "RoPE (Qwen2-VL's mrope), which graft has no scheme for yet")
+                        "RoPE (Qwen2-VL's mrope), which graft does not splice yet (edgepe patch "
+                        "replaces it in the PyTorch model)")
             continue
         flat = not (positions.ndim and positions.shape[-1] == 1 and
                     positions.shape[:-1] == np.asarray(angles[0]).shape[:-1])
@@ -424,7 +426,8 @@ def _what_index(index) -> str:
         return f"every element {int(index.ravel()[0])}"
     if index.ndim >= 2 and index.shape[-1] == index.shape[-2] and index.shape[-1] > 1:
         return ("a square [.., S, S] index, as relative-position buckets are: T5's relative "
-                "attention bias, which graft has no scheme for yet")
+                "attention bias, which graft does not splice yet (edgepe patch replaces it in "
+                "the PyTorch model)")
     return f"values {sorted(set(index.ravel().tolist()))[:6]}"
 
 
