@@ -154,7 +154,7 @@ def test_graft_finds_the_pe_of_an_optimum_export(family, tmp_path):
             report.found, report.found
     assert all(c.passed for c in report.checks)
     assert {c.name for c in report.checks} >= {"logits", "present.1.value"}
-    assert "1+8 (positions 255..255)" in report.lengths  # a KV-cache decode step at the 256th position
+    assert "1+255" in report.lengths  # a KV-cache decode step at the 256th position
     assert out.exists() and not list(tmp_path.glob("out.onnx*.data"))
     grafted = onnx.load(out)
     ops = {n.op_type for n in grafted.graph.node}

@@ -585,8 +585,9 @@ DECODE_PAST = 8
 def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
                 ) -> list[tuple[int, int, int, int]]:
     """``(seq, past, pad, shift)`` runs: prefills at several lengths (one left-padded), and with
-    a KV cache input a decode step at the table's last position (``DECODE_PAST`` cached tokens,
-    ``position_ids`` shifted so the new token is at ``max_len - 1``), or without one but with
+    a KV cache input a decode step at the table's last position (with ``position_ids``:
+    ``DECODE_PAST`` cached tokens, the positions shifted so the new token is at ``max_len - 1``;
+    without: ``max_len - 1`` cached tokens), or without a cache but with
     ``position_ids``, positions shifted to end at ``max_len - 1``."""
     names = {i.name for i in session.get_inputs()}
     has_past = any("past" in n for n in names)
@@ -597,10 +598,11 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
         cases.append((max(seqs), 0, min(3, max(seqs) - 1), 0))
     if has_past:
         # steps after at least one cached token (a past below 0 passed the length filter below)
-        # the last step keeps a short cache and shifts its position to max_len - 1: a cache of
-        # max_len - 1 tokens made the proof's memory grow with max_len (issue 41: 4.8 GB RSS at
-        # 2^20); the PE at every position is proven by the chunked cone pass (prove_found)
-        last = min(DECODE_PAST, max_len - 1)
+        # the last step at position max_len - 1: with a position_ids input, after a short cache
+        # and the positions shifted there (a cache of max_len - 1 tokens made the proof's memory
+        # grow with max_len, issue 41: 4.8 GB RSS at 2^20); without one the model makes its
+        # positions from the cache's length (or the mask's), so the cache is max_len - 1 long
+        last = min(DECODE_PAST if "position_ids" in names else max_len, max_len - 1)
         cases += [c for c in ((3, min(5, max_len - 3), 0, 0),
                               (1, last, 0, max_len - 1 - last)) if c[1] > 0]
     elif "position_ids" in names and max(seqs) < max_len:
