@@ -132,7 +132,7 @@ def test_found_rope_report_and_its_record(tmp_path):
     assert report.found.startswith("found rope (half layout, R=8, ")
     assert report.artifact == "rope (table, float32, 16 positions)"
     assert report.positions == "position_ids" and report.prefix == "edgepe_pe0/"
-    assert report.lengths == ["1", "3", "3 (left pad 2)", "3+5", "1+15",
+    assert report.lengths == ["1", "3", "3 (left pad 2)", "3+5", "1+8 (positions 15..15)",
                               "every position 0..15 (the replaced tensors)",
                               "positions 16, 17, 35, -1, -2, -16 (the grafted model refuses "
                               "them)"]

@@ -33,7 +33,7 @@ pytest.importorskip("transformers", reason="the Phi-3 model needs transformers")
 import _hf_models  # noqa: E402 - after the skip
 
 pytestmark = pytest.mark.slow
-# Rows past the long branch's threshold (4095 in this export: graft's proof steps to 1+4199).
+# Rows past the long branch's threshold (4095 in this export: graft's proof steps to position 4199).
 MAX_LEN = 4200
 
 
@@ -90,7 +90,7 @@ def test_longrope_with_an_attention_factor_grafts_fused(phi3, tmp_path, lowering
                                     str(MAX_LEN), "--rope-lowering", lowering])
     assert done.exit_code == 0, (done.stdout, done.stderr)
     assert "attention factor 1.08012" in done.stdout and "MISMATCH" not in done.stdout
-    assert "1+4199" in done.stdout and "rotations fused into RotaryEmbedding" in done.stdout
+    assert "1+8 (positions 4199..4199)" in done.stdout and "rotations fused into RotaryEmbedding" in done.stdout
     grafted = onnx.load(out)
     ops = [n.op_type for n in grafted.graph.node]
     assert ops.count("RotaryEmbedding") == 4 and not {"Sin", "Cos", "Neg"} & set(ops)

@@ -203,7 +203,7 @@ def test_opt_table_is_proven_up_to_its_rows_less_the_offset():
     assert report and report.lengths[-2:] == [
         "every position 0..255 (the replaced tensors)",  # then its own Gather's behaviour
         "positions 256, 257, 515 (the original refuses them), positions -1, -2, -256"]
-    assert report.lengths[-3] == "1+255"  # the decode step at the last position
+    assert report.lengths[-3] == "1+8 (positions 255..255)"  # the decode step at the last position
 
 
 def test_a_pe_without_positions_is_reported_so():

@@ -277,6 +277,13 @@ def test_proof_cases():
                       ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
     assert prove.proof_cases(cached, 64)[-2:] == [(3, 5, 0, 0), (1, 63, 0, 0)]
     assert prove.proof_cases(cached, 7)[-2:] == [(3, 4, 0, 0), (1, 6, 0, 0)]
+    # with position_ids the last step keeps 8 cached tokens, shifted to end at 63 (issue 41)
+    cached_positioned = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                                 ("position_ids", ["b", "s"], "tensor(int64)"),
+                                 ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
+    assert prove.proof_cases(cached_positioned, 64)[-2:] == [(3, 5, 0, 0), (1, 8, 0, 55)]
+    assert prove.proof_cases(cached_positioned, 9)[-1] == (1, 8, 0, 0)
+    assert prove.proof_cases(cached_positioned, 7)[-1] == (1, 6, 0, 0)
     # steps after at least one cached token: none of 3 tokens below max_len 4 (past -1 or 0)
     assert prove.proof_cases(cached, 2) == [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0)]
     assert prove.proof_cases(cached, 3) == [(1, 0, 0, 0), (3, 0, 0, 0), (1, 2, 0, 0)]

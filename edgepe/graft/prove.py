@@ -706,11 +706,18 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
     return feeds
 
 
+# the KV cache length of graft's decode step at the table's last position (issue 41): constant,
+# so the step's memory does not grow with max_len
+DECODE_PAST = 8
+
+
 def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
                 ) -> list[tuple[int, int, int, int]]:
     """``(seq, past, pad, shift)`` runs: prefills at several lengths (one left-padded), and with
-    a KV cache input a decode step at the table's last position (``past = max_len - 1``), or
-    without one but with ``position_ids``, positions shifted to end at ``max_len - 1``."""
+    a KV cache input a decode step at the table's last position (with ``position_ids``:
+    ``DECODE_PAST`` cached tokens, the positions shifted so the new token is at ``max_len - 1``;
+    without: ``max_len - 1`` cached tokens), or without a cache but with
+    ``position_ids``, positions shifted to end at ``max_len - 1``."""
     names = {i.name for i in session.get_inputs()}
     has_past = any("past" in n for n in names)
     has_mask = "attention_mask" in names
@@ -720,7 +727,13 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
         cases.append((max(seqs), 0, min(3, max(seqs) - 1), 0))
     if has_past:
         # steps after at least one cached token (a past below 0 passed the length filter below)
-        cases += [c for c in ((3, min(5, max_len - 3), 0, 0), (1, max_len - 1, 0, 0)) if c[1] > 0]
+        # the last step at position max_len - 1: with a position_ids input, after a short cache
+        # and the positions shifted there (a cache of max_len - 1 tokens made the proof's memory
+        # grow with max_len, issue 41: 4.8 GB RSS at 2^20); without one the model makes its
+        # positions from the cache's length (or the mask's), so the cache is max_len - 1 long
+        last = min(DECODE_PAST if "position_ids" in names else max_len, max_len - 1)
+        cases += [c for c in ((3, min(5, max_len - 3), 0, 0),
+                              (1, last, 0, max_len - 1 - last)) if c[1] > 0]
     elif "position_ids" in names and max(seqs) < max_len:
         cases.append((max(seqs), 0, 0, max_len - max(seqs)))
     return [c for c in cases if c[0] + c[1] + c[3] <= max_len]
@@ -831,6 +844,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     checks = [worst[name].check(name, bound if name in replaces
                                 else 2 * gain.get(name, 0.0) * bound) for name in names]
     return [f"every position 0..{s - 1} (the replaced tensors)" if shift < 0 else
+            f"{s}+{p} (positions {p + shift}..{p + shift + s - 1})" if p and shift else
             f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
             f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
             for s, p, pad, shift in cases] + outside, checks
