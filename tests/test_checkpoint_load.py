@@ -478,13 +478,16 @@ def test_a_zip_bomb_checkpoint_is_refused_before_torch_load(tmp_path):
     # 80 MiB of zeros deflated to ~80 KB (the attack: 2.3 MB to 2.6 GB, the same ratio)
     bomb = _zip(tmp_path / "bomb.pt", {"archive/data.pkl": 16, "archive/data/0": 80 << 20})
     size = bomb.stat().st_size
-    code = ("import resource, sys\n"
+    code = ("import sys\n"
             "from edgepe.contract.checkpoint import read_state_dict\n"
             "from edgepe.contract.errors import CheckpointError\n"
-            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "import torch  # (read_state_dict's own import, before the base)\n"
+            "def hwm():  # VmHWM (KiB): exec starts it afresh (ru_maxrss keeps the parent's)\n"
+            "    return int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n"
+            "base = hwm()\n"
             "try:\n    read_state_dict(sys.argv[1])\n"
             "except CheckpointError as exc:\n    print(exc)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n")
+            "print(hwm() - base)\n")
     done = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True,
                           text=True, timeout=120)
     message, grown = done.stdout.strip().splitlines()
