@@ -243,13 +243,20 @@ def _unknown_op(folder: Path) -> list[str]:
 
 def _expand(folder: Path) -> list[str]:
     """The user's model (not the PE) expands a constant to 40000 x 32000 float32: 5.1 GB."""
+    return _summed(folder, {"huge": np.asarray([40000, 32000], np.int64),
+                            "one_f": np.ones(1, np.float32)},
+                   [helper.make_node("Expand", ["one_f", "huge"], ["wide"])])
+
+
+def _summed(folder: Path, constants: dict[str, np.ndarray], nodes: list) -> list[str]:
+    """graft's argv for the demo model plus ``nodes`` (over ``constants`` and its input ``x``),
+    their last output summed into a new graph output ``total``: the user's own ops, not the
+    PE's."""
     pe, w = _pe(folder)
     model = onnx.load(demo(folder, weight=w, name="model.onnx"))
-    model.graph.initializer.extend([
-        numpy_helper.from_array(np.asarray([40000, 32000], np.int64), "huge"),
-        numpy_helper.from_array(np.ones(1, np.float32), "one_f")])
-    model.graph.node.extend([helper.make_node("Expand", ["one_f", "huge"], ["wide"]),
-                             helper.make_node("ReduceSum", ["wide"], ["total"], keepdims=0)])
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+    model.graph.node.extend([*nodes, helper.make_node("ReduceSum", [nodes[-1].output[0]],
+                                                      ["total"], keepdims=0)])
     model.graph.output.append(_vi("total", TensorProto.FLOAT, []))
     onnx.save(model, folder / "model.onnx")
     return _graft_argv(folder / "model.onnx", pe, "arange:x")
@@ -258,32 +265,18 @@ def _expand(folder: Path) -> list[str]:
 def _tile(folder: Path) -> list[str]:
     """The user's model tiles a [1, S, 4] float tensor 15000 x 5000 times: 6 GB at S = 5, known
     from shape inference alone (constant repeats), refused before any session runs."""
-    pe, w = _pe(folder)
-    model = onnx.load(demo(folder, weight=w, name="model.onnx"))
-    model.graph.initializer.append(numpy_helper.from_array(
-        np.asarray([1, 15000, 5000], np.int64), "reps"))
-    model.graph.node.extend([helper.make_node("Tile", ["x", "reps"], ["tiled"]),
-                             helper.make_node("ReduceSum", ["tiled"], ["total"], keepdims=0)])
-    model.graph.output.append(_vi("total", TensorProto.FLOAT, []))
-    onnx.save(model, folder / "model.onnx")
-    return _graft_argv(folder / "model.onnx", pe, "arange:x")
+    return _summed(folder, {"reps": np.asarray([1, 15000, 5000], np.int64)},
+                   [helper.make_node("Tile", ["x", "reps"], ["tiled"])])
 
 
 def _expand_by_length(folder: Path) -> list[str]:
     """The user's model expands to [1, S * 2^26, 4] float32, its shape computed from x's own
     (Shape, Mul, Concat): 5.4 GB at S = 5, known from shape inference's data propagation."""
-    pe, w = _pe(folder)
-    model = onnx.load(demo(folder, weight=w, name="model.onnx"))
-    model.graph.initializer.extend([
-        numpy_helper.from_array(np.asarray([1, 1 << 26, 1], np.int64), "stretch"),
-        numpy_helper.from_array(np.ones(1, np.float32), "one_f")])
-    model.graph.node.extend([helper.make_node("Shape", ["x"], ["x_shape"]),
-                             helper.make_node("Mul", ["x_shape", "stretch"], ["big_shape"]),
-                             helper.make_node("Expand", ["one_f", "big_shape"], ["wide"]),
-                             helper.make_node("ReduceSum", ["wide"], ["total"], keepdims=0)])
-    model.graph.output.append(_vi("total", TensorProto.FLOAT, []))
-    onnx.save(model, folder / "model.onnx")
-    return _graft_argv(folder / "model.onnx", pe, "arange:x")
+    return _summed(folder, {"stretch": np.asarray([1, 1 << 26, 1], np.int64),
+                            "one_f": np.ones(1, np.float32)},
+                   [helper.make_node("Shape", ["x"], ["x_shape"]),
+                    helper.make_node("Mul", ["x_shape", "stretch"], ["big_shape"]),
+                    helper.make_node("Expand", ["one_f", "big_shape"], ["wide"])])
 
 
 def _max_len(folder: Path, value: int) -> list[str]:
