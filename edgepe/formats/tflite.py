@@ -62,6 +62,7 @@ from edgepe.contract.config import ExportConfig, Prepared, base_manifest
 from edgepe.contract.errors import ArtifactError, BadParameterError
 from edgepe.contract.manifest import open_regular
 from edgepe.formats.bin import check_table_size
+from edgepe.graphs.int8 import _quantised_output as onnx_quantised
 from edgepe.graphs.int8 import _weight as int8_weight
 from edgepe.graphs.int8 import projection_quant
 from edgepe.graphs.quant import check_quantizable, table_quant
@@ -635,8 +636,6 @@ def _quantised_output(g: Graph, config, module, manifest, x: int) -> int:
     output scale would otherwise be one for all columns; ``pe_int8`` then holds ``q`` with
     scale 1 in the file and its real scales in ``quant.output.scale``."""
     from dataclasses import replace
-
-    from edgepe.graphs.int8 import _quantised_output as onnx_quantised
 
     s, d = config.scheme, config.scheme.d_model
     g.tensors[x].name = "pe_float32"

@@ -26,7 +26,10 @@ import torch
 
 from edgepe.contract.errors import BadParameterError
 from edgepe.graphs.sliced import default_plan
+from edgepe.patch.find import Refused
 from edgepe.patch.modules import MRope, RotarySliced, RotaryTable, T5RelativeBias
+from edgepe.schemes import build as build_scheme
+from edgepe.schemes import resolve
 
 MODES = ("table", "sliced")
 # A table mode set is L x R float32 cos and as much sin: past this many values it is refused
@@ -68,9 +71,6 @@ def run_original(module, layer_type, positions: torch.Tensor):
 
 def t5_lut(module) -> torch.Tensor:
     """The distance lookup of a T5 attention (module docstring)."""
-    from edgepe.schemes import build as build_scheme
-    from edgepe.schemes import resolve
-
     direction = "causal" if module.is_decoder else "bidirectional"
     scheme = build_scheme(resolve("t5-bias", 8, heads=1, params={
         "num_buckets": int(module.relative_attention_num_buckets),
@@ -81,8 +81,6 @@ def t5_lut(module) -> torch.Tensor:
 def mrope_index(found) -> torch.Tensor:
     """``[R]``: the flattened (stream, slot) each output column of the original's
     ``recomposition_frequencies`` holds; ``Refused`` when it is not a selection."""
-    from edgepe.patch.find import Refused
-
     half = len(_inv_freq(found.module, None))
     codes = torch.arange(3 * half, dtype=torch.float32).reshape(3, 1, 1, half)
     with torch.no_grad():
