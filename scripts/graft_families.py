@@ -224,6 +224,10 @@ def _export(family: str, form: str, folder: Path):
     if form == "dynamo-ext":  # its weights in model.onnx.data (small shape constants stay inline:
         # onnxruntime reads a shape argument from the file itself, and torch writes them so too)
         model = onnx.load(str(path))
+        # torch already wrote some weights to model.onnx.data, and onnx's writer appends to an
+        # existing data file: the original's bytes then counted torch's copy, referenced by
+        # nothing (90-200 kB of the grafted files' "savings" last round)
+        (path.parent / "model.onnx.data").unlink(missing_ok=True)
         onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                   location="model.onnx.data", size_threshold=1024)
     return path, module

@@ -279,6 +279,19 @@ def seq2seq_inputs(lm, batch: int = 2, seq: int = 6, target: int = 4, past: int 
     return (ids, torch.ones(batch, seq, dtype=torch.long), target_ids, *pasts), names
 
 
+def _cache_shapes(lm) -> list[tuple[int, int]]:
+    """``(heads, width)`` of each cached tensor (layer 0's key, its value, layer 1's ...), read
+    off the cache the model itself returns for one token: not every attention caches
+    ``num_key_value_heads`` x ``head_dim`` (DeepSeek-V3's latent attention keeps one head, keys
+    ``qk_nope + qk_rope`` wide and values ``v_head_dim``)."""
+    import torch
+
+    with torch.no_grad():
+        out = lm(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True)
+    layers = out.past_key_values.layers
+    return [(t.shape[1], t.shape[3]) for layer in layers for t in (layer.keys, layer.values)]
+
+
 def example_inputs(lm, batch: int = 2, seq: int = 5, past: int = 3, with_positions: bool = True,
                    seed: int = SEED):
     """``(args, names)``: token ids, a mask of ones, positions ``past ..``, past keys/values."""
@@ -286,13 +299,11 @@ def example_inputs(lm, batch: int = 2, seq: int = 5, past: int = 3, with_positio
 
     g = torch.Generator().manual_seed(seed)
     cfg = lm.config
-    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
     mask = torch.ones(batch, past + seq, dtype=torch.long)
     positions = torch.arange(past, past + seq)[None].expand(batch, seq).contiguous()
-    pasts = [torch.randn(batch, heads, past, head_dim, generator=g)
-             for _ in range(2 * cfg.num_hidden_layers)]
+    pasts = [torch.randn(batch, heads, past, width, generator=g)
+             for heads, width in _cache_shapes(lm)]
     names = ["input_ids", "attention_mask", *(["position_ids"] if with_positions else []),
              *[f"past_{k}.{i}" for i in range(cfg.num_hidden_layers) for k in ("key", "value")]]
     args = (ids, mask, *([positions] if with_positions else []), *pasts)
