@@ -231,9 +231,10 @@ def _export_t5(folder: Path, num_buckets: int, max_distance: int):
     return path, hf.VOCAB
 
 
-@pytest.fixture(scope="module", params=[(8, 16), (16, 64)], ids=["t5-8-16", "t5-16-64"])
+@pytest.fixture(scope="module", params=[(16, 64)], ids=["t5-16-64"])
 def t5_export(request, tmp_path_factory):
-    """T5's test config (8 buckets, 16) and a variant nobody tuned graft to (16, 64)."""
+    """A T5 of a config nobody tuned graft to (16 buckets, 64); T5's test config (8, 16) is
+    tests/test_graft_families.py's, exported with input_ids alone."""
     folder = tmp_path_factory.mktemp("t5")
     path, vocab = _export_t5(folder, *request.param)
     report = graft_found(path, folder / "grafted.onnx")
