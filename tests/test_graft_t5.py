@@ -182,6 +182,29 @@ def test_a_square_index_that_is_no_t5_bucket_is_refused_naming_it(tmp_path):
     assert not (tmp_path / "out.onnx").exists()
 
 
+def test_a_t5_config_must_give_the_models_buckets_and_names_its_max_distance(tmp_path):
+    """--from-hf-config: the config's num_buckets, heads and max_distance must give the buckets
+    fitted (8 bidirectional: 13..18); the one recorded is then the config's own."""
+    path = tmp_path / "t5.onnx"
+    onnx.save(t5_like(("bidirectional", 8, 16)), path)
+    config = {"model_type": "t5", "relative_attention_num_buckets": 8, "num_heads": HEADS}
+    graft_found(path, tmp_path / "out.onnx", hf_config={**config,
+                                                         "relative_attention_max_distance": 13})
+    (record,) = _records(onnx.load(tmp_path / "out.onnx"))
+    assert (record["max_distance"], record["max_distance_range"]) == (13, [13, 18])
+    assert record["hf_config"]["params"]["max_distance"] == 13
+    for bad in ({"relative_attention_max_distance": 19},
+                {"relative_attention_max_distance": 12},
+                {"relative_attention_max_distance": 16, "relative_attention_num_buckets": 16},
+                {"relative_attention_max_distance": 16, "num_heads": HEADS + 1}):
+        with pytest.raises(BadParameterError, match=r"^--from-hf-config describes T5's bias "
+                           r".*; the model's bidirectional buckets 'enc_.*' are those of "
+                           r"num_buckets 8, max_distance 13\.\.18, gathering 2 heads: the "
+                           r"config is not this model's$"):
+            graft_found(path, tmp_path / "never.onnx", hf_config={**config, **bad})
+    assert not (tmp_path / "never.onnx").exists()
+
+
 def test_t5_bias_takes_no_quantize_or_mode(tmp_path):
     path = tmp_path / "t5.onnx"
     onnx.save(t5_like(("causal", 8, 16)), path)
