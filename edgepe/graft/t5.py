@@ -234,9 +234,15 @@ def find_t5(model, tables: list[dict], runs_of, makers, consts, inputs: set[str]
             seen.append(said + "no int64 relative positions k - q above it (within "
                         f"{CONE_LIMIT} nodes)")
             continue
-        session = bucket_function(model, index, relative)
-        buckets = None if session is None else sweep(session, relative,
-                                                     np.asarray(runs[0][0][relative]).ndim)
+        try:
+            session = bucket_function(model, index, relative)
+            buckets = None if session is None else sweep(session, relative,
+                                                         np.asarray(runs[0][0][relative]).ndim)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][-200:]
+            seen.append(said + f"its subgraph from the relative positions {relative!r} does not "
+                        f"run on one row of them ({first})")
+            continue
         fitted = None if buckets is None else fit_buckets(buckets, table.shape[0])
         if fitted is None:
             seen.append(said + f"its values are not T5's buckets of the relative positions "
