@@ -97,6 +97,30 @@ def test_the_range_of_max_distance_is_said_and_a_power_of_two_taken(tmp_path):
     assert "(causal, num_buckets 8, max_distance 16; the model's buckets" in report.found
 
 
+def test_a_decoder_after_a_cache_is_fitted_from_k_minus_q_at_an_offset(tmp_path):
+    """The decoder's relative positions after P cached tokens are ``k - (P + q)``: found all
+    the same, and proven with graft's decode steps (3 after 5, 1 after max_len - 1)."""
+    original = t5_like(("bidirectional", 8, 16), ("causal", 8, 16), past=True)
+    path = tmp_path / "t5.onnx"
+    onnx.save(original, path)
+    report = graft_found(path, tmp_path / "out.onnx")
+    assert "3+5" in report.lengths and "1+63" in report.lengths, report.lengths
+    assert [c.max_abs_err for c in report.checks] == [0.0] * len(report.checks)
+    grafted = onnx.load(tmp_path / "out.onnx")
+    assert [(r["direction"], r["max_distance"]) for r in _records(grafted)] == [
+        ("bidirectional", 16), ("causal", 16)]
+    a = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(grafted.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch, source, target, cached in ((1, 3, 1, 700), (2, 9, 4, 20)):
+        feeds = {"input_ids": np.full((batch, source), 3, np.int64),
+                 "decoder_input_ids": np.full((batch, target), 5, np.int64),
+                 "past_key_values.0.key": np.zeros((batch, HEADS, cached, 4), np.float32)}
+        for want, got in zip(a.run(None, feeds), b.run(None, feeds), strict=True):
+            assert got.shape == (batch, HEADS, target, cached + target) or got.shape == (
+                batch, HEADS, source, source)
+            assert np.array_equal(want, got)
+
+
 def test_a_square_index_that_is_no_t5_bucket_is_refused_naming_it(tmp_path):
     """A clipped distance ``min(|k - q|, 7)`` (a relative table that is not T5's): the same
     for later and earlier keys, so neither direction fits; nothing written."""
