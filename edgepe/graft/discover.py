@@ -434,13 +434,12 @@ def _base(half, rotary: int) -> float | None:
 
 
 def _what_index(index) -> str:
-    """An index that is not positions, in words."""
+    """An index that is not positions, in words (a square one is T5's: ``find_t5`` says what it
+    is)."""
     import numpy as np
 
     if index.size and np.all(index == index.ravel()[0]):
         return f"every element {int(index.ravel()[0])}"
-    if square(index):
-        return "a square [.., S, S] index, as relative-position buckets are"
     return f"values {sorted(set(index.ravel().tolist()))[:6]}"
 
 
