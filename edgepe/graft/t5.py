@@ -20,8 +20,9 @@ sees that ``Gather`` as a constant table read by a square index that is not posi
    a direction) is the last bucket plus 1, ``num_buckets`` the table's rows where they agree
    (else ``B`` or ``2B``); ``max_distance`` is every value for which edgepe's bucket equals the
    model's at each distance up to the one from which it stays the last (two binary searches:
-   T5's bucket of a distance does not increase with ``max_distance``), then the whole sweep is
-   required equal. Buckets are integers: equal means equal, element for element.
+   T5's bucket of a distance does not increase with ``max_distance``); then the bucket graph
+   graft puts in (``bucket_graph``) is run over the whole sweep and required equal to the
+   model's. Buckets are integers: equal means equal, element for element.
 
 Several values of ``max_distance`` can give the same buckets (T5's tiny test configs: 8
 bidirectional buckets, max_distance 13 to 18). An encoder-decoder's stacks share one config
@@ -156,8 +157,9 @@ def _reference(distances, bidirectional: bool, num_buckets: int, max_distance: i
 def fit_buckets(buckets, rows: int) -> dict[str, Any] | None:
     """``{direction, num_buckets, max_distance_range (lo, hi)}`` when the swept ``buckets``
     (``bucket(r)`` at ``r = -SWEEP .. SWEEP``) are edgepe's t5-bias bucket for that direction,
-    num_buckets and every max_distance in ``lo .. hi`` (module doc, step 3); else None.
-    ``rows``: the rows of the table the model gathers by them."""
+    num_buckets and every max_distance in ``lo .. hi`` (module doc, step 3) up to the distance
+    from which they stay the last, else None (``find_t5`` then runs edgepe's bucket graph over
+    the whole sweep). ``rows``: the rows of the table the model gathers by them."""
     import numpy as np
 
     before = buckets[SWEEP::-1]  # bucket(-a), a = 0 .. SWEEP
@@ -198,9 +200,6 @@ def fit_buckets(buckets, rows: int) -> dict[str, Any] | None:
     if lo > hi or not np.array_equal(edgepe(lo), want):
         return None
     direction = "bidirectional" if bidirectional else "causal"
-    whole = np.arange(-SWEEP, SWEEP + 1)
-    if not np.array_equal(_reference(-whole, bidirectional, num_buckets, lo), buckets):
-        return None
     return {"direction": direction, "num_buckets": num_buckets, "max_distance_range": (lo, hi)}
 
 
@@ -248,16 +247,24 @@ def find_t5(model, tables: list[dict], runs_of, makers, consts, inputs: set[str]
             seen.append(said + f"its values are not T5's buckets of the relative positions "
                         f"{relative!r} for any direction, num_buckets and max_distance")
             continue
-        fits.append((t, relative, fitted))
+        fits.append((t, relative, fitted, buckets))
     if not fits:
         return [], seen
     # one config for every stack (module doc): the ranges intersected where they meet
-    lo = max(f["max_distance_range"][0] for _, _, f in fits)
-    hi = min(f["max_distance_range"][1] for _, _, f in fits)
+    lo = max(f["max_distance_range"][0] for _, _, f, _ in fits)
+    hi = min(f["max_distance_range"][1] for _, _, f, _ in fits)
     found = []
-    for t, relative, fitted in fits:
+    for t, relative, fitted, buckets in fits:
         own_lo, own_hi = (lo, hi) if lo <= hi else fitted["max_distance_range"]
         max_distance = _choose(own_lo, own_hi)
+        params = {"num_buckets": fitted["num_buckets"], "max_distance": max_distance,
+                  "direction": fitted["direction"]}
+        # the graph graft puts in, over the whole sweep: the model's buckets, every one
+        mine = sweep(_session(bucket_graph(params, None, _opset(model))[0]), "relative", 1)
+        if not np.array_equal(mine, buckets):
+            seen.append(f"T5's buckets at {t['index']!r}: edgepe's bucket graph for {params} "
+                        f"differs from them at {int(np.sum(mine != buckets))} relative positions")
+            continue
         rows, heads = t["table"].shape
         same = fitted["max_distance_range"]
         where = (f"({fitted['direction']}, num_buckets {fitted['num_buckets']}"
@@ -283,10 +290,10 @@ def declared_max_len(found: list[Found]) -> tuple[int, str]:
                                   "distances reach past the last bucket's)")
 
 
-def build_t5(model, found: Found, max_len: int | None, quantize: str = "none",
-             mode: str | None = None):
-    """``(pe ModelProto, record)``: ``relative`` (the model's relative positions) -> ``bucket``
-    int64 of the same shape, edgepe's integer bucket graph at the model's opset (module doc)."""
+def bucket_graph(params: dict[str, Any], dims, opset: int):
+    """``(model, lut)``: ``relative`` int64 (``dims``; None: any shape) -> ``bucket`` int64 of
+    the same shape, edgepe's t5-bias bucket graph (``graphs.bias.t5_bucket``) for ``params``
+    (num_buckets, max_distance, direction), and its distance lookup ``lut``."""
     from onnx import TensorProto, helper
 
     from edgepe.graphs._common import Graph
@@ -294,6 +301,26 @@ def build_t5(model, found: Found, max_len: int | None, quantize: str = "none",
     from edgepe.schemes import build as build_scheme
     from edgepe.schemes import resolve
 
+    lut = build_scheme(resolve("t5-bias", 8, heads=1, params=params)).magnitude_buckets().numpy()
+    g = Graph("edgepe_t5_buckets")
+    bucket = t5_bucket(g, "relative", lut, params["direction"] == "bidirectional",
+                       params["num_buckets"] // 2)
+    g.rename(bucket, "bucket")
+    dims = [d if d is not None else f"relative_{i}" for i, d in enumerate(dims)] \
+        if dims is not None else None
+    graph = helper.make_graph(
+        g.nodes, "edgepe_t5_buckets",
+        [helper.make_tensor_value_info("relative", TensorProto.INT64, dims)],
+        [helper.make_tensor_value_info("bucket", TensorProto.INT64, dims)], g.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model, lut
+
+
+def build_t5(model, found: Found, max_len: int | None, quantize: str = "none",
+             mode: str | None = None):
+    """``(pe ModelProto, record)``: ``relative`` (the model's relative positions) -> ``bucket``
+    int64 of the same shape, edgepe's integer bucket graph at the model's opset (module doc)."""
     if quantize not in (None, "none"):
         raise BadParameterError(f"--quantize {quantize}: T5's bias goes in as integer buckets; "
                                 "the model's own rows are gathered by them, nothing to quantise")
@@ -303,20 +330,7 @@ def build_t5(model, found: Found, max_len: int | None, quantize: str = "none",
     p = found.params
     params = {"num_buckets": p["num_buckets"], "max_distance": p["max_distance"],
               "direction": p["direction"]}
-    lut = build_scheme(resolve("t5-bias", 8, heads=1, params=params)).magnitude_buckets().numpy()
-    g = Graph("edgepe_t5_buckets")
-    bucket = t5_bucket(g, "relative", lut, p["direction"] == "bidirectional",
-                       p["num_buckets"] // 2)
-    g.rename(bucket, "bucket")
-    _, dims = _value_type(model, found.positions)
-    dims = [d if d is not None else f"relative_{i}" for i, d in enumerate(dims)] \
-        if dims is not None else None
-    graph = helper.make_graph(
-        g.nodes, "edgepe_t5_buckets",
-        [helper.make_tensor_value_info("relative", TensorProto.INT64, dims)],
-        [helper.make_tensor_value_info("bucket", TensorProto.INT64, dims)], g.initializers)
-    pe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _opset(model))])
-    pe.ir_version = 8
+    pe, lut = bucket_graph(params, _value_type(model, found.positions)[1], _opset(model))
     record = {"scheme": "t5-bias", **params, "max_distance_range": p["max_distance_range"],
               "distance_buckets": lut.tolist(), "table": p["table_name"], "dtype": "int64",
               "mode": "compute", "quantize": "none", "max_len": max_len,
