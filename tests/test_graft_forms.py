@@ -40,7 +40,6 @@ EXPECTED: dict = {
     ('qwen2_vl', 'dynamo-ext'): 'refused',
     ('qwen2_vl', 'torchscript'): 'export fails',
     ('t5', 'dynamo-ext'): 'export fails',
-    ('t5', 'torchscript'): 'refused',
     ('whisper', 'torchscript'): 'export fails',
 }
 

@@ -847,3 +847,19 @@ def test_a_declared_max_len_past_2_24_is_refused(monkeypatch):
     config["max_position_embeddings"] = 1 << 40
     with pytest.raises(BadParameterError, match="1099511627776"):
         graft(LLAMA, hf_config=config, check=False)
+
+
+def test_a_t5_bias_is_built_as_int64_buckets_over_4_x_max_distance(tmp_path):
+    """T5's bias (issue 40, tests/test_graft_t5.py): edgepe/graft/t5.py's artifact, int64
+    buckets, positions 4 x max_distance unless --max-len says otherwise."""
+    from _t5_models import t5_like
+
+    path = tmp_path / "t5.onnx"
+    onnx.save(t5_like(("causal", 8, 16)), path)
+    report = graft_found(path, tmp_path / "out.onnx")
+    assert report.artifact == "t5-bias (compute, int64, 64 positions)"
+    assert report.max_len_from == ("4 x T5's max_distance 16 (the proof's distances reach past "
+                                   "the last bucket's)")
+    report = graft_found(path, tmp_path / "out.onnx", max_len=20, force=True)
+    assert report.artifact == "t5-bias (compute, int64, 20 positions)"
+    assert report.max_len_from is None and report.lengths[-1].startswith("every position 0..19")

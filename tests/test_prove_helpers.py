@@ -703,6 +703,39 @@ def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes()
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
 
 
+def _bucketed(lut):
+    """``y = T[lut[position_ids]]``, the int64 ``bucket`` the tensor a PE replaces (T5's
+    buckets are, issue 40), from a ``lut [L]`` of rows of T (odd and even rows differ)."""
+    return _model([helper.make_node("Gather", ["lut", "position_ids"], ["bucket"]),
+                   helper.make_node("Gather", ["T", "bucket"], ["y"])],
+                  [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                   _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                  [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                  [onnx.numpy_helper.from_array(np.asarray(lut, np.int64), "lut"),
+                   onnx.numpy_helper.from_array(T.astype(np.float32), "T")])
+
+
+def test_prove_found_holds_an_integer_replaced_tensor_exactly():
+    """An int64 replaced tensor is compared as it is (not declared float) with no allowance: a
+    bucket one off fails, in the tensor and (its row differs) in the output."""
+    from edgepe.graft.splice import splice_found
+
+    lut = np.arange(L)[::-1] % 4
+    original = _bucketed(lut)
+    for wrong, err in ((None, 0.0), (5, 1.0)):
+        mine = lut.copy()
+        if wrong is not None:
+            mine[wrong] += 1
+        pe = _model([helper.make_node("Gather", ["lut", "positions"], ["out"])],
+                    [_vi("positions", TensorProto.INT64, ["b", "s"])],
+                    [_vi("out", TensorProto.INT64, ["b", "s"])],
+                    [onnx.numpy_helper.from_array(mine.astype(np.int64), "lut")])
+        grafted = splice_found(original, pe, {"out": "bucket"}, "position_ids", {"scheme": "t"})
+        _, (y, bucket) = prove.prove_found(original, grafted, ["bucket"], L)
+        assert (bucket.name, bucket.max_abs_err, bucket.tolerance) == ("bucket", err, 0.0)
+        assert bucket.passed == (wrong is None) and y.passed == (wrong is None)
+
+
 def test_gain_of_each_output_per_unit_change_of_the_replaced_tensors():
     """y = E[ids] * cos * mask with |E| = 1: y moves one for one with cos (PROBE each)."""
     original = _hf()

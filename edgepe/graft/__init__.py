@@ -102,6 +102,8 @@ from edgepe.graft.splice import (
     reconcile,
     splice_found,
 )
+from edgepe.graft.t5 import build_t5
+from edgepe.graft.t5 import declared_max_len as t5_max_len
 
 # The most positions a PE graft finds itself may cover (issue 41: --max-len 2^63 ran forever in
 # the sliced tables' recipe check, linear in max_len; a float32 position, as the models compute
@@ -295,8 +297,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0
     for one, hf_record in zip(found, hf_records, strict=True):
-        pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
-                                       mode=mode)
+        build = build_t5 if one.family == "t5-bias" else build_found  # (edgepe/graft/t5.py)
+        pe_model, record = build(original, one, max_len, quantize=quantize or "none", mode=mode)
         if hf_record is not None:
             record["hf_config"] = hf_record
         # the same caches computed more than once (opset-23 exports): one artifact for all
@@ -342,7 +344,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             record["rope_lowering"]["opset"] = f"{opset} -> {_opset(grafted.model)}"
         entry = grafted.model.metadata_props[-1]
         entry.value = json.dumps(record, sort_keys=True)
-    kind = "int8" if record["quantize"] == "int8" else "float32"
+    kind = "int8" if record["quantize"] == "int8" else record.get("dtype", "float32")
     lowered = (f", rotations fused into RotaryEmbedding"
                f"{' (ONNX opset 23)' if rope_lowering == 'rotary23' else ''} x{fused}"
                + (f", opset {record['rope_lowering']['opset']}"
@@ -393,6 +395,8 @@ def declared_max_len(model, found: Sequence[Found]) -> tuple[int | None, str]:
     import numpy as np
 
     first = found[0]
+    if first.family == "t5-bias":
+        return t5_max_len(found)
     if "table" in first.params:
         rows = first.params["table"].shape[0]
         return None, (f"the rows of the model's table {first.params['table_name']!r} ({rows})"

@@ -195,7 +195,8 @@ def _session(model, which: str = "original"):
 
 class _Worst:
     """One output's comparison across runs, element by element: the element furthest beyond its
-    float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``)
+    float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``;
+    none for an integer or boolean reference)
     and the element of the largest error; ``check`` adds the output's PE allowance. A NaN where
     the reference has none, or another shape, is an infinite error; equal values (the same
     infinity, NaN against NaN) none."""
@@ -227,6 +228,8 @@ class _Worst:
         size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
         allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
                          .astype(np.float64), 0.0)
+        if np.asarray(want).dtype.kind in "iub":  # integers (T5's buckets): exact
+            allow = np.zeros_like(allow)
         excess = err - allow
         k = int(np.argmax(excess))
         if excess[k] > self.over[0]:
@@ -763,9 +766,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
         have = {o.name for o in model.graph.output}
         made = {o for n in model.graph.node for o in n.output}
         for name in replaces:  # (a lowered model no longer makes them: no check of those)
-            if name not in have and name in made:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(
-                    name, onnx.TensorProto.FLOAT, None))
+            if name not in have and name in made:  # untyped: T5's buckets are int64
+                model.graph.output.append(onnx.ValueInfoProto(name=name))
         return _session(model, which)
 
     import time
@@ -895,7 +897,7 @@ def _cone_session(model, names: Sequence[str], which: str = "original"):
     nodes, used = cone_of(graph, names)
     cone = helper.make_graph(
         nodes, "cone", [v for v in graph.input if v.name in used],
-        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names],
+        [onnx.ValueInfoProto(name=n) for n in names],  # untyped: T5's buckets are int64
         [t for t in graph.initializer if t.name in used])
     cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
                                    ir_version=model.ir_version)
