@@ -82,6 +82,8 @@ from edgepe.graft.lower import (
     lower_rope,
     to_opset,
 )
+from edgepe.graft.mrope import build as build_mrope
+from edgepe.graft.mrope import prove_streams
 from edgepe.graft.prove import (
     check_overridable,
     pe_tolerance,
@@ -295,8 +297,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0
     for one, hf_record in zip(found, hf_records, strict=True):
-        pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
-                                       mode=mode)
+        build = build_mrope if one.family == "mrope" else build_found  # (issue 40 point 3)
+        pe_model, record = build(original, one, max_len, quantize=quantize or "none", mode=mode)
         if hf_record is not None:
             record["hf_config"] = hf_record
         # the same caches computed more than once (opset-23 exports): one artifact for all
@@ -370,6 +372,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             original, grafted, replaces, length,
             bound=bound,
             lengths=lengths, seed=seed)
+        for one in (f for f in found if f.family == "mrope"):  # streams the inputs may not vary
+            label, checks = prove_streams(original, grafted.model, one, length, bound, seed)
+            report.lengths.append(label)
+            report.checks += checks
     if report and out is not None:
         write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or external,
                     inputs=inputs, force=force)

@@ -29,8 +29,11 @@ found". ``discover(model)`` finds the same ``Found`` records another way:
    - ALiBi: the other operand is positions as above; the slopes are required equal to the
      paper's rule when the artifact is built (``find_hf.build_found``).
 
+   - a RoPE angle over positions ``[3, ..., 1]`` (Qwen2-VL's three streams) is multimodal RoPE:
+     ``graft.mrope.find`` reads which stream and slot each column of its cos/sin takes.
+
 What it saw but could not confirm goes into ``seen`` (words for graft's refusal line): RoPE
-angles that are no single product of positions (Qwen2-VL's three position streams), tables
+angles that are no single product of positions, tables
 gathered by indices that are not positions (T5's relative-position buckets, BERT's token types).
 """
 
@@ -50,6 +53,7 @@ from edgepe.graft.find_hf import (
     _sincos_by_use,
     _sinusoid_within,
 )
+from edgepe.graft.mrope import find as find_mrope
 from edgepe.graft.prove import _session, cone_of, hf_feeds
 
 # The probing runs: a prefill of PROBE_SEQ tokens (positions 0 .. PROBE_SEQ - 1, so position 1,
@@ -324,17 +328,16 @@ def discover(model) -> tuple[list[Found], list[str]]:
                 f"a Cos/Sin of {r['angle']!r} {shape} that is no single product float32(p) * w "
                 "of a positions tensor" + (
                     f" (positions {streams[0]!r} hold three streams: multimodal RoPE, mrope, "
-                    "which graft does not splice yet: edgepe patch replaces it in the PyTorch "
-                    "model)" if streams else ""))
+                    "whose angle graft finds as float32(p) * w of one of them, the streams "
+                    "stacked on the first axis)" if streams else ""))
             continue
         source, w = fitted
         layout, rotary = _layout(w)
         positions = np.asarray(runs[0][0][source])
-        if positions.ndim >= 4 and positions.shape[0] == 3:  # (the probe's batch is 2)
-            seen.append(f"a RoPE angle {r['angle']!r} {list(np.asarray(angles[0]).shape)} over "
-                        f"three position streams {source!r} {list(positions.shape)}: multimodal "
-                        "RoPE (Qwen2-VL's mrope), which graft does not splice yet (edgepe patch "
-                        "replaces it in the PyTorch model)")
+        if positions.ndim >= 3 and positions.shape[0] == 3:  # (the probe's batch is 2)
+            one, said = find_mrope(model, r, source, w, runs, makers, readers, inputs)
+            found.extend([one] if one is not None else [])
+            seen.extend([said] if one is None else [])
             continue
         flat = not (positions.ndim and positions.shape[-1] == 1 and
                     positions.shape[:-1] == np.asarray(angles[0]).shape[:-1])
