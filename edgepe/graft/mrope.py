@@ -43,7 +43,7 @@ from edgepe.graft.find_hf import (
     _origin,
     rope_tables,
 )
-from edgepe.graft.prove import _session, _Worst, cone_of, hf_feeds
+from edgepe.graft.prove import _session, _Worst, cone_of, hf_feeds, three_streams
 from edgepe.graft.splice import _opset, _value_type
 
 STREAMS = 3  # temporal, height, width
@@ -330,26 +330,23 @@ def _cut_at(model, positions: str, names: list[str], rank: int, which: str):
     return _session(cone_model, which)
 
 
-def stream_positions(start: int, size: int, max_len: int, rank: int):
-    """``[3, 2, size, (1)]`` int64 (a batch of 2, as graft's proof runs): stream ``s`` at token
-    ``t`` holds ``(start + t + s L / 3) mod L`` (``L = max_len``): three different positions at
-    every token once ``L >= 3``, and each stream all of ``0 .. L - 1`` over a pass's chunks."""
+def stream_positions(start: int, size: int, max_len: int, rank: int, equal: bool = False):
+    """``[3, 2, size, (1)]`` int64 (a batch of 2, as graft's proof runs): positions ``start ..
+    start + size - 1`` in three different streams (``prove.three_streams``), or ``equal`` ones
+    (text tokens)."""
     import numpy as np
 
-    p = np.arange(start, start + size, dtype=np.int64)
-    shifts = np.arange(STREAMS, dtype=np.int64) * (max_len // STREAMS)
-    values = (p[None, :] + shifts[:, None]) % max_len
-    return np.ascontiguousarray(np.broadcast_to(
-        values.reshape(STREAMS, 1, size, *([1] * (rank - 3))), (STREAMS, 2, size,
-                                                                 *([1] * (rank - 3)))))
+    p = np.broadcast_to(np.arange(start, start + size, dtype=np.int64), (2, size))
+    streams = np.broadcast_to(p, (STREAMS, 2, size)) if equal else three_streams(p, max_len)
+    return np.ascontiguousarray(streams.reshape(STREAMS, 2, size, *([1] * (rank - 3))))
 
 
 def prove_streams(original, grafted_model, found: Found, max_len: int, bound: float = 0.0,
                   seed: int = 0) -> tuple[str, list]:
     """``(label, [OutputCheck])``: the replaced tensors of both models computed from the
-    positions tensor itself (``_cut_at``), its three streams distinct (``stream_positions``) at
-    every position ``0 .. max_len - 1``, and random ones in a batch of 2; 4 ulp per element plus
-    ``bound``, as ``prove.prove_found`` holds the replaced tensors."""
+    positions tensor itself (``_cut_at``), its three streams distinct (``stream_positions``),
+    then equal, at every position ``0 .. max_len - 1``, and random ones in a batch of 2; 4 ulp
+    per element plus ``bound``, as ``prove.prove_found`` holds the replaced tensors."""
     import numpy as np
 
     names = list(found.replaces)
@@ -358,8 +355,8 @@ def prove_streams(original, grafted_model, found: Found, max_len: int, bound: fl
     mine = _cut_at(grafted_model, found.positions, names, rank, "grafted")
     worst = {name: _Worst(4) for name in names}
     rng = np.random.default_rng(seed)
-    runs = [stream_positions(s, min(CHUNK, max_len - s), max_len, rank)
-            for s in range(0, max_len, CHUNK)]
+    runs = [stream_positions(s, min(CHUNK, max_len - s), max_len, rank, equal)
+            for equal in (False, True) for s in range(0, max_len, CHUNK)]
     runs.append(rng.integers(0, max_len, size=(STREAMS, 2, min(max_len, 16), *[1] * (rank - 3))))
     for positions in runs:
         outs = []
@@ -370,6 +367,6 @@ def prove_streams(original, grafted_model, found: Found, max_len: int, bound: fl
             outs.append(session.run(names, {k: v for k, v in feeds.items() if k in wanted}))
         for name, want, got in zip(names, *outs, strict=True):
             worst[name].add(got, want)
-    label = f"three distinct position streams at every position 0..{max_len - 1} (the replaced " \
-            "tensors, from the positions tensor)"
+    label = f"three distinct, and equal, position streams at every position 0..{max_len - 1} " \
+            "(the replaced tensors, from the positions tensor)"
     return label, [worst[name].check(f"{name} (distinct streams)", bound) for name in names]
