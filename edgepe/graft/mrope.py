@@ -108,11 +108,13 @@ def _read(model, start: str, shape, feeds: dict, makers, readers, consts):
     import numpy as np
 
     nodes = _closure(start, makers, readers, consts)
-    made = [o for n in nodes for o in n.output if o]
-    if not made:
-        return None, f"nothing selects from {start!r}"
-    values = _codes_run(model, start, made, shape, feeds)
     inside = {id(n) for n in nodes}
+    other = next((n for n in readers.get(start, []) if id(n) not in inside), None)
+    if other is not None or not nodes:
+        return None, (f"{start!r} is read by {other.op_type} {other.output[0]!r}, not only "
+                      "selected from" if other is not None else f"nothing reads {start!r}")
+    made = [o for n in nodes for o in n.output if o]
+    values = _codes_run(model, start, made, shape, feeds)
     outputs = {o.name for o in model.graph.output}
     frontier = [o for o in made if o in outputs or any(
         id(r) not in inside for r in readers.get(o, []))]
@@ -126,7 +128,7 @@ def _read(model, start: str, shape, feeds: dict, makers, readers, consts):
             return None, f"no tensor of shape {lead + ['R']} between {start!r} and its readers"
         chosen.append(name)
     chosen = list(dict.fromkeys(chosen))
-    if len(chosen) != 1:
+    if len(chosen) != 1:  # (none: the selections are never read)
         return None, (f"{len(chosen)} tensors {chosen} select from {start!r} (graft splices one "
                       "cos/sin pair)")
     codes = np.asarray(values[chosen[0]])
@@ -253,7 +255,8 @@ def build(model, found: Found, max_len: int | None, quantize: str = "none",
         dims = [None] * (params["rank"] - (1 if params["flat_positions"] else 0))
     if params["flat_positions"]:
         dims = [*dims, 1]
-    if len(dims) != params["rank"] or dims[-1] not in (1, None) or dims[0] not in (3, None):
+    if len(dims) != params["rank"] or any(isinstance(d, int) and d != want for d, want in
+                                          ((dims[0], STREAMS), (dims[-1], 1))):
         raise BadParameterError(f"the positions tensor {found.positions!r} of the multimodal "
                                 f"RoPE graft found has shape {dims}; graft takes [3, ..., 1]")
     dims = [STREAMS, *dims[1:-1], 1]
