@@ -31,7 +31,7 @@ from edgepe.contract.errors import BadParameterError  # noqa: E402
 from edgepe.graft import graft_found  # noqa: E402
 from edgepe.graft.discover import discover  # noqa: E402
 from edgepe.graft.mrope import build, prove_streams, section  # noqa: E402
-from edgepe.graft.prove import prove_found, three_streams  # noqa: E402
+from edgepe.graft.prove import prove_found  # noqa: E402
 from edgepe.graft.splice import splice_found  # noqa: E402
 
 # Grafted against the original: the same graph but for cos/sin, which graft's tables hold
@@ -203,15 +203,6 @@ def test_section_is_transformers_split_of_the_slots(streams, slots, expected):
     assert section(np.asarray(streams), np.asarray(slots)) == expected
 
 
-def test_three_streams_differ_at_every_token_and_stay_in_range():
-    positions = np.arange(12).reshape(2, 6)
-    streams = three_streams(positions, 12)
-    assert streams.shape == (3, 2, 6)
-    assert np.array_equal(streams[0], positions)
-    assert np.array_equal(streams[1], (positions + 4) % 12)
-    assert np.array_equal(streams[2], (positions + 8) % 12)
-
-
 @pytest.fixture(scope="module")
 def qwen2_vl(tmp_path_factory):
     """A tiny Qwen2-VL text model (head_dim 32, mrope_section [4, 6, 6]) exported by dynamo with
@@ -279,7 +270,7 @@ def test_tiny_qwen2_vl_grafts_with_its_section_against_onnx_and_torch(qwen2_vl, 
     cases = [np.broadcast_to(np.arange(seq), (3, batch, seq)) for batch, seq in ((1, 1), (3, 7))]
     cases += [_vision_positions(2, 3, (1, 2, 3)), _vision_positions(1, 4, (2, 2, 2))]
     for positions in cases:
-        positions = np.ascontiguousarray(positions, np.int64)
+        positions = np.array(positions, np.int64)  # (a writable copy: torch.from_numpy)
         ids = rng.integers(3, hf.VOCAB, size=positions.shape[1:]).astype(np.int64)
         feeds = {"input_ids": ids, "position_ids": positions}
         want, got = original.run(None, feeds)[0], mine.run(None, feeds)[0]

@@ -658,7 +658,8 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
     for value in inputs:
         if value.name in ("input_ids", "inputs_embeds", "position_ids") and len(value.shape) >= 2:
             # multimodal RoPE's position_ids [3, batch, seq] (Qwen2-VL, issue 40)
-            lead = 1 if value.name == "position_ids" and len(value.shape) == 3 else 0
+            lead = 1 if value.name == "position_ids" and len(value.shape) == 3 and \
+                value.shape[0] == STREAMS else 0
             put(value.shape[lead], batch)
             put(value.shape[lead + 1], past + seq if decoder else seq)
     for value in inputs:
