@@ -40,14 +40,19 @@ from edgepe.graft.splice import splice_found  # noqa: E402
 ULPS = 64
 
 
-def _model(mrope_section, positions_input: bool = True, mix: bool = False) -> onnx.ModelProto:
+def _model(mrope_section, positions_input: bool = True, mix: bool = False,
+           cast_first: bool = False) -> onnx.ModelProto:
     """``x [B, S, R], (position_ids [3, B, S]) -> y``: rotate-half RoPE of ``x`` by Qwen2-VL's
     cos/sin (module doc). Without ``positions_input`` the positions are ``Range`` of ``x``'s
     length, the same in all three streams (a text-only export); ``mix``: the sin's streams added
-    instead of selected (no mrope)."""
+    instead of selected (no mrope); ``cast_first``: the positions cast to float before their
+    trailing axis is added (the angle's integer positions are ``[3, B, S]`` then)."""
+    import torch
+
     k = sum(mrope_section)
     r = 2 * k
-    w = (1.0 / (10000.0 ** (np.arange(0, r, 2, dtype=np.float32) / r))).astype(np.float32)
+    # transformers' compute_default_rope_parameters, on float32 tensors (torch's pow)
+    w = (1.0 / (10000.0 ** (torch.arange(0, r, 2, dtype=torch.float) / r))).numpy()
     inits = [numpy_helper.from_array(w, "inv_freq"),
              numpy_helper.from_array(np.asarray(mrope_section, np.int64), "sections"),
              numpy_helper.from_array(np.asarray([-1], np.int64), "last"),
@@ -72,9 +77,13 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False) -> on
                   helper.make_node("Concat", ["three", "batch_1", "seq_1"], ["streams_shape"],
                                    axis=0),
                   helper.make_node("Expand", ["arange", "streams_shape"], ["position_ids"])]
-    nodes += [helper.make_node("Unsqueeze", ["position_ids", "last"], ["p"]),
-              helper.make_node("Cast", ["p"], ["p_float"], to=TensorProto.FLOAT),
-              helper.make_node("Mul", ["p_float", "inv_freq"], ["angle"]),
+    if cast_first:
+        nodes += [helper.make_node("Cast", ["position_ids"], ["p_flat"], to=TensorProto.FLOAT),
+                  helper.make_node("Unsqueeze", ["p_flat", "last"], ["p_float"])]
+    else:
+        nodes += [helper.make_node("Unsqueeze", ["position_ids", "last"], ["p"]),
+                  helper.make_node("Cast", ["p"], ["p_float"], to=TensorProto.FLOAT)]
+    nodes += [helper.make_node("Mul", ["p_float", "inv_freq"], ["angle"]),
               helper.make_node("Cos", ["angle"], ["cos3"]),
               helper.make_node("Sin", ["angle"], ["sin3"])]
     for t in ("cos", "sin"):
@@ -176,6 +185,45 @@ def test_mrope_text_only_positions_made_in_the_graph_graft(tmp_path):
     assert report.artifact.startswith("mrope (sliced")
     grafted = onnx.load(str(tmp_path / "out.onnx"))
     assert not {"Cos", "Sin"} & {n.op_type for n in grafted.graph.node}
+
+
+@pytest.mark.parametrize("mode, quantize, tolerance", [
+    ("table", "int8", 0.035), ("sliced", "none", 1e-5)])
+def test_positions_without_a_trailing_axis_graft_in_every_mode(tmp_path, mode, quantize,
+                                                               tolerance):
+    """The angle's integer positions ``position_ids [3, B, S]`` itself (cast, then unsqueezed):
+    the PE takes them as they are; int8 tables and sliced cos/sin each within the proof's
+    tolerance of ``y`` (int8: twice the measured gain times the tables' bound; sliced: its
+    bound), so a wrong slot or stream (errors ~1) fails."""
+    path = tmp_path / "model.onnx"
+    onnx.save(_model((2, 1, 3), cast_first=True), path)
+    report = graft_found(path, tmp_path / "out.onnx", max_len=32, mode=mode, quantize=quantize)
+    assert report, report.checks
+    assert report.found.endswith("positions from input 'position_ids'"), report.found
+    assert report.artifact.startswith(f"mrope ({mode}")
+    assert "int8" in report.artifact if quantize == "int8" else "float32" in report.artifact
+    y = next(c for c in report.checks if c.name == "y")
+    assert y.tolerance <= tolerance, y
+
+
+def test_from_hf_config_must_be_the_models_section_and_frequencies(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(_model((2, 1, 3)), path)
+    config = {"model_type": "qwen2_vl", "hidden_size": 24, "num_attention_heads": 2,
+              "max_position_embeddings": 32,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                  "mrope_section": [2, 1, 3]}}
+    report = graft_found(path, tmp_path / "out.onnx", hf_config=config)
+    assert report and "32 positions" in report.artifact
+    for bad, words in [({"mrope_section": [1, 2, 3]}, "--from-hf-config's mrope_section "
+                        "[1, 2, 3] is not the model's: graft read [2, 1, 3] off its selection"),
+                       ({"rope_theta": 20000.0}, "the model's inv_freq 'angle' [6] differs from "
+                        "edgepe's mrope for this config ([6])")]:
+        other = {**config, "rope_parameters": {**config["rope_parameters"], **bad}}
+        with pytest.raises(BadParameterError) as err:
+            graft_found(path, tmp_path / "never.onnx", hf_config=other)
+        assert words in str(err.value), err.value
+    assert not (tmp_path / "never.onnx").exists()
 
 
 def test_streams_added_not_selected_are_refused_naming_multimodal_rope(tmp_path):

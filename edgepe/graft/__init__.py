@@ -83,6 +83,7 @@ from edgepe.graft.lower import (
     to_opset,
 )
 from edgepe.graft.mrope import build as build_mrope
+from edgepe.graft.mrope import check_config as check_mrope_config
 from edgepe.graft.mrope import prove_streams
 from edgepe.graft.prove import (
     check_overridable,
@@ -281,7 +282,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     given = max_len
     if hf_config is not None:  # every PE found must be what the config says
         for i, one in enumerate(found):
-            max_len, hf_records[i] = check_hf_config(one, hf_config, given)
+            check = check_mrope_config if one.family == "mrope" else check_hf_config
+            max_len, hf_records[i] = check(one, hf_config, given)
     max_len_from = None  # where the positions' count came from, when --max-len was not given
     if given is None:
         if max_len is not None:

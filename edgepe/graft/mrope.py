@@ -234,6 +234,67 @@ def _select(pe, names: list[str], streams, slots, width: int):
     return pe
 
 
+def _gathered(tables: dict, opset: int, dims: list, elem: int, streams, slots,
+              quantize: str):
+    """``positions [3, *lead, 1] -> {name: [*lead, R]}``: column ``c`` of each output the row of
+    ``positions[streams[c]]`` at slot ``slots[c]`` of its ``[L, K]`` table, one ``Gather`` of
+    the table flattened at ``positions * K + slot`` (integer ops only before it; int8: the rows
+    dequantised after it, the last op: onnxruntime 1.32 with its basic graph optimisations gave 0
+    for the negative values of a ``DequantizeLinear -> Transpose -> Reshape -> Gather`` here,
+    right with them off)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgepe.graphs.model_tensors import POSITIONS, int8_tables
+
+    k = next(iter(tables.values())).shape[1]
+    lead = [d if d is not None else f"positions_{i + 1}" for i, d in enumerate(dims[1:-1])]
+    streams, slots = np.asarray(streams, np.int64), np.asarray(slots, np.int64)
+    inits = [numpy_helper.from_array(np.asarray([-1], np.int64), "last_axis"),
+             numpy_helper.from_array(streams, "column_streams"),
+             numpy_helper.from_array(np.asarray(k, np.int64), "slots_per_row"),
+             numpy_helper.from_array(slots, "column_slots")]
+    pos = POSITIONS
+    nodes = []
+    if elem != TensorProto.INT64:
+        nodes.append(helper.make_node("Cast", [pos], ["positions_int64"], to=TensorProto.INT64))
+        pos = "positions_int64"
+    nodes += [helper.make_node("Squeeze", [pos, "last_axis"], ["positions_squeezed"]),
+              helper.make_node("Gather", ["positions_squeezed", "column_streams"],
+                               ["column_positions"], axis=0),
+              helper.make_node("Transpose", ["column_positions"], ["column_positions_last"],
+                               perm=[*range(1, len(lead) + 1), 0]),
+              helper.make_node("Mul", ["column_positions_last", "slots_per_row"], ["row_start"]),
+              helper.make_node("Add", ["row_start", "column_slots"], ["flat_index"])]
+    quantised = int8_tables(tables) if quantize == "int8" else {}
+    outputs = []
+    for name, table in tables.items():
+        if name in quantised:
+            q, scale, _ = quantised[name]
+            inits += [numpy_helper.from_array(q.reshape(-1), f"{name}_table_int8"),
+                      numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_scale")]
+            nodes += [helper.make_node("Gather", [f"{name}_table_int8", "flat_index"],
+                                       [f"{name}_rows"], axis=0),
+                      helper.make_node("DequantizeLinear", [f"{name}_rows", f"{name}_scale"],
+                                       [name])]
+        else:
+            inits.append(numpy_helper.from_array(
+                np.ascontiguousarray(table, np.float32).reshape(-1), f"{name}_table"))
+            nodes.append(helper.make_node("Gather", [f"{name}_table", "flat_index"], [name],
+                                          axis=0))
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                     [*lead, len(slots)]))
+    dims = [d if d is not None else f"positions_{i}" for i, d in enumerate(dims)]
+    graph = helper.make_graph(nodes, "mrope_tables",
+                              [helper.make_tensor_value_info(POSITIONS, elem, dims)], outputs,
+                              inits)
+    pe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    pe.ir_version = 8
+    onnx.checker.check_model(pe, full_check=True)
+    return pe
+
+
 def build(model, found: Found, max_len: int | None, quantize: str = "none",
           mode: str | None = None, table_bytes_limit: int = TABLE_BYTES_LIMIT):
     """``(pe ModelProto, record)`` for ``found`` (module doc): positions ``P [3, ..., 1]`` (the
@@ -244,7 +305,7 @@ def build(model, found: Found, max_len: int | None, quantize: str = "none",
     from onnx import TensorProto
 
     from edgepe.graphs import sliced as sl
-    from edgepe.graphs.model_tensors import gathered_tables, recipe_distance, sliced_rope
+    from edgepe.graphs.model_tensors import int8_tables, recipe_distance, sliced_rope
 
     if mode not in (None, "table", "sliced"):
         raise BadParameterError(f"--mode {mode!r}: multimodal RoPE goes in as a table or sliced")
@@ -288,26 +349,57 @@ def build(model, found: Found, max_len: int | None, quantize: str = "none",
         distance = recipe_distance(w, max_len, attention)
         record.update(mode="sliced", slices=list(widths), lowering=lowering, quantize="none",
                       bound=bound, recipe_distance=distance, proof_bound=bound + distance)
-        width = 2 * k  # [cos | cos]: slot i in column i
+        # [cos | cos] of every slot per stream ([3, ..., 2K]: slot i in column i), then picked
+        pe = _select(pe, list(found.replaces), params["streams"], params["slots"], 2 * k)
     else:
         _check_size(max_len * 2 * k, max_len, quantize, table_bytes_limit)
         tables = rope_tables(found, max_len)
-        pe = gathered_tables(tables, _opset(model), dims, positions_type=elem, squeeze=True,
-                             quantize=quantize)
+        pe = _gathered(tables, _opset(model), dims, elem, params["streams"], params["slots"],
+                       quantize)
         digest = hashlib.sha256()
         for t in tables.values():
             digest.update(t.tobytes())
         record.update(mode="table", quantize=quantize, tables_sha256=digest.hexdigest())
         if quantize == "int8":
-            from edgepe.graphs.model_tensors import int8_tables
-
             record["quant"] = {"bound": max(b for _, _, b in int8_tables(tables).values())}
-        width = k
-    pe = _select(pe, list(found.replaces), params["streams"], params["slots"], width)
     if params["flat_positions"]:
         pe = _flat_positions(pe)
     record.update(replaces=found.replaces, positions=found.positions)
     return pe, record
+
+
+def check_config(found: Found, config: dict, max_len: int | None) -> tuple[int | None, dict]:
+    """``(max_len, record)`` as ``find_hf.check_hf_config``, for multimodal RoPE: the config's
+    translation (``edgepe.schemes.hf_config``) must be ``mrope`` with the section graft read off
+    the model and frequencies equal, bit for bit, to the model's ``w`` (edgepe's ``mrope``
+    scheme computes them in float32 as transformers does); ``max_len``: the given one, else the
+    config's ``max_position_embeddings``."""
+    import numpy as np
+
+    from edgepe.schemes import build as build_scheme
+    from edgepe.schemes import resolve
+    from edgepe.schemes.hf_config import from_hf_config
+
+    t = from_hf_config(config)
+    if t.scheme != "mrope":
+        raise BadParameterError(f"--from-hf-config describes a {t.scheme!r} model; the PE graft "
+                                f"found is mrope ({found.where})")
+    section = list(t.params["mrope_section"])
+    if section != found.params["mrope_section"]:
+        raise BadParameterError(f"--from-hf-config's mrope_section {section} is not the model's: "
+                                f"graft read {found.params['mrope_section']} off its selection")
+    length = max_len if max_len is not None else t.max_len
+    mine = build_scheme(resolve("mrope", length or DEFAULT_MAX_LEN, d_model=t.d_model,
+                                params=t.params)).inv_freq.detach().numpy()
+    theirs = found.params["inv_freq"]
+    if mine.shape != theirs.shape or not np.array_equal(mine, theirs):
+        raise BadParameterError(f"the model's inv_freq {found.params['inv_freq_name']!r} "
+                                f"{list(theirs.shape)} differs from edgepe's mrope for this "
+                                f"config ({list(mine.shape)}): the config is not this model's")
+    return length, {"scheme": "mrope", "model_type": config.get("model_type"),
+                    "params": {k: list(v) if isinstance(v, tuple) else v
+                               for k, v in t.params.items()},
+                    "inv_freq": "equal to edgepe's mrope scheme (float32) bit for bit"}
 
 
 def _cut_at(model, positions: str, names: list[str], rank: int, which: str):
