@@ -20,9 +20,11 @@ or the order of the sections is assumed: any selection of (stream, slot) per col
 is named ``mrope_section`` when it is Qwen2-VL's consecutive sections.
 
 Spliced (``build``): the model's cos/sin of each slot at every position ``0 .. max_len - 1`` as
-tables (or ``--mode sliced``: from the position's bit slices, ``graphs.model_tensors``), gathered
-by all three streams at once (``[3, ..., K]``), then each column's (stream, slot) picked by one
-integer-indexed ``Gather``: a selection, no arithmetic, so the result is the tables' values.
+``[L, K]`` tables, read by one ``Gather`` of each flattened table at ``P[stream] * K + slot``
+per column (``_gathered``: integer ops before it, so the result is the tables' values), or
+``--mode sliced`` (``graphs.model_tensors.sliced_rope``, from the position's bit slices) for all
+three streams, then each column's (stream, slot) picked by one integer-indexed ``Gather``
+(``_select``).
 The proof (``prove_streams``) runs both models' cones of the replaced tensors from ``P`` itself,
 streams distinct at every position: an export whose positions are made inside from
 ``input_ids`` (all streams equal) would otherwise never show a misread stream.
