@@ -45,7 +45,15 @@ from edgepe.graft.find_hf import (
     _origin,
     rope_tables,
 )
-from edgepe.graft.prove import _session, _Worst, cone_of, hf_feeds, three_streams
+from edgepe.graft.prove import (
+    PROOF_SECONDS,
+    _run,
+    _session,
+    _Worst,
+    cone_of,
+    hf_feeds,
+    three_streams,
+)
 from edgepe.graft.splice import _opset, _value_type
 
 STREAMS = 3  # temporal, height, width
@@ -59,15 +67,16 @@ CHUNK = 1 << 12
 def _closure(start: str, makers, readers, consts) -> list:
     """The nodes downstream of ``start`` that only select or move its values (``SELECTING``),
     every non-constant input of theirs made inside (a ``Concat`` with another tensor ends it)."""
-    inside, nodes, todo = {start}, [], [start]
+    inside, nodes, taken, todo = {start}, [], set(), [start]
     while todo:
         for node in readers.get(todo.pop(0), []):
-            if node.op_type not in SELECTING or any(id(node) == id(n) for n in nodes):
+            if node.op_type not in SELECTING or id(node) in taken:
                 continue
             data = node.input[:1] if node.op_type != "Concat" else node.input
             if any(i and i not in inside and i not in consts for i in data):
                 continue
             nodes.append(node)
+            taken.add(id(node))
             for out in node.output:
                 if out and out not in inside:
                     inside.add(out)
@@ -122,12 +131,14 @@ def _read(model, start: str, shape, feeds: dict, makers, readers, consts):
         id(r) not in inside for r in readers.get(o, []))]
     lead = list(shape[1:-1])
     chosen = []
-    for name in frontier:  # back from what the attention reads to the [..., R] tensor
-        while name in values and list(np.shape(values[name])[:-1]) != lead:
+    for name in frontier:  # back from what the attention reads to the float32 [..., R] tensor
+        while name in values and (list(np.shape(values[name])[:-1]) != lead or
+                                  np.asarray(values[name]).dtype != np.float32):
             maker = makers.get(name)
             name = maker.input[0] if maker is not None and maker.input else None
         if name not in values:
-            return None, f"no tensor of shape {lead + ['R']} between {start!r} and its readers"
+            return None, (f"no float32 tensor of shape {lead + ['R']} between {start!r} and its "
+                          "readers")
         chosen.append(name)
     chosen = list(dict.fromkeys(chosen))
     if len(chosen) != 1:  # (none: the selections are never read)
@@ -444,6 +455,8 @@ def prove_streams(original, grafted_model, found: Found, max_len: int, bound: fl
     positions tensor itself (``_cut_at``), its three streams distinct (``stream_positions``),
     then equal, at every position ``0 .. max_len - 1``, and random ones in a batch of 2; 4 ulp
     per element plus ``bound``, as ``prove.prove_found`` holds the replaced tensors."""
+    import time
+
     import numpy as np
 
     names = list(found.replaces)
@@ -455,13 +468,16 @@ def prove_streams(original, grafted_model, found: Found, max_len: int, bound: fl
     runs = [stream_positions(s, min(CHUNK, max_len - s), max_len, rank, equal)
             for equal in (False, True) for s in range(0, max_len, CHUNK)]
     runs.append(rng.integers(0, max_len, size=(STREAMS, 2, min(max_len, 16), *[1] * (rank - 3))))
+    deadline = time.monotonic() + PROOF_SECONDS
     for positions in runs:
         outs = []
-        for session in (theirs, mine):
+        for session, which in ((theirs, "original"), (mine, "grafted")):
             feeds = hf_feeds(session, positions.shape[2], 0, 0, max_len, rng)
             feeds[found.positions] = positions.astype(np.int64)
             wanted = {i.name for i in session.get_inputs()}
-            outs.append(session.run(names, {k: v for k, v in feeds.items() if k in wanted}))
+            label = f"{positions.shape[2]} (three position streams)"
+            outs.append(_run(session, names, {k: v for k, v in feeds.items() if k in wanted},
+                             label, which, deadline))
         for name, want, got in zip(names, *outs, strict=True):
             worst[name].add(got, want)
     label = f"three distinct, and equal, position streams at every position 0..{max_len - 1} " \
