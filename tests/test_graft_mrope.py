@@ -42,7 +42,8 @@ ULPS = 64
 
 def _model(mrope_section, positions_input: bool = True, mix: bool = False,
            cast_first: bool = False) -> onnx.ModelProto:
-    """``x [B, S, R], (position_ids [3, B, S]) -> y``: rotate-half RoPE of ``x`` by Qwen2-VL's
+    """``x [B, S, R], (position_ids [3, B, S]) -> y``: rotate-half RoPE of ``x`` (the input
+    ``inputs_embeds``: a name graft's proof sizes as ``[batch, seq, ..]``) by Qwen2-VL's
     cos/sin (module doc). Without ``positions_input`` the positions are ``Range`` of ``x``'s
     length, the same in all three streams (a text-only export); ``mix``: the sin's streams added
     instead of selected (no mrope); ``cast_first``: the positions cast to float before their
@@ -64,14 +65,14 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False,
              numpy_helper.from_array(np.asarray([r], np.int64), "r")]
     inits += [numpy_helper.from_array(np.asarray(j % 3, np.int64), f"stream{j}")
               for j in range(len(mrope_section))]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", r])
+    x = helper.make_tensor_value_info("inputs_embeds", TensorProto.FLOAT, ["batch", "seq", r])
     inputs, nodes = [x], []
     if positions_input:
         inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64,
                                                     [3, "batch", "seq"]))
     else:
-        nodes += [helper.make_node("Shape", ["x"], ["batch_1"], start=0, end=1),
-                  helper.make_node("Shape", ["x"], ["seq_1"], start=1, end=2),
+        nodes += [helper.make_node("Shape", ["inputs_embeds"], ["batch_1"], start=0, end=1),
+                  helper.make_node("Shape", ["inputs_embeds"], ["seq_1"], start=1, end=2),
                   helper.make_node("Squeeze", ["seq_1", "first"], ["seq"]),
                   helper.make_node("Range", ["zero", "seq", "one"], ["arange"]),
                   helper.make_node("Concat", ["three", "batch_1", "seq_1"], ["streams_shape"],
@@ -102,7 +103,8 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False,
                                           [f"{t}_sel"], axis=-1))
             sel = f"{t}_sel"
         nodes.append(helper.make_node("Concat", [sel, sel], [t], axis=-1))
-    nodes += [helper.make_node("Slice", ["x", "first", "k", "last"], ["x1"]),
+    nodes += [helper.make_node("Identity", ["inputs_embeds"], ["x"]),
+              helper.make_node("Slice", ["x", "first", "k", "last"], ["x1"]),
               helper.make_node("Slice", ["x", "k", "r", "last"], ["x2"]),
               helper.make_node("Neg", ["x2"], ["neg_x2"]),
               helper.make_node("Concat", ["neg_x2", "x1"], ["rotated"], axis=-1),
@@ -137,10 +139,22 @@ def test_mrope_found_with_its_section_and_grafted_without_trig(tmp_path, mrope_s
     for batch, seq in [(1, 1), (3, 9), (2, 32)]:
         x = rng.standard_normal((batch, seq, 2 * sum(mrope_section))).astype(np.float32)
         positions = rng.integers(0, 32, size=(3, batch, seq))  # three streams, every one differs
-        feeds = {"x": x, "position_ids": positions}
+        feeds = {"inputs_embeds": x, "position_ids": positions}
         want, got = original.run(None, feeds)[0], mine.run(None, feeds)[0]
         peak = float(np.abs(want).max())
         assert np.abs(got - want).max() <= ULPS * np.spacing(np.float32(peak)), (batch, seq)
+
+
+def test_the_default_4096_positions_are_proven_stream_by_stream(tmp_path):
+    """No --max-len: graft's default 4096 positions, every one in the distinct-streams proof (its
+    runs once sized every axis of the positions tensor by the length: 4096^4 int64, a
+    MemoryError)."""
+    path = tmp_path / "model.onnx"
+    onnx.save(_model((2, 1, 3), positions_input=False), path)
+    report = graft_found(path, tmp_path / "out.onnx")
+    assert report, report.checks
+    assert "three distinct, and equal, position streams at every position 0..4095" in \
+        str(report)
 
 
 def _wrong(found, streams):
@@ -181,7 +195,7 @@ def test_mrope_text_only_positions_made_in_the_graph_graft(tmp_path):
     onnx.save(_model((1, 1, 2), positions_input=False), path)
     report = graft_found(path, tmp_path / "out.onnx", max_len=16, mode="sliced")
     assert report and report.found.startswith("found mrope (mrope_section [1, 1, 2], R=8")
-    assert "positions 'p' (from 'x' by Range)" in report.found, report.found
+    assert "positions 'p' (from 'inputs_embeds' by Range)" in report.found, report.found
     assert report.artifact.startswith("mrope (sliced")
     grafted = onnx.load(str(tmp_path / "out.onnx"))
     assert not {"Cos", "Sin"} & {n.op_type for n in grafted.graph.node}

@@ -32,6 +32,7 @@ streams distinct at every position: an export whose positions are made inside fr
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from edgepe.contract.errors import BadParameterError
@@ -472,7 +473,10 @@ def prove_streams(original, grafted_model, found: Found, max_len: int, bound: fl
     for positions in runs:
         outs = []
         for session, which in ((theirs, "original"), (mine, "grafted")):
-            feeds = hf_feeds(session, positions.shape[2], 0, 0, max_len, rng)
+            # the cone's other inputs (a shape it reads) as the proof feeds them, for this length
+            others = [i for i in session.get_inputs() if i.name != found.positions]
+            feeds = hf_feeds(SimpleNamespace(get_inputs=lambda others=others: others),
+                             positions.shape[2], 0, 0, max_len, rng)
             feeds[found.positions] = positions.astype(np.int64)
             wanted = {i.name for i in session.get_inputs()}
             label = f"{positions.shape[2]} (three position streams)"
