@@ -320,6 +320,9 @@ def test_multimodal_position_ids_are_three_different_streams_in_range():
     streams = prove.three_streams(positions, 12)
     assert streams.tolist() == [[[10, 11], [0, 5]], [[2, 3], [4, 9]], [[6, 7], [8, 1]]]
     assert prove.three_streams(np.arange(3), 3).tolist() == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    # the shift is max_len // 3, whole positions: 3 for 10
+    assert prove.three_streams(np.asarray([9]), 10).tolist() == [[9], [2], [5]]
+    assert prove.three_streams(np.asarray([9]), 10).dtype == np.int64
     session = _session(("input_ids", ["b", "s"], "tensor(int64)"),
                        ("attention_mask", ["b", "t"], "tensor(int64)"),
                        ("position_ids", [3, "b", "s"], "tensor(int32)"))
