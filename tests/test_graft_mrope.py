@@ -41,13 +41,16 @@ ULPS = 64
 
 
 def _model(mrope_section, positions_input: bool = True, mix: bool = False,
-           cast_first: bool = False) -> onnx.ModelProto:
+           cast_first: bool = False, interleave: bool = False) -> onnx.ModelProto:
     """``x [B, S, R], (position_ids [3, B, S]) -> y``: rotate-half RoPE of ``x`` (the input
     ``inputs_embeds``: a name graft's proof sizes as ``[batch, seq, ..]``) by Qwen2-VL's
     cos/sin (module doc). Without ``positions_input`` the positions are ``Range`` of ``x``'s
     length, the same in all three streams (a text-only export); ``mix``: the sin's streams added
     instead of selected (no mrope); ``cast_first``: the positions cast to float before their
-    trailing axis is added (the angle's integer positions are ``[3, B, S]`` then)."""
+    trailing axis is added (the angle's integer positions are ``[3, B, S]`` then);
+    ``interleave``: Qwen3-VL's ``apply_interleaved_mrope`` instead (stream 0's columns, then
+    ``freqs[..., d:3 n_d:3] = freq[d, ..., d:3 n_d:3]`` for d = 1, 2 by ``ScatterElements`` of
+    indices expanded to the rows' shape, as torch's export writes a slice assignment)."""
     import torch
 
     k = sum(mrope_section)
@@ -89,7 +92,22 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False,
               helper.make_node("Sin", ["angle"], ["sin3"])]
     for t in ("cos", "sin"):
         parts = [f"{t}_part{j}" for j in range(len(mrope_section))]
-        if mix and t == "sin":
+        if interleave:
+            nodes.append(helper.make_node("Gather", [f"{t}3", "zero"], [f"{t}_t"], axis=0))
+            sel = f"{t}_t"
+            for d in (1, 2):
+                cols = f"{t}_cols{d}"
+                inits.append(numpy_helper.from_array(
+                    np.arange(d, 3 * mrope_section[d], 3, dtype=np.int64), cols))
+                nodes += [helper.make_node("Gather", [f"{t}3", f"stream{d}"], [f"{t}_s{d}"],
+                                           axis=0),
+                          helper.make_node("Gather", [f"{t}_s{d}", cols], [f"{t}_u{d}"], axis=-1),
+                          helper.make_node("Shape", [f"{t}_u{d}"], [f"{t}_u{d}_shape"]),
+                          helper.make_node("Expand", [cols, f"{t}_u{d}_shape"], [f"{t}_i{d}"]),
+                          helper.make_node("ScatterElements", [sel, f"{t}_i{d}", f"{t}_u{d}"],
+                                           [f"{t}_w{d}"], axis=-1)]
+                sel = f"{t}_w{d}"
+        elif mix and t == "sin":
             nodes.append(helper.make_node("ReduceSum", [f"{t}3", "first"], [f"{t}_sel"],
                                           keepdims=0))
             nodes.append(helper.make_node("Slice", [f"{t}_sel", "first", "k", "last"],
@@ -120,15 +138,17 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False,
     return model
 
 
-@pytest.mark.parametrize("mrope_section", [(2, 1, 3), (1, 2, 1, 2), (4, 6, 6)],
-                         ids=["2-1-3", "four-sections", "4-6-6"])
-def test_mrope_found_with_its_section_and_grafted_without_trig(tmp_path, mrope_section):
+@pytest.mark.parametrize("mrope_section, words", [
+    ((2, 1, 3), "mrope_section [2, 1, 3]"),
+    ((1, 2, 1, 2), "4 sections cycling t, h, w, [3, 2, 1] slots each"),
+    ((4, 6, 6), "mrope_section [4, 6, 6]")], ids=["2-1-3", "four-sections", "4-6-6"])
+def test_mrope_found_with_its_section_and_grafted_without_trig(tmp_path, mrope_section, words):
     path = tmp_path / "model.onnx"
     onnx.save(_model(mrope_section), path)
     report = graft_found(path, tmp_path / "out.onnx", max_len=32)
     assert report, report.checks
-    assert report.found.startswith(f"found mrope (mrope_section {list(mrope_section)}, "
-                                   f"R={2 * sum(mrope_section)}, angle 'angle'"), report.found
+    assert report.found.startswith(f"found mrope ({words}, R={2 * sum(mrope_section)}, angle "
+                                   "'angle'"), report.found
     assert "distinct, and equal, position streams at every position 0..31" in str(report)
     grafted = onnx.load(str(tmp_path / "out.onnx"))
     assert not {"Cos", "Sin"} & {n.op_type for n in grafted.graph.node}
@@ -197,6 +217,22 @@ def test_mrope_text_only_positions_made_in_the_graph_graft(tmp_path):
     assert report and report.found.startswith("found mrope (mrope_section [1, 1, 2], R=8")
     assert "positions 'p' (from 'inputs_embeds' by Range)" in report.found, report.found
     assert report.artifact.startswith("mrope (sliced")
+    grafted = onnx.load(str(tmp_path / "out.onnx"))
+    assert not {"Cos", "Sin"} & {n.op_type for n in grafted.graph.node}
+
+
+def test_qwen3_vl_interleaved_streams_by_scatter_graft(tmp_path):
+    """Qwen3-VL's interleaved mrope (sections 6, 5, 5: t h w t h w .. t), written by scatters
+    over stream 0's columns: the same selection read column by column (a tiny Qwen3-VL text
+    export grafts so too: 7.15e-7 of logits, measured)."""
+    path = tmp_path / "model.onnx"
+    onnx.save(_model((6, 5, 5), interleave=True), path)
+    (found,), _ = discover(onnx.load(str(path)))
+    assert found.params["streams"].tolist() == ([0, 1, 2] * 5 + [0]) * 2
+    report = graft_found(path, tmp_path / "out.onnx", max_len=32)
+    assert report, report.checks
+    assert report.found.startswith("found mrope (16 sections cycling t, h, w, [6, 5, 5] slots "
+                                   "each, R=32"), report.found
     grafted = onnx.load(str(tmp_path / "out.onnx"))
     assert not {"Cos", "Sin"} & {n.op_type for n in grafted.graph.node}
 

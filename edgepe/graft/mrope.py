@@ -7,7 +7,8 @@ positions ``[3, B, S]`` (temporal, height, width), computes ``cos``/``sin`` of t
 ``recomposition_frequencies`` keeps, for frequency slot ``i``, the stream of its
 ``mrope_section`` (section ``j`` reads stream ``j mod 3``) and concatenates the result with
 itself: the attention reads ``cos, sin [B, S, 2K]``. In an export that is a ``Split`` of the
-last axis, a ``Gather`` of one stream per part and two ``Concat``s, or any other selection.
+last axis, a ``Gather`` of one stream per part and two ``Concat``s, or any other selection
+(Qwen3-VL's ``apply_interleaved_mrope``: scatters of one stream's columns over another's).
 
 Found (``find``, called by ``discover`` for an angle fitted as ``float32(P) * w`` over positions
 ``P [3, ..., 1]``): ``w`` is the angle's own ``K`` columns (``discover._fit_angle``); which
@@ -60,7 +61,12 @@ from edgepe.graft.splice import _opset, _value_type
 STREAMS = 3  # temporal, height, width
 # Ops that only move or select their first input's values: the recomposition is made of these
 SELECTING = ("Split", "Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Identity",
-             "Cast", "Expand", "Transpose", "Tile", "Flatten")
+             "Cast", "Expand", "Transpose", "Tile", "Flatten", "ScatterND", "ScatterElements")
+# ...and the inputs that carry those values (the others: indices, shapes); Qwen3-VL's interleave
+# writes one stream's columns over another's (``freqs_thw[..., idx] = freq[dim, ..., idx]``)
+DATA = {"Concat": None, "ScatterND": (0, 2), "ScatterElements": (0, 2)}
+# Readers of a tensor's shape alone, not its values
+SHAPE_ONLY = ("Shape", "Size")
 # Positions per run of the distinct-streams proof (as prove.CONE_CHUNK)
 CHUNK = 1 << 12
 
@@ -73,7 +79,8 @@ def _closure(start: str, makers, readers, consts) -> list:
         for node in readers.get(todo.pop(0), []):
             if node.op_type not in SELECTING or id(node) in taken:
                 continue
-            data = node.input[:1] if node.op_type != "Concat" else node.input
+            at = DATA.get(node.op_type, (0,))
+            data = node.input if at is None else [node.input[k] for k in at]
             if any(i and i not in inside and i not in consts for i in data):
                 continue
             nodes.append(node)
@@ -121,7 +128,8 @@ def _read(model, start: str, shape, feeds: dict, makers, readers, consts):
 
     nodes = _closure(start, makers, readers, consts)
     inside = {id(n) for n in nodes}
-    other = next((n for n in readers.get(start, []) if id(n) not in inside), None)
+    other = next((n for n in readers.get(start, []) if id(n) not in inside and
+                  n.op_type not in SHAPE_ONLY), None)
     if other is not None or not nodes:
         return None, (f"{start!r} is read by {other.op_type} {other.output[0]!r}, not only "
                       "selected from" if other is not None else f"nothing reads {start!r}")
@@ -129,7 +137,7 @@ def _read(model, start: str, shape, feeds: dict, makers, readers, consts):
     values = _codes_run(model, start, made, shape, feeds)
     outputs = {o.name for o in model.graph.output}
     frontier = [o for o in made if o in outputs or any(
-        id(r) not in inside for r in readers.get(o, []))]
+        id(r) not in inside and r.op_type not in SHAPE_ONLY for r in readers.get(o, []))]
     lead = list(shape[1:-1])
     chosen = []
     for name in frontier:  # back from what the attention reads to the float32 [..., R] tensor
@@ -201,7 +209,9 @@ def find(model, r: dict, source: str, w, runs, makers, readers, inputs) -> tuple
     sizes = section(streams, slots)
     flat = not (positions.ndim and positions.shape[-1] == 1 and
                 positions.shape[:-1] == angle.shape[:-1])
-    how = (f"mrope_section {sizes}" if sizes is not None else
+    per = [int((streams[: slots.size // 2] == j).sum()) for j in range(STREAMS)]
+    how = (f"mrope_section {sizes}" if sizes is not None and len(sizes) <= STREAMS else
+           f"{len(sizes)} sections cycling t, h, w, {per} slots each" if sizes is not None else
            "streams per column " + "".join("thw"[s] for s in streams.tolist()))
     where = (f"({how}, R={slots.size}, angle {r['angle']!r} = float32(p) * w over three "
              f"position streams, w read off the model's values [{w.size}], stream and slot of "
