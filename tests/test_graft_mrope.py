@@ -41,7 +41,8 @@ ULPS = 64
 
 
 def _model(mrope_section, positions_input: bool = True, mix: bool = False,
-           cast_first: bool = False, interleave: bool = False) -> onnx.ModelProto:
+           cast_first: bool = False, interleave: bool = False,
+           shift: bool = False) -> onnx.ModelProto:
     """``x [B, S, R], (position_ids [3, B, S]) -> y``: rotate-half RoPE of ``x`` (the input
     ``inputs_embeds``: a name graft's proof sizes as ``[batch, seq, ..]``) by Qwen2-VL's
     cos/sin (module doc). Without ``positions_input`` the positions are ``Range`` of ``x``'s
@@ -50,7 +51,8 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False,
     trailing axis is added (the angle's integer positions are ``[3, B, S]`` then);
     ``interleave``: Qwen3-VL's ``apply_interleaved_mrope`` instead (stream 0's columns, then
     ``freqs[..., d:3 n_d:3] = freq[d, ..., d:3 n_d:3]`` for d = 1, 2 by ``ScatterElements`` of
-    indices expanded to the rows' shape, as torch's export writes a slice assignment)."""
+    indices expanded to the rows' shape, as torch's export writes a slice assignment);
+    ``shift``: the angle ``p w + 1/4`` (no product of positions)."""
     import torch
 
     k = sum(mrope_section)
@@ -87,7 +89,10 @@ def _model(mrope_section, positions_input: bool = True, mix: bool = False,
     else:
         nodes += [helper.make_node("Unsqueeze", ["position_ids", "last"], ["p"]),
                   helper.make_node("Cast", ["p"], ["p_float"], to=TensorProto.FLOAT)]
-    nodes += [helper.make_node("Mul", ["p_float", "inv_freq"], ["angle"]),
+    inits.append(numpy_helper.from_array(np.asarray(0.25 if shift else 0.0, np.float32),
+                                         "angle_shift"))
+    nodes += [helper.make_node("Mul", ["p_float", "inv_freq"], ["angle_raw"]),
+              helper.make_node("Add", ["angle_raw", "angle_shift"], ["angle"]),
               helper.make_node("Cos", ["angle"], ["cos3"]),
               helper.make_node("Sin", ["angle"], ["sin3"])]
     for t in ("cos", "sin"):
@@ -276,15 +281,20 @@ def test_from_hf_config_must_be_the_models_section_and_frequencies(tmp_path):
     assert not (tmp_path / "never.onnx").exists()
 
 
-def test_streams_added_not_selected_are_refused_naming_multimodal_rope(tmp_path):
+@pytest.mark.parametrize("how, words", [
+    ("mix", "a RoPE angle 'angle' [3, 2, 6, 4] over three position streams 'p' [3, 2, 6, 1] "
+            "(multimodal RoPE), but 'sin3' is read by ReduceSum 'sin_sel', not only selected "
+            "from"),
+    ("shift", "a Cos/Sin of 'angle' [3, 2, 6, 4] that is no single product float32(p) * w of a "
+              "positions tensor (positions 'p' hold three streams: multimodal RoPE, mrope, which "
+              "graft splices where its angle is float32(p) * w of them)")])
+def test_what_is_not_mrope_s_selection_is_refused_naming_multimodal_rope(tmp_path, how, words):
     path = tmp_path / "model.onnx"
-    onnx.save(_model((1, 1, 2), mix=True), path)
+    onnx.save(_model((1, 1, 2), **{how: True}), path)
     with pytest.raises(BadParameterError) as err:
         graft_found(path, tmp_path / "never.onnx", max_len=16)
     line = str(err.value)
-    assert "\n" not in line and "a RoPE angle 'angle' [3, 2, 6, 4] over three position " \
-        "streams 'p' [3, 2, 6, 1] (multimodal RoPE), but 'sin3' is read by ReduceSum " \
-        "'sin_sel', not only selected from" in line, line
+    assert "\n" not in line and words in line, line
     assert not (tmp_path / "never.onnx").exists()
 
 

@@ -328,8 +328,8 @@ def discover(model) -> tuple[list[Found], list[str]]:
                 f"a Cos/Sin of {r['angle']!r} {shape} that is no single product float32(p) * w "
                 "of a positions tensor" + (
                     f" (positions {streams[0]!r} hold three streams: multimodal RoPE, mrope, "
-                    "whose angle graft finds as float32(p) * w of one of them, the streams "
-                    "stacked on the first axis)" if streams else ""))
+                    "which graft splices where its angle is float32(p) * w of them)"
+                    if streams else ""))
             continue
         source, w = fitted
         layout, rotary = _layout(w)
