@@ -37,7 +37,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import _constants
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     TABLE_BYTES_LIMIT,
@@ -71,6 +70,16 @@ SHAPE_ONLY = ("Shape", "Size")
 CHUNK = 1 << 12
 
 
+def _constant_names(graph) -> set[str]:
+    """The names of ``find._constants`` (initializers, ``Constant`` outputs, ``Identity`` of
+    them) without reading any tensor's values (a user model's weights stay where they are)."""
+    names = {t.name for t in graph.initializer}
+    for node in graph.node:  # in topological order, as find._constants
+        if node.op_type == "Constant" or (node.op_type == "Identity" and node.input[0] in names):
+            names.add(node.output[0])
+    return names
+
+
 def _closure(start: str, makers, readers, consts) -> list:
     """The nodes downstream of ``start`` that only select or move its values (``SELECTING``),
     every non-constant input of theirs made inside (a ``Concat`` with another tensor ends it)."""
@@ -101,8 +110,7 @@ def _codes_run(model, start: str, names: list[str], shape, feeds: dict) -> dict[
 
     graph = model.graph
     kept = [n for n in graph.node if start not in n.output]
-    cut = helper.make_graph(kept, "cut", list(graph.input), [], list(graph.initializer))
-    nodes, used = cone_of(cut, names)
+    nodes, used = cone_of(helper.make_graph(kept, "cut", [], []), names)
     inputs = [v for v in graph.input if v.name in used and v.name != start]
     inputs.append(helper.make_tensor_value_info(start, onnx.TensorProto.FLOAT, None))
     probe = helper.make_graph(nodes, "codes", inputs,
@@ -190,7 +198,7 @@ def find(model, r: dict, source: str, w, runs, makers, readers, inputs) -> tuple
     candidate ``r`` whose angle is ``float32(P) * w`` over ``P = source`` ``[3, ..., 1]``."""
     import numpy as np
 
-    consts = _constants(model.graph)
+    consts = _constant_names(model.graph)
     values, feeds, _ = runs[0]
     angle = np.asarray(values[r["angle"]])
     positions = np.asarray(values[source])
