@@ -143,11 +143,13 @@ def test_bloom_alibi_of_slopes_h11_times_a_range_grafts(exported):
     ("gemma3", "found rope x2, each replaced: (half layout, R=8, angle 'cat_"),
     ("modernbert", "found rope x2, each replaced: (half layout, R=8, angle 'cat"),
     ("whisper", "found learned (table 'val_160' [32, 32]) at GatherND"),
+    ("qwen2_vl", "found mrope (mrope_section [1, 1, 2], R=8, angle 'mul_49' = float32(p) * w "
+                 "over three position streams"),  # (issue 40 point 3: tests/test_graft_mrope.py)
 ])
 def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
     path, module, _ = exported(family)
-    report, out = _graft(path, max_len=64 if family in ("cohere", "gemma3", "modernbert")
-                         else None)
+    report, out = _graft(path, max_len=64 if family in ("cohere", "gemma3", "modernbert",
+                                                        "qwen2_vl") else None)
     assert report.found.startswith(start), report.found
     if family in ("gemma3", "modernbert"):  # both bases (in either order), each replaced
         other = "base 1e+06)" if family == "gemma3" else "base 160000)"
@@ -163,9 +165,6 @@ def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family, words", [
-    ("qwen2_vl", "saw a RoPE angle 'mul_49' [3, 2, 6, 4] over three position streams "
-                 "'unsqueeze_12' [3, 2, 6, 1]: multimodal RoPE (Qwen2-VL's mrope), which graft "
-                 "does not splice yet (edgepe patch replaces it in the PyTorch model)"),
     ("falcon-alibi", "ALiBi (slopes times positions); saw ALiBi-like slopes '_to_copy' [4, 1] in "
                      "bfloat16"),
 ])

@@ -37,7 +37,6 @@ EXPECTED: dict = {
     ('llama-dynamic', 'dynamo-ext'): 'export fails',
     ('llama-dynamic', 'dynamo-kv'): 'export fails',
     ('phi3-longrope', 'torchscript'): 'export fails',
-    ('qwen2_vl', 'dynamo-ext'): 'refused',
     ('qwen2_vl', 'torchscript'): 'export fails',
     ('t5', 'dynamo-ext'): 'export fails',
     ('whisper', 'torchscript'): 'export fails',

@@ -308,6 +308,31 @@ def test_dim_sizes_from_one_role_alone():
                             2, 3, 5) == {"b": 2, "t": 8}
 
 
+def test_multimodal_position_ids_are_three_different_streams_in_range():
+    """Qwen2-VL's position_ids [3, B, S] (issue 40): its batch and length are the last two axes,
+    and hf_feeds fills it with three_streams of the positions it gives a [B, S] one."""
+    multimodal = _inputs(("position_ids", [3, "b", "s"], "tensor(int64)"))
+    assert prove._dim_sizes(multimodal, 2, 3, 5) == {"b": 2, "s": 3}
+    # another rank-3 position input is read as [B, S, ..] still
+    assert prove._dim_sizes(_inputs(("position_ids", ["b", "s", 3], "tensor(int64)")),
+                            2, 3, 5) == {"b": 2, "s": 3}
+    positions = np.asarray([[10, 11], [0, 5]])
+    streams = prove.three_streams(positions, 12)
+    assert streams.tolist() == [[[10, 11], [0, 5]], [[2, 3], [4, 9]], [[6, 7], [8, 1]]]
+    assert prove.three_streams(np.arange(3), 3).tolist() == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    # the shift is max_len // 3, whole positions: 3 for 10
+    assert prove.three_streams(np.asarray([9]), 10).tolist() == [[9], [2], [5]]
+    assert prove.three_streams(np.asarray([9]), 10).dtype == np.int64
+    session = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                       ("attention_mask", ["b", "t"], "tensor(int64)"),
+                       ("position_ids", [3, "b", "s"], "tensor(int32)"))
+    feeds = prove.hf_feeds(session, 5, 0, 2, 64, np.random.default_rng(0), shift=40)
+    text = [[40, 41, 42, 43, 44], [41, 41, 40, 41, 42]]  # cumsum - 1, 1 at padding, shifted
+    assert feeds["position_ids"].tolist() == prove.three_streams(np.asarray(text), 64).tolist()
+    assert feeds["position_ids"].tolist()[1][0] == [61, 62, 63, 0, 1]  # + 21, wrapped at 64
+    assert feeds["position_ids"].dtype == np.int32
+
+
 def _grafted(name="positions", kind="input", new_input=False):
     return SimpleNamespace(positions=SimpleNamespace(name=name, kind=kind), new_input=new_input)
 

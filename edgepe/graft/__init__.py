@@ -82,6 +82,9 @@ from edgepe.graft.lower import (
     lower_rope,
     to_opset,
 )
+from edgepe.graft.mrope import build as build_mrope
+from edgepe.graft.mrope import check_config as check_mrope_config
+from edgepe.graft.mrope import prove_streams
 from edgepe.graft.prove import (
     check_overridable,
     pe_tolerance,
@@ -281,7 +284,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     given = max_len
     if hf_config is not None:  # every PE found must be what the config says
         for i, one in enumerate(found):
-            max_len, hf_records[i] = check_hf_config(one, hf_config, given)
+            check = check_mrope_config if one.family == "mrope" else check_hf_config
+            max_len, hf_records[i] = check(one, hf_config, given)
     max_len_from = None  # where the positions' count came from, when --max-len was not given
     if given is None:
         if max_len is not None:
@@ -297,7 +301,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound = original, [], None, 0.0
     for one, hf_record in zip(found, hf_records, strict=True):
-        build = build_t5 if one.family == "t5-bias" else build_found  # (edgepe/graft/t5.py)
+        # (issue 40 point 3: edgepe/graft/t5.py, edgepe/graft/mrope.py)
+        build = {"t5-bias": build_t5, "mrope": build_mrope}.get(one.family, build_found)
         pe_model, record = build(original, one, max_len, quantize=quantize or "none", mode=mode)
         if hf_record is not None:
             record["hf_config"] = hf_record
@@ -372,6 +377,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             original, grafted, replaces, length,
             bound=bound,
             lengths=lengths, seed=seed)
+        for one in (f for f in found if f.family == "mrope"):  # streams the inputs may not vary
+            label, checks = prove_streams(original, grafted.model, one, length, bound, seed)
+            report.lengths.append(label)
+            report.checks += checks
     if report and out is not None:
         write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or external,
                     inputs=inputs, force=force)

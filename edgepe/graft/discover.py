@@ -31,12 +31,13 @@ found". ``discover(model)`` finds the same ``Found`` records another way:
    - T5's relative bias: a table gathered by a square ``[.., S, S]`` index that is not
      positions goes to ``t5.find_t5`` (issue 40 point 3): the index is required to be, at every
      relative position up to 2^20, edgepe's t5-bias bucket of the relative positions ``k - q``
-     found above it, for a direction, num_buckets and max_distance fitted by those values.
+     found above it, for a direction, num_buckets and max_distance fitted by those values;
+   - a RoPE angle over positions ``[3, ..., 1]`` (Qwen2-VL's three streams) is multimodal RoPE:
+     ``graft.mrope.find`` reads which stream and slot each column of its cos/sin takes.
 
 What it saw but could not confirm goes into ``seen`` (words for graft's refusal line): RoPE
-angles that are no single product of positions (Qwen2-VL's three position streams), tables
-gathered by indices that are not positions (BERT's token types; a square index whose values are
-not T5's buckets).
+angles that are no single product of positions, tables gathered by indices that are not
+positions (BERT's token types; a square index whose values are not T5's buckets).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from edgepe.graft.find_hf import (
     _sincos_by_use,
     _sinusoid_within,
 )
+from edgepe.graft.mrope import find as find_mrope
 from edgepe.graft.prove import _session, cone_of, hf_feeds
 from edgepe.graft.t5 import find_t5, square
 
@@ -330,17 +332,16 @@ def discover(model) -> tuple[list[Found], list[str]]:
                 f"a Cos/Sin of {r['angle']!r} {shape} that is no single product float32(p) * w "
                 "of a positions tensor" + (
                     f" (positions {streams[0]!r} hold three streams: multimodal RoPE, mrope, "
-                    "which graft does not splice yet: edgepe patch replaces it in the PyTorch "
-                    "model)" if streams else ""))
+                    "which graft splices where its angle is float32(p) * w of them)"
+                    if streams else ""))
             continue
         source, w = fitted
         layout, rotary = _layout(w)
         positions = np.asarray(runs[0][0][source])
-        if positions.ndim >= 4 and positions.shape[0] == 3:  # (the probe's batch is 2)
-            seen.append(f"a RoPE angle {r['angle']!r} {list(np.asarray(angles[0]).shape)} over "
-                        f"three position streams {source!r} {list(positions.shape)}: multimodal "
-                        "RoPE (Qwen2-VL's mrope), which graft does not splice yet (edgepe patch "
-                        "replaces it in the PyTorch model)")
+        if positions.ndim >= 3 and positions.shape[0] == 3:  # (the probe's batch is 2)
+            one, said = find_mrope(model, r, source, w, runs, makers, readers, inputs)
+            found.extend([one] if one is not None else [])
+            seen.extend([said] if one is None else [])
             continue
         flat = not (positions.ndim and positions.shape[-1] == 1 and
                     positions.shape[:-1] == np.asarray(angles[0]).shape[:-1])

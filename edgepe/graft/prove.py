@@ -660,13 +660,31 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
         put(value.shape[1], seq)
     for value in inputs:
         if value.name in ("input_ids", "inputs_embeds", "position_ids") and len(value.shape) >= 2:
-            put(value.shape[0], batch)
-            put(value.shape[1], past + seq if decoder else seq)
+            # multimodal RoPE's position_ids [3, batch, seq] (Qwen2-VL, issue 40)
+            lead = 1 if value.name == "position_ids" and len(value.shape) == 3 and \
+                value.shape[0] == STREAMS else 0
+            put(value.shape[lead], batch)
+            put(value.shape[lead + 1], past + seq if decoder else seq)
     for value in inputs:
         if value.name == "attention_mask" and len(value.shape) == 2:
             put(value.shape[0], batch)
             put(value.shape[1], past + seq)
     return sizes
+
+
+STREAMS = 3  # multimodal RoPE's position streams: temporal, height, width (Qwen2-VL)
+
+
+def three_streams(positions, max_len: int):
+    """``[3, *positions.shape]``: stream ``s`` holds ``(positions + s * (max_len // 3)) mod
+    max_len``, three different positions at every token once ``max_len >= 3`` (a vision input's
+    temporal, height and width indices differ so), each stream all of ``0 .. max_len - 1`` when
+    ``positions`` are (graft's every-position pass); in range when ``positions`` are."""
+    import numpy as np
+
+    shifts = np.arange(STREAMS, dtype=np.int64) * (max_len // STREAMS)
+    shifts = shifts.reshape(STREAMS, *[1] * np.ndim(positions))
+    return (np.asarray(positions, np.int64)[None] + shifts) % max_len
 
 
 def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: int = 0,
@@ -676,7 +694,8 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
     as transformers makes them from the mask (``cumsum - 1``, 1 at padding), other integer
     inputs (token ids) over ``0 .. highs[name] - 1`` (both ends; default 0 and 1), past
     keys/values standard normal. ``shift`` is added to ``position_ids`` (a model without a
-    cache input reaches the table's last rows so)."""
+    cache input reaches the table's last rows so). A ``position_ids [3, B, S]`` (multimodal
+    RoPE) holds three different streams of those positions (``three_streams``)."""
     import numpy as np
 
     inputs = session.get_inputs()
@@ -695,6 +714,8 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
             feeds[value.name] = mask.astype(dtype)
         elif value.name == "position_ids" and shape == list(positions.shape):
             feeds[value.name] = positions.astype(dtype)
+        elif value.name == "position_ids" and shape == [STREAMS, *positions.shape]:
+            feeds[value.name] = three_streams(positions, max_len).astype(dtype)
         elif dtype.kind == "f":
             feeds[value.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
