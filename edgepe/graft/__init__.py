@@ -284,8 +284,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     given = max_len
     if hf_config is not None:  # every PE found must be what the config says
         for i, one in enumerate(found):
-            check = check_mrope_config if one.family == "mrope" else check_hf_config
-            max_len, hf_records[i] = check(one, hf_config, given)
+            against = check_mrope_config if one.family == "mrope" else check_hf_config
+            max_len, hf_records[i] = against(one, hf_config, given)
     max_len_from = None  # where the positions' count came from, when --max-len was not given
     if given is None:
         if max_len is not None:
