@@ -1511,6 +1511,11 @@ def test_cone_plan_from_the_graphs():
     # a replaced tensor one model does not make (a weight): no cone, the whole model's step
     assert prove._cone_plan(original, grafted, ["C"]) == ([], frozenset(), False)
     assert prove._cone_plan(original, grafted, ["missing"]) == ([], frozenset(), False)
+    # one replaced tensor compared in the cone, another through the outputs alone: the whole
+    # model takes the step at the last position (the cone covers only the first)
+    assert prove._cone_plan(original, grafted, ["cos", "C"]) == (
+        ["cos"], frozenset({"input_ids", "past_key_values.0.key"}), False)
+    assert prove._cone_plan(original, grafted, ["cos", "cos"])[2] is True
 
 
 def test_a_shaped_cone_computes_what_the_tensor_would_give():

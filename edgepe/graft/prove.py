@@ -971,9 +971,11 @@ def _cone_plan(original, grafted_model, replaces: Sequence[str]
     any session): ``every``, the replaced tensors both models make (those it compares);
     ``shaped``, the inputs both cones of them read by shape alone (``_shape_read``), fed as
     their shapes; ``decode``, whether the cones take the decode step at the table's last
-    position in memory that does not grow with the cache: the model has a cache input
-    (``past`` in its name) and no ``position_ids`` to shift, and every cache input either cone
-    reads is shaped (none read: Bloom's cone reads the mask, MPT's nothing)."""
+    position in memory that does not grow with the cache: every replaced tensor is in
+    ``every`` (one that is not is compared through the whole model's outputs alone, which must
+    then take that step), the model has a cache input (``past`` in its name) and no
+    ``position_ids`` to shift, and every cache input either cone reads is shaped (none read:
+    Bloom's cone reads the mask, MPT's nothing)."""
     def made(model):
         return {o for n in model.graph.node for o in n.output} | {
             o.name for o in model.graph.output}
@@ -986,7 +988,8 @@ def _cone_plan(original, grafted_model, replaces: Sequence[str]
     reads = cone_of(original.graph, every)[1] | cone_of(grafted_model.graph, every)[1]
     inputs = {v.name for v in original.graph.input} | {v.name for v in grafted_model.graph.input}
     cache = {n for n in inputs if "past" in n}
-    decode = bool(cache) and cache & reads <= shaped and "position_ids" not in inputs
+    decode = (set(every) == set(replaces) and bool(cache) and cache & reads <= shaped
+              and "position_ids" not in inputs)
     return every, shaped, decode
 
 
