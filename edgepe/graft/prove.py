@@ -749,7 +749,10 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
     onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
     proof), on ``proof_cases``; the replaced tensors also at every position below ``max_len``
-    (``_cone_run``: one sequence of ``max_len`` tokens through each model's PE alone).
+    (``_cone_run``: each model's PE alone, over one sequence of ``max_len`` tokens or chunks of
+    ``CONE_CHUNK``), and where the positions come from a cache's length, in the decode step
+    after ``max_len - 1`` cached tokens (the cache fed to the cones as its shape; the whole
+    model's last step then after ``DECODE_PAST``: ``_cone_plan``, issue 41).
 
     Tolerances, per element (``_Worst``, as ``prove``): a replaced tensor's, ``bound`` (the
     artifact's quantisation bound; 0 for float tables) plus 4 ulp of the larger of its value and
