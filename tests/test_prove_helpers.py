@@ -1154,6 +1154,35 @@ def test_nan_inf_and_shapes_element_by_element():
     assert not _worst_check([1.0], [1.0], extra=nan).passed
 
 
+def test_blocks_compare_as_one_output(monkeypatch):
+    """WORST_BLOCK 3 over 10 elements: the scale is the whole output's (a block of small values
+    beside large ones keeps the large scale), the worst element and the largest error are the
+    whole's, ties as one argmax over all (the first); integers scaled in float64."""
+    values = np.arange(1, 11, dtype=np.float32) * 100
+    values[:3] = 1.0  # the first block alone: scale 1
+    got = values.copy()
+    got[1] += 2.0**-9  # within 64 ulp of the whole's scale (900: 2^-8), beyond 64 ulp of 1
+    got[7] += 2.0**-9
+    lines = {}
+    for block in (3, 1 << 20):
+        monkeypatch.setattr(prove, "WORST_BLOCK", block)
+        worst = prove._Worst()
+        worst.add(got, values)
+        lines[block] = (worst.over, worst.top, worst.check("y", 0.0))
+    assert lines[3] == lines[1 << 20]
+    assert lines[3][2].passed and lines[3][2].tolerance == 64 * float(np.spacing(np.float32(900)))
+    # errors in several blocks: the largest, and beyond its allowance, is found in a later block
+    monkeypatch.setattr(prove, "WORST_BLOCK", 3)
+    got[8] += 1.0
+    worst = prove._Worst()
+    worst.add(got, values)
+    check = worst.check("y", 0.0)
+    assert not check.passed and check.max_abs_err == pytest.approx(1.0, abs=1e-4)
+    ints = prove._Worst()
+    ints.add(np.asarray([0, 5], np.int64), np.asarray([np.iinfo(np.int64).min, 5], np.int64))
+    assert ints.check("y", 0.0).max_abs_err == float(2**63)
+
+
 def test_runs_accumulate_the_worst_element():
     worst = prove._Worst(4)
     worst.add(np.float32([1.0, 3.0]), np.float32([1.0, 2.0]))  # err 1 at 2

@@ -193,6 +193,10 @@ def _session(model, which: str = "original"):
         raise error(f"onnxruntime cannot load the {which} model: {first}") from None
 
 
+# Elements per block of one comparison (``_Worst.add``): 8 MiB per float64 temporary.
+WORST_BLOCK = 1 << 20
+
+
 class _Worst:
     """One output's comparison across runs, element by element: the element furthest beyond its
     float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``)
@@ -208,21 +212,36 @@ class _Worst:
     def add(self, got, want) -> None:
         import numpy as np
 
-        a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        a, b = np.asarray(got), np.asarray(want)
         if a.shape != b.shape:
             self.over, self.top = (math.inf, math.inf, 0.0), (math.inf, 0.0)
             return
         a, b = a.reshape(-1), b.reshape(-1)
         if not a.size:
             return
+        # the scale from every element; |b| in its own float type (exact, and "lower" picks one
+        # of its elements: the same value as in float64), integers in float64 (|min| overflows)
+        mag = np.abs(b) if b.dtype.kind == "f" else np.abs(b.astype(np.float64))
+        finite = mag[np.isfinite(mag)]
+        scale = float(np.quantile(finite, SCALE_QUANTILE, method="lower")) if finite.size \
+            else 0.0
+        del mag, finite
+        # the rest in blocks of WORST_BLOCK elements: float64 temporaries of a whole output at
+        # 2^20 positions were 0.5 GB of Bloom's 1.0 GB peak (issue 41); the worst element of
+        # the blocks is the worst of the whole (ties: the first, as one argmax over all)
+        for start in range(0, a.size, WORST_BLOCK):
+            self._block(a[start:start + WORST_BLOCK], b[start:start + WORST_BLOCK], scale)
+
+    def _block(self, a, b, scale: float) -> None:
+        import numpy as np
+
+        a, b = a.astype(np.float64), b.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             same = (a == b) | (np.isnan(a) & np.isnan(b))
             err = np.where(same, 0.0, np.abs(a - b))
         err = np.where(np.isnan(err), np.inf, err)
         mag = np.abs(b)
         finite = np.isfinite(mag)
-        scale = float(np.quantile(mag[finite], SCALE_QUANTILE, method="lower")) \
-            if finite.any() else 0.0
         top = 2.0**127  # float32's largest power of two: its spacing is finite
         size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
         allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
