@@ -1598,14 +1598,18 @@ def test_prove_found_without_position_ids_takes_the_last_step_in_the_cone(monkey
     monkeypatch.setattr(prove, "_cone_feed", spy)
     cases, checks = prove.prove_found(original, _found_at_pos(original), ["cos"], L)
     assert cases == ["1", "7", "8", "8 (left pad 3)", "3+5", "1+2", EVERY,
-                     "1+7 (the replaced tensors)"]
+                     "1+7 (the replaced tensors)",
+                     "1+8, 1+9, 1+19 (the replaced tensors: the original refuses them)"]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0), ("cos", 0.0)]
-    # the ids and the cache both read by shape alone: each fed as its shape
-    assert calls[::2] == [("3 (positions 0..2)", [2, 1, 0, D], [2, 3]),
+    # the ids and the cache both read by shape alone: each fed as its shape (then the original
+    # refuses the caches past its 8 rows: nothing more compared)
+    assert calls[:8:2] == [("3 (positions 0..2)", [2, 1, 0, D], [2, 3]),
                           ("3 (positions 3..5)", [2, 1, 3, D], [2, 3]),
                           ("2 (positions 6..7)", [2, 1, 6, D], [2, 2]),
                           ("1 (positions 7..7)", [2, 1, 7, D], [2, 1])]
-    assert calls[1::2] == calls[::2]  # the same inputs to the grafted model's cone
+    assert calls[1:8:2] == calls[:8:2]  # the same inputs to the grafted model's cone
+    assert [c[:2] for c in calls[8:]] == [("1+8", [2, 1, 8, D]), ("1+9", [2, 1, 9, D]),
+                                          ("1+19", [2, 1, 19, D])]
     rows = C.copy()
     rows[7, 1] = 0.25  # the table's last row differs: seen in the replaced tensor and y
     _, (y, cos) = prove.prove_found(original, _found_at_pos(original, rows), ["cos"], L)
@@ -1614,3 +1618,19 @@ def test_prove_found_without_position_ids_takes_the_last_step_in_the_cone(monkey
     reading = _by_cache_length(read_cache=True)
     cases, _ = prove.prove_found(reading, _found_at_pos(reading), ["cos"], L)
     assert cases[-3:] == ["3+5", "1+7", EVERY]
+
+
+def test_prove_found_without_position_ids_past_the_table():
+    """Caches of 8, 9 and 19 tokens (past the grafted table's 8 rows) through the cones, as the
+    original takes them: an original of 20 rows computes them, so a grafted table of 8 must
+    refuse (it does: Gather out of range) and one of 20 whose row 9 differs is caught there."""
+    long_rows = np.concatenate([C, C[::-1], C[:4]])  # 20 rows, the first 8 those of C
+    original = _by_cache_length(long_rows)
+    cases, (y, cos) = prove.prove_found(original, _found_at_pos(original), ["cos"], L)
+    assert cases[-1] == "1+8, 1+9, 1+19 (the replaced tensors: the grafted model refuses them)"
+    assert y.passed and cos.passed
+    wrong = long_rows.copy()
+    wrong[9, 0] += 0.5  # past max_len 8: no whole-model run and no every-position run sees it
+    cases, (y, cos) = prove.prove_found(original, _found_at_pos(original, wrong), ["cos"], L)
+    assert cases[-1] == "1+8, 1+9, 1+19 (the replaced tensors)"
+    assert y.passed and not cos.passed and cos.max_abs_err == 0.5

@@ -591,6 +591,43 @@ def _outside(reference, mine, names, feeds: dict, positions: str, max_len: int, 
     return ", ".join(f"positions {', '.join(map(str, odds))}{outcome}" for outcome, odds in said)
 
 
+def _outside_cone(cones, names: Sequence[str], declared, shaped: frozenset[str], max_len: int,
+                  rng, highs, worst, deadline) -> str:
+    """The cones' decode step (``_cone_plan``) after each non-negative count of
+    ``_outside_positions`` cached tokens: positions past the table's rows where the positions
+    come from the cache's length (issue 41; none is negative there), the cache fed as its
+    shape. As ``_outside``: where the original's cone computes the replaced tensors, the
+    grafted's must compute the same (added to ``worst``) or fail (its rows end at
+    ``max_len - 1``, and it says so by failing, as the whole model would at that node); where
+    the original's fails, nothing is compared. Returns the runs' label."""
+    said: list[tuple[str, list[int]]] = []
+    for past in (p for p in _outside_positions(max_len) if p >= 0):
+        feeds = _cone_feeds(cones, declared, shaped, 1, past, max_len, rng, 0, highs)
+        where, outcome = f"1+{past}", ""
+        try:
+            want = _cone_feed(cones[0], names, feeds, where, "original", deadline)
+        except BadParameterError as exc:
+            if "did not finish" in str(exc) or "memory limit" in str(exc):
+                raise
+            outcome = ": the original refuses them"
+        if not outcome:
+            try:
+                got = _cone_feed(cones[1], names, feeds, where, "grafted", deadline)
+            except ParityError as exc:
+                if "did not finish" in str(exc) or "memory limit" in str(exc):
+                    raise
+                outcome = ": the grafted model refuses them"
+            else:
+                for name in names:
+                    worst[name].add(got[name], want[name])
+        if said and said[-1][0] == outcome:
+            said[-1][1].append(past)
+        else:
+            said.append((outcome, [past]))
+    return ", ".join(f"{', '.join(f'1+{p}' for p in pasts)} (the replaced tensors{outcome})"
+                     for outcome, pasts in said)
+
+
 def _run(session, names: list[str], feeds: dict, length, which: str,
          deadline: float | None = None) -> list:
     """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
@@ -846,6 +883,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     # also take the decode step at the table's last position (1 token after max_len - 1), which
     # the whole model then takes after DECODE_PAST tokens (proof_cases).
     every = [n for n in names if n in planned]
+    outside = []
     if every:
         theirs_cone = _cone_session(original, every, shaped=shaped)
         mine_cone = _cone_session(grafted.model, every, "grafted", shaped)
@@ -871,9 +909,10 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
         cases = [*cases, (max_len, 0, 0, -1)]  # (shift -1: the label says what it was)
         if cone_decode:
             cases.append((1, max_len - 1, 0, -2))
+            outside.append(_outside_cone((theirs_cone, mine_cone), every, declared, shaped,
+                                         max_len, rng, highs, worst, deadline))
     # position_ids past max_len - 1 and negative, as the original takes them (issue 41): the
     # grafted model computes the same there or fails (graft's RoPE: splice._range_guard)
-    outside = []
     if "position_ids" in {i.name for i in mine.get_inputs()}:
         feeds = hf_feeds(mine, 3, 0, 0, max_len, rng, highs=highs)
         if "position_ids" in feeds:
