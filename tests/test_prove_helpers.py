@@ -1511,6 +1511,8 @@ def test_shape_read_inputs_are_those_the_cone_reads_by_shape_alone():
     old = _by_cache_length()
     old.opset_import[0].version = 9
     assert prove._shape_read(old, ["cos"]) == set()
+    old.opset_import[0].version = 10  # Slice takes its starts and ends as inputs from 10
+    assert prove._shape_read(old, ["cos"]) == {"input_ids", "past_key_values.0.key"}
     branchy = _by_cache_length()
     branch = helper.make_graph([helper.make_node("Identity", ["C"], ["c2"])], "b", [],
                                [_vi("c2", TensorProto.FLOAT, [L, D])])
@@ -1634,3 +1636,52 @@ def test_prove_found_without_position_ids_past_the_table():
     cases, (y, cos) = prove.prove_found(original, _found_at_pos(original, wrong), ["cos"], L)
     assert cases[-1] == "1+8, 1+9, 1+19 (the replaced tensors)"
     assert y.passed and not cos.passed and cos.max_abs_err == 0.5
+
+
+class _Cone:
+    """A cone session stand-in: no inputs; ``run`` returns zeros, or raises ``error``, or
+    sleeps past any deadline (then fails as onnxruntime does once terminate is set)."""
+
+    def __init__(self, error=None, slow=False):
+        self.error, self.slow = error, slow
+
+    def get_inputs(self):
+        return []
+
+    def run(self, names, feeds, options):
+        if self.slow:
+            time.sleep(0.3)
+            if options.terminate:
+                raise RuntimeError("Exiting due to terminate flag being set to true.")
+        if self.error:
+            raise RuntimeError(self.error)
+        return [np.zeros(2, np.float32) for _ in names]
+
+
+def test_outside_cone_outcomes_and_what_it_never_swallows():
+    """Past the table: both compute (compared), the grafted fails (refuses), the original fails
+    (nothing compared); a run past the deadline or over the memory limit is never read as a
+    refusal, whichever model it is."""
+    def outside(original, grafted, deadline=60.0):
+        worst = {"cos": prove._Worst()}
+        label = prove._outside_cone((original, grafted), ["cos"], [], frozenset(), 8,
+                                    np.random.default_rng(0), {}, worst,
+                                    time.monotonic() + deadline)
+        return label, worst["cos"].check("cos", 0.0)
+
+    label, check = outside(_Cone(), _Cone())
+    assert label == "1+8, 1+9, 1+19 (the replaced tensors)"
+    assert check.passed and check.max_abs_err == 0.0 and check.tolerance > 0  # compared
+    assert outside(_Cone(), _Cone("out of range"))[0] == (
+        "1+8, 1+9, 1+19 (the replaced tensors: the grafted model refuses them)")
+    assert outside(_Cone("out of range"), _Cone(slow=True))[0] == (
+        "1+8, 1+9, 1+19 (the replaced tensors: the original refuses them)")
+    with pytest.raises(BadParameterError, match="^the original model did not finish"):
+        outside(_Cone(slow=True), _Cone(), 0.05)
+    with pytest.raises(ParityError, match="^the grafted model did not finish"):
+        outside(_Cone(), _Cone(slow=True), 0.05)
+    full = "Available memory of 4294967296 is smaller than requested bytes of 8589934592"
+    with pytest.raises(BadParameterError, match="^the original model needs more than graft's"):
+        outside(_Cone(full), _Cone())
+    with pytest.raises(ParityError, match="^the grafted model needs more than graft's"):
+        outside(_Cone(), _Cone(full))

@@ -601,7 +601,7 @@ def _outside_cone(cones, names: Sequence[str], declared, shaped: frozenset[str],
     ``max_len - 1``, and it says so by failing, as the whole model would at that node); where
     the original's fails, nothing is compared. Returns the runs' label."""
     said: list[tuple[str, list[int]]] = []
-    for past in (p for p in _outside_positions(max_len) if p >= 0):
+    for past in (p for p in _outside_positions(max_len) if p >= max_len):
         feeds = _cone_feeds(cones, declared, shaped, 1, past, max_len, rng, 0, highs)
         where, outcome = f"1+{past}", ""
         try:
