@@ -133,10 +133,15 @@ def test_graft_finds_the_pe_of_a_transformers_export(exported, family, tmp_path)
     assert any(p.key == "edgepe.graft.0" for p in grafted.metadata_props)
     if family not in _hf_models.NO_CACHE:
         # a KV-cache decode step at the table's last row: after 8 cached tokens where
-        # position_ids sets the positions, else after length - 1 (issue 41)
+        # position_ids sets the positions, else the PE's cone alone after length - 1 and the
+        # whole model after 8 (issue 41); MPT's bias is a weight of the original, which no
+        # cone makes (compared through the outputs alone): the whole model after length - 1
         last = length - 1
         step = (f"1+8 (positions {last}..{last})"
-                if "position_ids" in {i.name for i in original.graph.input} else f"1+{last}")
+                if "position_ids" in {i.name for i in original.graph.input} else
+                f"3+5, 1+{last}:" if family == "mpt" else
+                f"1+8, every position 0..{last} (the replaced tensors), 1+{last} (the replaced "
+                "tensors)")
         assert step in stdout
         assert "present_key.0: max abs err" in stdout  # the cache's outputs proven too
 
@@ -385,7 +390,8 @@ def test_torchscript_export_of_mpt_with_a_cache(tmp_path):
     """MPT with a KV cache by the TorchScript exporter (``dynamo=False``, ``dynamic_axes``; one
     file): its bias is a ``Constant`` node there, not an initializer. graft finds it, computes it
     instead, proves logits and present keys/values at prefill and at decode steps (3 after 5
-    cached, 1 after 255), and the written model equals torch on a cache it did not see."""
+    cached, 1 after 8; the bias itself at every position and in the step after 255, by the
+    PE's cone: issue 41), and the written model equals torch on a cache it did not see."""
     import torch
 
     lm = _hf_models.model("mpt")
@@ -409,7 +415,8 @@ def test_torchscript_export_of_mpt_with_a_cache(tmp_path):
     code, stdout, stderr = _cli("graft", path, "--out", out)
     assert code == 0, (stdout, stderr)
     assert stdout.startswith(f"found alibi (MPT bias constant {bias[0]!r} [4, 1, 256]")
-    assert "3+5, 1+255" in stdout and "present_value.1: max abs err" in stdout
+    assert "3+5, 1+8, every position 0..255 (the replaced tensors), 1+255 (the replaced " \
+        "tensors)" in stdout and "present_value.1: max abs err" in stdout
     grafted = onnx.load(out)  # the bias is made by the PE now (a Range times the slopes)
     maker = next(n for n in grafted.graph.node if bias[0] in n.output)
     assert maker.op_type == "Mul" and "edgepe_pe0/slopes" in maker.input

@@ -1212,6 +1212,35 @@ def test_nan_inf_and_shapes_element_by_element():
     assert not _worst_check([1.0], [1.0], extra=nan).passed
 
 
+def test_blocks_compare_as_one_output(monkeypatch):
+    """WORST_BLOCK 3 over 10 elements: the scale is the whole output's (a block of small values
+    beside large ones keeps the large scale), the worst element and the largest error are the
+    whole's, ties as one argmax over all (the first); integers scaled in float64."""
+    values = np.arange(1, 11, dtype=np.float32) * 100
+    values[:3] = 1.0  # the first block alone: scale 1
+    got = values.copy()
+    got[1] += 2.0**-9  # within 64 ulp of the whole's scale (900: 2^-8), beyond 64 ulp of 1
+    got[7] += 2.0**-9
+    lines = {}
+    for block in (3, 1 << 20):
+        monkeypatch.setattr(prove, "WORST_BLOCK", block)
+        worst = prove._Worst()
+        worst.add(got, values)
+        lines[block] = (worst.over, worst.top, worst.check("y", 0.0))
+    assert lines[3] == lines[1 << 20]
+    assert lines[3][2].passed and lines[3][2].tolerance == 64 * float(np.spacing(np.float32(900)))
+    # errors in several blocks: the largest, and beyond its allowance, is found in a later block
+    monkeypatch.setattr(prove, "WORST_BLOCK", 3)
+    got[8] += 1.0
+    worst = prove._Worst()
+    worst.add(got, values)
+    check = worst.check("y", 0.0)
+    assert not check.passed and check.max_abs_err == pytest.approx(1.0, abs=1e-4)
+    ints = prove._Worst()
+    ints.add(np.asarray([0, 5], np.int64), np.asarray([np.iinfo(np.int64).min, 5], np.int64))
+    assert ints.check("y", 0.0).max_abs_err == float(2**63)
+
+
 def test_runs_accumulate_the_worst_element():
     worst = prove._Worst(4)
     worst.add(np.float32([1.0, 3.0]), np.float32([1.0, 2.0]))  # err 1 at 2
@@ -1461,3 +1490,256 @@ def test_outside_runs_each_position_and_groups_the_outcomes():
             with pytest.raises(ParityError, match=says):
                 prove._outside(limited, limited, ["y"], feeds, "pos", 5, worst, None)
         assert calls == ["original", "grafted"]
+
+
+# ---- a model without position_ids: positions from the cache's length (issue 41) ---------------
+
+
+def _by_cache_length(rows=C, read_cache=False, positioned=False):
+    """``y = E[input_ids] * C[past + arange(seq)] + sum of the cache``, as transformers exports a
+    model without position_ids (its positions ``Range(past, past + seq)`` from the shapes of
+    the ids and the cache, which it also reads by value); ``cos`` is replaced, at the internal
+    positions ``pos``. ``read_cache``: cos also adds 0 times the cache's sum (the cone then
+    reads its values); ``positioned``: an unused position_ids input too."""
+    nodes = [helper.make_node("Shape", ["input_ids"], ["seq"], start=1, end=2),
+             helper.make_node("Shape", ["past_key_values.0.key"], ["past"], start=2, end=3),
+             helper.make_node("Add", ["past", "seq"], ["end"]),
+             helper.make_node("Squeeze", ["past", "zero"], ["s0"]),
+             helper.make_node("Squeeze", ["end", "zero"], ["e0"]),
+             helper.make_node("Range", ["s0", "e0", "one"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "zero"], ["pos"]),
+             helper.make_node("Gather", ["C", "pos"], ["cos" if not read_cache else "cos0"]),
+             helper.make_node("Gather", ["E", "input_ids"], ["emb"]),
+             helper.make_node("Mul", ["emb", "cos"], ["ec"]),
+             helper.make_node("ReduceSum", ["past_key_values.0.key", "axes"], ["kv"],
+                              keepdims=0),
+             helper.make_node("Unsqueeze", ["kv", "one1"], ["kv1"]),
+             helper.make_node("Add", ["ec", "kv1"], ["y"])]
+    if read_cache:
+        nodes.insert(8, helper.make_node("Mul", ["kv1", "nought"], ["kv0"]))
+        nodes.insert(9, helper.make_node("Add", ["cos0", "kv0"], ["cos"]))
+        nodes.sort(key=lambda n: n.output[0] in ("kv0", "cos", "emb", "ec", "y"))
+    inputs = [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+              _vi("attention_mask", TensorProto.INT64, ["b", "t"]),
+              *([_vi("position_ids", TensorProto.INT64, ["b", "s"])] if positioned else []),
+              _vi("past_key_values.0.key", TensorProto.FLOAT, ["b", 1, "p", D])]
+    inits = [onnx.numpy_helper.from_array(E, "E"),
+             onnx.numpy_helper.from_array(rows.astype(np.float32), "C"),
+             *(onnx.numpy_helper.from_array(np.asarray(v, dtype), n) for n, v, dtype in (
+                 ("zero", [0], np.int64), ("one", 1, np.int64), ("one1", [1], np.int64),
+                 ("axes", [1, 2], np.int64), ("nought", 0.0, np.float32)))]
+    return _model(nodes, inputs, [_vi("y", TensorProto.FLOAT, ["b", "s", D])], inits)
+
+
+def _found_at_pos(original, rows=C):
+    from edgepe.graft.splice import splice_found
+
+    return splice_found(original, prove.table_pe(rows, 18), {"pe": "cos"}, "pos",
+                        {"scheme": "test"})
+
+
+def test_proof_cases_a_cone_decode_step_keeps_the_whole_models_cache_short():
+    """Without position_ids the whole model's last step is after DECODE_PAST tokens, unshifted
+    (its positions come from the cache's length), when the cone takes the step at max_len - 1;
+    with position_ids the flag changes nothing."""
+    cached = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                      ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
+    assert prove.proof_cases(cached, 1 << 20, cone_decode=True)[-2:] == [(3, 5, 0, 0),
+                                                                         (1, 8, 0, 0)]
+    assert prove.proof_cases(cached, 1 << 20)[-1] == (1, (1 << 20) - 1, 0, 0)
+    assert prove.proof_cases(cached, 9, cone_decode=True)[-1] == (1, 8, 0, 0)
+    assert prove.proof_cases(cached, 7, cone_decode=True)[-1] == (1, 6, 0, 0)
+    positioned = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                          ("position_ids", ["b", "s"], "tensor(int64)"),
+                          ("past_key_values.0.key", ["b", 2, "p", 4], "tensor(float)"))
+    assert prove.proof_cases(positioned, 64, cone_decode=True)[-1] == (1, 8, 0, 55)
+
+
+def test_shape_read_inputs_are_those_the_cone_reads_by_shape_alone():
+    model = _by_cache_length()
+    assert prove._shape_read(model, ["cos"]) == {"input_ids", "past_key_values.0.key"}
+    # the whole model reads the cache's values (ReduceSum) and the ids' (Gather)
+    assert prove._shape_read(model, ["y"]) == set()
+    assert prove._shape_read(_by_cache_length(read_cache=True), ["cos"]) == {"input_ids"}
+    # an input of no declared shape (its rank unknown) is not rewritten
+    bare = _by_cache_length()
+    bare.graph.input[0].type.tensor_type.ClearField("shape")
+    assert prove._shape_read(bare, ["cos"]) == {"past_key_values.0.key"}
+    # below opset 10 (Slice without inputs), or a subgraph in the cone: none
+    old = _by_cache_length()
+    old.opset_import[0].version = 9
+    assert prove._shape_read(old, ["cos"]) == set()
+    old.opset_import[0].version = 10  # Slice takes its starts and ends as inputs from 10
+    assert prove._shape_read(old, ["cos"]) == {"input_ids", "past_key_values.0.key"}
+    branchy = _by_cache_length()
+    branch = helper.make_graph([helper.make_node("Identity", ["C"], ["c2"])], "b", [],
+                               [_vi("c2", TensorProto.FLOAT, [L, D])])
+    branchy.graph.node.insert(7, helper.make_node("If", ["cond"], ["C2"], then_branch=branch,
+                                                  else_branch=branch))
+    branchy.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(True), "cond"))
+    for node in branchy.graph.node:
+        if node.op_type == "Gather" and node.input[0] == "C":
+            node.input[0] = "C2"
+    assert prove._shape_read(branchy, ["cos"]) == set()
+
+
+def test_cone_plan_from_the_graphs():
+    original = _by_cache_length()
+    grafted = _found_at_pos(original).model
+    assert prove._cone_plan(original, grafted, ["cos"]) == (
+        ["cos"], frozenset({"input_ids", "past_key_values.0.key"}), True)
+    # the cache read by value in a cone: no decode step there (the whole model's stays long)
+    reading = _by_cache_length(read_cache=True)
+    assert prove._cone_plan(reading, reading, ["cos"]) == (["cos"], frozenset({"input_ids"}),
+                                                           False)
+    # position_ids to shift: the whole model's step reaches max_len - 1 itself
+    positioned = _by_cache_length(positioned=True)
+    assert prove._cone_plan(positioned, positioned, ["cos"])[2] is False
+    # no cache input: no decode step at all
+    assert prove._cone_plan(_hf(), _hf(), ["cos"])[2] is False
+    # a replaced tensor one model does not make (a weight): no cone, the whole model's step
+    assert prove._cone_plan(original, grafted, ["C"]) == ([], frozenset(), False)
+    assert prove._cone_plan(original, grafted, ["missing"]) == ([], frozenset(), False)
+    # one replaced tensor compared in the cone, another through the outputs alone: the whole
+    # model takes the step at the last position (the cone covers only the first)
+    assert prove._cone_plan(original, grafted, ["cos", "C"]) == (
+        ["cos"], frozenset({"input_ids", "past_key_values.0.key"}), False)
+    assert prove._cone_plan(original, grafted, ["cos", "cos"])[2] is True
+
+
+def test_a_shaped_cone_computes_what_the_tensor_would_give():
+    """Shape with no bounds, a negative start, an end past the rank: each a Slice of the
+    shape vector, equal to the Shape of a real tensor."""
+    x = _vi("x", TensorProto.FLOAT, ["a", 3, "c", 2])
+    nodes = [helper.make_node("Shape", ["x"], ["all"]),
+             helper.make_node("Shape", ["x"], ["tail"], start=-2),
+             helper.make_node("Shape", ["x"], ["mid"], start=1, end=9),
+             helper.make_node("Concat", ["all", "tail", "mid"], ["dims"], axis=0),
+             helper.make_node("Cast", ["dims"], ["out"], to=TensorProto.FLOAT)]
+    model = _model(nodes, [x], [_vi("out", TensorProto.FLOAT, [None])])
+    real = prove._cone_session(model, ["out"]).run(["out"], {
+        "x": np.zeros((5, 3, 7, 2), np.float32)})[0]
+    shaped = prove._cone_session(model, ["out"], shaped=frozenset({"x"}))
+    assert [(i.name, i.type, i.shape) for i in shaped.get_inputs()] == [
+        ("x", "tensor(int64)", [4])]
+    got = shaped.run(["out"], {"x": np.asarray([5, 3, 7, 2], np.int64)})[0]
+    assert real.tolist() == got.tolist() == [5, 3, 7, 2, 7, 2, 3, 7, 2]
+
+
+def test_cone_feeds_give_shaped_inputs_as_their_shape():
+    model = _by_cache_length()
+    cone = prove._cone_session(model, ["cos"], shaped=frozenset({"past_key_values.0.key"}))
+    given = prove._GraphInputs(model).get_inputs()
+    feeds = prove._cone_feeds((cone,), given, frozenset({"past_key_values.0.key"}), 3, 1 << 20,
+                              1 << 21, np.random.default_rng(0))
+    assert set(feeds) == {"input_ids", "past_key_values.0.key"}
+    assert feeds["past_key_values.0.key"].tolist() == [2, 1, 1 << 20, D]
+    assert feeds["past_key_values.0.key"].dtype == np.int64 and feeds["input_ids"].shape == (2, 3)
+    out = prove._cone_feed(cone, ["cos"], {**feeds, "past_key_values.0.key": np.asarray(
+        [2, 1, 5, D], np.int64)}, 3, "original")
+    assert out["cos"].tolist() == C[None, 5:8].astype(np.float32).tolist()
+
+
+def test_prove_found_without_position_ids_takes_the_last_step_in_the_cone(monkeypatch):
+    """DECODE_PAST 2 and CONE_CHUNK 3 over max_len 8: the whole model after 2 cached tokens; the
+    cones at positions 0..2, 3..5, 6..7 (3 and 2 tokens after 0, 3 and 6 cached) and 1 token
+    after 7, every cache fed as its shape; a last row that differs is seen there."""
+    monkeypatch.setattr(prove, "DECODE_PAST", 2)
+    monkeypatch.setattr(prove, "CONE_CHUNK", 3)
+    original = _by_cache_length()
+    calls = []
+    real = prove._cone_feed
+
+    def spy(session, names, feeds, label, which, deadline=None):
+        calls.append((label, feeds["past_key_values.0.key"].tolist(),
+                      feeds["input_ids"].tolist()))
+        return real(session, names, feeds, label, which, deadline)
+
+    monkeypatch.setattr(prove, "_cone_feed", spy)
+    cases, checks = prove.prove_found(original, _found_at_pos(original), ["cos"], L)
+    assert cases == ["1", "7", "8", "8 (left pad 3)", "3+5", "1+2", EVERY,
+                     "1+7 (the replaced tensors)",
+                     "1+8, 1+9, 1+19 (the replaced tensors: the original refuses them)"]
+    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0), ("cos", 0.0)]
+    # the ids and the cache both read by shape alone: each fed as its shape (then the original
+    # refuses the caches past its 8 rows: nothing more compared)
+    assert calls[:8:2] == [("3 (positions 0..2)", [2, 1, 0, D], [2, 3]),
+                          ("3 (positions 3..5)", [2, 1, 3, D], [2, 3]),
+                          ("2 (positions 6..7)", [2, 1, 6, D], [2, 2]),
+                          ("1 (positions 7..7)", [2, 1, 7, D], [2, 1])]
+    assert calls[1:8:2] == calls[:8:2]  # the same inputs to the grafted model's cone
+    assert [c[:2] for c in calls[8:]] == [("1+8", [2, 1, 8, D]), ("1+9", [2, 1, 9, D]),
+                                          ("1+19", [2, 1, 19, D])]
+    rows = C.copy()
+    rows[7, 1] = 0.25  # the table's last row differs: seen in the replaced tensor and y
+    _, (y, cos) = prove.prove_found(original, _found_at_pos(original, rows), ["cos"], L)
+    assert cos.max_abs_err == abs(0.25 - C[7, 1]) and y.max_abs_err > 0
+    # where the cone reads the cache's values, the whole model takes the step after 7
+    reading = _by_cache_length(read_cache=True)
+    cases, _ = prove.prove_found(reading, _found_at_pos(reading), ["cos"], L)
+    assert cases[-3:] == ["3+5", "1+7", EVERY]
+
+
+def test_prove_found_without_position_ids_past_the_table():
+    """Caches of 8, 9 and 19 tokens (past the grafted table's 8 rows) through the cones, as the
+    original takes them: an original of 20 rows computes them, so a grafted table of 8 must
+    refuse (it does: Gather out of range) and one of 20 whose row 9 differs is caught there."""
+    long_rows = np.concatenate([C, C[::-1], C[:4]])  # 20 rows, the first 8 those of C
+    original = _by_cache_length(long_rows)
+    cases, (y, cos) = prove.prove_found(original, _found_at_pos(original), ["cos"], L)
+    assert cases[-1] == "1+8, 1+9, 1+19 (the replaced tensors: the grafted model refuses them)"
+    assert y.passed and cos.passed
+    wrong = long_rows.copy()
+    wrong[9, 0] += 0.5  # past max_len 8: no whole-model run and no every-position run sees it
+    cases, (y, cos) = prove.prove_found(original, _found_at_pos(original, wrong), ["cos"], L)
+    assert cases[-1] == "1+8, 1+9, 1+19 (the replaced tensors)"
+    assert y.passed and not cos.passed and cos.max_abs_err == 0.5
+
+
+class _Cone:
+    """A cone session stand-in: no inputs; ``run`` returns zeros, or raises ``error``, or
+    sleeps past any deadline (then fails as onnxruntime does once terminate is set)."""
+
+    def __init__(self, error=None, slow=False):
+        self.error, self.slow = error, slow
+
+    def get_inputs(self):
+        return []
+
+    def run(self, names, feeds, options):
+        if self.slow:
+            time.sleep(0.3)
+            if options.terminate:
+                raise RuntimeError("Exiting due to terminate flag being set to true.")
+        if self.error:
+            raise RuntimeError(self.error)
+        return [np.zeros(2, np.float32) for _ in names]
+
+
+def test_outside_cone_outcomes_and_what_it_never_swallows():
+    """Past the table: both compute (compared), the grafted fails (refuses), the original fails
+    (nothing compared); a run past the deadline or over the memory limit is never read as a
+    refusal, whichever model it is."""
+    def outside(original, grafted, deadline=60.0):
+        worst = {"cos": prove._Worst()}
+        label = prove._outside_cone((original, grafted), ["cos"], [], frozenset(), 8,
+                                    np.random.default_rng(0), {}, worst,
+                                    time.monotonic() + deadline)
+        return label, worst["cos"].check("cos", 0.0)
+
+    label, check = outside(_Cone(), _Cone())
+    assert label == "1+8, 1+9, 1+19 (the replaced tensors)"
+    assert check.passed and check.max_abs_err == 0.0 and check.tolerance > 0  # compared
+    assert outside(_Cone(), _Cone("out of range"))[0] == (
+        "1+8, 1+9, 1+19 (the replaced tensors: the grafted model refuses them)")
+    assert outside(_Cone("out of range"), _Cone(slow=True))[0] == (
+        "1+8, 1+9, 1+19 (the replaced tensors: the original refuses them)")
+    with pytest.raises(BadParameterError, match="^the original model did not finish"):
+        outside(_Cone(slow=True), _Cone(), 0.05)
+    with pytest.raises(ParityError, match="^the grafted model did not finish"):
+        outside(_Cone(), _Cone(slow=True), 0.05)
+    full = "Available memory of 4294967296 is smaller than requested bytes of 8589934592"
+    with pytest.raises(BadParameterError, match="^the original model needs more than graft's"):
+        outside(_Cone(full), _Cone())
+    with pytest.raises(ParityError, match="^the grafted model needs more than graft's"):
+        outside(_Cone(), _Cone(full))

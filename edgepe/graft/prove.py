@@ -193,6 +193,10 @@ def _session(model, which: str = "original"):
         raise error(f"onnxruntime cannot load the {which} model: {first}") from None
 
 
+# Elements per block of one comparison (``_Worst.add``): 8 MiB per float64 temporary.
+WORST_BLOCK = 1 << 20
+
+
 class _Worst:
     """One output's comparison across runs, element by element: the element furthest beyond its
     float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``;
@@ -209,21 +213,36 @@ class _Worst:
     def add(self, got, want) -> None:
         import numpy as np
 
-        a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        a, b = np.asarray(got), np.asarray(want)
         if a.shape != b.shape:
             self.over, self.top = (math.inf, math.inf, 0.0), (math.inf, 0.0)
             return
         a, b = a.reshape(-1), b.reshape(-1)
         if not a.size:
             return
+        # the scale from every element; |b| in its own float type (exact, and "lower" picks one
+        # of its elements: the same value as in float64), integers in float64 (|min| overflows)
+        mag = np.abs(b) if b.dtype.kind == "f" else np.abs(b.astype(np.float64))
+        finite = mag[np.isfinite(mag)]
+        scale = float(np.quantile(finite, SCALE_QUANTILE, method="lower")) if finite.size \
+            else 0.0
+        del mag, finite
+        # the rest in blocks of WORST_BLOCK elements: float64 temporaries of a whole output at
+        # 2^20 positions were 0.5 GB of Bloom's 1.0 GB peak (issue 41); the worst element of
+        # the blocks is the worst of the whole (ties: the first, as one argmax over all)
+        for start in range(0, a.size, WORST_BLOCK):
+            self._block(a[start:start + WORST_BLOCK], b[start:start + WORST_BLOCK], scale)
+
+    def _block(self, a, b, scale: float) -> None:
+        import numpy as np
+
+        a, b = a.astype(np.float64), b.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             same = (a == b) | (np.isnan(a) & np.isnan(b))
             err = np.where(same, 0.0, np.abs(a - b))
         err = np.where(np.isnan(err), np.inf, err)
         mag = np.abs(b)
         finite = np.isfinite(mag)
-        scale = float(np.quantile(mag[finite], SCALE_QUANTILE, method="lower")) \
-            if finite.any() else 0.0
         top = 2.0**127  # float32's largest power of two: its spacing is finite
         size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
         allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
@@ -575,6 +594,43 @@ def _outside(reference, mine, names, feeds: dict, positions: str, max_len: int, 
     return ", ".join(f"positions {', '.join(map(str, odds))}{outcome}" for outcome, odds in said)
 
 
+def _outside_cone(cones, names: Sequence[str], declared, shaped: frozenset[str], max_len: int,
+                  rng, highs, worst, deadline) -> str:
+    """The cones' decode step (``_cone_plan``) after each non-negative count of
+    ``_outside_positions`` cached tokens: positions past the table's rows where the positions
+    come from the cache's length (issue 41; none is negative there), the cache fed as its
+    shape. As ``_outside``: where the original's cone computes the replaced tensors, the
+    grafted's must compute the same (added to ``worst``) or fail (its rows end at
+    ``max_len - 1``, and it says so by failing, as the whole model would at that node); where
+    the original's fails, nothing is compared. Returns the runs' label."""
+    said: list[tuple[str, list[int]]] = []
+    for past in (p for p in _outside_positions(max_len) if p >= max_len):
+        feeds = _cone_feeds(cones, declared, shaped, 1, past, max_len, rng, 0, highs)
+        where, outcome = f"1+{past}", ""
+        try:
+            want = _cone_feed(cones[0], names, feeds, where, "original", deadline)
+        except BadParameterError as exc:
+            if "did not finish" in str(exc) or "memory limit" in str(exc):
+                raise
+            outcome = ": the original refuses them"
+        if not outcome:
+            try:
+                got = _cone_feed(cones[1], names, feeds, where, "grafted", deadline)
+            except ParityError as exc:
+                if "did not finish" in str(exc) or "memory limit" in str(exc):
+                    raise
+                outcome = ": the grafted model refuses them"
+            else:
+                for name in names:
+                    worst[name].add(got[name], want[name])
+        if said and said[-1][0] == outcome:
+            said[-1][1].append(past)
+        else:
+            said.append((outcome, [past]))
+    return ", ".join(f"{', '.join(f'1+{p}' for p in pasts)} (the replaced tensors{outcome})"
+                     for outcome, pasts in said)
+
+
 def _run(session, names: list[str], feeds: dict, length, which: str,
          deadline: float | None = None) -> list:
     """``session.run``; a model that fails at ``length`` is one line: the original's is bad input
@@ -734,13 +790,15 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
 DECODE_PAST = 8
 
 
-def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
-                ) -> list[tuple[int, int, int, int]]:
+def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None,
+                cone_decode: bool = False) -> list[tuple[int, int, int, int]]:
     """``(seq, past, pad, shift)`` runs: prefills at several lengths (one left-padded), and with
     a KV cache input a decode step at the table's last position (with ``position_ids``:
     ``DECODE_PAST`` cached tokens, the positions shifted so the new token is at ``max_len - 1``;
-    without: ``max_len - 1`` cached tokens), or without a cache but with
-    ``position_ids``, positions shifted to end at ``max_len - 1``."""
+    without: ``max_len - 1`` cached tokens, unless ``cone_decode``: the PE's cone takes that
+    step (``_cone_plan``), and the whole model's last step keeps ``DECODE_PAST`` cached tokens,
+    unshifted), or without a cache but with ``position_ids``, positions shifted to end at
+    ``max_len - 1``."""
     names = {i.name for i in session.get_inputs()}
     has_past = any("past" in n for n in names)
     has_mask = "attention_mask" in names
@@ -753,10 +811,14 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
         # the last step at position max_len - 1: with a position_ids input, after a short cache
         # and the positions shifted there (a cache of max_len - 1 tokens made the proof's memory
         # grow with max_len, issue 41: 4.8 GB RSS at 2^20); without one the model makes its
-        # positions from the cache's length (or the mask's), so the cache is max_len - 1 long
-        last = min(DECODE_PAST if "position_ids" in names else max_len, max_len - 1)
+        # positions from the cache's length (or the mask's), so the cache is max_len - 1 long,
+        # unless the PE's cone takes the step at max_len - 1 with the cache given as its shape
+        # (cone_decode: 4.7 GB RSS at 2^20 before), and the whole model a step after 8 tokens
+        short = "position_ids" in names or cone_decode
+        last = min(DECODE_PAST if short else max_len, max_len - 1)
         cases += [c for c in ((3, min(5, max_len - 3), 0, 0),
-                              (1, last, 0, max_len - 1 - last)) if c[1] > 0]
+                              (1, last, 0, max_len - 1 - last if "position_ids" in names
+                               else 0)) if c[1] > 0]
     elif "position_ids" in names and max(seqs) < max_len:
         cases.append((max(seqs), 0, 0, max_len - max(seqs)))
     return [c for c in cases if c[0] + c[1] + c[3] <= max_len]
@@ -767,7 +829,10 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
     onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
     proof), on ``proof_cases``; the replaced tensors also at every position below ``max_len``
-    (``_cone_run``: one sequence of ``max_len`` tokens through each model's PE alone).
+    (``_cone_run``: each model's PE alone, over one sequence of ``max_len`` tokens or chunks of
+    ``CONE_CHUNK``), and where the positions come from a cache's length, in the decode step
+    after ``max_len - 1`` cached tokens (the cache fed to the cones as its shape; the whole
+    model's last step then after ``DECODE_PAST``: ``_cone_plan``, issue 41).
 
     Tolerances, per element (``_Worst``, as ``prove``): a replaced tensor's, ``bound`` (the
     artifact's quantisation bound; 0 for float tables) plus 4 ulp of the larger of its value and
@@ -798,7 +863,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     # the user's model at every proof run, bounded before any session (issue 41)
     check_lengths(lengths, max_len)
     given = _GraphInputs(original)
-    for seq, past, _pad, _shift in proof_cases(given, max_len, lengths):
+    planned, shaped, cone_decode = _cone_plan(original, grafted.model, replaces)
+    for seq, past, _pad, _shift in proof_cases(given, max_len, lengths, cone_decode):
         check_run_bound(original, _case_shapes(given.get_inputs(), seq, past), "original",
                         f"{seq}+{past}" if past else seq)
     deadline = time.monotonic() + PROOF_SECONDS
@@ -808,7 +874,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     theirs = {o.name for o in reference.get_outputs()}
     names = [o.name for o in mine.get_outputs() if o.name in theirs]
     rng = np.random.default_rng(seed)
-    cases = proof_cases(mine, max_len, lengths)
+    cases = proof_cases(mine, max_len, lengths, cone_decode)
     # a replaced tensor: 4 ulp per element; a model output FLOAT_ULPS (see the docstring)
     worst = {name: _Worst(4 if name in replaces else FLOAT_ULPS) for name in names}
     masks = ("attention_mask", "position_ids")
@@ -833,38 +899,54 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
             worst[name].add(got[name], want[name])
     # The replaced tensors at every position the tables cover, not only those the runs reach:
     # each model's cone of them (the PE and the shape arithmetic of its inputs) at one sequence
-    # of max_len tokens; in chunks of CONE_CHUNK positions (position_ids start .. start + C - 1)
-    # where both cones read position_ids, so that memory stays constant in max_len (issue 41:
-    # 5.5 GB at 2^20 in one run).
-    every = [n for n in names if n in replaces]
+    # of max_len tokens; in chunks of CONE_CHUNK positions, so that memory stays constant in
+    # max_len (issue 41: 5.5 GB at 2^20 in one run): position_ids start .. start + C - 1 where
+    # both cones read position_ids, C tokens after start cached where both read nothing but
+    # shapes, among them a cache's (fed as its shape: _cone_plan). With cone_decode the cones
+    # also take the decode step at the table's last position (1 token after max_len - 1), which
+    # the whole model then takes after DECODE_PAST tokens (proof_cases).
+    every = [n for n in names if n in planned]
+    outside = []
     if every:
-        theirs_cone = _cone_session(original, every)
-        mine_cone = _cone_session(grafted.model, every, "grafted")
+        theirs_cone = _cone_session(original, every, shaped=shaped)
+        mine_cone = _cone_session(grafted.model, every, "grafted", shaped)
+        declared = [*_GraphInputs(grafted.model).get_inputs(), *given.get_inputs()]
+        reads = {i.name for c in (theirs_cone, mine_cone) for i in c.get_inputs()}
         chunked = all("position_ids" in {i.name for i in c.get_inputs()}
                       for c in (theirs_cone, mine_cone))
-        step = CONE_CHUNK if chunked else max_len
-        for start in range(0, max_len, step):
-            size = min(step, max_len - start)
-            feeds = hf_feeds(mine, size, 0, 0, max_len, rng, start, highs)
-            label = f"{size} (positions {start}..{start + size - 1})"
+        by_past = not chunked and reads <= shaped and any("past" in n for n in reads)
+        step = CONE_CHUNK if chunked or by_past else max_len
+        runs = [(min(step, max_len - start), start) for start in range(0, max_len, step)]
+        if cone_decode:
+            runs.append((1, -1))
+        for size, start in runs:
+            past, shift = (max_len - 1, 0) if start < 0 else (start, 0) if by_past else \
+                (0, start)
+            label = f"{size} (positions {past + shift}..{past + shift + size - 1})"
+            feeds = _cone_feeds((theirs_cone, mine_cone), declared, shaped, size, past, max_len,
+                                rng, shift, highs)
             want = _cone_feed(theirs_cone, every, feeds, label, "original", deadline)
             got = _cone_feed(mine_cone, every, feeds, label, "grafted", deadline)
             for name in every:
                 worst[name].add(got[name], want[name])
         cases = [*cases, (max_len, 0, 0, -1)]  # (shift -1: the label says what it was)
+        if cone_decode:
+            cases.append((1, max_len - 1, 0, -2))
+            outside.append(_outside_cone((theirs_cone, mine_cone), every, declared, shaped,
+                                         max_len, rng, highs, worst, deadline))
     # position_ids past max_len - 1 and negative, as the original takes them (issue 41): the
     # grafted model computes the same there or fails (graft's RoPE: splice._range_guard)
-    outside = []
     if "position_ids" in {i.name for i in mine.get_inputs()}:
         feeds = hf_feeds(mine, 3, 0, 0, max_len, rng, highs=highs)
         if "position_ids" in feeds:
             outside.append(_outside(reference, mine, names, feeds, "position_ids", max_len,
                                     worst, deadline))
-    gain = _gain(original, replaces, cases[:-1] if every else cases, max_len, names, seed,
+    gain = _gain(original, replaces, [c for c in cases if c[3] >= 0], max_len, names, seed,
                  highs, deadline) if bound else {}
     checks = [worst[name].check(name, bound if name in replaces
                                 else 2 * gain.get(name, 0.0) * bound) for name in names]
-    return [f"every position 0..{s - 1} (the replaced tensors)" if shift < 0 else
+    return [f"every position 0..{s - 1} (the replaced tensors)" if shift == -1 else
+            f"{s}+{p} (the replaced tensors)" if shift < 0 else
             f"{s}+{p} (positions {p + shift}..{p + shift + s - 1})" if p and shift else
             f"{s}+{p}" if p else f"{s} (left pad {pad})" if pad else
             f"{s} (positions {shift}..{shift + s - 1})" if shift else str(s)
@@ -909,21 +991,108 @@ def cone_of(graph, names: Sequence[str]) -> tuple[list, set[str]]:
     return nodes, {i for n in nodes for i in n.input} | set(names)
 
 
-def _cone_session(model, names: Sequence[str], which: str = "original"):
-    """An onnxruntime session of ``model``'s cone of ``names`` (see ``_cone_run``)."""
+def _cone_session(model, names: Sequence[str], which: str = "original",
+                  shaped: frozenset[str] = frozenset()):
+    """An onnxruntime session of ``model``'s cone of ``names`` (see ``_cone_run``); each input
+    in ``shaped`` (one ``_shape_read`` gives: read by ``Shape`` nodes alone) becomes an int64
+    ``[rank]`` input of the same name holding that shape, each ``Shape`` of it a ``Slice`` of it
+    with the same start and end (ONNX's Shape clamps them as Slice does), so a KV cache of
+    ``max_len`` tokens is fed as 4 numbers (issue 41)."""
+    import numpy as np
     import onnx
-    from onnx import helper
+    from onnx import helper, numpy_helper
 
     graph = model.graph
     nodes, used = cone_of(graph, names)
+    inputs = [v for v in graph.input if v.name in used]
+    extra = []
+    if shaped:
+        ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in inputs if v.name in shaped}
+        inputs = [helper.make_tensor_value_info(v.name, onnx.TensorProto.INT64, [ranks[v.name]])
+                  if v.name in shaped else v for v in inputs]
+        for k, node in enumerate(nodes):
+            if node.op_type != "Shape" or node.input[0] not in shaped:
+                continue
+            rank = ranks[node.input[0]]
+            attrs = {a.name: a.i for a in node.attribute}
+            ends = (f"edgepe_shape{k}/start", attrs.get("start", 0)), \
+                (f"edgepe_shape{k}/end", attrs.get("end", rank))
+            extra += [numpy_helper.from_array(np.asarray([v], np.int64), n) for n, v in ends]
+            nodes[k] = helper.make_node("Slice", [node.input[0], ends[0][0], ends[1][0]],
+                                        list(node.output), name=node.name)
     cone = helper.make_graph(
-        nodes, "cone", [v for v in graph.input if v.name in used],
+        nodes, "cone", inputs,
         [onnx.ValueInfoProto(name=n) for n in names],  # untyped: T5's buckets are int64
-        [t for t in graph.initializer if t.name in used])
+        [t for t in graph.initializer if t.name in used] + extra)
     cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
                                    ir_version=model.ir_version)
     cone_model.functions.extend(model.functions)
     return _session(cone_model, which)
+
+
+def _shape_read(model, names: Sequence[str]) -> set[str]:
+    """The graph inputs that ``model``'s cone of ``names`` reads through ``Shape`` nodes alone
+    (never their values: a KV cache whose length makes the positions), each of a declared
+    rank; none where a cone node holds a subgraph (it may read any name) or the model's opset
+    is below 10 (Slice's starts and ends as inputs)."""
+    graph = model.graph
+    nodes, used = cone_of(graph, names)
+    if _opset(model) < 10 or any(a.type in (5, 10) for n in nodes for a in n.attribute):
+        return set()  # 5: GRAPH, 10: GRAPHS (onnx.AttributeProto)
+    weights = {t.name for t in graph.initializer}
+    readers: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    return {v.name for v in graph.input if v.name in used and v.name not in weights
+            and v.name not in names and readers.get(v.name) == {"Shape"}
+            and v.type.tensor_type.HasField("shape")}
+
+
+def _cone_plan(original, grafted_model, replaces: Sequence[str]
+               ) -> tuple[list[str], frozenset[str], bool]:
+    """``(every, shaped, decode)`` for the every-position pass, from the graphs alone (before
+    any session): ``every``, the replaced tensors both models make (those it compares);
+    ``shaped``, the inputs both cones of them read by shape alone (``_shape_read``), fed as
+    their shapes; ``decode``, whether the cones take the decode step at the table's last
+    position in memory that does not grow with the cache: every replaced tensor is in
+    ``every`` (one that is not is compared through the whole model's outputs alone, which must
+    then take that step), the model has a cache input (``past`` in its name) and no
+    ``position_ids`` to shift, and every cache input either cone reads is shaped (none read:
+    Bloom's cone reads the mask, MPT's nothing)."""
+    def made(model):
+        return {o for n in model.graph.node for o in n.output} | {
+            o.name for o in model.graph.output}
+
+    ours, theirs = made(grafted_model), made(original)
+    every = [n for n in replaces if n in ours and n in theirs]
+    if not every:
+        return [], frozenset(), False
+    shaped = frozenset(_shape_read(original, every) & _shape_read(grafted_model, every))
+    reads = cone_of(original.graph, every)[1] | cone_of(grafted_model.graph, every)[1]
+    inputs = {v.name for v in original.graph.input} | {v.name for v in grafted_model.graph.input}
+    cache = {n for n in inputs if "past" in n}
+    decode = (set(every) == set(replaces) and bool(cache) and cache & reads <= shaped
+              and "position_ids" not in inputs)
+    return every, shaped, decode
+
+
+def _cone_feeds(sessions, declared, shaped: frozenset[str], seq: int, past: int, max_len: int,
+                rng, shift: int = 0, highs: dict[str, int] | None = None) -> dict:
+    """The inputs of cone ``sessions`` (one value each, whichever reads it) at ``seq`` new
+    tokens after ``past`` cached: those in ``shaped`` their shape alone (int64, as ``hf_feeds``
+    would size the tensor from its ``declared`` axes: ``_case_shapes``), the others as
+    ``hf_feeds`` makes them."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    inputs = list({i.name: i for s in sessions for i in s.get_inputs()}.values())
+    wanted = {i.name for i in inputs}
+    shapes = _case_shapes([v for v in declared if v.name in wanted], seq, past)
+    feeds = {name: np.asarray(shapes[name], np.int64) for name in shaped if name in wanted}
+    valued = SimpleNamespace(get_inputs=lambda: [i for i in inputs if i.name not in feeds])
+    return {**feeds, **hf_feeds(valued, seq, past, 0, max_len, rng, shift, highs)}
 
 
 def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: int,
