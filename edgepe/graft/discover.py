@@ -29,6 +29,9 @@ found". ``discover(model)`` finds the same ``Found`` records another way:
    - ALiBi: the other operand is positions as above; the slopes are required equal to the
      paper's rule when the artifact is built (``find_hf.build_found``).
 
+``whole_sinusoids(model)`` finds the tables no positions gather: a constant ``[L, D]`` added
+whole (Whisper's encoder, by its values; graft replaces it, issue 40 point 2).
+
 What it saw but could not confirm goes into ``seen`` (words for graft's refusal line): RoPE
 angles that are no single product of positions (Qwen2-VL's three position streams), tables
 gathered by indices that are not positions (T5's relative-position buckets, BERT's token types).
@@ -137,14 +140,6 @@ def candidates(model) -> dict[str, Any]:
                     continue
                 alibi.append({"node": node, "slopes": slopes, "slopes_name": node.input[i],
                               "positions": cast.input[0]})
-        elif node.op_type == "Add":
-            for i in (0, 1):
-                table = consts.get(node.input[i])
-                if table is not None and table.ndim == 2 and table.dtype == np.float32 and \
-                        node.input[1 - i] not in consts and _is_whisper_sinusoidal(table):
-                    notes.append(f"Whisper's encoder sinusoidal table {node.input[i]!r} "
-                                 f"{list(table.shape)}, a constant added whole at Add "
-                                 f"{node.output[0]!r} (no positions to gather it by: kept)")
     return {"rope": rope, "tables": tables, "alibi": alibi, "makers": makers, "readers": readers,
             "notes": notes}
 
@@ -159,6 +154,54 @@ def _is_whisper_sinusoidal(table) -> bool:
     if width % 2 or half < 2 or length < 2:
         return False
     return _sinusoid_within(table, np.exp(-np.arange(half) * (np.log(10000.0) / (half - 1))))
+
+
+# Whisper's encoder table as edgepe's sinusoidal scheme (issue 40 point 2): transformers'
+# ``sinusoids(L, D)`` is ``torch.cat([sin, cos])`` (layout half) of ``arange(L)[:, None] *
+# exp(-ln(10000) / (D/2 - 1) * arange(D/2))`` (frequencies fairseq, base 10000), each op in
+# float32 (freq_dtype float32: edgepe's ``inverse_frequencies`` computes it op for op).
+WHISPER_PARAMS = {"base": 10000.0, "layout": "half", "frequencies": "fairseq",
+                  "freq_dtype": "float32"}
+
+
+def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
+    """``(found, seen)``: constant float32 ``[L, D]`` tables added whole to a computed tensor
+    (``Add``, the other operand not constant), no positions gathering them. Whisper's encoder
+    adds ``sinusoids(L, D)`` so (``embed_positions(arange(L))``, folded to a constant by the
+    exporter): recognised by its values (``_is_whisper_sinusoidal``), it is a ``sinusoidal``
+    ``Found`` (``params["whole"]``: its positions are the table's rows ``0 .. L - 1``, made by
+    a ``Range`` inside the PE, so ``positions`` is empty); any other such table (finite values,
+    both axes at least 2) is said in ``seen`` and kept. One record per table, however many
+    ``Add`` read it. No onnxruntime run: the table's values are the model's constants."""
+    import numpy as np
+
+    graph = model.graph
+    consts = _constants(graph)
+    found: dict[str, Found] = {}
+    seen: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type != "Add":
+            continue
+        for i in (0, 1):
+            name, other = node.input[i], node.input[1 - i]
+            table = consts.get(name)
+            if table is None or table.ndim != 2 or table.dtype != np.float32 or \
+                    other in consts or min(table.shape) < 2 or name in found or name in seen \
+                    or not np.all(np.isfinite(table)):
+                continue
+            length, width = table.shape
+            if not _is_whisper_sinusoidal(table):
+                seen[name] = (f"a constant table {name!r} [{length}, {width}] added whole at Add "
+                              f"{node.output[0]!r}, not Whisper's sinusoids (kept)")
+                continue
+            where = (f"(Whisper's encoder sinusoidal table {name!r} [{length}, {width}], a "
+                     f"constant added whole: base 10000, frequencies fairseq, layout half) at "
+                     f"Add {node.output[0]!r}, positions 0..{length - 1} (its rows)")
+            found[name] = Found("sinusoidal", [name], "", where,
+                                {"whole": True, "table": table, "table_name": name,
+                                 "add": node.output[0], "offset": 0, "discovered": True,
+                                 **WHISPER_PARAMS})
+    return list(found.values()), list(seen.values())
 
 
 def _probe_model(model, names: list[str]):

@@ -761,7 +761,9 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     def with_outputs(model, which="original"):
         model = onnx.ModelProto.FromString(model.SerializeToString())
         have = {o.name for o in model.graph.output}
-        made = {o for n in model.graph.node for o in n.output}
+        # (an initializer the original reads as is, Whisper's encoder table: its output too)
+        made = {o for n in model.graph.node for o in n.output} | {
+            t.name for t in model.graph.initializer}
         for name in replaces:  # (a lowered model no longer makes them: no check of those)
             if name not in have and name in made:
                 model.graph.output.append(onnx.helper.make_tensor_value_info(
@@ -917,9 +919,13 @@ def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: i
     rng = np.random.default_rng(seed + 1)
     nodes = list(graph.node)
     for k, name in enumerate(replaces):
-        producer = next(i for i, n in enumerate(nodes) if name in n.output)
+        producer = next((i for i, n in enumerate(nodes) if name in n.output), None)
         raw = f"edgepe_probe{k}/raw"
-        nodes[producer].output[:] = [raw if o == name else o for o in nodes[producer].output]
+        if producer is None:  # an initializer (Whisper's encoder table): renamed, probed first
+            next(t for t in graph.initializer if t.name == name).name = raw
+            producer = -1
+        else:
+            nodes[producer].output[:] = [raw if o == name else o for o in nodes[producer].output]
         width = 4096  # the last axis is at most this wide in every model graft proves
         signs = rng.choice([-1.0, 1.0], size=width).astype(np.float32) * PROBE
         graph.initializer.append(numpy_helper.from_array(signs, f"edgepe_probe{k}/signs"))
