@@ -216,7 +216,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; two or more
     candidates are refused unless they are one PE per input stream (``find_hf.streams``: an
     encoder-decoder's encoder and decoder tables), then each is replaced, all proven together
-    (not with ``rope_lowering``: one RoPE); ``out`` is written
+    (not with ``rope_lowering``: one RoPE); a table added whole (``discover.whole_sinusoids``:
+    Whisper's encoder ``sinusoids``, issue 40 point 2) is replaced besides, by edgepe's
+    ``sinusoidal`` (``find_hf.build_whole``; ``mode`` ``sliced`` slices it while a learned table
+    found with it stays rows), its own record after the others'; ``out`` is written
     (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
     ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits

@@ -43,6 +43,7 @@ from typing import Any
 
 from edgepe.graft.find import _constants, graph_index
 from edgepe.graft.find_hf import (
+    WHISPER_PARAMS,
     Found,
     _attr,
     _half_sinusoidal_distance,
@@ -154,14 +155,6 @@ def _is_whisper_sinusoidal(table) -> bool:
     if width % 2 or half < 2 or length < 2:
         return False
     return _sinusoid_within(table, np.exp(-np.arange(half) * (np.log(10000.0) / (half - 1))))
-
-
-# Whisper's encoder table as edgepe's sinusoidal scheme (issue 40 point 2): transformers'
-# ``sinusoids(L, D)`` is ``torch.cat([sin, cos])`` (layout half) of ``arange(L)[:, None] *
-# exp(-ln(10000) / (D/2 - 1) * arange(D/2))`` (frequencies fairseq, base 10000), each op in
-# float32 (freq_dtype float32: edgepe's ``inverse_frequencies`` computes it op for op).
-WHISPER_PARAMS = {"base": 10000.0, "layout": "half", "frequencies": "fairseq",
-                  "freq_dtype": "float32"}
 
 
 # A constant added whole with a value this large (or not finite) is an additive mask (-1e4, -1e9,

@@ -37,6 +37,10 @@ parameters read from the model's own constants.
   by its values (its distance from the float64 definition goes in the record) and grafted as its
   rows. An encoder-decoder has one per stack: ``streams`` tells whether several candidates are
   one PE per input stream (graft replaces each) or two on one stream (refused).
+- Whisper's encoder sinusoidal table, added whole (no positions gather it; found by
+  ``discover.whole_sinusoids``): ``build_whole`` rebuilds it as edgepe's ``sinusoidal``
+  (``WHISPER_PARAMS``) of positions ``0 .. L - 1`` from a ``Range`` inside the PE, as a table
+  or sliced.
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
@@ -54,8 +58,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgepe.contract.errors import BadParameterError
+from edgepe.export import prepare
+from edgepe.export.options import make_config
 from edgepe.graft.find import _constants, graph_index
-from edgepe.graft.splice import _opset, _value_type
+from edgepe.graft.read import parse_model
+from edgepe.graft.splice import _opset, _slim, _value_type
+
+# Whisper's encoder table as edgepe's sinusoidal scheme (issue 40 point 2): transformers'
+# ``sinusoids(L, D)`` is ``torch.cat([sin, cos])`` (layout half) of ``arange(L)[:, None] *
+# exp(-ln(10000) / (D/2 - 1) * arange(D/2))`` (frequencies fairseq, base 10000), each op in
+# float32 (freq_dtype float32: edgepe's ``inverse_frequencies`` computes it op for op).
+WHISPER_PARAMS = {"base": 10000.0, "layout": "half", "frequencies": "fairseq",
+                  "freq_dtype": "float32"}
 
 # Table rows when neither --max-len nor the model says how many positions it takes.
 DEFAULT_MAX_LEN = 4096
@@ -1015,7 +1029,7 @@ def build_whole(model, found: Found, max_len: int | None, quantize: str = "none"
                 mode: str | None = None):
     """``(pe ModelProto, record)`` for a table the model adds whole (``discover.
     whole_sinusoids``: Whisper's encoder ``sinusoids(L, D)``, issue 40 point 2): edgepe's
-    ``sinusoidal`` scheme (``discover.WHISPER_PARAMS``) for positions ``0 .. L - 1``, exported
+    ``sinusoidal`` scheme (``WHISPER_PARAMS``) for positions ``0 .. L - 1``, exported
     as edgepe exports it (``mode`` ``table``, the default: an equal table rebuilt by edgepe;
     ``sliced``: cos/sin from bit slices and small tables, no ``[L, D]`` table and no trig op)
     at the model's opset, its positions a ``Range`` inside the PE (no input: the table's rows
@@ -1035,11 +1049,6 @@ def build_whole(model, found: Found, max_len: int | None, quantize: str = "none"
     import torch
     from onnx import helper, numpy_helper
 
-    from edgepe.export import prepare
-    from edgepe.export.options import make_config
-    from edgepe.graft.discover import WHISPER_PARAMS
-    from edgepe.graft.read import parse_model
-    from edgepe.graft.splice import _slim
     from edgepe.schemes import build
 
     table = found.params["table"]
