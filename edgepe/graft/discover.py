@@ -39,6 +39,7 @@ gathered by indices that are not positions (T5's relative-position buckets, BERT
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from edgepe.graft.find import _constants, graph_index
@@ -219,8 +220,18 @@ def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
     import numpy as np
 
     graph = model.graph
-    consts = _constants(graph)
     makers, _ = graph_index(graph)
+    # the constants an Add may read, and the inputs of the Gather/Slice/Identity making its
+    # operands: only those converted to numpy (graft runs this on every model: a 7B model's
+    # initializers are not copied for it)
+    wanted = {i for n in graph.node if n.op_type == "Add" for i in n.input}
+    for _ in range(2):
+        wanted |= {i for name in list(wanted) if name in makers and makers[name].op_type in
+                   ("Gather", "Slice", "Identity") for i in makers[name].input}
+    consts = _constants(SimpleNamespace(
+        initializer=[t for t in graph.initializer if t.name in wanted],
+        node=[n for n in graph.node if n.op_type in ("Constant", "Identity") and
+              n.output[0] in wanted]))
     found: dict[str, Found] = {}
     seen: dict[str, str] = {}
     for node in graph.node:
