@@ -1441,3 +1441,18 @@ def test_prove_found_compares_a_replaced_initializer_and_its_gain():
     gain = prove._gain(original, ["T"], [(1, 0, 0, 0)], L, ["y", "T"], 0)
     assert list(gain) == ["y"] and gain["y"] == pytest.approx(3.0, abs=3e-3)
     assert original.SerializeToString() == before
+
+
+def test_prove_found_holds_each_replaced_tensor_to_its_own_bound():
+    """Two PEs put in together (Whisper's decoder table, exact, and its encoder's sliced
+    sinusoids): each replaced tensor gets its own bound from ``bounds``, the outputs the
+    largest (``bound``) times their gain; a tensor ``bounds`` does not name gets ``bound``."""
+    original = _hf()
+    grafted = _found(original)
+    y, cos = prove.prove_found(original, grafted, ["cos"], L, bound=0.01,
+                               bounds={"cos": 0.001})[1]
+    assert cos.tolerance == 0.001 + 4 * ULP_3_4
+    assert (y.tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
+    y, cos = prove.prove_found(original, grafted, ["cos"], L, bound=0.01,
+                               bounds={"other": 0.001})[1]
+    assert cos.tolerance == 0.01 + 4 * ULP_3_4

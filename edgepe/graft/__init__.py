@@ -304,7 +304,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             "--max-len")
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
-    grafted, replaces, length, bound, records = original, [], None, 0.0, []
+    grafted, replaces, length, bound, records, bounds = original, [], None, 0.0, [], {}
     for one, hf_record in zip(found, hf_records, strict=True):
         # --mode sliced beside a whole table: for it (and a RoPE), a learned table stays rows
         pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
@@ -326,7 +326,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             step.at, step.prefix = f"{grafted.at}; {step.at}", f"{grafted.prefix}, {step.prefix}"
         grafted, replaces, records = step, [*replaces, *one.replaces], [*records, record]
         reach = record["max_len"] - record.get("offset", 0)
-        bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
+        own = record.get("proof_bound", record.get("quant", {}).get("bound", 0.0))
+        bound, bounds = max(bound, own), {**bounds, **dict.fromkeys(one.replaces, own)}
         if main and one.params.get("whole"):  # its rows all checked whatever the sequence
             continue
         length = reach if length is None else min(length, reach)
@@ -393,7 +394,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         report.lengths, report.checks = prove_found(
             original, grafted, replaces, length,
             bound=bound,
-            lengths=lengths, seed=seed)
+            lengths=lengths, seed=seed, bounds=bounds)
     if report and out is not None:
         write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or external,
                     inputs=inputs, force=force)

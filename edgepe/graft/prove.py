@@ -739,7 +739,8 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None
 
 
 def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: int,
-                bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0):
+                bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0,
+                bounds: dict[str, float] | None = None):
     """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
     onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
     proof), on ``proof_cases``; the replaced tensors also at every position below ``max_len``
@@ -750,6 +751,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     its tensor's 90th percentile (the table holds correctly rounded cos/sin of the model's own
     float32 angle; onnxruntime's Cos/Sin are within a few ulp of that); a model output's,
     FLOAT_ULPS ulp of the same plus, for int8 tables, twice its measured gain times ``bound``
+    (``bounds``: a replaced tensor's own, where PEs of different bounds went in together: a
+    decoder's exact table is not held to the encoder's sliced bound; ``bound`` their largest)
     (the gain: the output's change per unit change of the replaced tensors, from a run with the
     tensors perturbed by +-``PROBE``). Issue 41: no initializer a caller may override removed
     (``check_overridable``), every output of the original compared (``check_outputs``), token
@@ -841,7 +844,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
                                     worst, deadline))
     gain = _gain(original, replaces, cases[:-1] if every else cases, max_len, names, seed,
                  highs, deadline) if bound else {}
-    checks = [worst[name].check(name, bound if name in replaces
+    checks = [worst[name].check(name, (bounds or {}).get(name, bound) if name in replaces
                                 else 2 * gain.get(name, 0.0) * bound) for name in names]
     return [f"every position 0..{s - 1} (the replaced tensors)" if shift < 0 else
             f"{s}+{p} (positions {p + shift}..{p + shift + s - 1})" if p and shift else
