@@ -118,7 +118,7 @@ def _config_40(family: str):
         return tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                            num_heads=4, relative_attention_num_buckets=8,
                            relative_attention_max_distance=16, decoder_start_token_id=0)
-    if family == "qwen2_vl":  # multimodal RoPE (three position streams): refused by name
+    if family == "qwen2_vl":  # multimodal RoPE (three position streams): graft.mrope
         return tf.Qwen2VLTextConfig(**small, num_key_value_heads=2, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]})
     if family == "whisper":  # the encoder's sinusoidal table and the decoder's learned one

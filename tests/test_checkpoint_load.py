@@ -533,3 +533,12 @@ def test_the_unzipped_bound_is_twice_the_file_plus_the_slack_summed_over_entries
         checkpoint.read_state_dict(broken)
     assert str(unreadable.value) == (
         f"checkpoint {str(broken)!r} is not a readable torch checkpoint (OSError)")
+    # its end record intact (a zip by zipfile.is_zipfile) but its central directory's entries
+    # unsigned: refused by the archive check itself, before torch reads anything
+    central = data.index(b"PK\x01\x02")
+    unsigned = tmp_path / "unsigned.pt"
+    unsigned.write_bytes(data[:central] + b"XX" + data[central + 2:])
+    with pytest.raises(CheckpointError) as refused:
+        checkpoint._check_archive(unsigned)
+    assert str(refused.value) == (
+        f"checkpoint {str(unsigned)!r} is not a readable torch checkpoint (BadZipFile)")

@@ -127,3 +127,9 @@ def test_a_failed_clean_run_is_noted_with_the_failing_test():
         "FAILED tests/test_lowerings.py::test_widths_past_the_exact_range_are_refused[a]",
         "Failed to run clean test"]
     assert _mutation()._failure_note("timed out after 900 s") == ["timed out after 900 s"]
+
+
+def test_a_budgeted_run_skips_the_modules_whose_last_run_cannot_finish_in_what_is_left():
+    fits = _mutation().fits
+    assert fits({"seconds": 150}, 150.0) and not fits({"seconds": 151}, 150.0)
+    assert fits(None, 0.0) and fits({}, 0.0)  # never run, or no time recorded: tried

@@ -143,11 +143,13 @@ def test_bloom_alibi_of_slopes_h11_times_a_range_grafts(exported):
     ("gemma3", "found rope x2, each replaced: (half layout, R=8, angle 'cat_"),
     ("modernbert", "found rope x2, each replaced: (half layout, R=8, angle 'cat"),
     ("whisper", "found learned (table 'val_160' [32, 32]) at GatherND"),
+    ("qwen2_vl", "found mrope (mrope_section [1, 1, 2], R=8, angle 'mul_49' = float32(p) * w "
+                 "over three position streams"),  # (issue 40 point 3: tests/test_graft_mrope.py)
 ])
 def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
     path, module, _ = exported(family)
-    report, out = _graft(path, max_len=64 if family in ("cohere", "gemma3", "modernbert")
-                         else None)
+    report, out = _graft(path, max_len=64 if family in ("cohere", "gemma3", "modernbert",
+                                                        "qwen2_vl") else None)
     assert report.found.startswith(start), report.found
     if family in ("gemma3", "modernbert"):  # both bases (in either order), each replaced
         other = "base 1e+06)" if family == "gemma3" else "base 160000)"
@@ -168,9 +170,6 @@ def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family, words", [
-    ("qwen2_vl", "saw a RoPE angle 'mul_49' [3, 2, 6, 4] over three position streams "
-                 "'unsqueeze_12' [3, 2, 6, 1]: multimodal RoPE (Qwen2-VL's mrope), which graft "
-                 "does not splice yet (edgepe patch replaces it in the PyTorch model)"),
     ("falcon-alibi", "ALiBi (slopes times positions); saw ALiBi-like slopes '_to_copy' [4, 1] in "
                      "bfloat16"),
 ])
@@ -184,14 +183,18 @@ def test_family_refused_in_one_line_naming_what_was_seen(exported, family, words
 
 
 @pytest.mark.slow
-def test_t5_relative_bias_is_refused_by_name_not_read_as_learned(exported):
-    """Before issue 40 find_pe took T5's bucket ids for positions ("learned", 8 rows)."""
-    path, _, _ = exported("t5", dynamo=False)  # (torch 2.13's dynamo fails on T5)
-    with pytest.raises(BadParameterError) as err:
-        graft_found(path, path.with_name("never.onnx"))
-    assert "a square [.., S, S] index, as relative-position buckets are: T5's relative " \
-           "attention bias, which graft does not splice yet (edgepe patch replaces it in the " \
-           "PyTorch model)" in str(err.value)
+def test_t5_relative_bias_grafts_as_t5_bias_not_read_as_learned(exported):
+    """Before issue 40 find_pe took T5's bucket ids for positions ("learned", 8 rows); now each
+    stack's bias is found by its values as t5-bias and its buckets replaced by edgepe's integer
+    ones, no Log (issue 40 point 3; tests/test_graft_t5.py holds the fit to its contract)."""
+    path, module, _ = exported("t5", dynamo=False)  # (torch 2.13's dynamo fails on T5)
+    report, out = _graft(path)
+    assert report.found.startswith(
+        "found t5-bias x2, each replaced: (bidirectional, num_buckets 8, max_distance 16 "
+        "(13..18 give these buckets); "), report.found
+    assert "; (causal, num_buckets 8, max_distance 16; " in report.found
+    assert not any(n.op_type == "Log" for n in onnx.load(str(out)).graph.node)
+    _compare(path, out, module, [(1, 1, 0), (3, 7, 0), (2, 40, 0)])
 
 
 @pytest.mark.slow

@@ -37,10 +37,8 @@ EXPECTED: dict = {
     ('llama-dynamic', 'dynamo-ext'): 'export fails',
     ('llama-dynamic', 'dynamo-kv'): 'export fails',
     ('phi3-longrope', 'torchscript'): 'export fails',
-    ('qwen2_vl', 'dynamo-ext'): 'refused',
     ('qwen2_vl', 'torchscript'): 'export fails',
     ('t5', 'dynamo-ext'): 'export fails',
-    ('t5', 'torchscript'): 'refused',
     ('whisper', 'torchscript'): 'export fails',
 }
 

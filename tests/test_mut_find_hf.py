@@ -1858,3 +1858,44 @@ def test_check_hf_config_uses_the_configs_rope_parameters():
     assert record["params"]["base"] == theta and record["inv_freq"].startswith("equal")
     with pytest.raises(BadParameterError, match="differs from edgepe's rope"):
         fh.check_hf_config(f, LLAMA, None)  # theta 10000: other frequencies
+
+
+def _t5_found(lo=13, hi=18):
+    return fh.Found("t5-bias", ["bucket"], "relative", "(...)", {
+        "direction": "bidirectional", "num_buckets": 8, "max_distance": 16,
+        "max_distance_range": [lo, hi], "table_name": "E", "heads": 4, "discovered": True})
+
+
+@pytest.mark.parametrize("max_distance", [13, 18])
+def test_check_hf_config_of_t5_takes_the_configs_max_distance_within_the_fitted_range(
+        max_distance):
+    f = _t5_found()
+    config = {"model_type": "t5", "relative_attention_num_buckets": 8, "num_heads": 4,
+              "relative_attention_max_distance": max_distance}
+    length, record = fh.check_hf_config(f, config, None)
+    assert f.params["max_distance"] == max_distance and length is None
+    assert record["buckets"].startswith("equal to edgepe's t5-bias")
+    assert record["params"] == {"num_buckets": 8, "max_distance": max_distance,
+                                "direction": "bidirectional"}
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"relative_attention_max_distance": 12}, "num_buckets 8, max_distance 12, 4 heads"),
+    ({"relative_attention_max_distance": 19}, "num_buckets 8, max_distance 19, 4 heads"),
+    ({"relative_attention_num_buckets": 16}, "num_buckets 16, max_distance 16, 4 heads"),
+    ({"num_heads": 3}, "num_buckets 8, max_distance 16, 3 heads"),
+])
+def test_check_hf_config_of_t5_refuses_a_config_giving_other_buckets(change, words):
+    f = _t5_found()
+    config = {"model_type": "t5", "relative_attention_num_buckets": 8, "num_heads": 4,
+              "relative_attention_max_distance": 16, **change}
+    with pytest.raises(BadParameterError) as info:
+        fh.check_hf_config(f, config, None)
+    assert str(info.value) == (
+        f"--from-hf-config describes T5's bias with {words}; the model's bidirectional buckets "
+        "'bucket' are those of num_buckets 8, max_distance 13..18, gathering 4 heads: the config "
+        "is not this model's")
+    assert f.params["max_distance"] == 16  # left as fitted
+    one = _t5_found(16, 16)
+    with pytest.raises(BadParameterError, match="max_distance 16, gathering 4 heads: the "):
+        fh.check_hf_config(one, config, None)

@@ -308,6 +308,31 @@ def test_dim_sizes_from_one_role_alone():
                             2, 3, 5) == {"b": 2, "t": 8}
 
 
+def test_multimodal_position_ids_are_three_different_streams_in_range():
+    """Qwen2-VL's position_ids [3, B, S] (issue 40): its batch and length are the last two axes,
+    and hf_feeds fills it with three_streams of the positions it gives a [B, S] one."""
+    multimodal = _inputs(("position_ids", [3, "b", "s"], "tensor(int64)"))
+    assert prove._dim_sizes(multimodal, 2, 3, 5) == {"b": 2, "s": 3}
+    # another rank-3 position input is read as [B, S, ..] still
+    assert prove._dim_sizes(_inputs(("position_ids", ["b", "s", 3], "tensor(int64)")),
+                            2, 3, 5) == {"b": 2, "s": 3}
+    positions = np.asarray([[10, 11], [0, 5]])
+    streams = prove.three_streams(positions, 12)
+    assert streams.tolist() == [[[10, 11], [0, 5]], [[2, 3], [4, 9]], [[6, 7], [8, 1]]]
+    assert prove.three_streams(np.arange(3), 3).tolist() == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    # the shift is max_len // 3, whole positions: 3 for 10
+    assert prove.three_streams(np.asarray([9]), 10).tolist() == [[9], [2], [5]]
+    assert prove.three_streams(np.asarray([9]), 10).dtype == np.int64
+    session = _session(("input_ids", ["b", "s"], "tensor(int64)"),
+                       ("attention_mask", ["b", "t"], "tensor(int64)"),
+                       ("position_ids", [3, "b", "s"], "tensor(int32)"))
+    feeds = prove.hf_feeds(session, 5, 0, 2, 64, np.random.default_rng(0), shift=40)
+    text = [[40, 41, 42, 43, 44], [41, 41, 40, 41, 42]]  # cumsum - 1, 1 at padding, shifted
+    assert feeds["position_ids"].tolist() == prove.three_streams(np.asarray(text), 64).tolist()
+    assert feeds["position_ids"].tolist()[1][0] == [61, 62, 63, 0, 1]  # + 21, wrapped at 64
+    assert feeds["position_ids"].dtype == np.int32
+
+
 def _grafted(name="positions", kind="input", new_input=False):
     return SimpleNamespace(positions=SimpleNamespace(name=name, kind=kind), new_input=new_input)
 
@@ -701,6 +726,39 @@ def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes()
     cases, checks = prove.prove_found(original, SimpleNamespace(model=mine), ["cos"], L)
     assert cases == ["1", "7", "8", "8 (left pad 3)", OUTSIDE]
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
+
+
+def _bucketed(lut):
+    """``y = T[lut[position_ids]]``, the int64 ``bucket`` the tensor a PE replaces (T5's
+    buckets are, issue 40), from a ``lut [L]`` of rows of T (odd and even rows differ)."""
+    return _model([helper.make_node("Gather", ["lut", "position_ids"], ["bucket"]),
+                   helper.make_node("Gather", ["T", "bucket"], ["y"])],
+                  [_vi("input_ids", TensorProto.INT64, ["b", "s"]),
+                   _vi("position_ids", TensorProto.INT64, ["b", "s"])],
+                  [_vi("y", TensorProto.FLOAT, ["b", "s", D])],
+                  [onnx.numpy_helper.from_array(np.asarray(lut, np.int64), "lut"),
+                   onnx.numpy_helper.from_array(T.astype(np.float32), "T")])
+
+
+def test_prove_found_holds_an_integer_replaced_tensor_exactly():
+    """An int64 replaced tensor is compared as it is (not declared float) with no allowance: a
+    bucket one off fails, in the tensor and (its row differs) in the output."""
+    from edgepe.graft.splice import splice_found
+
+    lut = np.arange(L)[::-1] % 4
+    original = _bucketed(lut)
+    for wrong, err in ((None, 0.0), (5, 1.0)):
+        mine = lut.copy()
+        if wrong is not None:
+            mine[wrong] += 1
+        pe = _model([helper.make_node("Gather", ["lut", "positions"], ["out"])],
+                    [_vi("positions", TensorProto.INT64, ["b", "s"])],
+                    [_vi("out", TensorProto.INT64, ["b", "s"])],
+                    [onnx.numpy_helper.from_array(mine.astype(np.int64), "lut")])
+        grafted = splice_found(original, pe, {"out": "bucket"}, "position_ids", {"scheme": "t"})
+        _, (y, bucket) = prove.prove_found(original, grafted, ["bucket"], L)
+        assert (bucket.name, bucket.max_abs_err, bucket.tolerance) == ("bucket", err, 0.0)
+        assert bucket.passed == (wrong is None) and y.passed == (wrong is None)
 
 
 def test_gain_of_each_output_per_unit_change_of_the_replaced_tensors():

@@ -82,6 +82,9 @@ from edgepe.graft.lower import (
     lower_rope,
     to_opset,
 )
+from edgepe.graft.mrope import build as build_mrope
+from edgepe.graft.mrope import check_config as check_mrope_config
+from edgepe.graft.mrope import prove_streams
 from edgepe.graft.prove import (
     check_overridable,
     pe_tolerance,
@@ -102,6 +105,8 @@ from edgepe.graft.splice import (
     reconcile,
     splice_found,
 )
+from edgepe.graft.t5 import build_t5
+from edgepe.graft.t5 import declared_max_len as t5_max_len
 
 # The most positions a PE graft finds itself may cover (issue 41: --max-len 2^63 ran forever in
 # the sliced tables' recipe check, linear in max_len; a float32 position, as the models compute
@@ -290,7 +295,8 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     given = max_len
     if hf_config is not None:  # every PE found must be what the config says
         for i, one in enumerate(found[:main]):  # (a whole table: its values are checked)
-            max_len, hf_records[i] = check_hf_config(one, hf_config, given)
+            against = check_mrope_config if one.family == "mrope" else check_hf_config
+            max_len, hf_records[i] = against(one, hf_config, given)
     max_len_from = None  # where the positions' count came from, when --max-len was not given
     if given is None:
         if max_len is not None:
@@ -306,10 +312,12 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
     grafted, replaces, length, bound, records, bounds = original, [], None, 0.0, [], {}
     for one, hf_record in zip(found, hf_records, strict=True):
+        # (issue 40 point 3: edgepe/graft/t5.py, edgepe/graft/mrope.py)
+        build = {"t5-bias": build_t5, "mrope": build_mrope}.get(one.family, build_found)
         # --mode sliced beside a whole table: for it (and a RoPE), a learned table stays rows
-        pe_model, record = build_found(original, one, max_len, quantize=quantize or "none",
-                                       mode=None if mode == "sliced" and whole and "table" in
-                                       one.params and not one.params.get("whole") else mode)
+        pe_model, record = build(original, one, max_len, quantize=quantize or "none",
+                                 mode=None if mode == "sliced" and whole and "table" in
+                                 one.params and not one.params.get("whole") else mode)
         if hf_record is not None:
             record["hf_config"] = hf_record
         # the same caches computed more than once (opset-23 exports): one artifact for all
@@ -359,7 +367,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             record["rope_lowering"]["opset"] = f"{opset} -> {_opset(grafted.model)}"
         entry = grafted.model.metadata_props[-1]
         entry.value = json.dumps(record, sort_keys=True)
-    kind = "int8" if record["quantize"] == "int8" else "float32"
+    kind = "int8" if record["quantize"] == "int8" else record.get("dtype", "float32")
     lowered = (f", rotations fused into RotaryEmbedding"
                f"{' (ONNX opset 23)' if rope_lowering == 'rotary23' else ''} x{fused}"
                + (f", opset {record['rope_lowering']['opset']}"
@@ -395,6 +403,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             original, grafted, replaces, length,
             bound=bound,
             lengths=lengths, seed=seed, bounds=bounds)
+        for one in (f for f in found if f.family == "mrope"):  # streams the inputs may not vary
+            label, checks = prove_streams(original, grafted.model, one, length, bound, seed)
+            report.lengths.append(label)
+            report.checks += checks
     if report and out is not None:
         write_model(grafted.model, out, external=size > MODEL_BYTES_LIMIT or external,
                     inputs=inputs, force=force)
@@ -424,6 +436,8 @@ def declared_max_len(model, found: Sequence[Found]) -> tuple[int | None, str]:
     import numpy as np
 
     first = found[0]
+    if first.family == "t5-bias":
+        return t5_max_len(found)
     if "table" in first.params:
         rows = first.params["table"].shape[0]
         return None, (f"the rows of the model's table {first.params['table_name']!r} ({rows})"

@@ -27,14 +27,20 @@ found". ``discover(model)`` finds the same ``Found`` records another way:
      that keeps one product); the artifact is the model's ``cos(angle)``/``sin(angle)`` columns as
      tables gathered by ``P``;
    - ALiBi: the other operand is positions as above; the slopes are required equal to the
-     paper's rule when the artifact is built (``find_hf.build_found``).
+     paper's rule when the artifact is built (``find_hf.build_found``);
+   - T5's relative bias: a table gathered by a square ``[.., S, S]`` index that is not
+     positions goes to ``t5.find_t5`` (issue 40 point 3): the index is required to be, at every
+     relative position up to 2^20, edgepe's t5-bias bucket of the relative positions ``k - q``
+     found above it, for a direction, num_buckets and max_distance fitted by those values;
+   - a RoPE angle over positions ``[3, ..., 1]`` (Qwen2-VL's three streams) is multimodal RoPE:
+     ``graft.mrope.find`` reads which stream and slot each column of its cos/sin takes.
 
 ``whole_sinusoids(model)`` finds the tables no positions gather: a constant ``[L, D]`` added
 whole (Whisper's encoder, by its values; graft replaces it, issue 40 point 2).
 
 What it saw but could not confirm goes into ``seen`` (words for graft's refusal line): RoPE
-angles that are no single product of positions (Qwen2-VL's three position streams), tables
-gathered by indices that are not positions (T5's relative-position buckets, BERT's token types).
+angles that are no single product of positions, tables gathered by indices that are not
+positions (BERT's token types; a square index whose values are not T5's buckets).
 """
 
 from __future__ import annotations
@@ -55,7 +61,9 @@ from edgepe.graft.find_hf import (
     _sincos_by_use,
     _sinusoid_within,
 )
+from edgepe.graft.mrope import find as find_mrope
 from edgepe.graft.prove import _session, cone_of, hf_feeds
+from edgepe.graft.t5 import find_t5, square
 
 # The probing runs: a prefill of PROBE_SEQ tokens (positions 0 .. PROBE_SEQ - 1, so position 1,
 # where RoPE's angle is w itself, is always there) and a later step.
@@ -429,17 +437,16 @@ def discover(model) -> tuple[list[Found], list[str]]:
                 f"a Cos/Sin of {r['angle']!r} {shape} that is no single product float32(p) * w "
                 "of a positions tensor" + (
                     f" (positions {streams[0]!r} hold three streams: multimodal RoPE, mrope, "
-                    "which graft does not splice yet: edgepe patch replaces it in the PyTorch "
-                    "model)" if streams else ""))
+                    "which graft splices where its angle is float32(p) * w of them)"
+                    if streams else ""))
             continue
         source, w = fitted
         layout, rotary = _layout(w)
         positions = np.asarray(runs[0][0][source])
-        if positions.ndim >= 4 and positions.shape[0] == 3:  # (the probe's batch is 2)
-            seen.append(f"a RoPE angle {r['angle']!r} {list(np.asarray(angles[0]).shape)} over "
-                        f"three position streams {source!r} {list(positions.shape)}: multimodal "
-                        "RoPE (Qwen2-VL's mrope), which graft does not splice yet (edgepe patch "
-                        "replaces it in the PyTorch model)")
+        if positions.ndim >= 3 and positions.shape[0] == 3:  # (the probe's batch is 2)
+            one, said = find_mrope(model, r, source, w, runs, makers, readers, inputs)
+            found.extend([one] if one is not None else [])
+            seen.extend([said] if one is None else [])
             continue
         flat = not (positions.ndim and positions.shape[-1] == 1 and
                     positions.shape[:-1] == np.asarray(angles[0]).shape[:-1])
@@ -461,6 +468,7 @@ def discover(model) -> tuple[list[Found], list[str]]:
                             "rotary_dim": rotary, "choice": None, **columns,
                             "flat_positions": flat, "discovered": True}))
     offsets: dict[str, int | None] = {}
+    t5_tables = []  # gathered by a square index: T5's relative-position buckets? (find_t5)
     for t in found_c["tables"]:
         node, table = t["node"], t["table"]
         index = runs[0][0][t["index"]]
@@ -473,6 +481,9 @@ def discover(model) -> tuple[list[Found], list[str]]:
         if offset is None:
             if not np.array_equal(runs[0][0][t["index"]], runs[1][0][t["index"]]):
                 continue  # token embeddings: gathered by the ids
+            if square(np.asarray(index)):
+                t5_tables.append(t)
+                continue
             seen.append(f"a constant table {node.input[0]!r} {list(table.shape)} gathered by "
                         f"{t['index']!r} {list(np.asarray(index).shape)}, not positions (" +
                         _what_index(np.asarray(index)) + ")")
@@ -507,6 +518,11 @@ def discover(model) -> tuple[list[Found], list[str]]:
                            {"slopes": slopes.reshape(slopes.shape[0], 1),
                             "slopes_shape": list(slopes.shape), "slopes_name": a["slopes_name"],
                             "discovered": True}))
+    if t5_tables:  # issue 40 point 3: T5's bias, fitted by its values (edgepe/graft/t5.py)
+        more, said = find_t5(model, t5_tables, lambda names: _runs(model, names), makers,
+                             _constants(graph), inputs)
+        found += more
+        seen += said
     return found, seen
 
 
@@ -524,22 +540,19 @@ def _base(half, rotary: int) -> float | None:
 
 
 def _what_index(index) -> str:
-    """An index that is not positions, in words."""
+    """An index that is not positions, in words (a square one is T5's: ``find_t5`` says what it
+    is)."""
     import numpy as np
 
     if index.size and np.all(index == index.ravel()[0]):
         return f"every element {int(index.ravel()[0])}"
-    if index.ndim >= 2 and index.shape[-1] == index.shape[-2] and index.shape[-1] > 1:
-        return ("a square [.., S, S] index, as relative-position buckets are: T5's relative "
-                "attention bias, which graft does not splice yet (edgepe patch replaces it in "
-                "the PyTorch model)")
     return f"values {sorted(set(index.ravel().tolist()))[:6]}"
 
 
 def accepted_together(found: list[Found]) -> bool:
     """Whether several discovered PEs are all the model's, each replaced: RoPEs of different
     frequencies (Gemma3's local and global bases, ModernBERT's), or tables and RoPEs each read
-    by its own tensor (never the same tensor twice)."""
+    by its own tensor (never the same tensor twice); or T5's biases, one per stack."""
     import numpy as np
 
     if len(found) < 2 or not all(f.params.get("discovered") for f in found):
@@ -547,6 +560,8 @@ def accepted_together(found: list[Found]) -> bool:
     replaced = [r for f in found for r in f.replaces]
     if len(set(replaced)) != len(replaced):
         return False
+    if all(f.family == "t5-bias" for f in found):  # T5: the encoder's bias and the decoder's
+        return True
     ropes = [f for f in found if f.family == "rope" and "inv_freq" in f.params]
     return len(ropes) == len(found) and all(
         not np.array_equal(a.params["inv_freq"], b.params["inv_freq"])
@@ -556,7 +571,8 @@ def accepted_together(found: list[Found]) -> bool:
 def confirm(model, found: list[Found]) -> tuple[list[Found], list[str]]:
     """``(kept, seen)``: ``find_pe``'s table candidates whose index is positions by its values
     (``_positions_offset``), the others dropped and said in words (T5's relative-position
-    buckets read as a "learned" table before issue 40); RoPE and ALiBi pass as found."""
+    buckets read as a "learned" table before issue 40: a square index is left to ``discover``,
+    which fits T5's buckets to it); RoPE and ALiBi pass as found."""
     import numpy as np
 
     tables = [f for f in found if "table" in f.params and f.positions and
@@ -568,6 +584,8 @@ def confirm(model, found: list[Found]) -> tuple[list[Found], list[str]]:
     for f in found:
         if f in tables and _positions_offset(f.positions, runs) is None:
             index = np.asarray(runs[0][0][f.positions])
+            if square(index):  # discover says what it is (T5's buckets: find_t5)
+                continue
             seen.append(f"a constant table {f.params['table_name']!r} "
                         f"{list(f.params['table'].shape)} gathered by {f.positions!r} "
                         f"{list(index.shape)}, not positions ({_what_index(index)})")

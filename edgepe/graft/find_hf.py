@@ -851,6 +851,20 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
                 f"by {ours:.9g} (the attention factor): the config is not this model's")
         record["inv_freq"] = ("equal to edgepe's rope scheme (freq_dtype=float32) bit for bit"
                               + (", short_factor's and long_factor's" if choice else ""))
+    if found.family == "t5-bias":  # buckets fitted by their values (graft/t5.py, issue 40)
+        lo, hi = found.params["max_distance_range"]
+        mine = (found.params["num_buckets"], found.params["heads"])
+        if (t.params["num_buckets"], t.heads) != mine or not lo <= t.params["max_distance"] <= hi:
+            raise BadParameterError(
+                f"--from-hf-config describes T5's bias with num_buckets {t.params['num_buckets']}"
+                f", max_distance {t.params['max_distance']}, {t.heads} heads; the model's "
+                f"{found.params['direction']} buckets {found.replaces[0]!r} are those of "
+                f"num_buckets {mine[0]}, max_distance {lo if lo == hi else f'{lo}..{hi}'}, "
+                f"gathering {mine[1]} heads: the config is not this model's")
+        # the config's own value, one of those giving the model's buckets (graft/t5.py)
+        found.params["max_distance"] = t.params["max_distance"]
+        record["buckets"] = ("equal to edgepe's t5-bias for this config's num_buckets and "
+                             "max_distance, at every relative position up to 2^20")
     if found.family == "sinusoidal" and found.params.get("layout") == "half":  # Marian
         import torch
 

@@ -195,7 +195,8 @@ def _session(model, which: str = "original"):
 
 class _Worst:
     """One output's comparison across runs, element by element: the element furthest beyond its
-    float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``)
+    float allowance (``FLOAT_ULPS`` ulp of ``max(|reference|, SCALE_QUANTILE of |reference|)``;
+    none for an integer or boolean reference)
     and the element of the largest error; ``check`` adds the output's PE allowance. A NaN where
     the reference has none, or another shape, is an infinite error; equal values (the same
     infinity, NaN against NaN) none."""
@@ -227,6 +228,8 @@ class _Worst:
         size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
         allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
                          .astype(np.float64), 0.0)
+        if np.asarray(want).dtype.kind in "iub":  # integers (T5's buckets): exact
+            allow = np.zeros_like(allow)
         excess = err - allow
         k = int(np.argmax(excess))
         if excess[k] > self.over[0]:
@@ -657,13 +660,31 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
         put(value.shape[1], seq)
     for value in inputs:
         if value.name in ("input_ids", "inputs_embeds", "position_ids") and len(value.shape) >= 2:
-            put(value.shape[0], batch)
-            put(value.shape[1], past + seq if decoder else seq)
+            # multimodal RoPE's position_ids [3, batch, seq] (Qwen2-VL, issue 40)
+            lead = 1 if value.name == "position_ids" and len(value.shape) == 3 and \
+                value.shape[0] == STREAMS else 0
+            put(value.shape[lead], batch)
+            put(value.shape[lead + 1], past + seq if decoder else seq)
     for value in inputs:
         if value.name == "attention_mask" and len(value.shape) == 2:
             put(value.shape[0], batch)
             put(value.shape[1], past + seq)
     return sizes
+
+
+STREAMS = 3  # multimodal RoPE's position streams: temporal, height, width (Qwen2-VL)
+
+
+def three_streams(positions, max_len: int):
+    """``[3, *positions.shape]``: stream ``s`` holds ``(positions + s * (max_len // 3)) mod
+    max_len``, three different positions at every token once ``max_len >= 3`` (a vision input's
+    temporal, height and width indices differ so), each stream all of ``0 .. max_len - 1`` when
+    ``positions`` are (graft's every-position pass); in range when ``positions`` are."""
+    import numpy as np
+
+    shifts = np.arange(STREAMS, dtype=np.int64) * (max_len // STREAMS)
+    shifts = shifts.reshape(STREAMS, *[1] * np.ndim(positions))
+    return (np.asarray(positions, np.int64)[None] + shifts) % max_len
 
 
 def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: int = 0,
@@ -673,7 +694,8 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
     as transformers makes them from the mask (``cumsum - 1``, 1 at padding), other integer
     inputs (token ids) over ``0 .. highs[name] - 1`` (both ends; default 0 and 1), past
     keys/values standard normal. ``shift`` is added to ``position_ids`` (a model without a
-    cache input reaches the table's last rows so)."""
+    cache input reaches the table's last rows so). A ``position_ids [3, B, S]`` (multimodal
+    RoPE) holds three different streams of those positions (``three_streams``)."""
     import numpy as np
 
     inputs = session.get_inputs()
@@ -692,6 +714,8 @@ def hf_feeds(session, seq: int, past: int, pad: int, max_len: int, rng, shift: i
             feeds[value.name] = mask.astype(dtype)
         elif value.name == "position_ids" and shape == list(positions.shape):
             feeds[value.name] = positions.astype(dtype)
+        elif value.name == "position_ids" and shape == [STREAMS, *positions.shape]:
+            feeds[value.name] = three_streams(positions, max_len).astype(dtype)
         elif dtype.kind == "f":
             feeds[value.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -768,9 +792,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
         made = {o for n in model.graph.node for o in n.output} | {
             t.name for t in model.graph.initializer}
         for name in replaces:  # (a lowered model no longer makes them: no check of those)
-            if name not in have and name in made:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(
-                    name, onnx.TensorProto.FLOAT, None))
+            if name not in have and name in made:  # untyped: T5's buckets are int64
+                model.graph.output.append(onnx.ValueInfoProto(name=name))
         return _session(model, which)
 
     import time
@@ -900,7 +923,7 @@ def _cone_session(model, names: Sequence[str], which: str = "original"):
     nodes, used = cone_of(graph, names)
     cone = helper.make_graph(
         nodes, "cone", [v for v in graph.input if v.name in used],
-        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names],
+        [onnx.ValueInfoProto(name=n) for n in names],  # untyped: T5's buckets are int64
         [t for t in graph.initializer if t.name in used])
     cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
                                    ir_version=model.ir_version)

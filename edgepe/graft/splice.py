@@ -465,7 +465,8 @@ def _range_guard(pe, prefix: str, positions: str, record: dict[str, Any]):
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    if record.get("scheme") != "rope" or not record.get("max_len") or not pe.graph.input:
+    if record.get("scheme") not in ("rope", "mrope") or not record.get("max_len") or \
+            not pe.graph.input:
         return helper.make_graph([], "guard", [], []), positions
     elem = pe.graph.input[0].type.tensor_type.elem_type or TensorProto.INT64
     dtype = helper.tensor_dtype_to_np_dtype(elem)

@@ -75,20 +75,29 @@ def t5_bias(config: ExportConfig, module, manifest: dict) -> onnx.ModelProto:
     """
     g = Graph("edgepe_t5_bias")
     relative = g.op("Neg", _difference(g))  # u - t, as T5's memory - query
+    bucket = t5_bucket(g, relative, module.magnitude_buckets().numpy(), module.bidirectional,
+                       config.scheme.params["num_buckets"] // 2)
+    table = module.relative_attention_bias.weight.detach().numpy()  # [num_buckets, H]
+    rows = g.op("Gather", g.const(table, np.float32, name="relative_attention_bias"), bucket,
+                axis=0)  # [N, M, H]
+    return _bias_model(config, g, g.op("Transpose", rows, perm=[2, 0, 1]), manifest)
+
+
+def t5_bucket(g: Graph, relative: str, lut: np.ndarray, bidirectional: bool, later: int) -> str:
+    """int64 ``relative`` (``u - t``, any shape) -> T5's int64 bucket of it, same shape, no Log:
+    ``lut[min(a, C)]`` (``lut [C + 1]``, ``T5Bias.magnitude_buckets``) with ``a = |u - t|`` plus
+    ``later`` (``num_buckets // 2``) where ``u > t`` (bidirectional), or ``a = max(t - u, 0)``
+    (causal). ``t5_bias`` reads its embedding's rows by it; ``edgepe graft`` puts it in place of
+    a T5 export's own float32 bucket computation (``edgepe/graft/t5.py``, issue 40)."""
     zero = g.const(0, np.int64, "zero")
-    lut = module.magnitude_buckets().numpy()
-    if module.bidirectional:
+    if bidirectional:
         magnitude = g.op("Abs", relative)
     else:  # Where, not Max: onnxruntime's int64 Max is wrong past 2^31 (clamp_int64)
         magnitude = g.op("Where", g.op("Less", relative, zero), g.op("Neg", relative), zero)
     last = g.const(len(lut) - 1, np.int64, "last_distance")
     clipped = g.op("Where", g.op("Greater", magnitude, last), last, magnitude)
     bucket = g.op("Gather", g.const(lut, np.int64, name="distance_buckets"), clipped, axis=0)
-    if module.bidirectional:
-        later = g.op("Greater", relative, zero)
-        half = g.const(config.scheme.params["num_buckets"] // 2, np.int64, "later_offset")
-        bucket = g.op("Where", later, g.op("Add", bucket, half), bucket)
-    table = module.relative_attention_bias.weight.detach().numpy()  # [num_buckets, H]
-    rows = g.op("Gather", g.const(table, np.float32, name="relative_attention_bias"), bucket,
-                axis=0)  # [N, M, H]
-    return _bias_model(config, g, g.op("Transpose", rows, perm=[2, 0, 1]), manifest)
+    if bidirectional:
+        half = g.const(later, np.int64, "later_offset")
+        bucket = g.op("Where", g.op("Greater", relative, zero), g.op("Add", bucket, half), bucket)
+    return bucket
