@@ -10,6 +10,7 @@ tiny Whisper export (``tests/_hf_models.py``) is ``test_graft_families.py``'s, i
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import onnx
@@ -25,10 +26,13 @@ from edgepe.schemes import build, resolve
 
 
 def _sinusoids(length: int, width: int) -> np.ndarray:
-    """transformers' ``sinusoids`` (Whisper's encoder table), float32."""
-    from transformers.models.whisper.modeling_whisper import sinusoids
-
-    return sinusoids(length, width).numpy()
+    """Whisper's encoder table, float32: transformers 5.24's ``modeling_whisper.sinusoids``
+    line for line (importing it takes ~6 s; ``test_edgepe_sinusoidal_is_transformers_sinusoids
+    _bit_for_bit`` requires the two equal)."""
+    log_timescale_increment = math.log(10000) / (width // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(width // 2))
+    scaled_time = torch.arange(length).view(-1, 1) * inv_timescales.view(1, -1)
+    return torch.cat([scaled_time.sin(), scaled_time.cos()], dim=1).numpy()
 
 
 def _marian(length: int, width: int) -> np.ndarray:
@@ -124,7 +128,10 @@ def test_edgepe_sinusoidal_is_transformers_sinusoids_bit_for_bit(length, width):
     """The parameters graft records (fairseq's ``D/2 - 1`` denominator, [sin | cos] halves,
     float32 recipe) rebuild Whisper's table exactly, up to whisper-tiny's 1500 x 384; with
     Marian's ``D/2`` denominator it is not Whisper's."""
-    theirs = _sinusoids(length, width)
+    from transformers.models.whisper.modeling_whisper import sinusoids
+
+    theirs = sinusoids(length, width).numpy()
+    assert np.array_equal(_sinusoids(length, width), theirs)  # the tests' copy of it
     mine = build(resolve("sinusoidal", length, d_model=width, params=WHISPER_PARAMS)).encode(
         torch.arange(length)).numpy()
     assert mine.dtype == np.float32 and np.array_equal(mine, theirs)
@@ -173,11 +180,15 @@ def test_graft_replaces_the_table_by_an_equal_one_edgepe_rebuilt(tmp_path):
     assert np.array_equal(_run(out, {"x": x}), _run(path, {"x": x}))
 
 
-def test_sliced_leaves_no_table_of_positions_and_no_trig(tmp_path):
+@pytest.mark.parametrize("opset, lowering", [(18, "bitwise"), (17, "trunc")])
+def test_sliced_leaves_no_table_of_positions_and_no_trig(tmp_path, opset, lowering):
     """128 positions, sliced 4,3: 16 + 8 rows of cos/sin per slot instead of 128 rows; within
-    the sliced bound of the float64 definition plus the model's own distance from it."""
+    the sliced bound of the float64 definition plus the model's own distance from it. Below
+    opset 18 (no BitShift) the slices come from float arithmetic, the model's opset kept."""
     table = _sinusoids(128, 16)
-    path = _save(_encoder(table), tmp_path)
+    model = _encoder(table)
+    model.opset_import[0].version = opset
+    path = _save(model, tmp_path)
     out = tmp_path / "out.onnx"
     report = graft_found(path, out, mode="sliced")
     assert report and report.artifact == "sinusoidal (sliced 4,3, float32, 128 positions)"
@@ -185,7 +196,9 @@ def test_sliced_leaves_no_table_of_positions_and_no_trig(tmp_path):
     assert not any(n.op_type in ("Sin", "Cos") for n in grafted.graph.node)
     sizes = [int(np.prod(t.dims)) for t in grafted.graph.initializer]
     assert max(sizes) < table.size // 4, sizes
+    assert grafted.opset_import[0].version == opset
     record = _records(out)["edgepe.graft.0"]
+    assert record["manifest"]["lowering"] == lowering
     assert record["slices"] == [4, 3] and record["proof_bound"] == pytest.approx(
         record["bound"] + record["definition_distance"], rel=1e-12)
     assert 0 < record["definition_distance"] < 128 * 2.0**-23
@@ -232,3 +245,32 @@ def test_the_encoders_table_and_the_decoders_are_both_replaced(tmp_path):
     assert np.allclose(_run(out, feeds), want, rtol=0, atol=report.checks[0].tolerance)
     with pytest.raises(BadParameterError, match="--rope-lowering fuses one RoPE; "):
         graft_found(path, tmp_path / "never.onnx", rope_lowering="ort")
+
+
+def test_int8_rows_are_held_to_their_quantisation_bound(tmp_path):
+    """edgepe's int8 graph (per-channel DequantizeLinear) from opset 19; below it one line."""
+    model = _encoder(_sinusoids(12, 8))
+    model.opset_import[0].version = 18
+    with pytest.raises(BadParameterError, match=r"^--quantize int8: edgepe's int8 sinusoidal "
+                       r"graph for Whisper's encoder table 'T' needs opset 19, the model is opset "
+                       r"18; graft it without --quantize \(or --mode sliced: no table\)$"):
+        graft_found(_save(model, tmp_path, "m18.onnx"), tmp_path / "never.onnx",
+                    quantize="int8")
+    assert not (tmp_path / "never.onnx").exists()
+    model.opset_import[0].version = 19
+    path = _save(model, tmp_path)
+    report = graft_found(path, tmp_path / "out.onnx", quantize="int8")
+    record = _records(tmp_path / "out.onnx")["edgepe.graft.0"]
+    assert report.artifact == "sinusoidal (table, int8, 12 positions)"
+    assert record["quantize"] == "int8" and record["table_distance"] == 0.0
+    assert 0 < record["quant"]["bound"] == record["proof_bound"] < 2.0**-7
+    check = {c.name: c for c in report.checks}["T"]
+    assert 0 < check.max_abs_err <= record["proof_bound"] < check.tolerance
+
+
+def test_a_mode_the_table_cannot_take_is_refused_in_one_line(tmp_path):
+    path = _save(_encoder(_sinusoids(12, 8)), tmp_path)
+    with pytest.raises(BadParameterError, match=r"^--mode 'compute': Whisper's encoder table "
+                       r"goes in as a table or sliced$"):
+        graft_found(path, tmp_path / "never.onnx", mode="compute")
+    assert not (tmp_path / "never.onnx").exists()

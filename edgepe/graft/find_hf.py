@@ -57,6 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgepe.contract.config import INT8_OPSET
 from edgepe.contract.errors import BadParameterError
 from edgepe.export import prepare
 from edgepe.export.options import make_config
@@ -1073,6 +1074,11 @@ def build_whole(model, found: Found, max_len: int | None, quantize: str = "none"
     opset = _opset(model)
     # BitShift/BitwiseAnd need opset 18; below it the truncating-Cast slicing (as sliced_found)
     lowering = "bitwise" if opset >= 18 or mode != "sliced" else "trunc"
+    if quantize == "int8" and opset < INT8_OPSET:  # edgepe's int8 graphs: DequantizeLinear
+        raise BadParameterError(                   # per channel, as the reference evaluator has it
+            f"--quantize int8: edgepe's int8 sinusoidal graph for Whisper's encoder table "
+            f"{found.params['table_name']!r} needs opset {INT8_OPSET}, the model is opset "
+            f"{opset}; graft it without --quantize (or --mode sliced: no table)")
     config = make_config("sinusoidal", length, d_model=width, params=WHISPER_PARAMS,
                          mode=mode or "table", quantize=quantize, lowering=lowering, opset=opset)
     module = build(config.scheme, seed=config.seed)
