@@ -166,6 +166,8 @@ def test_graft_replaces_the_table_by_an_equal_one_edgepe_rebuilt(tmp_path):
         "constant 0..11 'arange' added whole: base 10000, frequencies fairseq, layout half) at "
         "Add 'h', positions 0..11 (its rows)")
     assert report.artifact == "sinusoidal (table, float32, 12 positions)"
+    assert report.positions == "none (a Range inside the PE)"
+    assert report.lengths[-1] == "every position 0..11 (the replaced tensors)"
     assert [(c.name, c.max_abs_err) for c in report.checks] == [("y", 0.0), ("pe", 0.0)]
     grafted = onnx.load(str(out))
     assert not {"T", "arange"} & {t.name for t in grafted.graph.initializer}
@@ -234,6 +236,17 @@ def test_the_encoders_table_and_the_decoders_are_both_replaced(tmp_path):
     assert report.artifact == ("learned (table, float32, 24 positions) and sinusoidal "
                                "(sliced 4, float32, 12 positions, added whole)")
     assert report.at == "pos; T"
+    assert report.positions == "positions, 0..11 (a Range inside the PE)"
+    # the decoder's rows proven at all its 24 positions (the encoder's 12 rows bound nothing:
+    # they are all compared whatever the sequence), each held to its own bound: the decoder's
+    # exact table to 4 ulp, the encoder's sliced sinusoids to the sliced bound on top
+    assert "every position 0..23 (the replaced tensors)" in report.lengths
+    checks = {c.name: c for c in report.checks}
+    table = next(numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer
+                 if t.name == "P")
+    assert checks["pos"].max_abs_err == 0
+    assert checks["pos"].tolerance == 4 * float(np.spacing(np.float32(np.abs(table).max())))
+    assert checks["T"].tolerance > _records(out)["edgepe.graft.1"]["proof_bound"] > 0
     records = _records(out)
     assert [records[k]["scheme"] for k in sorted(records)] == ["learned", "sinusoidal"]
     assert sorted(records) == ["edgepe.graft.0", "edgepe.graft.1"]
