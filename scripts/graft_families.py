@@ -306,6 +306,9 @@ def _short(r: dict) -> str:
     status and its one line."""
     if r["status"] == "grafts":
         kind = r["found"].removeprefix("found ").split(" (")[0].split(":")[0].rstrip(",")
+        # a table added whole besides (Whisper's encoder's): named too
+        kind += "".join(f" and {part.split(' (')[0]}" for part in
+                        r["found"].split("; also saw ")[0].split("; and ")[1:])
         return f"grafts: {kind} ({r['ulps']:.0f} ulp, {r['torch_rel']:.0e} vs torch)"
     line = re.sub(r"'[^']*/model\.onnx'", "'model.onnx'", r.get("line", ""))  # a cell's temp dir
     return f"{r['status']}: {line}".replace("|", "\\|").replace("\n", " ")

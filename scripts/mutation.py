@@ -64,6 +64,16 @@ _CHECK_UNTRUSTED = tuple(f"tests/test_paths.py::test_{name}" for name in (
     "a_list_of_subgraphs_in_an_attribute_is_refused", "a_plain_attribute_is_not_a_subgraph",
     "the_op_allow_list_is_per_domain",
     "external_data_sparse_initializers_and_functions_are_refused"))
+# tests/test_graft_whole.py's grafts of Whisper's encoder table (graft/__init__.py's and
+# find_hf.py's lines for it); not its comparison with transformers (a 6 s import per run)
+_WHOLE = tuple(f"tests/test_graft_whole.py::test_{name}" for name in (
+    "a_whisper_table_added_whole_is_found_with_edgepe_params",
+    "graft_replaces_the_table_by_an_equal_one_edgepe_rebuilt",
+    "sliced_leaves_no_table_of_positions_and_no_trig",
+    "a_table_added_whole_that_is_not_whispers_is_kept_and_named",
+    "the_encoders_table_and_the_decoders_are_both_replaced",
+    "int8_rows_are_held_to_their_quantisation_bound",
+    "a_mode_the_table_cannot_take_is_refused_in_one_line"))
 MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/contract/errors.py": ("tests/test_cli_errors.py", "tests/test_mutation_kills.py"),
     "edgepe/contract/manifest.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),
@@ -118,9 +128,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/verify/report.py": ("tests/test_verify_render.py",),
     "edgepe/verify/runtimes.py": ("tests/test_mut_runtimes.py",),
     "edgepe/verify/sweep.py": ("tests/test_mut_sweep.py",),
-    "edgepe/graft/__init__.py": ("tests/test_mut_graft.py", "tests/test_graft_entry.py"),
+    "edgepe/graft/__init__.py": ("tests/test_mut_graft.py", "tests/test_graft_entry.py",
+                                 *_WHOLE),
     "edgepe/graft/find.py": ("tests/test_graft_find.py",),
-    "edgepe/graft/find_hf.py": ("tests/test_mut_find_hf.py", "tests/test_graft_sincos_use.py"),
+    "edgepe/graft/find_hf.py": ("tests/test_mut_find_hf.py", "tests/test_graft_sincos_use.py",
+                                *_WHOLE),
     "edgepe/graft/lower.py": ("tests/test_graft_lower.py", "tests/test_graft_lower_chosen.py"),
     "edgepe/graft/read.py": ("tests/test_graft_read_report.py",),
     "edgepe/graft/report.py": ("tests/test_graft_read_report.py",),

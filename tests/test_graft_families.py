@@ -154,8 +154,13 @@ def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
     if family in ("gemma3", "modernbert"):  # both bases (in either order), each replaced
         other = "base 1e+06)" if family == "gemma3" else "base 160000)"
         assert "base 10000)" in report.found and other in report.found, report.found
-    if family == "whisper":  # the encoder's constant table named, kept
-        assert "also saw Whisper's encoder sinusoidal table 'embedding' [16, 32]" in report.found
+    if family == "whisper":  # the encoder's constant table replaced too (issue 40 point 2)
+        assert report.found.endswith(
+            "; and sinusoidal (Whisper's encoder sinusoidal table 'embedding' [16, 32], a "
+            "constant added whole: base 10000, frequencies fairseq, layout half) at Add "
+            "'add_28', positions 0..15 (its rows)"), report.found
+        assert {c.name for c in report.checks} >= {"logits", "embedding"}
+        assert "embedding" not in {t.name for t in onnx.load(str(out)).graph.initializer}
     model = onnx.load(str(out))
     assert not any(n.op_type in ("Cos", "Sin") for n in model.graph.node)
     longest = 31 if family == "whisper" else 40

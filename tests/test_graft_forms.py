@@ -100,13 +100,21 @@ def test_report_marks_each_cell_and_escapes_lines(tmp_path):
                "at Gather 'g'", ulps=0.0, torch_rel=1e-7, original_s=1e-4, grafted_s=2e-4,
                original_bytes=10, grafted_bytes=8)
     _cell_json(tmp_path, family="t5", status="refused", line="a | b")
+    # Whisper: the decoder's table and the encoder's added whole (issue 40 point 2), both named
+    _cell_json(tmp_path, family="whisper", status="grafts", found="found learned (table 'v' "
+               "[32, 32]) at GatherND 'g'; and sinusoidal (Whisper's encoder sinusoidal table "
+               "'e' [16, 32], a constant added whole: base 10000) at Add 'a'; also saw a "
+               "constant table 't' [2, 2]; and more", ulps=0.0, torch_rel=1e-7,
+               original_s=1e-4, grafted_s=1e-4, original_bytes=10, grafted_bytes=10)
     table, bench_md = gf.report(tmp_path).split("\n\n")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
     assert rows["gpt2"] == "| gpt2 | grafts: learned (0 ulp, 1e-07 vs torch) | not run | not run |"
     assert "refused: a \\| b" in rows["t5"]  # a | in graft's line does not split the cell
+    assert rows["whisper"].startswith(
+        "| whisper | grafts: learned and sinusoidal (0 ulp, 1e-07 vs torch) | not run |")
     assert rows["llama"] == "| llama | not run | not run | not run |"
     assert bench_md.splitlines()[2] == "| gpt2 | dynamo-ext | 0.100 | 0.200 | 2.000x | 10 | 8 |"
-    bench = json.loads((tmp_path / "bench.json").read_text())
+    bench = json.loads((tmp_path / "bench.json").read_text())[:1]
     assert bench == [{"family": "gpt2", "form": "dynamo-ext", "original_s": 1e-4,
                       "grafted_s": 2e-4, "original_bytes": 10, "grafted_bytes": 8}]
 

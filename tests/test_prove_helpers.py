@@ -986,8 +986,9 @@ def test_prove_found_names_the_model_whose_every_position_run_fails():
 
 
 def test_prove_found_a_replaced_constant_is_compared_through_the_outputs():
-    """The original reads cos as a constant [L, D] (MPT's bias): the PE (no input) makes it; the
-    original has no node making it to compare, so only y is compared."""
+    """The original reads cos as a constant [L, D] (MPT's bias, Whisper's encoder table): the PE
+    (no input) makes it; the original's initializer is made an output for the proof, so cos is
+    compared too, at every run and in the every-position pass (issue 40)."""
     from edgepe.graft.splice import splice_found
 
     nodes = [helper.make_node("Gather", ["cos", "position_ids"], ["rows"]),
@@ -1003,8 +1004,8 @@ def test_prove_found_a_replaced_constant_is_compared_through_the_outputs():
                 [onnx.numpy_helper.from_array(C.astype(np.float32), "t")])
     grafted = splice_found(original, pe, {"b_out": "cos"}, "position_ids", {})
     cases, checks = prove.prove_found(original, grafted, ["cos"], L)
-    assert cases == ["1", "7", "8", OUTSIDE]
-    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0)]
+    assert cases == ["1", "7", "8", EVERY, OUTSIDE]
+    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0), ("cos", 0.0)]
 
 
 def _diamond():
@@ -1743,3 +1744,55 @@ def test_outside_cone_outcomes_and_what_it_never_swallows():
         outside(_Cone(full), _Cone())
     with pytest.raises(ParityError, match="^the grafted model needs more than graft's"):
         outside(_Cone(), _Cone(full))
+
+
+# ---- a replaced tensor that is an initializer of the original (Whisper's encoder table) --------
+
+def _added_whole(rows=C):
+    """``y = (x + rows) * 3``, ``x [b, L, D]`` an input and ``rows`` the initializer ``T`` the
+    model reads as is (``rows`` not ``C``: made by a Constant node instead, as a graft's PE)."""
+    nodes = [helper.make_node("Add", ["x", "T"], ["h"]),
+             helper.make_node("Mul", ["h", "three"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.asarray(3.0, np.float32), "three")]
+    table = onnx.numpy_helper.from_array(np.asarray(rows, np.float32), "T")
+    if rows is C:
+        inits.append(table)
+    else:
+        nodes.insert(0, helper.make_node("Constant", [], ["T"], value=table))
+    return _model(nodes, [_vi("x", TensorProto.FLOAT, ["b", L, D])],
+                  [_vi("y", TensorProto.FLOAT, ["b", L, D])], inits)
+
+
+def test_prove_found_compares_a_replaced_initializer_and_its_gain():
+    """The original reads ``T`` as an initializer (no node makes it): it is made an output of
+    both models and compared at every run, and its gain is measured by probing the initializer
+    itself (``y`` moves three for one with ``T``)."""
+    original = _added_whole()
+    before = original.SerializeToString()
+    _, checks = prove.prove_found(original, SimpleNamespace(model=_added_whole(C.copy())), ["T"],
+                                  L)
+    assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.0), ("T", 0.0)]
+    rows = C.copy()
+    rows[5, 1] = 0.5  # -0.25 in the original
+    _, (y, t) = prove.prove_found(original, SimpleNamespace(model=_added_whole(rows)), ["T"], L)
+    # (x + row rounds in float32: the output's difference is 2.25 within a few ulp of 3 x)
+    assert y.max_abs_err == pytest.approx(2.25, abs=1e-5) and not y.passed
+    assert t.max_abs_err == 0.75 and not t.passed
+    gain = prove._gain(original, ["T"], [(1, 0, 0, 0)], L, ["y", "T"], 0)
+    assert list(gain) == ["y"] and gain["y"] == pytest.approx(3.0, abs=3e-3)
+    assert original.SerializeToString() == before
+
+
+def test_prove_found_holds_each_replaced_tensor_to_its_own_bound():
+    """Two PEs put in together (Whisper's decoder table, exact, and its encoder's sliced
+    sinusoids): each replaced tensor gets its own bound from ``bounds``, the outputs the
+    largest (``bound``) times their gain; a tensor ``bounds`` does not name gets ``bound``."""
+    original = _hf()
+    grafted = _found(original)
+    y, cos = prove.prove_found(original, grafted, ["cos"], L, bound=0.01,
+                               bounds={"cos": 0.001})[1]
+    assert cos.tolerance == 0.001 + 4 * ULP_3_4
+    assert (y.tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
+    y, cos = prove.prove_found(original, grafted, ["cos"], L, bound=0.01,
+                               bounds={"other": 0.001})[1]
+    assert cos.tolerance == 0.01 + 4 * ULP_3_4

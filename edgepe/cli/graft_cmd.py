@@ -83,7 +83,8 @@ def command(
     mode: Annotated[str | None, typer.Option(
         "--mode", metavar="compute|table|sliced", rich_help_panel=PANEL_SCHEME,
         help="With --scheme: the export's mode. With no --pe/--scheme, RoPE found: table or "
-        "sliced (default: the table up to 32 MiB, sliced past it).")] = None,
+        "sliced (default: the table up to 32 MiB, sliced past it); Whisper's encoder "
+        "sinusoids: table (default) or sliced.")] = None,
     quantize: Annotated[str | None, typer.Option("--quantize", metavar="none|int8",
                                                  rich_help_panel=PANEL_SCHEME)] = None,
     quant_granularity: Annotated[str | None, typer.Option(

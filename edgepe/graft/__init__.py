@@ -56,7 +56,7 @@ from pathlib import Path
 from edgepe.contract.commit import cannot_write, target_lock, temp_prefix, write_temp
 from edgepe.contract.config import check_output
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.discover import accepted_together, confirm, discover
+from edgepe.graft.discover import accepted_together, confirm, discover, whole_sinusoids
 from edgepe.graft.find import (
     DETECTABLE,
     Candidate,
@@ -221,7 +221,10 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     ``splice_found`` puts it in, ``prove_found`` proves every output unchanged; two or more
     candidates are refused unless they are one PE per input stream (``find_hf.streams``: an
     encoder-decoder's encoder and decoder tables), then each is replaced, all proven together
-    (not with ``rope_lowering``: one RoPE); ``out`` is written
+    (not with ``rope_lowering``: one RoPE); a table added whole (``discover.whole_sinusoids``:
+    Whisper's encoder ``sinusoids``, issue 40 point 2) is replaced besides, by edgepe's
+    ``sinusoidal`` (``find_hf.build_whole``; ``mode`` ``sliced`` slices it while a learned table
+    found with it stays rows), its own record after the others'; ``out`` is written
     (as external data beside it when the model came so, or is over 2 GiB) only if that holds.
     ``max_len``: the positions the tables cover (default ``DEFAULT_MAX_LEN``); ``mode`` (RoPE):
     ``table``, ``sliced`` (no table of positions, no trig), or ``None`` (the table while it fits
@@ -266,7 +269,11 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         together = accepted_together(discovered)
         if len(discovered) == 1 or together or (discovered and not found):
             found = discovered
-    if not found:
+    # tables no positions gather, added whole: Whisper's encoder (issue 40 point 2), replaced
+    # besides the PE found above (the decoder's), each by its own artifact
+    whole, more = whole_sinusoids(original)
+    seen = list(dict.fromkeys([*seen, *more]))
+    if not found and not whole:
         raise BadParameterError(
             f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
             "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
@@ -279,19 +286,23 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             + "; ".join(f.describe() for f in found) + "; graft one with --pe ARTIFACT --at TENSOR"
             + ("" if per_stream is None else " (one per input stream: graft replaces them all, "
                "without --rope-lowering)"))
+    if whole and rope_lowering:
+        raise BadParameterError(f"--rope-lowering fuses one RoPE; {str(model)!r} also adds "
+                                f"{whole[0].describe()}: graft it without --rope-lowering")
+    main, found = len(found), [*found, *whole]
     pick = found[0]
     hf_records: list[dict | None] = [None] * len(found)
     given = max_len
     if hf_config is not None:  # every PE found must be what the config says
-        for i, one in enumerate(found):
+        for i, one in enumerate(found[:main]):  # (a whole table: its values are checked)
             against = check_mrope_config if one.family == "mrope" else check_hf_config
             max_len, hf_records[i] = against(one, hf_config, given)
     max_len_from = None  # where the positions' count came from, when --max-len was not given
     if given is None:
         if max_len is not None:
             max_len_from = f"max_position_embeddings {max_len} of --from-hf-config"
-        else:
-            max_len, max_len_from = declared_max_len(original, found)
+        elif main:
+            max_len, max_len_from = declared_max_len(original, found[:main])
     if max_len is not None and not 1 <= max_len <= MAX_LEN_LIMIT:  # (a config's, a model's)
         raise BadParameterError(
             f"{max_len_from or '--max-len'}: the positions must be 1 .. {MAX_LEN_LIMIT:,} "
@@ -299,11 +310,14 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             "--max-len")
     # An encoder-decoder (``find_hf.streams``): one PE per input stream, each replaced by its
     # own artifact (edgepe.graft.0, .1, ...), all proven together.
-    grafted, replaces, length, bound = original, [], None, 0.0
+    grafted, replaces, length, bound, records, bounds = original, [], None, 0.0, [], {}
     for one, hf_record in zip(found, hf_records, strict=True):
         # (issue 40 point 3: edgepe/graft/t5.py, edgepe/graft/mrope.py)
         build = {"t5-bias": build_t5, "mrope": build_mrope}.get(one.family, build_found)
-        pe_model, record = build(original, one, max_len, quantize=quantize or "none", mode=mode)
+        # --mode sliced beside a whole table: for it (and a RoPE), a learned table stays rows
+        pe_model, record = build(original, one, max_len, quantize=quantize or "none",
+                                 mode=None if mode == "sliced" and whole and "table" in
+                                 one.params and not one.params.get("whole") else mode)
         if hf_record is not None:
             record["hf_config"] = hf_record
         # the same caches computed more than once (opset-23 exports): one artifact for all
@@ -318,10 +332,14 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
             for key in ("removed_nodes", "removed_bytes", "pe_bytes", "metadata_bytes"):
                 setattr(step, key, getattr(step, key) + getattr(grafted, key))
             step.at, step.prefix = f"{grafted.at}; {step.at}", f"{grafted.prefix}, {step.prefix}"
-        grafted, replaces = step, [*replaces, *one.replaces]
+        grafted, replaces, records = step, [*replaces, *one.replaces], [*records, record]
         reach = record["max_len"] - record.get("offset", 0)
-        bound = max(bound, record.get("proof_bound", record.get("quant", {}).get("bound", 0.0)))
+        own = record.get("proof_bound", record.get("quant", {}).get("bound", 0.0))
+        bound, bounds = max(bound, own), {**bounds, **dict.fromkeys(one.replaces, own)}
+        if main and one.params.get("whole"):  # its rows all checked whatever the sequence
+            continue
         length = reach if length is None else min(length, reach)
+    record = records[max(main, 1) - 1]  # the PE found first's (a whole table's if none)
     check_overridable(original, grafted.model)  # --no-check or not: never frozen silently
     if rope_lowering:
         if pick.family != "rope":
@@ -354,20 +372,28 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                f"{' (ONNX opset 23)' if rope_lowering == 'rotary23' else ''} x{fused}"
                + (f", opset {record['rope_lowering']['opset']}"
                   if "opset" in record["rope_lowering"] else "")) if rope_lowering else ""
-    how = record["mode"] + (f" {','.join(map(str, record['slices']))}"
-                            if record["mode"] == "sliced" else "")
-    count = f" x{len(found)}" if len(found) > 1 else ""
+    how = _how(record)
+    count = f" x{main}" if main > 1 else ""
     found_line = (f"found {pick.family}{count}, one per input stream: "
-                  + "; ".join(f.where for f in found) if per_stream else
+                  + "; ".join(f.where for f in found[:main]) if per_stream else
                   f"found {pick.family}{count}, each replaced: "
-                  + "; ".join(f.where for f in found) if together else
+                  + "; ".join(f.where for f in found[:main]) if together else
                   f"found {pick.describe()}")
+    # the tables added whole besides (Whisper's encoder's, issue 40 point 2), each named
+    extra = [(f, r) for f, r in zip(found, records, strict=True)
+             if f.params.get("whole") and f is not pick]
+    found_line += "".join(f"; and {f.describe()}" for f, _ in extra)
     found_line += f"; also saw {'; '.join(seen)}" if seen else ""
     report = GraftReport(f"{record['scheme']}{count} ({how}, {kind}, {record['max_len']} "
-                         f"positions{lowered})",
+                         f"positions{lowered})" + "".join(
+                             f" and {r['scheme']} ({_how(r)}, "
+                             f"{'int8' if r['quantize'] == 'int8' else 'float32'}, "
+                             f"{r['max_len']} positions, added whole)" for _, r in extra),
                          grafted.at,
-                         ", ".join(f.positions for f in found) if per_stream or together else
-                         pick.positions or "none (a Range inside the PE)",
+                         (", ".join(f.positions for f in found[:main]) if per_stream or together
+                          else pick.positions or "none (a Range inside the PE)")
+                         + "".join(f", 0..{r['max_len'] - 1} (a Range inside the PE)"
+                                   for _, r in extra),
                          grafted.prefix, grafted.removed_nodes,
                          grafted.removed_bytes, grafted.pe_bytes, size, grafted.model.ByteSize(),
                          grafted.metadata_bytes, model=grafted.model, found=found_line,
@@ -376,7 +402,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         report.lengths, report.checks = prove_found(
             original, grafted, replaces, length,
             bound=bound,
-            lengths=lengths, seed=seed)
+            lengths=lengths, seed=seed, bounds=bounds)
         for one in (f for f in found if f.family == "mrope"):  # streams the inputs may not vary
             label, checks = prove_streams(original, grafted.model, one, length, bound, seed)
             report.lengths.append(label)
@@ -386,6 +412,12 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                     inputs=inputs, force=force)
         report.out = out
     return report
+
+
+def _how(record: dict) -> str:
+    """A PE record's mode in words: ``table``, or ``sliced`` and its slice widths."""
+    return record["mode"] + (f" {','.join(map(str, record['slices']))}"
+                             if record["mode"] == "sliced" else "")
 
 
 # Ops that pass their first input's values on, selected or reshaped, never changed.

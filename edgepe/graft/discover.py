@@ -35,6 +35,9 @@ found". ``discover(model)`` finds the same ``Found`` records another way:
    - a RoPE angle over positions ``[3, ..., 1]`` (Qwen2-VL's three streams) is multimodal RoPE:
      ``graft.mrope.find`` reads which stream and slot each column of its cos/sin takes.
 
+``whole_sinusoids(model)`` finds the tables no positions gather: a constant ``[L, D]`` added
+whole (Whisper's encoder, by its values; graft replaces it, issue 40 point 2).
+
 What it saw but could not confirm goes into ``seen`` (words for graft's refusal line): RoPE
 angles that are no single product of positions, tables gathered by indices that are not
 positions (BERT's token types; a square index whose values are not T5's buckets).
@@ -42,10 +45,12 @@ positions (BERT's token types; a square index whose values are not T5's buckets)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from edgepe.graft.find import _constants, graph_index
 from edgepe.graft.find_hf import (
+    WHISPER_PARAMS,
     Found,
     _attr,
     _half_sinusoidal_distance,
@@ -145,14 +150,6 @@ def candidates(model) -> dict[str, Any]:
                     continue
                 alibi.append({"node": node, "slopes": slopes, "slopes_name": node.input[i],
                               "positions": cast.input[0]})
-        elif node.op_type == "Add":
-            for i in (0, 1):
-                table = consts.get(node.input[i])
-                if table is not None and table.ndim == 2 and table.dtype == np.float32 and \
-                        node.input[1 - i] not in consts and _is_whisper_sinusoidal(table):
-                    notes.append(f"Whisper's encoder sinusoidal table {node.input[i]!r} "
-                                 f"{list(table.shape)}, a constant added whole at Add "
-                                 f"{node.output[0]!r} (no positions to gather it by: kept)")
     return {"rope": rope, "tables": tables, "alibi": alibi, "makers": makers, "readers": readers,
             "notes": notes}
 
@@ -167,6 +164,114 @@ def _is_whisper_sinusoidal(table) -> bool:
     if width % 2 or half < 2 or length < 2:
         return False
     return _sinusoid_within(table, np.exp(-np.arange(half) * (np.log(10000.0) / (half - 1))))
+
+
+# A constant added whole with a value this large (or not finite) is an additive mask (-1e4, -1e9,
+# float32's minimum), not a position table: neither found nor said.
+MASK_MAGNITUDE = 1e4
+
+
+def _rows_whole(name: str, makers, consts):
+    """``(rows [n, D], table name, how)`` when tensor ``name`` is a constant float32 ``[L, D]``
+    table's first ``n`` rows whatever the input: the constant itself, its ``Gather`` (axis 0) by
+    a constant ``0 .. n - 1`` (Whisper's ``embed_positions(arange(L))`` when the exporter did not
+    fold it: a large table), or its ``Slice`` from row 0 (step 1, axis 0) to a constant end;
+    else None."""
+    import numpy as np
+
+    def table_of(t):
+        value = consts.get(t)
+        ok = value is not None and value.ndim == 2 and value.dtype == np.float32
+        return value if ok else None
+
+    table = table_of(name)
+    if table is not None:
+        return table, name, "a constant"
+    node = makers.get(name)
+    if node is None or node.op_type not in ("Gather", "Slice") or not node.input:
+        return None
+    table = table_of(node.input[0])
+    if table is None:
+        return None
+    if node.op_type == "Gather":
+        index = consts.get(node.input[1])
+        if _attr(node, "axis", 0) != 0 or index is None or index.ndim != 1 or \
+                not 2 <= index.size <= table.shape[0] or \
+                not np.array_equal(index, np.arange(index.size)):
+            return None
+        return (table[: index.size], node.input[0],
+                f"gathered by the constant 0..{index.size - 1} {node.input[1]!r}")
+    args = [*node.input, "", "", ""][:5]
+    starts, ends, axes, steps = (np.asarray(consts[a]).ravel() if a in consts else None
+                                 for a in args[1:5])
+    if starts is None or ends is None or list(starts) != [0] or ends.size != 1 or \
+            (axes is not None and list(axes) != [0]) or \
+            (steps is not None and list(steps) != [1]) or (not args[3]) != (axes is None) or \
+            (not args[4]) != (steps is None):
+        return None
+    end = min(int(ends[0]), table.shape[0])
+    if end < 2:
+        return None
+    return table[:end], node.input[0], f"sliced to its rows 0..{end - 1} by {name!r}"
+
+
+def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
+    """``(found, seen)``: constant float32 ``[L, D]`` tables added whole to a computed tensor
+    (``Add``, the other operand not constant), no positions gathering them: the constant, or its
+    first rows taken by a constant ``Gather``/``Slice`` (``_rows_whole``). Whisper's encoder adds
+    ``sinusoids(L, D)`` so (``embed_positions(arange(L))``): recognised by its values
+    (``_is_whisper_sinusoidal``), it is a ``sinusoidal`` ``Found`` (``params["whole"]``: its
+    positions are the rows ``0 .. n - 1``, made by a ``Range`` inside the PE, so ``positions``
+    is empty); any other such table (both axes at least 2, every value below
+    ``MASK_MAGNITUDE``: no mask) is said in ``seen`` and kept. One record per added tensor,
+    however many ``Add`` read it. No onnxruntime run: the values are the model's constants."""
+    import numpy as np
+
+    graph = model.graph
+    makers, _ = graph_index(graph)
+    # the constants an Add may read, and the inputs of the Gather/Slice/Identity making its
+    # operands: only those converted to numpy (graft runs this on every model: a 7B model's
+    # initializers are not copied for it)
+    wanted = {i for n in graph.node if n.op_type == "Add" for i in n.input}
+    for _ in range(2):
+        wanted |= {i for name in list(wanted) if name in makers and makers[name].op_type in
+                   ("Gather", "Slice", "Identity") for i in makers[name].input}
+    consts = _constants(SimpleNamespace(
+        initializer=[t for t in graph.initializer if t.name in wanted],
+        node=[n for n in graph.node if n.op_type in ("Constant", "Identity") and
+              n.output[0] in wanted]))
+    found: dict[str, Found] = {}
+    seen: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type != "Add":
+            continue
+        for i in (0, 1):
+            name, other = node.input[i], node.input[1 - i]
+            if name in found or name in seen or other in consts:
+                continue
+            rows = _rows_whole(name, makers, consts)
+            if rows is None:
+                continue
+            table, table_name, how = rows
+            # (an additive mask is no table of positions: its -1e4, -1e9 or float32 minimum)
+            if min(table.shape) < 2 or not np.all(np.abs(table) < MASK_MAGNITUDE):
+                continue
+            length, width = table.shape
+            shape = list(consts[table_name].shape)
+            if not _is_whisper_sinusoidal(table):
+                seen[name] = (f"a constant table {table_name!r} {shape} added whole"
+                              + ("" if table_name == name else f" ({how})")
+                              + f" at Add {node.output[0]!r}, not Whisper's sinusoids (kept)")
+                continue
+            where = (f"(Whisper's encoder sinusoidal table {table_name!r} {shape}, "
+                     + ("a constant" if table_name == name else how)
+                     + " added whole: base 10000, frequencies fairseq, layout half) at Add "
+                     f"{node.output[0]!r}, positions 0..{length - 1} (its rows)")
+            found[name] = Found("sinusoidal", [name], "", where,
+                                {"whole": True, "table": table, "table_name": table_name,
+                                 "add": node.output[0], "offset": 0, "discovered": True,
+                                 **WHISPER_PARAMS})
+    return list(found.values()), list(seen.values())
 
 
 def _probe_model(model, names: list[str]):

@@ -37,6 +37,10 @@ parameters read from the model's own constants.
   by its values (its distance from the float64 definition goes in the record) and grafted as its
   rows. An encoder-decoder has one per stack: ``streams`` tells whether several candidates are
   one PE per input stream (graft replaces each) or two on one stream (refused).
+- Whisper's encoder sinusoidal table, added whole (no positions gather it; found by
+  ``discover.whole_sinusoids``): ``build_whole`` rebuilds it as edgepe's ``sinusoidal``
+  (``WHISPER_PARAMS``) of positions ``0 .. L - 1`` from a ``Range`` inside the PE, as a table
+  or sliced.
 - ALiBi (Bloom): ``Mul(slopes [H, 1], Cast(positions [B, 1, T]))``, positions from the mask's
   ``CumSum``; the model reshapes it to ``[B * H, 1, T]``. The artifact: edgepe's ``alibi`` slopes
   for ``H`` heads (the paper's rule), required equal to the model's constant, times the same
@@ -53,9 +57,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgepe.contract.config import INT8_OPSET
 from edgepe.contract.errors import BadParameterError
+from edgepe.export import prepare
+from edgepe.export.options import make_config
 from edgepe.graft.find import _constants, graph_index
-from edgepe.graft.splice import _opset, _value_type
+from edgepe.graft.read import parse_model
+from edgepe.graft.splice import _opset, _slim, _value_type
+
+# Whisper's encoder table as edgepe's sinusoidal scheme (issue 40 point 2): transformers'
+# ``sinusoids(L, D)`` is ``torch.cat([sin, cos])`` (layout half) of ``arange(L)[:, None] *
+# exp(-ln(10000) / (D/2 - 1) * arange(D/2))`` (frequencies fairseq, base 10000), each op in
+# float32 (freq_dtype float32: edgepe's ``inverse_frequencies`` computes it op for op).
+WHISPER_PARAMS = {"base": 10000.0, "layout": "half", "frequencies": "fairseq",
+                  "freq_dtype": "float32"}
 
 # Table rows when neither --max-len nor the model says how many positions it takes.
 DEFAULT_MAX_LEN = 4096
@@ -896,6 +911,8 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
 
     from edgepe.graphs.model_tensors import gathered_tables, int8_tables
 
+    if found.params.get("whole"):  # Whisper's encoder table, added whole (issue 40 point 2)
+        return build_whole(model, found, max_len, quantize, mode)
     elem, dims = _value_type(model, found.positions)
     flat = found.params.get("flat_positions", False)
     if flat and dims is not None:  # Optimum's position_ids [B, S]: the artifact unsqueezes them
@@ -1020,4 +1037,85 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
                    "positions": found.positions})
     if quantize == "int8":
         record["quant"] = {"bound": max(b for _, _, b in int8_tables(tables).values())}
+    return pe, record
+
+
+def build_whole(model, found: Found, max_len: int | None, quantize: str = "none",
+                mode: str | None = None):
+    """``(pe ModelProto, record)`` for a table the model adds whole (``discover.
+    whole_sinusoids``: Whisper's encoder ``sinusoids(L, D)``, issue 40 point 2): edgepe's
+    ``sinusoidal`` scheme (``WHISPER_PARAMS``) for positions ``0 .. L - 1``, exported
+    as edgepe exports it (``mode`` ``table``, the default: an equal table rebuilt by edgepe;
+    ``sliced``: cos/sin from bit slices and small tables, no ``[L, D]`` table and no trig op)
+    at the model's opset, its positions a ``Range`` inside the PE (no input: the table's rows
+    are the positions, as ``embed_positions(arange(L))`` made them; the grafted Add broadcasts
+    ``[L, D]`` against the encoder's ``[B, L, D]`` exactly as the constant did, so a wrong
+    number of frames fails there as before). ``max_len`` is not used: the model fixes ``L``
+    (``--max-len`` sizes the other PEs of the model, a decoder's).
+
+    ``record["proof_bound"]``: how far the PE may be from the model's table, per element: the
+    rebuilt table's measured distance from it (``table``: 0 when edgepe's float32 recipe
+    reproduces transformers' bit for bit), or the sliced graph's bound against the float64
+    definition plus the model table's measured distance from that definition (``sliced``)."""
+    import hashlib
+    import io
+
+    import numpy as np
+    import torch
+    from onnx import helper, numpy_helper
+
+    from edgepe.schemes import build
+
+    table = found.params["table"]
+    length, width = table.shape
+    if mode not in (None, "table", "sliced"):
+        raise BadParameterError(f"--mode {mode!r}: Whisper's encoder table goes in as a table or "
+                                "sliced")
+    opset = _opset(model)
+    # BitShift/BitwiseAnd need opset 18; below it the truncating-Cast slicing (as sliced_found)
+    lowering = "bitwise" if opset >= 18 or mode != "sliced" else "trunc"
+    if quantize == "int8" and opset < INT8_OPSET:  # edgepe's int8 graphs: DequantizeLinear
+        raise BadParameterError(                   # per channel, as the reference evaluator has it
+            f"--quantize int8: edgepe's int8 sinusoidal graph for Whisper's encoder table "
+            f"{found.params['table_name']!r} needs opset {INT8_OPSET}, the model is opset "
+            f"{opset}; graft it without --quantize (or --mode sliced: no table)")
+    config = make_config("sinusoidal", length, d_model=width, params=WHISPER_PARAMS,
+                         mode=mode or "table", quantize=quantize, lowering=lowering, opset=opset)
+    module = build(config.scheme, seed=config.seed)
+    prepared = prepare(config, module)
+    buffer = io.BytesIO()
+    prepared.write(buffer)
+    data = buffer.getvalue()
+    manifest = {**prepared.manifest, "sha256": hashlib.sha256(data).hexdigest()}
+    pe = parse_model(data, "the built artifact")
+    # the positions 0 .. L - 1 inside the PE: Range(0, L, 1) feeds the artifact's input
+    given = pe.graph.input[0].name
+    ends = [numpy_helper.from_array(np.asarray(v, np.int64), f"{given}/range_{k}")
+            for k, v in (("start", 0), ("limit", length), ("delta", 1))]
+    pe.graph.initializer.extend(ends)
+    pe.graph.node.insert(0, helper.make_node("Range", [e.name for e in ends], [given],
+                                             name=f"{given}/range"))
+    del pe.graph.input[:]
+    with torch.no_grad():  # edgepe's values at every row, against the model's constant
+        mine = module.encode(torch.arange(length)).numpy().astype(np.float64)
+    distance = float(np.abs(mine - table).max())
+    w = module.inv_freq.detach().numpy().astype(np.float64)
+    angle = np.arange(length, dtype=np.float64)[:, None] * w[None, :]
+    definition = float(np.abs(np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+                              - table).max())
+    record = {"scheme": "sinusoidal", **WHISPER_PARAMS, "table": found.params["table_name"],
+              "added_at": found.params["add"], "max_len": length, "mode": config.mode,
+              "quantize": quantize, "replaces": found.replaces, "positions": None,
+              "positions_from": f"Range(0, {length}) inside the PE (the table's rows)",
+              "table_distance": distance, "manifest": _slim(manifest)}
+    if config.mode == "sliced":
+        sliced = manifest["sliced"]
+        record.update(slices=sliced["slices"], bound=sliced["bound"],
+                      definition_distance=definition,
+                      proof_bound=sliced["bound"] + definition)
+    else:
+        record["proof_bound"] = distance
+    if quantize == "int8":  # int8 rows of edgepe's table: its bound on top of the table's distance
+        record["quant"] = {"bound": float(manifest["quant"]["bound"])}
+        record["proof_bound"] += record["quant"]["bound"]
     return pe, record

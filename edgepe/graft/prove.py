@@ -825,7 +825,8 @@ def proof_cases(session, max_len: int, lengths: Sequence[int] | None = None,
 
 
 def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: int,
-                bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0):
+                bound: float = 0.0, lengths: Sequence[int] | None = None, seed: int = 0,
+                bounds: dict[str, float] | None = None):
     """``(cases, [OutputCheck])``: every output of the grafted model against the original's on
     onnxruntime CPU, and the replaced tensors themselves (made graph outputs of both for the
     proof), on ``proof_cases``; the replaced tensors also at every position below ``max_len``
@@ -839,6 +840,8 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     its tensor's 90th percentile (the table holds correctly rounded cos/sin of the model's own
     float32 angle; onnxruntime's Cos/Sin are within a few ulp of that); a model output's,
     FLOAT_ULPS ulp of the same plus, for int8 tables, twice its measured gain times ``bound``
+    (``bounds``: a replaced tensor's own, where PEs of different bounds went in together: a
+    decoder's exact table is not held to the encoder's sliced bound; ``bound`` their largest)
     (the gain: the output's change per unit change of the replaced tensors, from a run with the
     tensors perturbed by +-``PROBE``). Issue 41: no initializer a caller may override removed
     (``check_overridable``), every output of the original compared (``check_outputs``), token
@@ -850,7 +853,9 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
     def with_outputs(model, which="original"):
         model = onnx.ModelProto.FromString(model.SerializeToString())
         have = {o.name for o in model.graph.output}
-        made = {o for n in model.graph.node for o in n.output}
+        # (an initializer the original reads as is, Whisper's encoder table: its output too)
+        made = {o for n in model.graph.node for o in n.output} | {
+            t.name for t in model.graph.initializer}
         for name in replaces:  # (a lowered model no longer makes them: no check of those)
             if name not in have and name in made:  # untyped: T5's buckets are int64
                 model.graph.output.append(onnx.ValueInfoProto(name=name))
@@ -943,7 +948,7 @@ def prove_found(original, grafted: Grafted, replaces: Sequence[str], max_len: in
                                     worst, deadline))
     gain = _gain(original, replaces, [c for c in cases if c[3] >= 0], max_len, names, seed,
                  highs, deadline) if bound else {}
-    checks = [worst[name].check(name, bound if name in replaces
+    checks = [worst[name].check(name, (bounds or {}).get(name, bound) if name in replaces
                                 else 2 * gain.get(name, 0.0) * bound) for name in names]
     return [f"every position 0..{s - 1} (the replaced tensors)" if shift == -1 else
             f"{s}+{p} (the replaced tensors)" if shift < 0 else
@@ -1109,9 +1114,13 @@ def _gain(original, replaces: Sequence[str], cases, max_len: int, names, seed: i
     rng = np.random.default_rng(seed + 1)
     nodes = list(graph.node)
     for k, name in enumerate(replaces):
-        producer = next(i for i, n in enumerate(nodes) if name in n.output)
+        producer = next((i for i, n in enumerate(nodes) if name in n.output), None)
         raw = f"edgepe_probe{k}/raw"
-        nodes[producer].output[:] = [raw if o == name else o for o in nodes[producer].output]
+        if producer is None:  # an initializer (Whisper's encoder table): renamed, probed first
+            next(t for t in graph.initializer if t.name == name).name = raw
+            producer = -1
+        else:
+            nodes[producer].output[:] = [raw if o == name else o for o in nodes[producer].output]
         width = 4096  # the last axis is at most this wide in every model graft proves
         signs = rng.choice([-1.0, 1.0], size=width).astype(np.float32) * PROBE
         graph.initializer.append(numpy_helper.from_array(signs, f"edgepe_probe{k}/signs"))
