@@ -231,9 +231,12 @@ class _Worst:
         # 2^20 positions were 0.5 GB of Bloom's 1.0 GB peak (issue 41); the worst element of
         # the blocks is the worst of the whole (ties: the first, as one argmax over all)
         for start in range(0, a.size, WORST_BLOCK):
-            self._block(a[start:start + WORST_BLOCK], b[start:start + WORST_BLOCK], scale)
+            self._block(a[start:start + WORST_BLOCK], b[start:start + WORST_BLOCK], scale,
+                        exact=b.dtype.kind in "iub")
 
-    def _block(self, a, b, scale: float) -> None:
+    def _block(self, a, b, scale: float, exact: bool) -> None:
+        """``add``'s comparison of one block; ``exact``: the reference is integers (T5's
+        buckets), allowed no error."""
         import numpy as np
 
         a, b = a.astype(np.float64), b.astype(np.float64)
@@ -247,7 +250,7 @@ class _Worst:
         size = np.minimum(np.maximum(np.where(finite, mag, 0.0), scale), top)
         allow = np.where(finite, self.ulps * np.spacing(size.astype(np.float32))
                          .astype(np.float64), 0.0)
-        if np.asarray(want).dtype.kind in "iub":  # integers (T5's buckets): exact
+        if exact:
             allow = np.zeros_like(allow)
         excess = err - allow
         k = int(np.argmax(excess))
