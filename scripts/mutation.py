@@ -318,13 +318,13 @@ EQUIVALENT: dict[str, str] = {
     MAN + "nesting_depth__mutmut_25": "astype(None) is float64: the cumulative "
     "sum of +-1 and 0 is exact, int() of its max the same",
     # graphs/bias.py: constants whose dtype numpy infers the same, axes that name one axis
-    **{f"{BIAS}t5_bias__mutmut_{i}": "the constant's dtype left to numpy: a Python int, or "
+    **{f"{BIAS}t5_bucket__mutmut_{i}": "the constant's dtype left to numpy: a Python int, or "
        "magnitude_buckets()'s int64 array, is int64 already (the goldens pin the bytes)"
-       for i in (16, 63, 106, 126)},
-    BIAS + "t5_bias__mutmut_172": "the bias table's dtype left to numpy: the module's float32 "
+       for i in (3, 49, 92, 102)},
+    BIAS + "t5_bias__mutmut_43": "the bias table's dtype left to numpy: the module's float32 "
     "weight is float32 already",
-    BIAS + "t5_bias__mutmut_131": "num_buckets / 2 stored as int64 truncates to num_buckets // 2 "
-    "(non-negative), odd counts included",
+    BIAS + "t5_bias__mutmut_25": "num_buckets / 2 as t5_bucket's later, stored as int64 "
+    "(g.const) truncates to num_buckets // 2 (non-negative), odd counts included",
     BIAS + "_difference__mutmut_12": "np.asarray([-1], None) is int64, the dtype given",
     BIAS + "_difference__mutmut_15": "Unsqueeze of the rank-1 positions at axis +1 or -1: "
     "both make [N, 1]",
