@@ -16,6 +16,9 @@ from edgepe.contract.errors import BadParameterError
 from edgepe.graft import lower
 
 P = "edgepe_pe0/"
+# the positions every rotation reads: graft's (or the model's) expanded to [B, S]
+BATCHED = f"{P}batched_positions"
+BATCHING = ["Shape", "Gather", "Expand"]  # its nodes, just before the first rotation
 L, B, H, S, R = 8, 1, 2, 3, 8
 HALF = R // 2
 ANGLES = np.arange(L)[:, None] * (1.0 / 10 ** (np.arange(HALF) / HALF))[None]
@@ -101,24 +104,27 @@ def test_lower_rope_fuses_the_rotation(lowering):
     fused, removed = lower.lower_rope(model, P, "cos", "sin", lowering)
     assert fused == 1
     ops = [n.op_type for n in model.graph.node]
-    assert ops == ["Identity", "RotaryEmbedding"], ops
+    assert ops == ["Identity", *BATCHING, "RotaryEmbedding"], ops
     # the Add, its 2 Muls, 2 Unsqueezes, 2 Slices, Neg, Concat, and the tables' 2 Gathers and 2
     # Concats: 13, plus the fused op itself
     assert removed == 13 + 1
-    node = model.graph.node[1]
+    node = model.graph.node[4]
     assert node.output == ["out"] and node.name == f"{P}rotary0"
     if lowering == "ort":
         assert node.domain == "com.microsoft"
-        assert list(node.input) == ["q", f"{P}positions_squeezed", f"{P}cos_table",
-                                    f"{P}sin_table"]
+        assert list(node.input) == ["q", BATCHED, f"{P}cos_table", f"{P}sin_table"]
         assert ("com.microsoft", 1) in [(o.domain, o.version) for o in model.opset_import]
     else:
         assert node.domain == ""
-        assert list(node.input) == ["q", f"{P}cos_table", f"{P}sin_table",
-                                    f"{P}positions_squeezed"]
+        assert list(node.input) == ["q", f"{P}cos_table", f"{P}sin_table", BATCHED]
         assert "com.microsoft" not in [o.domain for o in model.opset_import]
     assert {a.name: a.i for a in node.attribute}["interleaved"] == 0
-    assert sorted(t.name for t in model.graph.initializer) == [f"{P}cos_table", f"{P}sin_table"]
+    assert sorted(t.name for t in model.graph.initializer) == [
+        f"{P}batched_positions/axes", f"{P}cos_table", f"{P}sin_table"]
+    batch, axes, expand = model.graph.node[1:4]
+    assert batch.input == ["q"] and expand.input == [f"{P}positions_squeezed", axes.output[0]]
+    assert numpy_helper.to_array(next(t for t in model.graph.initializer
+                                      if t.name == axes.input[1])).tolist() == [0, 2]
     lower.check_lowered(model)
     np.testing.assert_allclose(_run(model, q=Q, position_ids=IDS)[0], _rotated(), rtol=0,
                                atol=1e-6)
@@ -523,19 +529,23 @@ def test_lower_interleaved_fuses_gptj(lowering, partial):
     caches = [f"{P}cos_cache", f"{P}sin_cache"]
     if lowering == "ort":
         assert node.domain == "com.microsoft"
-        assert list(node.input) == [f"{P}rotary0/flat", f"{P}positions_squeezed", *caches]
+        assert list(node.input) == [f"{P}rotary0/flat", BATCHED, *caches]
     else:
         assert node.domain == ""
-        assert list(node.input) == [f"{P}rotary0/flat", *caches, f"{P}positions_squeezed"]
+        assert list(node.input) == [f"{P}rotary0/flat", *caches, BATCHED]
     ops = [n.op_type for n in model.graph.node]
-    assert ops == ["Identity", "Identity", "Reshape", "RotaryEmbedding", "Shape", "Reshape"], ops
-    flat, _, shape, back = (model.graph.node[i] for i in (2, 3, 4, 5))
+    assert ops == ["Identity", "Identity", "Reshape", *BATCHING, "RotaryEmbedding", "Shape",
+                   "Reshape"], ops
+    flat, _, shape, back = (model.graph.node[i] for i in (2, 6, 7, 8))
+    assert model.graph.node[3].input == [f"{P}rotary0/flat"]  # [B, S, H D]: axes 0, 1
+    assert model.graph.node[5].input[0] == f"{P}positions_squeezed"
     source = "v"
     assert flat.input[0] == source and shape.input[0] == source
     assert back.output[0] == ("full" if partial else "rotated")
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     assert inits[caches[0]].tolist() == COS.tolist() and inits[caches[1]].tolist() == SIN.tolist()
     assert inits[f"{P}flat_shape"].tolist() == [0, 0, -1]
+    assert inits[f"{P}batched_positions/axes"].tolist() == [0, 1]
     # removed: every node of the rotation but the two Identities (what _drop counts), plus 3
     # per fused rotation (lower_interleaved's count; lower_rope adds 1 per rotation)
     assert removed == len(_gptj(partial=partial).graph.node) - 2 + 3
@@ -550,7 +560,8 @@ def test_lower_interleaved_reads_a_float32_cast_and_the_models_own_positions():
     model = _gptj(cast=TensorProto.FLOAT, positions=False)
     assert lower.lower_interleaved(model, P, "sc", "ort")[0] == 1
     (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
-    assert node.input[1] == "position_ids"
+    assert node.input[1] == BATCHED
+    assert next(n for n in model.graph.node if n.output[0] == BATCHED).input[0] == "position_ids"
     np.testing.assert_allclose(_run(model, v_in=VJ[..., :R], position_ids=IDS)[0],
                                _every_two(VJ[..., :R]), rtol=0, atol=1e-6)
 
@@ -603,7 +614,7 @@ def test_lower_interleaved_partial_needs_the_exact_pattern(change):
     assert lower.lower_interleaved(model, P, "sc", "ort")[0] == 1
     flatten = next(n for n in model.graph.node if n.name == f"{P}rotary0/flatten")
     assert flatten.input[0] == "x" and "Concat" in [n.op_type for n in model.graph.node]
-    shape = next(n for n in model.graph.node if n.op_type == "Shape")
+    shape = next(n for n in model.graph.node if n.name == f"{P}rotary0/shape")
     assert shape.input[0] == "x"
 
 
@@ -636,7 +647,8 @@ def test_lower_interleaved_names_its_nodes_and_counts_in_ints():
     fused, removed = _lower_j(model)
     assert isinstance(removed, int) and removed == 22 - 2 + 3
     assert [n.name for n in model.graph.node][2:] == [
-        f"{P}rotary0/flatten", f"{P}rotary0", f"{P}rotary0/shape", f"{P}rotary0/unflatten"]
+        f"{P}rotary0/flatten", f"{BATCHED}/input_shape", f"{BATCHED}/shape", BATCHED,
+        f"{P}rotary0", f"{P}rotary0/shape", f"{P}rotary0/unflatten"]
     lower.check_lowered(model)  # the contrib domain is declared
 
 
@@ -742,7 +754,8 @@ def test_lower_interleaved_optimum_positions_are_those_gathering_the_table():
     model.graph.node.insert(0, helper.make_node("Gather", ["E", "tok"], ["emb"]))
     assert _lower_j(model)[0] == 1
     (node,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
-    assert node.input[1] == "position_ids"
+    assert node.input[1] == BATCHED
+    assert next(n for n in model.graph.node if n.output[0] == BATCHED).input[0] == "position_ids"
 
 
 @pytest.mark.parametrize("change", ["no_steps", "computed_start", "not_unsqueezed"])
@@ -944,3 +957,17 @@ def test_lower_interleaved_passes_over_an_add_of_model_inputs():
     model = _gptj()
     model.graph.node.insert(1, helper.make_node("Add", ["v_in", "v_in"], ["d"]))
     assert _lower_j(model)[0] == 1
+
+
+@pytest.mark.parametrize("lowering", ["ort", "rotary23"])
+def test_positions_of_one_row_are_expanded_to_the_batch(lowering):
+    """A model called without position_ids makes them [1, S] (transformers'
+    cache_position[None]); both RotaryEmbedding ops require [B, S] and refused a batch of 2."""
+    model = _rope_model(opset=23 if lowering == "rotary23" else 18)
+    for value in [*model.graph.input, *model.graph.output]:
+        if value.name != "position_ids":
+            value.type.tensor_type.shape.dim[0].dim_param = "b"
+    q = np.random.default_rng(1).standard_normal((2, H, S, R)).astype(np.float32)
+    lower.lower_rope(model, P, "cos", "sin", lowering)
+    np.testing.assert_allclose(_run(model, q=q, position_ids=IDS)[0], _rotated(q, IDS), rtol=0,
+                               atol=1e-6)

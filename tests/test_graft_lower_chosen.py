@@ -59,7 +59,8 @@ def test_the_rotations_read_the_table_the_condition_chooses(lowering):
     fused, removed = lower.lower_rope(model, P, "cos", "sin", lowering)
     assert fused == 1
     ops = [n.op_type for n in model.graph.node]
-    assert ops == ["Identity", "Where", "Where", "RotaryEmbedding"], ops
+    assert ops == ["Identity", "Where", "Where", "Shape", "Gather", "Expand", "RotaryEmbedding"], \
+        ops  # (the positions expanded to [B, S] before the rotation)
     chosen = [f"{P}cos_cache_chosen", f"{P}sin_cache_chosen"]
     wheres = model.graph.node[1:3]
     assert [list(n.input) for n in wheres] == [
@@ -67,10 +68,10 @@ def test_the_rotations_read_the_table_the_condition_chooses(lowering):
         ["long", f"{P}sin_if_true_table", f"{P}sin_table"]]
     assert [n.output[0] for n in wheres] == chosen
     assert [n.name for n in wheres] == [f"{c}/where" for c in chosen]
-    rotary = model.graph.node[3]
+    rotary = model.graph.node[6]
     assert [i for i in rotary.input if i.startswith(P)] == (
-        [f"{P}positions_squeezed", *chosen] if lowering == "ort"
-        else [*chosen, f"{P}positions_squeezed"])
+        [f"{P}batched_positions", *chosen] if lowering == "ort"
+        else [*chosen, f"{P}batched_positions"])
     # 19 nodes of the model as grafted went (all but the Identity), counted as lower_rope
     # counts (plus the fused op), less the two Wheres it adds
     assert removed == 19 + 1 - 2
@@ -86,8 +87,9 @@ def test_one_table_needs_no_choice():
 
     model = _rope_model()
     lower.lower_rope(model, P, "cos", "sin", "ort")
-    assert [n.op_type for n in model.graph.node] == ["Identity", "RotaryEmbedding"]
-    assert list(model.graph.node[1].input[2:]) == [f"{P}cos_table", f"{P}sin_table"]
+    assert [n.op_type for n in model.graph.node] == ["Identity", "Shape", "Gather", "Expand",
+                                                     "RotaryEmbedding"]
+    assert list(model.graph.node[4].input[2:]) == [f"{P}cos_table", f"{P}sin_table"]
 
 
 @pytest.mark.parametrize("where", [

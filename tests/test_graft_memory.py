@@ -157,3 +157,15 @@ def test_graft_without_position_ids_at_max_len_2_20_stays_under_1_5_gb(tmp_path,
         f"replaced tensors), 1+1048576, 1+1048577, 1+2097155 (the replaced tensors{beyond}):" \
         in done.stdout and out.exists()
     assert int(peak.read_text()) * 1024 < 1.5e9
+
+
+@pytest.mark.parametrize("lowering", ["ort", "rotary23"])
+def test_a_lowered_graft_of_a_model_without_position_ids_passes_its_proof(tmp_path, lowering):
+    """Its positions are [1, S] (made inside): the fused RotaryEmbedding reads them expanded to
+    the batch (graft's proof at batch 2 failed on both ops before: "dimension 0 should be of
+    size batch_size, got 1")."""
+    path = _without_position_ids(tmp_path / "nopos.onnx")
+    report = edgepe.graft(path, out=tmp_path / "out.onnx", max_len=64, rope_lowering=lowering)
+    assert report and all(c.passed for c in report.checks), str(report)
+    ops = [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node]
+    assert "RotaryEmbedding" in ops and "Expand" in ops

@@ -7,7 +7,9 @@ Per layer, for q and for k, transformers' ``apply_rotary_pos_emb`` exports as ``
 Unsqueeze(cos)), Mul(Concat(Neg(Slice(x, R/2..R)), Slice(x, 0..R/2)), Unsqueeze(sin)))`` on
 ``x [B, H, S, R]``. That becomes one ``RotaryEmbedding(x, position_ids [B, S], cos_table
 [L, R/2], sin_table [L, R/2])`` (``interleaved=0``): the graft's own tables are exactly the caches
-the op reads, and its positions the squeezed ``positions[..., None]``. Optimum's exports (the
+the op reads, and its positions the squeezed ``positions[..., None]``, expanded to ``[B, S]``
+(``_batch_positions``: a model called without position_ids makes them ``[1, S]``, which both
+ops refuse at a batch of 2). Optimum's exports (the
 TorchScript exporter) read cos/sin through a float32 ``Cast`` and slice at ``x.shape[-1] // 2``
 traced (one tensor unsqueezed twice) instead of constants: both forms are matched, and the
 proof checks what was fused. The op exists on
@@ -153,7 +155,37 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
                     if n.op_type == "RotaryEmbedding" and tables[0] in n.input)
         for k, node in enumerate(chosen):
             graph.node.insert(first + k, node)
+    _batch_positions(graph, prefix, positions, (0, 2))  # x [B, H, S, R]
     return fused, _drop(model, drop, lowering) + fused - len(chosen)
+
+
+def _batch_positions(graph, prefix: str, positions: str, axes: tuple[int, int]) -> None:
+    """The rotations read ``positions`` expanded to ``[B, S]``: both ``RotaryEmbedding`` ops
+    require ``position_ids`` of the input's batch, and a model called without position_ids
+    makes them ``[1, S]`` (transformers' ``cache_position[None]``; onnxruntime refused every
+    such lowered graft: "dimension 0 should be of size batch_size, got 1"). ``B, S`` are the
+    first rotation's input's ``axes`` (every rotation's batch and length are the model's);
+    ``Expand`` to them broadcasts ``[1, S]`` and keeps ``[B, S]``."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    nodes = list(graph.node)
+    rotations = [n for n in nodes if n.op_type == "RotaryEmbedding" and positions in n.input
+                 and n.name.startswith(prefix)]
+    if not rotations:
+        return
+    name = f"{prefix}batched_positions"
+    made = [helper.make_node("Shape", [rotations[0].input[0]], [f"{name}/input_shape"],
+                             name=f"{name}/input_shape"),
+            helper.make_node("Gather", [f"{name}/input_shape", f"{name}/axes"],
+                             [f"{name}/shape"], axis=0, name=f"{name}/shape"),
+            helper.make_node("Expand", [positions, f"{name}/shape"], [name], name=name)]
+    graph.initializer.append(numpy_helper.from_array(np.asarray(axes, np.int64), f"{name}/axes"))
+    at = nodes.index(rotations[0])
+    for k, node in enumerate(made):
+        graph.node.insert(at + k, node)
+    for node in rotations:
+        node.input[:] = [name if i == positions else i for i in node.input]
 
 
 def _caches(graph, consts, makers, prefix: str, cos: str, sin: str):
@@ -301,6 +333,7 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
         numpy_helper.from_array(np.ascontiguousarray(table[:, half:]), caches[0]),
         numpy_helper.from_array(np.ascontiguousarray(table[:, :half]), caches[1]),
         numpy_helper.from_array(np.asarray([0, 0, -1], np.int64), f"{prefix}flat_shape")])
+    _batch_positions(graph, prefix, positions, (0, 1))  # flat [B, S, H D]
     return fused, _drop(model, drop, lowering) + 3 * fused
 
 
