@@ -362,12 +362,12 @@ EQUIVALENT: dict[str, str] = {
     # lead: graft/find.py
     **{f"{FIND}_table_read__mutmut_{i}": "the padding of Slice's absent inputs: a padded name "
        "('XXXX', or one more) names no constant, as '' does, so the default (axes 0, step 1) "
-       "applies the same" for i in (47, 48, 49, 50)},
-    FIND + "_table_read__mutmut_53": "consts.get('') for an absent input: ONNX names no tensor "
+       "applies the same" for i in (46, 47, 48, 49)},
+    FIND + "_table_read__mutmut_52": "consts.get('') for an absent input: ONNX names no tensor "
     "'' (the empty name means absent), so it is None as the guard makes it",
-    FIND + "_trace_length__mutmut_27": "Shape's branch for another op reading an input: only "
-    "Shape has start/end attributes, so end is None and the branch returns None, as the "
-    "else does",
+    **{f"{FIND}{fn}__mutmut_{i}": "graph given as None beside graph_index's makers: "
+       "_trace_length reads graph only to build makers when none is given, and every caller "
+       "gives them" for fn, i in (("_table_read", 34), ("_table_read", 81), ("detect", 61))},
     FIND + "build_detected__mutmut_16": "the module's seed: it draws only the projection, which "
     "is overwritten with the model's weight at once",
     **{f"{FIND}build_detected__mutmut_{i}": "the name parse_model gives the artifact just built: "
