@@ -577,9 +577,12 @@ EQUIVALENT: dict[str, str] = {
     **{f"{READ}_bounded_bytes__mutmut_{i}": "read(None) or read(limit + 2) instead of "
        "read(limit + 1): the size was refused above the limit just before; they differ only "
        "for a file growing in between (memory, not the result)" for i in (20, 22)},
-    READ + "_inline_external__mutmut_60": "the 'ended early' refusal's text: reading inside a "
-    "size checked a moment before ends early only if the file shrinks in between (a race no "
-    "test stages)",
+    **{f"{READ}_inline_external__mutmut_{i}": "the error handler (dropped, unknown, upper "
+       "case) or codec spelling of the location's encode: _check_external refused any entry "
+       "protobuf could not decode as UTF-8, so the location is valid UTF-8 text, which holds "
+       "no lone surrogate for a handler to see, and 'UTF-8' is 'utf-8'" for i in (33, 35, 36, 37)},
+    READ + "_inline_external__mutmut_63": "the size of a target that is not a regular file: "
+    "it is refused as not a regular file before the size is read",
     **{f"{READ}parse_model__mutmut_{i}": "the fallback for an exception with an empty message: "
        "protobuf's DecodeError and onnx's errors always carry one (its text is pinned by "
        "tests/test_graft_read_report.py)" for i in (5, 8, 9)},
