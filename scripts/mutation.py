@@ -362,12 +362,12 @@ EQUIVALENT: dict[str, str] = {
     # lead: graft/find.py
     **{f"{FIND}_table_read__mutmut_{i}": "the padding of Slice's absent inputs: a padded name "
        "('XXXX', or one more) names no constant, as '' does, so the default (axes 0, step 1) "
-       "applies the same" for i in (47, 48, 49, 50)},
-    FIND + "_table_read__mutmut_53": "consts.get('') for an absent input: ONNX names no tensor "
+       "applies the same" for i in (46, 47, 48, 49)},
+    FIND + "_table_read__mutmut_52": "consts.get('') for an absent input: ONNX names no tensor "
     "'' (the empty name means absent), so it is None as the guard makes it",
-    FIND + "_trace_length__mutmut_27": "Shape's branch for another op reading an input: only "
-    "Shape has start/end attributes, so end is None and the branch returns None, as the "
-    "else does",
+    **{f"{FIND}{fn}__mutmut_{i}": "graph given as None beside graph_index's makers: "
+       "_trace_length reads graph only to build makers when none is given, and every caller "
+       "gives them" for fn, i in (("_table_read", 34), ("_table_read", 81), ("detect", 61))},
     FIND + "build_detected__mutmut_16": "the module's seed: it draws only the projection, which "
     "is overwritten with the model's weight at once",
     **{f"{FIND}build_detected__mutmut_{i}": "the name parse_model gives the artifact just built: "
@@ -577,9 +577,12 @@ EQUIVALENT: dict[str, str] = {
     **{f"{READ}_bounded_bytes__mutmut_{i}": "read(None) or read(limit + 2) instead of "
        "read(limit + 1): the size was refused above the limit just before; they differ only "
        "for a file growing in between (memory, not the result)" for i in (20, 22)},
-    READ + "_inline_external__mutmut_60": "the 'ended early' refusal's text: reading inside a "
-    "size checked a moment before ends early only if the file shrinks in between (a race no "
-    "test stages)",
+    **{f"{READ}_inline_external__mutmut_{i}": "the error handler (dropped, unknown, upper "
+       "case) or codec spelling of the location's encode: _check_external refused any entry "
+       "protobuf could not decode as UTF-8, so the location is valid UTF-8 text, which holds "
+       "no lone surrogate for a handler to see, and 'UTF-8' is 'utf-8'" for i in (33, 35, 36, 37)},
+    READ + "_inline_external__mutmut_63": "the size of a target that is not a regular file: "
+    "it is refused as not a regular file before the size is read",
     **{f"{READ}parse_model__mutmut_{i}": "the fallback for an exception with an empty message: "
        "protobuf's DecodeError and onnx's errors always carry one (its text is pinned by "
        "tests/test_graft_read_report.py)" for i in (5, 8, 9)},

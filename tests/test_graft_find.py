@@ -254,6 +254,64 @@ def test_the_length_trace_follows_at_most_eight_nodes(hops, traced):
     assert c.positions == (Positions("arange", "ids", 1) if traced else None)
 
 
+def test_an_op_with_shapes_attributes_that_is_not_shape_is_untraced():
+    """Only Shape's start/end name an input axis: another op reading the input, even one
+    carrying attributes of those names (a custom-domain op), is not a length."""
+    span = helper.make_node("Span", ["ids"], ["s"], domain="com.example", start=1, end=2)
+    (c,) = _traced([span], [], "s")
+    assert c.positions is None
+
+
+class _CountingGraph:
+    """A GraphProto whose ``node`` list counts the walks over it."""
+
+    def __init__(self, graph):
+        self._graph, self.walks = graph, 0
+
+    @property
+    def node(self):
+        self.walks += 1
+        return self._graph.node
+
+    def __getattr__(self, name):
+        return getattr(self._graph, name)
+
+
+def _walks_to_detect(reads: int) -> int:
+    """``detect``'s walks over the nodes of a model reading the table ``reads`` times by a
+    ``Range`` over the length and ``reads`` times by a ``Slice`` to it."""
+    length, inits = _length_of_ids()
+    nodes = [*length, helper.make_node("Range", ["zero", "len", "step"], ["idx"])]
+    inits += [_const(n, np.array(v, np.int64)) for n, v in (("zero", 0), ("step", 1))]
+    inits += [_const(n, np.array([0], np.int64)) for n in ("starts", "axes")]
+    for i in range(reads):
+        nodes += [helper.make_node("Gather", ["pe_table", "idx"], [f"g{i}"], axis=0),
+                  helper.make_node("MatMul", [f"g{i}", "proj"], [f"pe_g{i}"]),
+                  helper.make_node("Slice", ["pe_table", "starts", "len", "axes"], [f"s{i}"]),
+                  helper.make_node("MatMul", [f"s{i}", "proj"], [f"pe_s{i}"])]
+    model = _model(nodes, inits)
+    graph = _CountingGraph(model.graph)
+    found = find.detect(type("Model", (), {"graph": graph})(), "binary")
+    assert [c.positions for c in found] == [Positions("arange", "ids", 1)] * (2 * reads)
+    return graph.walks
+
+
+def test_detection_walks_the_nodes_a_fixed_number_of_times_whatever_the_reads():
+    """Issue 41: each traced read uses the one ``graph_index`` map (a map per read of a table
+    read 15,000 times made detection quadratic)."""
+    assert _walks_to_detect(1) == _walks_to_detect(4)
+
+
+def test_the_length_trace_builds_its_own_map_when_none_is_given():
+    length, inits = _length_of_ids()
+    graph = _model([*length, _matmul()], inits).graph
+    consts = find._constants(graph)
+    makers, _ = find.graph_index(graph)
+    want = Positions("arange", "ids", 1)
+    assert find._trace_length(graph, "len", {"ids"}, consts, makers) == want
+    assert find._trace_length(graph, "len", {"ids"}, consts) == want
+
+
 def test_constants_include_constant_nodes_and_identities_of_them():
     value = helper.make_tensor("v", TensorProto.FLOAT, [5, 3], BITS5.ravel().tolist())
     nodes = [helper.make_node("Constant", [], ["table_c"], value=value),

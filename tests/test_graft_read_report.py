@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -226,6 +227,14 @@ def test_external_data_that_is_a_folder_is_refused(tmp_path):
         "model 'm': external data 'sub' of tensor 't' is not a regular file beside the model")
 
 
+def test_missing_external_data_is_not_a_regular_file(tmp_path):
+    """Only a regular file is stat'ed for its size: a missing one is refused as not a file,
+    not as an OS error of the stat."""
+    assert _refusal(tmp_path, _external(_model(), location="gone.bin", length=24)) == (
+        "model 'm': external data 'gone.bin' of tensor 't' is not a regular file beside the "
+        "model")
+
+
 @pytest.mark.parametrize(("offset", "length"), [(1, 24), (0, 25), (-1, 24), (0, -1)])
 def test_external_data_past_the_files_end_or_negative_is_refused(tmp_path, offset, length):
     (tmp_path / "t.bin").write_bytes(bytes(24))
@@ -263,6 +272,14 @@ def test_load_model_refusals_name_the_model(tmp_path):
     with pytest.raises(BadParameterError) as info:
         read.load_model(junk)
     assert str(info.value).startswith(f"model {str(junk)!r} is not an ONNX model: ")
+
+
+def test_load_model_appends_the_external_files_it_read(tmp_path):
+    (tmp_path / "t.bin").write_bytes(bytes(24))
+    path = _save(tmp_path, _external(_model(), location="t.bin", length=24))
+    files: list[Path] = []
+    read.load_model(path, files=files)
+    assert files == [(tmp_path / "t.bin").resolve()]
 
 
 def test_load_model_size_counts_external_data(tmp_path):
@@ -493,7 +510,8 @@ def test_external_locations_past_the_limits_are_one_line(tmp_path, location, siz
 
 def test_external_locations_at_the_limits_are_looked_up(tmp_path):
     """4,096 bytes in all and 255 a part pass the length check (then: no such file)."""
-    long = "/".join(["e" * 255] * 16)[:4096]
+    long = "/".join(["e" * 255] * 15 + ["e" * 128, "e" * 127])
+    assert len(long.encode()) == 4096
     for location in (long, "f" * 255):
         message = _refusal(tmp_path, _tensors(tmp_path, [("t", [1], _at(0, 4, location))],
                                               bytes(4)))
@@ -513,11 +531,56 @@ def test_a_location_the_system_cannot_resolve_is_one_line(tmp_path, monkeypatch)
         "model 'm': external data 't.bin' of tensor 't' cannot be read: File name too long")
 
 
+def test_a_long_location_that_cannot_resolve_is_cut_to_80_characters(tmp_path, monkeypatch):
+    """An error without ``strerror`` (a ValueError) is named by its text."""
+    location = "x" * 100
+    real = Path.resolve
+
+    def broken(self, *args, **kwargs):
+        if self.name == location:
+            raise ValueError("no path here")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "resolve", broken)
+    model = _tensors(tmp_path, [("t", [1], _at(0, 4, location))], bytes(4))
+    assert _refusal(tmp_path, model) == (
+        f"model 'm': external data {'x' * 80!r} of tensor 't' cannot be read: no path here")
+
+
+def test_tensors_in_two_files_are_each_read_from_their_own(tmp_path):
+    (tmp_path / "u.bin").write_bytes(np.arange(4, 8, dtype=np.float32).tobytes())
+    model = _tensors(tmp_path, [("a", [2], _at(0, 8)), ("b", [2], _at(4, 8, "u.bin")),
+                                ("c", [2], _at(8, 8))], np.arange(4, dtype=np.float32).tobytes())
+    files: list[Path] = []
+    got = read.parse_model(model.SerializeToString(), "m", folder=tmp_path, files=files)
+    assert {t.name: numpy_helper.to_array(t).tolist() for t in got.graph.initializer} == {
+        "a": [0.0, 1.0], "b": [5.0, 6.0], "c": [2.0, 3.0]}
+    assert all(t.data_location == TensorProto.DEFAULT and not t.external_data
+               for t in got.graph.initializer)
+    assert files == [(tmp_path / "t.bin").resolve(), (tmp_path / "u.bin").resolve()]
+
+
+def test_a_file_cut_short_after_its_checks_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Sizes are checked before the first byte is read; a file another process cuts short in
+    between ends the read early: refused, never a short tensor."""
+    model = _tensors(tmp_path, [("t", [2], _at(0, 8))], bytes(8))
+    real = Path.open
+
+    def cutting(self, *args, **kwargs):
+        if self.name == "t.bin":
+            os.truncate(self, 4)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", cutting)
+    assert _refusal(tmp_path, model) == "model 'm': 't.bin' ended early (tensor 't')"
+
+
 @pytest.mark.parametrize(("elem", "dims", "want"), [
     (TensorProto.FLOAT, [2, 3], 24), (TensorProto.INT64, [5], 40), (TensorProto.INT4, [3], 2),
     (TensorProto.UINT2, [5], 2), (TensorProto.FLOAT6E2M3, [4], 3), (TensorProto.STRING, [4], 0),
     (TensorProto.COMPLEX64, [2], 16), (TensorProto.FLOAT, [], 4), (TensorProto.FLOAT, [0, 9], 0),
-    (TensorProto.FLOAT, [1 << 20, 1 << 20], 4 << 40)])
+    (TensorProto.FLOAT, [1 << 20, 1 << 20], 4 << 40),
+    (TensorProto.UNDEFINED, [4], 0), (99, [4], 0)])  # an unknown type declares no size
 def test_declared_bytes(elem, dims, want):
     assert read.declared_bytes(onnx.TensorProto(data_type=elem, dims=dims)) == want
 
@@ -561,6 +624,57 @@ def test_tensor_data_must_hold_what_its_dims_declare():
     # an external tensor's length is checked where it is read
     check(onnx.TensorProto(name="t", data_type=TensorProto.FLOAT, dims=[4],
                            data_location=TensorProto.EXTERNAL), "m")
+
+
+def test_packed_sub_byte_values_round_up_to_whole_bytes():
+    """INT4 packed in int32_data: ceil(bits / 8) values, one a byte; else one a value."""
+    check = read.check_tensor_data
+    for dims, values in (([2], 1), ([16], 8), ([16], 16), ([15], 8)):
+        check(onnx.TensorProto(name="t", data_type=TensorProto.INT4, dims=dims,
+                               int32_data=[1] * values), "m")
+    with pytest.raises(BadParameterError) as info:
+        check(onnx.TensorProto(name="t", data_type=TensorProto.INT4, dims=[16],
+                               int32_data=[1] * 7), "model 'm'")
+    assert str(info.value) == ("model 'm': tensor 't' declares [16] INT4 (16 values) but holds "
+                               "7; refused")
+
+
+def test_parse_model_names_opset_and_tensor_refusals_with_the_callers_error():
+    newest = onnx.defs.onnx_opset_version()
+    with pytest.raises(ArtifactError) as info:
+        read.parse_model(_model(opset=newest + 1).SerializeToString(), "artifact 'a'",
+                         ArtifactError)
+    assert str(info.value) == (f"artifact 'a' imports ONNX opset {newest + 1}; this onnx "
+                               f"{onnx.__version__} knows opsets 1 to {newest}")
+    model = _model()
+    model.graph.initializer[0].raw_data = bytes(20)
+    with pytest.raises(ArtifactError) as info:
+        read.parse_model(model.SerializeToString(), "artifact 'a'", ArtifactError)
+    assert str(info.value) == ("artifact 'a': tensor 't' declares [3, 2] FLOAT (24 B of raw "
+                               "data) but holds 20; refused")
+
+
+@pytest.mark.parametrize(("field", "data_type", "says"), [
+    (b"location", TensorProto.FLOAT, "names external data that is not UTF-8 text"),
+    (b"length", TensorProto.FLOAT, "names external data that is not UTF-8 text"),
+    (None, 99, "has unknown data type 99"),
+    (None, TensorProto.UNDEFINED, "has unknown data type 0")])
+def test_external_entries_not_utf8_or_of_an_unknown_type_are_one_line(tmp_path, field,
+                                                                       data_type, says):
+    """Protobuf hands back a string field that is not UTF-8 as bytes, and an unknown type has
+    no name: each was an internal error before the first check."""
+    model = _tensors(tmp_path, [("t", [6], _at(0, 24))], bytes(24))
+    model.graph.initializer[0].data_type = data_type
+    data = model.SerializeToString()
+    if field == b"location":  # b"t.bin" -> b"t\xffbin": not UTF-8
+        data = data.replace(b"t.bin", b"t\xffbin")
+    elif field == b"length":  # the entry's value (field 2, 2 bytes) "24" -> b"2\xff"
+        assert data.count(b"\x12\x0224") == 1
+        data = data.replace(b"\x12\x0224", b"\x12\x022\xff")
+    with pytest.raises(BadParameterError) as info:
+        read.parse_model(data, "model 'm'", folder=tmp_path)
+    assert str(info.value) == f"model 'm': tensor 't' {says}" + (
+        "; refused" if field else "")
 
 
 def test_every_tensor_is_checked_subgraphs_and_attribute_lists_too():

@@ -66,6 +66,8 @@ def parse_model(data: bytes, where: str, error: type[Exception] = BadParameterEr
     external = [t for t in _all_initializers(model.graph)
                 if t.data_location == onnx.TensorProto.EXTERNAL]
     if external and folder is not None:
+        for tensor in external:
+            _check_external(tensor, where)
         _inline_external(external, folder, where, files)
     elif external:
         raise error(f"{where} keeps tensors in external files; graft reads self-contained models "
@@ -151,6 +153,22 @@ def _all_initializers(graph) -> Iterable[Any]:
             yield from attr.tensors
             for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
                 yield from _all_initializers(sub)
+
+
+def _check_external(tensor, where: str) -> None:
+    """Refuse (one line, ``BadParameterError`` as ``_inline_external``) an external tensor it
+    cannot describe: an entry that is not UTF-8 text (protobuf hands such a string field back
+    as bytes) or an unknown data type (each was an internal error, found killing issue 41's
+    mutants)."""
+    import onnx
+
+    if any(isinstance(text, bytes) for e in tensor.external_data for text in (e.key, e.value)):
+        raise BadParameterError(f"{where}: tensor {tensor.name!r} names external data that is "
+                                "not UTF-8 text; refused")
+    if tensor.data_type not in onnx.TensorProto.DataType.values() or \
+            tensor.data_type == onnx.TensorProto.UNDEFINED:
+        raise BadParameterError(f"{where}: tensor {tensor.name!r} has unknown data type "
+                                f"{tensor.data_type}")
 
 
 # The longest external-data location read (a path of PATH_MAX bytes), and of one part of it.
