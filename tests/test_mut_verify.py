@@ -686,6 +686,8 @@ def test_an_accepted_foreign_build_lists_the_positions_its_sweep_skipped(made, t
     skipped = sweep.unswept(accepted.rebuild.config.scheme, accepted.rebuild.manifest, True)
     assert skipped.startswith("positions: only ")
     assert accepted.rebuild.unchecked == ("trust_me (extra in the file's manifest)", skipped)
+    # appended to the rebuild's note, which says whose build it is (issue 41)
+    assert accepted.rebuild.note.startswith("written by edgepe '0.0.0-other', this is ")
     assert accepted.rebuild.note.endswith(f"; {skipped}")
     assert accepted.accepted and not accepted.passed
     # reproduced: nothing skipped is listed (the rebuild proves every position)
@@ -803,7 +805,7 @@ def test_a_call_past_the_kernel_limits_that_fails_fails_the_runtime(made):
 
 
 @needs_tflite
-def test_a_tflite_runs_by_default_on_each_interpreter_that_runs_it(made):
+def test_a_tflite_runs_by_default_on_each_interpreter_that_runs_it(made, tmp_path):
     # issue 43: TFLM by default, except where its resolver lacks an op (bitwise: RIGHT_SHIFT)
     bitwise = v.verify_artifact(made["gray.tflite"], quick=True, progress=False)
     assert bitwise and [r.runtime for r in bitwise.results] == ["litert"]
@@ -815,3 +817,7 @@ def test_a_tflite_runs_by_default_on_each_interpreter_that_runs_it(made):
     assert table.results[0].positions > 8  # positions, the probe and singles: not 8 rows
     manifest = json.loads(Path(f"{made['table.tflite']}.json").read_text())
     assert v._check_file(made["table.tflite"], manifest) == (("positions",), set())
+    junk = tmp_path / "junk.tflite"  # refused by the TFLite reader, not another format's
+    junk.write_bytes(b"TFL3" * 16)
+    with pytest.raises(ArtifactError):
+        v._check_file(junk, manifest)
