@@ -769,10 +769,6 @@ EQUIVALENT: dict[str, str] = {
        "the same note" for i in (7, 9)},
     VER + "_verify_on__mutmut_97": "getattr's default: every runtime class has a placement "
     "attribute (OrtRuntime, RefRuntime, OpenVinoRuntime, FileRuntime, CRuntime, pte.Program)",
-    **{f"{VER}{fn}__mutmut_{i}": "strict_placement reaches only _audit_placement, which acts on "
-       "it for a non-CPU onnxruntime provider with CPU-placed nodes: none is installed on this "
-       "CPU-only machine (the strict branch itself is tested on _audit_placement directly)"
-       for fn, i in (("verify_artifact", 2), ("verify_artifact", 116), ("_parity", 136))},
     VER + "_verify_on__mutmut_108": "the default close's return value is discarded",
     # hmut2: issue 44's _past_kernel_limits and issue 43's tflite branch
     VER + "_past_kernel_limits__mutmut_28": "max(2, size) for max(1, size): they differ for a "

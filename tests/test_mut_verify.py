@@ -821,3 +821,27 @@ def test_a_tflite_runs_by_default_on_each_interpreter_that_runs_it(made, tmp_pat
     junk.write_bytes(b"TFL3" * 16)
     with pytest.raises(ArtifactError):
         v._check_file(junk, manifest)
+
+
+def test_strict_placement_fails_a_gpu_runtime_whose_nodes_ran_on_the_cpu(made, monkeypatch):
+    """``--strict-placement`` end to end on the stand-in above (onnxruntime's CUDA provider is
+    not on this machine): every node of its session runs on the CPU provider, as onnxruntime's
+    CPU fallback runs the nodes CUDA has no kernel for."""
+    from edgepe.verify import runtimes as rt
+
+    monkeypatch.setattr(rt, "ort_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(rt, "open_positions_runtime",
+                        lambda name, path, manifest, rebuilt=None: _GpuOnCpu(path, name=name))
+    path = made["compute.onnx"]
+    loose = v.verify_artifact(path, providers="cuda", quick=True, progress=False)
+    assert loose and loose.results[0].placement_error is None  # not strict by default
+    assert loose.results[0].placement_note.endswith(" nodes ran on the CPU (" + ", ".join(
+        f"{op} x{n}" for op, n in loose.results[0].placement["CPUExecutionProvider"].items())
+        + "): onnxruntime's cuda provider has no kernel for them; export with --lowering "
+        "arith to keep the graph on the GPU")
+    strict = v.verify_artifact(path, providers="cuda", quick=True, progress=False,
+                               strict_placement=True)
+    assert not strict
+    assert strict.results[0].placement_error == \
+        "--strict-placement: " + loose.results[0].placement_note
