@@ -25,13 +25,17 @@ import pytest
 import edgepe.verify as v
 from edgepe import rebuild as rb
 from edgepe.contract.checkpoint import sha256_file
-from edgepe.contract.errors import BadParameterError, EdgepeError, ParityError
+from edgepe.contract.errors import ArtifactError, BadParameterError, EdgepeError, ParityError
 from edgepe.export import ExportConfig, export
 from edgepe.schemes import resolve
 from edgepe.verify import sweep
-from edgepe.verify.compare import CompareResult, Mismatch, Tolerance
+from edgepe.verify.compare import FIRST_MISMATCHES, CompareResult, Comparison, Mismatch, Tolerance
 from edgepe.verify.runtimes import OrtRuntime
 
+needs_tflite = pytest.mark.skipif(
+    importlib.util.find_spec("ai_edge_litert") is None
+    or importlib.util.find_spec("tflite_micro") is None,
+    reason="the [tflite] extra is not installed")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                               reason="no C compiler here")
 INTEGER = resolve("integer", 8, d_model=2)
@@ -53,6 +57,10 @@ EXPORTS = {
     "sin-compute.onnx": ExportConfig(resolve("sinusoidal", 64, d_model=4)),
     "table.onnx": ExportConfig(INTEGER, mode="table", format="onnx"),
     "long.npy": ExportConfig(resolve("integer", 5000, d_model=1), mode="table", format="npy"),
+    # issue 43: a table .tflite runs on both interpreters; bitwise gray on LiteRT alone (TFLM's
+    # resolver has no RIGHT_SHIFT)
+    "table.tflite": ExportConfig(INTEGER, mode="table", format="tflite"),
+    "gray.tflite": ExportConfig(resolve("gray", 8), format="tflite"),
 }
 
 
@@ -678,6 +686,8 @@ def test_an_accepted_foreign_build_lists_the_positions_its_sweep_skipped(made, t
     skipped = sweep.unswept(accepted.rebuild.config.scheme, accepted.rebuild.manifest, True)
     assert skipped.startswith("positions: only ")
     assert accepted.rebuild.unchecked == ("trust_me (extra in the file's manifest)", skipped)
+    # appended to the rebuild's note, which says whose build it is (issue 41)
+    assert accepted.rebuild.note.startswith("written by edgepe '0.0.0-other', this is ")
     assert accepted.rebuild.note.endswith(f"; {skipped}")
     assert accepted.accepted and not accepted.passed
     # reproduced: nothing skipped is listed (the rebuild proves every position)
@@ -694,3 +704,144 @@ def test_verify_names_wrong_argument_types(made, tmp_path):
         v.verify_artifact(path, json_path=5, quick=True)
     report = v.verify_artifact(path, providers="cpu,ref", quick=True, progress=False)
     assert [r.runtime for r in report.results] == ["cpu", "ref"]
+
+
+# --- issue 44: GPU runtimes run past every kernel limit; issue 43: tflite ------------------------
+
+class _GpuOnCpu(OrtRuntime):
+    """A stand-in for onnxruntime's CUDA provider, which is not on this machine: a real session
+    on the CPU provider under the GPU runtime's name, recording each call's position count.
+    ``limit``: refuse calls of more positions, as CUDA's RotaryEmbedding did from 65,536 rows
+    with "CUDA failure 1: invalid argument" (issue 44's measurement on an H200)."""
+
+    def __init__(self, path, limit=None, name="cuda"):
+        super().__init__("cpu", path)
+        self.name, self.limit, self.calls = name, limit, []
+
+    def run(self, feeds):
+        n = len(next(iter(feeds.values())))
+        self.calls.append(n)
+        if self.limit is not None and n > self.limit:
+            raise RuntimeError("CUDA failure 1: invalid argument\nrotary_embedding_impl.cu")
+        return super().run(feeds)
+
+
+def _integer_rows(p):
+    return (np.asarray(p)[:, None] / 8.0).repeat(2, 1).astype(np.float32)
+
+
+def test_a_gpu_runtime_runs_the_first_in_range_chunk_past_every_kernel_limit(made, monkeypatch):
+    path = made["compute.onnx"]
+    manifest = json.loads(Path(f"{path}.json").read_text())
+    opened = []
+
+    def gpu_on_cpu(name, path, manifest, rebuilt=None):
+        opened.append(_GpuOnCpu(path, name=name))
+        return opened[-1]
+
+    monkeypatch.setattr("edgepe.verify.runtimes.open_positions_runtime", gpu_on_cpu)
+    p3, p4 = np.arange(3, dtype=np.int64), np.arange(4, dtype=np.int64)
+    probe = _chunk({"positions": p3}, _integer_rows(p3), 0, probe=True)
+    good = _chunk({"positions": p4}, _integer_rows(p4), 4)
+    result = v._verify_on("cuda", path, manifest, manifest, lambda: [probe, good, probe],
+                          Tolerance(), Tolerance(), True, lambda n: None, None)
+    # the first chunk that is not the probe (4 positions), tiled 32768 times: 131072 >= 131071
+    assert v.PAST_KERNEL_LIMITS == 2 * 65535 + 1
+    assert opened[-1].calls == [3, 4, 3, 131072]
+    assert result and result.error is None and result.positions == 3 + 4 + 3 + 131072
+    assert result.elements == 2 * result.positions
+    # the CPU provider (not a GPU runtime) makes no such call
+    v._verify_on("cpu", path, manifest, manifest, lambda: [probe, good], Tolerance(),
+                 Tolerance(), True, lambda n: None, None)
+    assert opened[-1].calls == [3, 4]
+    # nothing swept, or a failed sweep: no call past the limits either
+    assert v._verify_on("trt", path, manifest, manifest, lambda: [], Tolerance(), Tolerance(),
+                        True, None, None).positions == 0
+    assert opened[-1].calls == []
+    bad = _chunk({"nope": p4}, _integer_rows(p4))
+    failed = v._verify_on("cuda", path, manifest, manifest, lambda: [bad], Tolerance(),
+                          Tolerance(), True, None, None)
+    assert failed.error.startswith("run failed: ")
+    assert opened[-1].calls == [4]
+
+
+def test_past_kernel_limits_compares_every_tiled_row_and_names_it_in_its_chunk(made):
+    path = made["compute.onnx"]
+    manifest = json.loads(Path(f"{path}.json").read_text())
+    runtime = OrtRuntime("cpu", path)
+    p = np.arange(4, dtype=np.int64)
+    wrong = _integer_rows(p)
+    wrong[1, 0] += 1  # row 1 of every tile
+    comparison = Comparison("cuda", Tolerance())
+    v._past_kernel_limits(runtime, _chunk({"positions": p}, wrong), comparison, manifest)
+    result = comparison.finish()
+    assert result.positions == 131072 and result.elements == 2 * 131072
+    assert result.mismatches == 32768  # one a tile
+    assert [m.where for m in result.first_mismatches] == \
+        ["at (1, 0) (in one call of 131072 positions)"] * FIRST_MISMATCHES
+    # one position: 131071 copies of it in one call
+    one = Comparison("cuda", Tolerance())
+    v._past_kernel_limits(runtime, _chunk({"positions": p[3:]}, _integer_rows(p[3:])), one,
+                          manifest)
+    assert one.finish().positions == 131071 and one.result.mismatches == 0
+    # not a graph of one positions [N] input: nothing runs (a 0-d position has no length)
+    for feeds in ({"positions": np.int64(3)}, {"positions": None}):
+        skipped = Comparison("cuda", Tolerance())
+        v._past_kernel_limits(runtime, _chunk(feeds, _integer_rows(p[:1])), skipped, manifest)
+        assert skipped.finish().positions == 0 and skipped.result.error is None
+
+
+def test_a_call_past_the_kernel_limits_that_fails_fails_the_runtime(made):
+    path = made["compute.onnx"]
+    manifest = json.loads(Path(f"{path}.json").read_text())
+    runtime = _GpuOnCpu(path, limit=65535)
+    p = np.arange(4, dtype=np.int64)
+    comparison = Comparison("cuda", Tolerance())
+    v._past_kernel_limits(runtime, _chunk({"positions": p}, _integer_rows(p)), comparison,
+                          manifest)
+    assert comparison.finish().error == (
+        "run of 131072 positions in one call (past 65535 rows: CUDA's grid limit) failed: "
+        "RuntimeError: CUDA failure 1: invalid argument")
+
+
+@needs_tflite
+def test_a_tflite_runs_by_default_on_each_interpreter_that_runs_it(made, tmp_path):
+    # issue 43: TFLM by default, except where its resolver lacks an op (bitwise: RIGHT_SHIFT)
+    bitwise = v.verify_artifact(made["gray.tflite"], quick=True, progress=False)
+    assert bitwise and [r.runtime for r in bitwise.results] == ["litert"]
+    with pytest.raises(ArtifactError, match="RIGHT_SHIFT"):  # asked for: it is tried
+        v.verify_artifact(made["gray.tflite"], providers="tflm", quick=True, progress=False)
+    # a table .tflite evaluates positions (a graph), on both interpreters
+    table = v.verify_artifact(made["table.tflite"], quick=True, progress=False)
+    assert table and [r.runtime for r in table.results] == ["litert", "tflm"]
+    assert table.results[0].positions > 8  # positions, the probe and singles: not 8 rows
+    manifest = json.loads(Path(f"{made['table.tflite']}.json").read_text())
+    assert v._check_file(made["table.tflite"], manifest) == (("positions",), set())
+    junk = tmp_path / "junk.tflite"  # refused by the TFLite reader, not another format's
+    junk.write_bytes(b"TFL3" * 16)
+    with pytest.raises(ArtifactError):
+        v._check_file(junk, manifest)
+
+
+def test_strict_placement_fails_a_gpu_runtime_whose_nodes_ran_on_the_cpu(made, monkeypatch):
+    """``--strict-placement`` end to end on the stand-in above (onnxruntime's CUDA provider is
+    not on this machine): every node of its session runs on the CPU provider, as onnxruntime's
+    CPU fallback runs the nodes CUDA has no kernel for."""
+    from edgepe.verify import runtimes as rt
+
+    monkeypatch.setattr(rt, "ort_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(rt, "open_positions_runtime",
+                        lambda name, path, manifest, rebuilt=None: _GpuOnCpu(path, name=name))
+    path = made["compute.onnx"]
+    loose = v.verify_artifact(path, providers="cuda", quick=True, progress=False)
+    assert loose and loose.results[0].placement_error is None  # not strict by default
+    assert loose.results[0].placement_note.endswith(" nodes ran on the CPU (" + ", ".join(
+        f"{op} x{n}" for op, n in loose.results[0].placement["CPUExecutionProvider"].items())
+        + "): onnxruntime's cuda provider has no kernel for them; export with --lowering "
+        "arith to keep the graph on the GPU")
+    strict = v.verify_artifact(path, providers="cuda", quick=True, progress=False,
+                               strict_placement=True)
+    assert not strict
+    assert strict.results[0].placement_error == \
+        "--strict-placement: " + loose.results[0].placement_note
