@@ -32,8 +32,6 @@ EXPECTED: dict = {
     ('falcon-alibi', 'dynamo-ext'): 'refused',
     ('falcon-alibi', 'dynamo-kv'): 'refused',
     ('falcon-alibi', 'torchscript'): 'refused',
-    ('gemma3', 'dynamo-kv'): 'refused',
-    ('gemma3n', 'dynamo-kv'): 'refused',
     ('llama-dynamic', 'dynamo-ext'): 'export fails',
     ('llama-dynamic', 'dynamo-kv'): 'export fails',
     ('phi3-longrope', 'torchscript'): 'export fails',
