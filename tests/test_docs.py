@@ -112,3 +112,31 @@ def test_every_doc_is_collected_and_parsed():
     sybil = make_sybil()
     for doc in DOCS:
         list(sybil.parse(doc).examples())
+
+
+def test_the_slow_run_takes_the_sections_that_hold_a_slow_block_up_to_their_last(tmp_path):
+    """``pytest -m slow``'s doc run: a section's blocks up to its last slow block (its setup
+    included), nothing of a section without one nor after that block; a ``#`` line inside a
+    fence is no heading."""
+    fence = "```"
+    slow = "<!-- doctest: slow a reason -->\n"
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "# Title", f"{fence}\n$ touch intro\n{fence}",
+        "## A", f"{fence}\n$ touch a-setup\n{fence}", slow + f"{fence}\n$ touch a-slow\n{fence}",
+        f"{fence}\n$ touch a-after\n{fence}",
+        "## B", f"{fence}\n$ touch b\n{fence}",
+        "## C", f"{fence}python\n# c.py\nprint('c')\n{fence}",
+        f"{fence}\n$ touch c-setup\n{fence}", slow + f"{fence}\n$ touch c-slow\n{fence}",
+        "### C.1", slow + f"{fence}\n$ touch c1-slow\n{fence}", ""]))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shims = make_shims(tmp_path / "bin")
+    ctx = run_document(doc, scratch, shims, slow=True, slow_sections_only=True)
+    assert ctx.failures == []
+    assert sorted(p.name for p in scratch.iterdir()) == [
+        "a-setup", "a-slow", "c-setup", "c-slow", "c.py", "c1-slow"]
+    everything = tmp_path / "everything"
+    everything.mkdir()
+    run_document(doc, everything, shims, slow=True)
+    assert len(list(everything.iterdir())) == 9
