@@ -354,17 +354,71 @@ def _file_block(example: Example) -> str | None:
     return m.group(1) if m else None
 
 
+_HEADING = re.compile(r"#{1,2} ")
+_FENCE = re.compile(r" {0,3}(```|~~~)")
+
+
+def _section_starts(text: str) -> list[int]:
+    """Character offsets of the doc's ``#`` and ``##`` headings (outside fenced blocks, where a
+    ``# comment`` or a ``# NAME.py`` line is no heading)."""
+    starts, fence, at = [], None, 0
+    for line in text.splitlines(keepends=True):
+        m = _FENCE.match(line)
+        if m and (fence is None or m.group(1) == fence):
+            fence = m.group(1) if fence is None else None
+        elif fence is None and _HEADING.match(line):
+            starts.append(at)
+        at += len(line)
+    return starts
+
+
+def slow_sections(document) -> dict[int, int]:
+    """``{section: offset of its last slow example}`` for each ``#``/``##`` section of the
+    parsed ``document`` that holds a slow example (one after ``<!-- doctest: slow ... -->``);
+    a section is numbered by how many headings start at or before it."""
+    import bisect
+
+    starts = _section_starts(document.text)
+    last: dict[int, int] = {}
+    pending = False
+    for example in document.examples():
+        if isinstance(example.parsed, Directive):
+            pending = example.parsed.action == "slow"
+            continue
+        if pending:
+            last[bisect.bisect_right(starts, example.start)] = example.start
+        pending = False
+    return last
+
+
 def run_document(path: Path, scratch: Path, shims: Path, slow: bool = False,
-                 update: bool = False) -> DocContext:
+                 update: bool = False, slow_sections_only: bool = False) -> DocContext:
     """Run every example of the doc at ``path`` in order, in ``scratch`` (the caller's cwd);
-    failures are collected, not raised, so one run reports them all."""
+    failures are collected, not raised, so one run reports them all.
+
+    ``slow_sections_only`` (with ``slow``): run only the ``#``/``##`` sections that hold a slow
+    example, each from its heading up to its last slow example (the setup a slow example reads,
+    a model saved, a program exported, comes earlier in its section). The rest of the doc is
+    what the default run (``slow`` False) runs and checks already: run again here, it cost the
+    README's slow test about a minute (a Hugging Face export, a LiteRT conversion)."""
+    import bisect
+
     from sybil.example import SybilFailure
 
     document = make_sybil().parse(path)
     ctx = DocContext(scratch, shims, slow=slow, update=update)
     document.namespace[CONTEXT_KEY] = ctx
     document.namespace["__name__"] = "__doc__"
+    sections = slow_sections(document) if slow_sections_only else {}
+    starts = _section_starts(document.text)
     for example in document.examples():
+        if slow_sections_only:
+            last = sections.get(bisect.bisect_right(starts, example.start))
+            if last is None or example.start > last:
+                if not isinstance(example.parsed, Directive):
+                    ctx.skipped.append(f"{where(example)}: no slow example after it in its "
+                                       "section (the default run checks it)")
+                continue
         reason = take_directive(example)
         if reason is not None:
             ctx.skipped.append(f"{where(example)}: {reason}")

@@ -31,7 +31,10 @@ The notation for what truly varies, in the output a doc shows:
 
 Left out of a run, always with a reason in the doc: ``<!-- doctest: skip REASON -->`` before a
 block (it needs what the suite cannot have: a GPU, an install), ``<!-- doctest: slow REASON -->``
-(it takes minutes: the full benchmark); slow blocks run with ``pytest -m slow``.
+(it takes minutes: the full benchmark); slow blocks run with ``pytest -m slow``, in a run of
+the doc's sections (``#``, ``##`` headings) that hold one, each up to its last slow block: what a
+slow block reads (a model saved, a program exported) is made earlier in its own section, and the
+rest of the doc is the default run's.
 ``<!-- doctest: requires MODULE REASON -->`` runs the next block only where MODULE is installed
 (``executorch``: the optional ``[executorch]`` extra), and says so when it is not.
 
@@ -65,7 +68,8 @@ def _run(doc: Path, tmp_path: Path, monkeypatch, slow: bool) -> None:
     scratch.mkdir()
     (scratch / "scripts").symlink_to(REPO / "scripts")
     monkeypatch.chdir(scratch)
-    ctx = run_document(doc, scratch, make_shims(tmp_path / "bin"), slow=slow, update=UPDATE)
+    ctx = run_document(doc, scratch, make_shims(tmp_path / "bin"), slow=slow, update=UPDATE,
+                       slow_sections_only=slow)
     ctx.failures += _not_ignored(doc, scratch)
     if ctx.failures:
         pytest.fail(f"{len(ctx.failures)} example(s) of {doc.relative_to(REPO)} do not do what "
@@ -96,6 +100,8 @@ def test_doc_examples_run_as_written(doc, tmp_path, monkeypatch):
 @pytest.mark.parametrize("doc", [d for d in DOCS if _has_slow(d)],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_doc_examples_including_the_slow_ones(doc, tmp_path, monkeypatch):
+    """The slow examples, each after the examples of its section before it (their setup); the
+    sections without one, and what follows a section's last, are the default run's."""
     _run(doc, tmp_path, monkeypatch, slow=True)
 
 
@@ -106,3 +112,31 @@ def test_every_doc_is_collected_and_parsed():
     sybil = make_sybil()
     for doc in DOCS:
         list(sybil.parse(doc).examples())
+
+
+def test_the_slow_run_takes_the_sections_that_hold_a_slow_block_up_to_their_last(tmp_path):
+    """``pytest -m slow``'s doc run: a section's blocks up to its last slow block (its setup
+    included), nothing of a section without one nor after that block; a ``#`` line inside a
+    fence is no heading."""
+    fence = "```"
+    slow = "<!-- doctest: slow a reason -->\n"
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "# Title", f"{fence}\n$ touch intro\n{fence}",
+        "## A", f"{fence}\n$ touch a-setup\n{fence}", slow + f"{fence}\n$ touch a-slow\n{fence}",
+        f"{fence}\n$ touch a-after\n{fence}",
+        "## B", f"{fence}\n$ touch b\n{fence}",
+        "## C", f"{fence}python\n# c.py\nprint('c')\n{fence}",
+        f"{fence}\n$ touch c-setup\n{fence}", slow + f"{fence}\n$ touch c-slow\n{fence}",
+        "### C.1", slow + f"{fence}\n$ touch c1-slow\n{fence}", ""]))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shims = make_shims(tmp_path / "bin")
+    ctx = run_document(doc, scratch, shims, slow=True, slow_sections_only=True)
+    assert ctx.failures == []
+    assert sorted(p.name for p in scratch.iterdir()) == [
+        "a-setup", "a-slow", "c-setup", "c-slow", "c.py", "c1-slow"]
+    everything = tmp_path / "everything"
+    everything.mkdir()
+    run_document(doc, everything, shims, slow=True)
+    assert len(list(everything.iterdir())) == 9

@@ -35,10 +35,13 @@ def _within(feeds: dict, limit: int) -> dict:
 
 
 def _bits(pos: np.ndarray, n: int, width: int) -> np.ndarray:
-    """Bit ``k`` of ``pos mod 2^n`` (0 for ``k >= n``), as float32, from numpy's int64."""
-    r = np.mod(pos, np.int64(1) << n)[:, None]
-    k = np.arange(width, dtype=np.int64)
-    return ((r >> np.minimum(k, 62)) & 1).astype(np.float32) * (k < n)
+    """Bit ``k`` of ``pos mod 2^n`` (0 for ``k >= n``), as float32, from numpy's int64: the
+    residue's little-endian bytes unpacked (20x faster than a shift per bit, which was most of
+    the slow ±2^24 sweeps' time)."""
+    r = np.ascontiguousarray(np.mod(pos, np.int64(1) << n), dtype="<i8")  # in [0, 2^n)
+    bits = np.unpackbits(r.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    bits = np.pad(bits, ((0, 0), (0, max(0, width - 64))))
+    return bits[:, :width].astype(np.float32)
 
 
 @pytest.mark.parametrize("width", ["default", "odd"])
@@ -145,8 +148,9 @@ def test_float_lowering_sweeps_every_position_in_plus_minus_2_24(scheme):
         want_of = np.mod(pos, np.int64(1) << 24)
         if scheme == "gray":
             want_of = want_of ^ (want_of >> 1)
-        got = session.run(None, {"positions": pos})[0]
-        np.testing.assert_array_equal(got, _bits(want_of, 24, 24), err_msg=f"chunk {start}")
+        got, want = session.run(None, {"positions": pos})[0], _bits(want_of, 24, 24)
+        if not np.array_equal(got, want):  # the fast check; numpy's report where it fails
+            np.testing.assert_array_equal(got, want, err_msg=f"chunk {start}")
 
 
 @pytest.mark.parametrize("lowering", NEW)

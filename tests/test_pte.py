@@ -8,6 +8,7 @@ with the install line.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -157,6 +158,25 @@ def _export(tmp_path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=tmp_path, check=False)
 
 
+def _cli(*args, cwd=None):
+    """``edgepe ARGS`` in this process (typer's runner: exit code, stdout and stderr apart).
+    A real process costs a torch and ExecuTorch import (~6 s of CPU, 7-16 s on a loaded 2-core
+    machine) per command; each command's contract as a process (exit status, one stderr line)
+    keeps one real subprocess here: the demo export, ``--lowering arith``, verify of a file that
+    is not a program, inspect of one with no execution plan."""
+    from typer.testing import CliRunner
+
+    from edgepe.cli import app
+
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, list(map(str, args)))
+    finally:
+        os.chdir(here)
+
+
 @pytest.fixture(scope="module")
 def demo_pte(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pte")
@@ -199,9 +219,9 @@ def test_load_refuses_providers_for_a_program(demo_pte):
 
 def test_load_bias_program_in_blocks(tmp_path):
     """A bias program takes [N] x [M] up to max_n each; load() tiles longer calls."""
-    run = _export(tmp_path, "--scheme", "alibi", "--max-len", "16", "--format", "pte",
-                  "--out", "a.pte")
-    assert run.returncode == 0, run.stderr
+    run = _cli("export", "--scheme", "alibi", "--max-len", "16", "--format", "pte",
+               "--out", "a.pte", cwd=tmp_path)
+    assert run.exit_code == 0, run.output
     pe = edgepe.load(tmp_path / "a.pte")
     q = np.arange(-20, 20, dtype=np.int64)
     k = np.arange(0, 37, dtype=np.int64)
@@ -210,9 +230,8 @@ def test_load_bias_program_in_blocks(tmp_path):
 
 
 def test_verify_runs_on_executorch_and_catches_a_changed_weight(demo_pte, tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "edgepe", "verify", str(demo_pte)],
-                        capture_output=True, text=True, check=False)
-    assert ok.returncode == 0, ok.stderr
+    ok = _cli("verify", demo_pte)
+    assert ok.exit_code == 0, ok.output
     assert "executorch ok" in ok.stdout and "rebuilt byte-identical" in ok.stdout
     # One weight changed by 0.5 inside the program, and the manifest re-signed.
     data = bytearray(demo_pte.read_bytes())
@@ -228,9 +247,8 @@ def test_verify_runs_on_executorch_and_catches_a_changed_weight(demo_pte, tmp_pa
 
     manifest["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
     bad.with_name("bad.pte.json").write_text(json.dumps(manifest))
-    run = subprocess.run([sys.executable, "-m", "edgepe", "verify", str(bad)],
-                         capture_output=True, text=True, check=False)
-    assert run.returncode == 1, (run.stdout, run.stderr)
+    run = _cli("verify", bad)
+    assert run.exit_code == 1, (run.stdout, run.stderr)
     assert "executorch FAILED" in run.stdout + run.stderr
 
 
@@ -263,9 +281,8 @@ def test_inspect_of_a_program_with_no_execution_plan_is_one_line(demo_pte, tmp_p
 
 
 def test_inspect_lists_operators_and_the_kernels_they_need(demo_pte):
-    run = subprocess.run([sys.executable, "-m", "edgepe", "inspect", str(demo_pte)],
-                         capture_output=True, text=True, check=False)
-    assert run.returncode == 0, run.stderr
+    run = _cli("inspect", demo_pte)
+    assert run.exit_code == 0, run.output
     for op in ("aten::bitwise_right_shift.Tensor_out", "aten::bitwise_and.Scalar_out",
                "aten::mm.out"):
         assert op in run.stdout
@@ -284,8 +301,12 @@ def test_bad_pte_options_exit_2_and_write_nothing(tmp_path, args, message):
     if "--scheme" in args:
         base = {}
     flat = [x for kv in base.items() for x in kv]
-    run = _export(tmp_path, *flat, "--max-len", "64", "--format", "pte", *args)
-    assert run.returncode == 2, (run.stdout, run.stderr)
+    if args[0] == "--lowering":  # one real process: the exit status and stderr a shell sees
+        run = _export(tmp_path, *flat, "--max-len", "64", "--format", "pte", *args)
+        assert run.returncode == 2, (run.stdout, run.stderr)
+    else:
+        run = _cli("export", *flat, "--max-len", "64", "--format", "pte", *args, cwd=tmp_path)
+        assert run.exit_code == 2, (run.stdout, run.stderr)
     assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "models").exists()
 
