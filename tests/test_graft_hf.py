@@ -458,7 +458,7 @@ def test_rope_lowering_rotary23_converts_to_opset_23_and_fuses(exported, tmp_pat
     rotary = [n for n in grafted.graph.node if n.op_type == "RotaryEmbedding"]
     assert len(rotary) == 4 and all(n.domain == "" for n in rotary)
     assert all(n.input[1:] == ["edgepe_pe0/cos_table", "edgepe_pe0/sin_table",
-                               "edgepe_pe0/positions_squeezed"] for n in rotary)
+                               "edgepe_pe0/batched_positions"] for n in rotary)  # [B, S]
     assert "com.microsoft" not in {o.domain for o in grafted.opset_import}
     ops = {n.op_type for n in grafted.graph.node}
     assert not ops & {"Neg", "Sin", "Cos"}
