@@ -108,3 +108,16 @@ def test_no_where_at_all_is_refused():
     node.op_type, node.input[:] = "Identity", [f"{P}cos_rows_out"]
     with pytest.raises(BadParameterError, match="no Where on the model's condition makes 'cos'"):
         lower.lower_rope(model, P, "cos", "sin", "ort")
+
+
+def test_cos_made_by_no_node_is_refused():
+    """cos a graph input (no node makes it, so no Where): refused in the same line, not an
+    AttributeError on the missing maker."""
+    from onnx import TensorProto, helper
+
+    model = _chosen_model()
+    node = next(n for n in model.graph.node if n.output[0] == "cos")
+    model.graph.node.remove(node)
+    model.graph.input.append(helper.make_tensor_value_info("cos", TensorProto.FLOAT, None))
+    with pytest.raises(BadParameterError, match="no Where on the model's condition makes 'cos'"):
+        lower.lower_rope(model, P, "cos", "sin", "ort")
