@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from edgepe.contract.errors import ArtifactError, BadParameterError, CheckpointError, ParityError
@@ -555,6 +556,24 @@ def _outside_positions(max_len: int) -> list[int]:
     return [max_len, max_len + 1, 2 * max_len + 3, -1, -2, -max_len]
 
 
+def _both(original, grafted) -> tuple[str, tuple | None]:
+    """``(refused, (want, got))``: ``original()``, then ``grafted()``, at a position outside the
+    rows. A refusal of either (its one-line error) is an outcome, named ``refused`` ("the
+    original", "the grafted model") with no pair; a run stopped at the deadline or the memory
+    limit is no answer about the position and is raised."""
+    for who, run, error in (("the original", original, BadParameterError),
+                            ("the grafted model", grafted, ParityError)):
+        try:
+            result = run()
+        except error as exc:
+            if "did not finish" in str(exc) or "memory limit" in str(exc):
+                raise
+            return who, None
+        if who == "the original":
+            want = result
+    return "", (want, result)
+
+
 def _outside(reference, mine, names, feeds: dict, positions: str, max_len: int, worst, deadline
              ) -> str:
     """The last run's inputs with their first position replaced by each of
@@ -572,24 +591,15 @@ def _outside(reference, mine, names, feeds: dict, positions: str, max_len: int, 
         ids.reshape(-1)[0] = odd
         run = {**feeds, positions: ids}
         where = f"position {odd}"
-        outcome = ""
-        try:
-            want = _run(reference, names, {k: v for k, v in run.items() if k in wanted}, where,
-                        "original", deadline)
-        except BadParameterError as exc:
-            if "did not finish" in str(exc) or "memory limit" in str(exc):
-                raise
-            outcome = " (the original refuses them)"
-        if not outcome:
-            try:
-                got = _run(mine, names, run, where, "grafted", deadline)
-            except ParityError as exc:
-                if "did not finish" in str(exc) or "memory limit" in str(exc):
-                    raise
-                outcome = " (the grafted model refuses them)"
-            else:
-                for name, a, b in zip(names, got, want, strict=True):
-                    worst[name].add(a, b)
+        refused, pair = _both(
+            partial(_run, reference, names, {k: v for k, v in run.items() if k in wanted}, where,
+                    "original", deadline),
+            partial(_run, mine, names, run, where, "grafted", deadline))
+        outcome = f" ({refused} refuses them)" if refused else ""
+        if pair is not None:
+            want, got = pair
+            for name, a, b in zip(names, got, want, strict=True):
+                worst[name].add(a, b)
         if said and said[-1][0] == outcome:
             said[-1][1].append(odd)
         else:
@@ -609,23 +619,15 @@ def _outside_cone(cones, names: Sequence[str], declared, shaped: frozenset[str],
     said: list[tuple[str, list[int]]] = []
     for past in (p for p in _outside_positions(max_len) if p >= max_len):
         feeds = _cone_feeds(cones, declared, shaped, 1, past, max_len, rng, 0, highs)
-        where, outcome = f"1+{past}", ""
-        try:
-            want = _cone_feed(cones[0], names, feeds, where, "original", deadline)
-        except BadParameterError as exc:
-            if "did not finish" in str(exc) or "memory limit" in str(exc):
-                raise
-            outcome = ": the original refuses them"
-        if not outcome:
-            try:
-                got = _cone_feed(cones[1], names, feeds, where, "grafted", deadline)
-            except ParityError as exc:
-                if "did not finish" in str(exc) or "memory limit" in str(exc):
-                    raise
-                outcome = ": the grafted model refuses them"
-            else:
-                for name in names:
-                    worst[name].add(got[name], want[name])
+        where = f"1+{past}"
+        refused, pair = _both(
+            partial(_cone_feed, cones[0], names, feeds, where, "original", deadline),
+            partial(_cone_feed, cones[1], names, feeds, where, "grafted", deadline))
+        outcome = f": {refused} refuses them" if refused else ""
+        if pair is not None:
+            want, got = pair
+            for name in names:
+                worst[name].add(got[name], want[name])
         if said and said[-1][0] == outcome:
             said[-1][1].append(past)
         else:
