@@ -639,16 +639,16 @@ EQUIVALENT: dict[str, str] = {
     **{f"{INT8}_int8_gathers__mutmut_{i}": "fold with whole starting False: every node then "
        "takes the else branch, and the float table graph's Gather reads the table, so whole is "
        "True after the loop (the same dequantise in front)" for i in (58, 60, 61)},
-    INT8 + "_output_range__mutmut_24": "2 << n patterns: positions 2^n .. 2^(n+1) - 1 wrap "
+    INT8 + "_output_range__mutmut_37": "2 << n patterns: positions 2^n .. 2^(n+1) - 1 wrap "
     "to the same 2^n bit patterns, so the same peak",
-    INT8 + "_output_range__mutmut_44": "range step 1: overlapping chunks of the same 2^n rows, "
+    INT8 + "_output_range__mutmut_57": "range step 1: overlapping chunks of the same 2^n rows, "
     "the same peak (more work only)",
-    INT8 + "_output_range__mutmut_45": "the wrapped patterns from 1, not 0: binary-smooth (the "
+    INT8 + "_output_range__mutmut_58": "the wrapped patterns from 1, not 0: binary-smooth (the "
     "one quantised-output scheme that wraps) gives column k hi or lo by bit k alone; every lo "
     "of row 0 recurs in row 2^n - 1 - 2^k for n >= 2, and for n = 1 the peak is row 1's "
     "|hi| >= |lo|",
     **{f"{INT8}_output_range__mutmut_{i}": "absmax's granularity defaults to 'channel'"
-       for i in (6, 49)},
+       for i in (6, 62)},
     **{f"{INT8}_projection__mutmut_{i}": "g.const(x, None, ...): np.asarray keeps x's dtype, "
        "already the one given (q and the zero point int8, the scales float32 or float16, "
        "mask_inverse float32)" for i in (88, 97, 125, 148, 169, 188, 200, 214, 245)},
@@ -951,21 +951,24 @@ EQUIVALENT: dict[str, str] = {
            ("_ort_rotary_4d", (4, 7, 12, 13, 38, 41, 43, 44, 54, 57, 59, 60, 99, 102, 104, 105,
                                130, 133, 136, 137, 171, 174, 180, 181)),
            ("_sin_cos", (11, 14, 18, 19, 22, 25, 29, 30)), ("rope", (89, 92, 94, 95)),
-           ("sinusoidal_learned", (15, 24, 25, 29, 32, 33, 34))) for i in nums},
+           ("sinusoidal_learned", (15, 24, 25, 29, 32, 33, 34)),
+           ("mrope", (15, 18, 19, 20, 37, 40, 48, 49, 78, 81, 85, 86, 89, 92, 96, 97)))
+       for i in nums},
     **{f"{TRG}{fn}__mutmut_{i}": "g.const(python int(s) or an int64, None): np.asarray infers "
        "int64, the dtype given" for fn, nums in (
            ("_angles", (22, 47)), ("_cache_model", (31, 41, 50)), ("_interleaved", (8, 55)),
            ("_onnx_rotary", (3, 10, 14, 35, 56)), ("_onnx_rotary_half", (3, 10, 115)),
            ("_ort_rotary_4d", (3, 37, 53, 98, 129, 170)), ("_ort_rotary", (29,)),
-           ("_standard_rotary", (25,)), ("rope", (88,)), ("sinusoidal_learned", (84,)))
+           ("_standard_rotary", (25,)), ("rope", (88,)), ("sinusoidal_learned", (84,)),
+           ("mrope", (14,)))
        for i in nums},
     **{f"{TRG}{fn}__mutmut_{i}": "g.const(a float32 buffer's array, None) keeps float32 "
        "(inv_freq, scale and residual are float32 buffers)" for fn, i in (
-           ("_angles", 72), ("_sin_cos", 42), ("sinusoidal_learned", 28))},
+           ("_angles", 72), ("_sin_cos", 42), ("sinusoidal_learned", 28), ("mrope", 36))},
     **{f"{TRG}{fn}__mutmut_{i}": "inv_freq or scale as [k] (or reshape(1, -2): numpy takes any "
        "negative size as the inferred one) instead of [1, k]: Mul broadcasts [N, 1] x [k] to "
        "the same [N, k]" for fn, i in (("_angles", 55), ("_angles", 59), ("_sin_cos", 49),
-                                       ("_sin_cos", 53))},
+                                       ("_sin_cos", 53), ("mrope", 43), ("mrope", 47))},
     **{f"{TRG}{fn}__mutmut_{i}": "getattr's default: every sinusoidal module has layout and "
        "offset, and a default None is as falsy as 0 or False" for fn, i in (
            ("_angles", 4), ("_sin_cos", 33), ("sinusoidal", 7), ("sinusoidal", 10),

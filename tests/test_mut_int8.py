@@ -525,8 +525,9 @@ def test_row_scales_of_two_bits():
 
 
 def test_replay_projection_goes_chunk_by_chunk_from_position_0():
-    """4100 positions: two iter_table chunks (4096 + 4); the second starts at position 4096."""
-    config = make_config("binary", 4100, d_model=4, quantize="int8")
+    """8196 positions: three iter_table chunks (4096 + 4096 + 4), each starting where the last
+    ended (with two, the second's start 4096 is also len(ref), and -4096 has 4096's 13 bits)."""
+    config = make_config("binary", 8196, d_model=4, quantize="int8")
     module = build(config.scheme, seed=config.seed)
     n = config.scheme.n_bits
     w = _weight("binary", module)
@@ -534,7 +535,7 @@ def test_replay_projection_goes_chunk_by_chunk_from_position_0():
     q = _q(w, s)
     deq = q.astype(np.float32) * s
     ref = expected_table(config.scheme, module)
-    bits = _bits(np.arange(4100), n)
+    bits = _bits(np.arange(8196), n)
     want = float(np.abs((bits.astype(np.float32) @ deq).astype(np.float64) - ref).max())
     assert i8._replay_projection(config, module, q, s, deq, False) == want
     out = (bits.astype(np.int32) @ q.astype(np.int32)).astype(np.float32) * s

@@ -737,3 +737,34 @@ def test_unswept_is_none_for_a_table_file_read_whole():
     assert sweep.unswept(config, _m(mode="table", fmt="npy"), False) is None
     assert sweep.unswept(config, _m(mode="table", fmt="bin"), True) == (
         "rows: 4096 of 5000 compared")
+
+
+def test_a_tflite_bias_table_probes_up_to_its_manifest_limit():
+    """A .tflite bias table subtracts int32 positions: unlike a clamping ONNX table it is defined
+    only up to its manifest's limit, so its probe stays there."""
+    config, module = _alibi(37)
+    manifest = {"mode": "table", "format": "tflite", "dtype": "float32",
+                "positions": {"out_of_range": "clamp", "limit": 100}}
+    probe = next(c for c in sweep.onnx_chunks(config, module, manifest, False) if c.probe)
+    assert probe.feeds["positions"].tolist() == sweep.probe_values(config, 100, 128).tolist()
+    onnx_table = {**manifest, "format": "onnx"}
+    probe = next(c for c in sweep.onnx_chunks(config, module, onnx_table, False) if c.probe)
+    assert probe.feeds["positions"].tolist() == sweep.probe_values(config, None, 128).tolist()
+
+
+def test_unswept_at_exactly_sweep_full_compares_every_position_or_row(monkeypatch):
+    monkeypatch.setattr(sweep, "SWEEP_FULL", 5000)
+    config = resolve("integer", 5000, d_model=4)
+    assert sweep.unswept(config, _m(mode="table", fmt="npy"), False) is None
+    assert "of the 5000 positions" not in sweep.unswept(config, _m(), False)
+    config = resolve("integer", 5001, d_model=4)
+    assert sweep.unswept(config, _m(mode="table", fmt="npy"), False) is not None
+    assert "of the 5001 positions" in sweep.unswept(config, _m(), False)
+
+
+def test_a_quick_unswept_counts_the_16_probe_values():
+    config = resolve("integer", 37, d_model=4)
+    quick = len(sweep.probe_values(config, None, 16))
+    assert quick != len(sweep.probe_values(config, None, 17))
+    assert sweep.unswept(config, _m(mode="table"), True) == (
+        f"positions: only {quick} probe positions of those outside 0 .. 36 (int64) compared")

@@ -286,13 +286,30 @@ def test_mrope_graph_takes_each_slot_from_its_stream(section):
     gen = np.random.default_rng(3)
     p = np.concatenate([gen.integers(-70000, 2**24, (40, 3)), [[2**24, -(2**24), 0]]])
     p = p.astype(np.int64)
-    (pe,) = run(model, positions=p)
+    model.graph.output.append(onnx.helper.make_tensor_value_info(
+        "theta", onnx.TensorProto.FLOAT, None))
+    pe, got = run(model, positions=p)
     half = sum(section)
     w = module.inv_freq.numpy()
     theta = p.astype(np.float32)[:, stream] * w[None, :]  # one float32 rounding
+    np.testing.assert_array_equal(got.view(np.uint32), theta.view(np.uint32))
     assert pe.shape == (len(p), 2 * half) and pe.dtype == np.float32
     np.testing.assert_allclose(pe[:, :half], np.cos(theta.astype(np.float64)), rtol=0, atol=COSSIN)
     np.testing.assert_allclose(pe[:, half:], np.sin(theta.astype(np.float64)), rtol=0, atol=COSSIN)
-    inputs = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in model.graph.input}
-    assert inputs == {"positions": ["N", 3]} and model.graph.name == "edgepe_mrope"
+    assert {v.name: dims(v) for v in model.graph.input} == {"positions": ["N", 3]}
+    assert [(v.name, dims(v)) for v in model.graph.output[:1]] == [("pe", ["N", 2 * half])]
+    assert model.graph.name == "edgepe_mrope"
+
+
+def test_mrope_float16():
+    """``--dtype float16``: the float32 cos/sin cast once at the end (within half an ulp of
+    float16 at values <= 1, 2^-11, plus the float32 error)."""
+    params = {"mrope_section": "1,1,2", "base": 100.0}
+    _, module, model, _ = make("mrope", 16, 8, params, builder=trig.mrope, dtype="float16")
+    p = np.array([[0, 1, 2], [7, -9, 4096], [2**24, 5, -70000]], dtype=np.int64)
+    (pe,) = run(model, positions=p)
+    theta = p.astype(np.float32)[:, [0, 1, 2, 2]] * module.inv_freq.numpy()[None, :]
+    want = np.hstack([np.cos(theta.astype(np.float64)), np.sin(theta.astype(np.float64))])
+    assert pe.dtype == np.float16 and model.graph.output[0].type.tensor_type.elem_type == \
+        onnx.TensorProto.FLOAT16
+    np.testing.assert_allclose(pe, want, rtol=0, atol=2.0**-11 + COSSIN)

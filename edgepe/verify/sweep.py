@@ -161,9 +161,9 @@ def onnx_chunks(config, module, manifest: dict[str, Any], quick: bool,
     probe = probe_values(config, limit, 16 if quick else 128)
     col = unit(config, manifest["dtype"])
     if config.spec.kind == "bias":
-        yield from _bias_chunks(config, ref, stop, probe, quick)
+        yield from _bias_chunks(config, ref, stop, probe)
     elif config.arity is not None:
-        yield from _multi_chunks(config, ref, stop, probe, col, module)
+        yield from _multi_chunks(config, ref, stop, probe, col)
     else:
         width = max(1, config.d_model)
         step = max(1, min(CHUNK_POSITIONS, CHUNK_ELEMENTS // width))
@@ -230,7 +230,7 @@ def _pe_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> Chun
                  0 if probe else len(positions))
 
 
-def _multi_chunks(config, ref, stop, probe, col, module) -> Iterator[Chunk]:
+def _multi_chunks(config, ref, stop, probe, col) -> Iterator[Chunk]:
     k = config.arity
     if stop**k <= GRID_LIMIT:  # every combination of coordinates
         grids = np.meshgrid(*[np.arange(stop, dtype=np.int64)] * k, indexing="ij")
@@ -264,7 +264,7 @@ def _multi_chunk(ref, positions: np.ndarray, col: str, probe: bool = False) -> C
                  0 if probe else len(positions))
 
 
-def _bias_chunks(config, ref, stop, probe, quick) -> Iterator[Chunk]:
+def _bias_chunks(config, ref, stop, probe) -> Iterator[Chunk]:
     heads = config.heads
     all_keys = np.arange(stop, dtype=np.int64)
     if stop * stop <= GRID_LIMIT * 16:  # the full query x key grid, in query chunks
