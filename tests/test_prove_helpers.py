@@ -306,6 +306,16 @@ def test_dim_sizes_from_one_role_alone():
                                      "tensor(float)")), 2, 3, 5) == {"b": 2, "p": 5}
     assert prove._dim_sizes(_inputs(("attention_mask", ["b", "t"], "tensor(int64)")),
                             2, 3, 5) == {"b": 2, "t": 8}
+    # a cross-attention cache (Optimum's decoder with past): the encoder's past + seq keys,
+    # its mask with it; the decoder's own cache its past
+    seq2seq = _inputs(("past_key_values.0.encoder.key", ["b", 4, "e", 8], "tensor(float)"),
+                      ("past_key_values.0.decoder.key", ["b", 4, "p", 8], "tensor(float)"),
+                      ("encoder_attention_mask", ["b", "e"], "tensor(int64)"),
+                      ("input_ids", ["b", "s"], "tensor(int64)"))
+    assert prove._dim_sizes(seq2seq, 2, 3, 5) == {"b": 2, "e": 8, "p": 5, "s": 3}
+    # "encoder" as a part of the name, not within one
+    assert prove._dim_sizes(_inputs(("past_encoders.key", ["b", 4, "p", 8], "tensor(float)")),
+                            2, 3, 5) == {"b": 2, "p": 5}
 
 
 def test_multimodal_position_ids_are_three_different_streams_in_range():

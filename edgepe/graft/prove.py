@@ -704,7 +704,10 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
     ``input_ids``/``position_ids`` ``[batch, seq]``, ``past_*`` ``[batch, heads, past, d]``,
     ``attention_mask`` ``[batch, past + seq]``. An encoder-decoder (``decoder_input_ids``): the
     decoder's ``[batch, seq]`` after ``past`` cached tokens, the encoder's ``input_ids`` and mask
-    ``[batch, past + seq]`` (its lengths differ from the decoder's in a decode step)."""
+    ``[batch, past + seq]`` (its lengths differ from the decoder's in a decode step). A
+    cross-attention cache (Optimum's ``past_key_values.i.encoder.key``: ``encoder`` a part of
+    its name) holds the encoder's ``past + seq`` keys, not the decoder's cached tokens (a T5
+    decoder with past, issue 40: at past 0 an empty cross cache made the original fail)."""
     sizes: dict[str, int] = {}
 
     def put(dim, value):
@@ -714,7 +717,8 @@ def _dim_sizes(inputs, batch: int, seq: int, past: int) -> dict[str, int]:
     for value in inputs:
         if "past" in value.name and len(value.shape) == 4:
             put(value.shape[0], batch)
-            put(value.shape[2], past)
+            cross = "encoder" in value.name.split(".")
+            put(value.shape[2], past + seq if cross else past)
     decoder = [v for v in inputs if v.name == "decoder_input_ids" and len(v.shape) == 2]
     for value in decoder:
         put(value.shape[0], batch)
