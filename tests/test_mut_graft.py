@@ -860,6 +860,8 @@ def test_a_t5_bias_is_built_as_int64_buckets_over_4_x_max_distance(tmp_path):
     onnx.save(t5_like(("causal", 8, 16)), path)
     report = graft_found(path, tmp_path / "out.onnx")
     assert report.artifact == "t5-bias (compute, int64, 64 positions)"
+    # integer buckets: every output held to 0 (prove_found's exact_outputs)
+    assert [c.tolerance for c in report.checks] == [0.0] * len(report.checks)
     assert report.max_len_from == ("4 x T5's max_distance 16 (the proof's distances reach past "
                                    "the last bucket's)")
     report = graft_found(path, tmp_path / "out.onnx", max_len=20, force=True)

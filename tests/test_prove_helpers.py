@@ -726,6 +726,21 @@ def test_prove_found_with_a_cache_decodes_at_the_last_position():
     assert (checks[0].tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
 
 
+def test_prove_found_exact_outputs_allows_the_outputs_no_ulp():
+    """A cos one ulp off at a position the runs reach: within the replaced tensor's 4 ulp, and
+    the output's 64; with ``exact_outputs`` (T5's integer buckets, issue 40) the output fails."""
+    rows = C.copy().astype(np.float32)
+    rows[1, 0] = np.nextafter(rows[1, 0], np.float32(1))
+    original = _hf()
+    y, cos = prove.prove_found(original, _found(original, rows), ["cos"], L)[1]
+    assert (y.max_abs_err, y.tolerance, y.passed) == (ULP_3_4, 64 * ULP_3_4, True)
+    assert cos.passed
+    y, cos = prove.prove_found(original, _found(original, rows), ["cos"], L,
+                               exact_outputs=True)[1]
+    assert (y.max_abs_err, y.tolerance, y.passed) == (ULP_3_4, 0.0, False)
+    assert (cos.tolerance, cos.passed) == (4 * ULP_3_4, True)
+
+
 def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes():
     """A lowered model fuses the replaced tensor away: only the outputs are compared."""
     original = _hf()
