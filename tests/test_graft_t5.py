@@ -162,16 +162,25 @@ def test_a_t5_config_must_give_the_models_buckets_and_names_its_max_distance(tmp
     assert not (tmp_path / "never.onnx").exists()
 
 
-def test_t5_bias_takes_no_quantize_or_mode(tmp_path):
+def test_t5_bias_takes_no_quantize_and_mode_compute_alone(tmp_path):
+    """Its bucket graph is the compute mode (a lookup of the clamped distance already): --mode
+    compute is that graph, table and sliced are refused naming it; nothing written."""
     path = tmp_path / "t5.onnx"
     onnx.save(t5_like(("causal", 8, 16)), path)
     with pytest.raises(BadParameterError, match=r"^--quantize int8: T5's bias goes in as "
                                                 r"integer buckets"):
         graft_found(path, tmp_path / "out.onnx", quantize="int8")
-    with pytest.raises(BadParameterError, match=r"^--mode sliced: T5's bias goes in as its "
-                                                r"integer bucket graph"):
-        graft_found(path, tmp_path / "out.onnx", mode="sliced")
+    for mode in ("sliced", "table"):
+        with pytest.raises(BadParameterError, match=rf"^--mode {mode}: T5's bias goes in as "
+                           r"its integer bucket graph \(--mode compute: a lookup of each "
+                           r"clamped distance's bucket, no Log\), the model's own rows"):
+            graft_found(path, tmp_path / "out.onnx", mode=mode)
     assert not (tmp_path / "out.onnx").exists()
+    report = graft_found(path, tmp_path / "out.onnx", mode="compute")
+    assert report.artifact == "t5-bias (compute, int64, 64 positions)"
+    (record,) = _records(onnx.load(tmp_path / "out.onnx"))
+    assert (record["mode"], record["direction"], record["max_distance"]) == (
+        "compute", "causal", 16)
 
 
 # ---- a transformers T5, exported by TorchScript (slow: two exports) -------------------------
