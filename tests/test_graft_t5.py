@@ -262,6 +262,65 @@ def test_a_transformers_t5_grafts_both_stacks_bit_for_bit(t5_export):
         assert np.array_equal(want, got), (batch, source, target)
 
 
+# ---- Optimum's own T5 decoder with past (a committed file: scripts/optimum_t5_fixture.py) -----
+
+OPTIMUM_T5 = Path(__file__).resolve().parent / "data" / "optimum_t5"
+
+
+def _optimum_feeds(session, batch: int, seq: int, past: int, source: int, rng) -> dict:
+    """Inputs of Optimum's decoder_with_past: token ids, an encoder mask of ones but the last
+    key of row 0, the decoder's ``past`` cached keys/values and the encoder's ``source``."""
+    feeds = {}
+    for value in session.get_inputs():
+        if value.name == "input_ids":
+            feeds[value.name] = rng.integers(0, T5_CONFIG["vocab_size"], (batch, seq))
+        elif value.name == "encoder_attention_mask":
+            feeds[value.name] = np.ones((batch, source), np.int64)
+            feeds[value.name][0, -1] = 0
+        else:
+            length = source if ".encoder." in value.name else past
+            feeds[value.name] = rng.standard_normal((batch, 4, length, 8)).astype(np.float32)
+    return feeds
+
+
+def test_optimums_t5_decoder_with_past_grafts_bit_for_bit(tmp_path):
+    """The decoder Optimum exports for generation (``--task text2text-generation-with-past``,
+    transformers 4.57): no position input, the queries at ``P ..`` from the cache's length.
+    Found (causal, 16 buckets, 32), proven at graft's decode steps with every output held to 0,
+    and equal to the original at caches of 0, 1 and past max_distance (buckets saturated), past
+    the proof's 128 positions too; its own config.json names the same bias."""
+    path = OPTIMUM_T5 / "decoder_with_past_model.onnx"
+    assert path.stat().st_size < 200_000 and "optimum-onnx==0.1.0" in (
+        OPTIMUM_T5 / "VERSIONS.txt").read_text()
+    report = graft_found(path, tmp_path / "out.onnx")
+    assert report.found.startswith(
+        "found t5-bias (causal, num_buckets 16, max_distance 32; the model's buckets of k - q "
+        "equal edgepe's at every |k - q| <= 2^20) at Gather '/decoder/block.0/layer.0/"
+        "SelfAttention/relative_attention_bias/Gather_output_0' of 'decoder.block.0.layer.0."
+        "SelfAttention.relative_attention_bias.weight' [16, 4], relative positions '/decoder/"
+        "block.0/layer.0/SelfAttention/Sub_output_0' (from 'input_ids', "
+        "'past_key_values.0.decoder.key' by Range)"), report.found
+    assert report.lengths[:5] == ["1", "7", "16", "3+5", "1+127"], report.lengths
+    assert [c.name for c in report.checks][:5] == [
+        "logits", *[f"present.{i}.decoder.{k}" for i in range(2) for k in ("key", "value")]]
+    assert [(c.max_abs_err, c.tolerance) for c in report.checks] == [(0.0, 0.0)] * 6
+    grafted = onnx.load(tmp_path / "out.onnx")
+    assert "Log" in _ops(onnx.load(path)) and "Log" not in _ops(grafted)
+    a = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(grafted.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for batch, seq, past, source in ((1, 1, 0, 3), (2, 4, 0, 6), (2, 1, 1, 5), (1, 2, 40, 2),
+                                     (2, 1, 300, 4)):
+        feeds = _optimum_feeds(a, batch, seq, past, source, rng)
+        for want, got in zip(a.run(None, feeds), b.run(None, feeds), strict=True):
+            assert want.shape == got.shape and np.array_equal(want, got), (batch, seq, past)
+    config = json.loads((OPTIMUM_T5 / "config.json").read_text())
+    graft_found(path, tmp_path / "config.onnx", hf_config=config, check=False)  # (proven above)
+    (record,) = _records(onnx.load(tmp_path / "config.onnx"))
+    assert (record["direction"], record["max_distance"]) == ("causal", 32)
+    assert record["hf_config"]["params"]["max_distance"] == 32
+
+
 # ---- a transformers T5 decoder with its KV cache, as Optimum's decoder_with_past -------------
 
 
