@@ -4,8 +4,11 @@ edgepe's integer buckets (no Log), the model's own rows gathered by them, output
 The default suite grafts hand-built ONNX models that compute T5's bucket op for op as transformers'
 ``T5Attention._relative_position_bucket`` exports (float32 ``Log``, ``Div``, truncating ``Cast``,
 ``Min``, ``Where``) for a direction, num_buckets and max_distance, so a wrong fit of any of them
-fails; the slow suite grafts a tiny transformers T5 exported by TorchScript (torch 2.13's dynamo
-export fails on T5 with a view error) and a variant of other num_buckets/max_distance.
+fails, and Optimum's own decoder_with_past of a tiny T5 (a committed file). The slow suite grafts
+a tiny transformers T5 exported by TorchScript (torch 2.13's dynamo export fails on T5's SDPA
+attention with a view error; with eager attention it exports) of other num_buckets/max_distance,
+and that T5's decoder step exported with its KV cache (relative positions from the cache's
+length, no position input), checked against the original ONNX model and torch.
 """
 
 from __future__ import annotations
