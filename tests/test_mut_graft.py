@@ -867,7 +867,8 @@ def test_a_pe_inside_an_if_is_refused_naming_the_subgraphs_not_searched(tmp_path
         node = helper.make_node("If" if branches == 2 else "Scan", [condition], ["out"],
                                 name="optimum::if", **attrs)
         inputs = [*inner.input, helper.make_tensor_value_info(condition, TensorProto.BOOL, [1])]
-        graph = helper.make_graph([node], "merged", inputs, [
+        first = helper.make_node("Identity", ["input_ids"], ["ids"])  # (no subgraph: passed)
+        graph = helper.make_graph([first, node], "merged", inputs, [
             helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
         model.ir_version = 8
