@@ -4,8 +4,11 @@ edgepe's integer buckets (no Log), the model's own rows gathered by them, output
 The default suite grafts hand-built ONNX models that compute T5's bucket op for op as transformers'
 ``T5Attention._relative_position_bucket`` exports (float32 ``Log``, ``Div``, truncating ``Cast``,
 ``Min``, ``Where``) for a direction, num_buckets and max_distance, so a wrong fit of any of them
-fails; the slow suite grafts a tiny transformers T5 exported by TorchScript (torch 2.13's dynamo
-export fails on T5 with a view error) and a variant of other num_buckets/max_distance.
+fails, and Optimum's own decoder_with_past of a tiny T5 (a committed file). The slow suite grafts
+a tiny transformers T5 exported by TorchScript (torch 2.13's dynamo export fails on T5's SDPA
+attention with a view error; with eager attention it exports) of other num_buckets/max_distance,
+and that T5's decoder step exported with its KV cache (relative positions from the cache's
+length, no position input), checked against the original ONNX model and torch.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from _t5_models import HEADS, t5_like
+from _t5_models import HEADS, T5_CONFIG, export_t5_decoder, t5_decoder_inputs, t5_like
 
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft import graft_found
@@ -162,16 +165,25 @@ def test_a_t5_config_must_give_the_models_buckets_and_names_its_max_distance(tmp
     assert not (tmp_path / "never.onnx").exists()
 
 
-def test_t5_bias_takes_no_quantize_or_mode(tmp_path):
+def test_t5_bias_takes_no_quantize_and_mode_compute_alone(tmp_path):
+    """Its bucket graph is the compute mode (a lookup of the clamped distance already): --mode
+    compute is that graph, table and sliced are refused naming it; nothing written."""
     path = tmp_path / "t5.onnx"
     onnx.save(t5_like(("causal", 8, 16)), path)
     with pytest.raises(BadParameterError, match=r"^--quantize int8: T5's bias goes in as "
                                                 r"integer buckets"):
         graft_found(path, tmp_path / "out.onnx", quantize="int8")
-    with pytest.raises(BadParameterError, match=r"^--mode sliced: T5's bias goes in as its "
-                                                r"integer bucket graph"):
-        graft_found(path, tmp_path / "out.onnx", mode="sliced")
+    for mode in ("sliced", "table"):
+        with pytest.raises(BadParameterError, match=rf"^--mode {mode}: T5's bias goes in as "
+                           r"its integer bucket graph \(--mode compute: a lookup of each "
+                           r"clamped distance's bucket, no Log\), the model's own rows"):
+            graft_found(path, tmp_path / "out.onnx", mode=mode)
     assert not (tmp_path / "out.onnx").exists()
+    report = graft_found(path, tmp_path / "out.onnx", mode="compute")
+    assert report.artifact == "t5-bias (compute, int64, 64 positions)"
+    (record,) = _records(onnx.load(tmp_path / "out.onnx"))
+    assert (record["mode"], record["direction"], record["max_distance"]) == (
+        "compute", "causal", 16)
 
 
 # ---- a transformers T5, exported by TorchScript (slow: two exports) -------------------------
@@ -251,3 +263,118 @@ def test_a_transformers_t5_grafts_both_stacks_bit_for_bit(t5_export):
                  "decoder_input_ids": rng.integers(0, vocab, (batch, target))}
         want, got = a.run(None, feeds)[0], b.run(None, feeds)[0]
         assert np.array_equal(want, got), (batch, source, target)
+
+
+# ---- Optimum's own T5 decoder with past (a committed file: scripts/optimum_t5_fixture.py) -----
+
+OPTIMUM_T5 = Path(__file__).resolve().parent / "data" / "optimum_t5"
+
+
+def _optimum_feeds(session, batch: int, seq: int, past: int, source: int, rng) -> dict:
+    """Inputs of Optimum's decoder_with_past: token ids, an encoder mask of ones but the last
+    key of row 0, the decoder's ``past`` cached keys/values and the encoder's ``source``."""
+    feeds = {}
+    for value in session.get_inputs():
+        if value.name == "input_ids":
+            feeds[value.name] = rng.integers(0, T5_CONFIG["vocab_size"], (batch, seq))
+        elif value.name == "encoder_attention_mask":
+            feeds[value.name] = np.ones((batch, source), np.int64)
+            feeds[value.name][0, -1] = 0
+        else:
+            length = source if ".encoder." in value.name else past
+            feeds[value.name] = rng.standard_normal((batch, 4, length, 8)).astype(np.float32)
+    return feeds
+
+
+def test_optimums_t5_decoder_with_past_grafts_bit_for_bit(tmp_path):
+    """The decoder Optimum exports for generation (``--task text2text-generation-with-past``,
+    transformers 4.57): no position input, the queries at ``P ..`` from the cache's length.
+    Found (causal, 16 buckets, 32), proven at graft's decode steps with every output held to 0,
+    and equal to the original at caches of 0, 1 and past max_distance (buckets saturated), past
+    the proof's 128 positions too; its own config.json names the same bias."""
+    path = OPTIMUM_T5 / "decoder_with_past_model.onnx"
+    assert path.stat().st_size < 200_000 and "optimum-onnx==0.1.0" in (
+        OPTIMUM_T5 / "VERSIONS.txt").read_text()
+    report = graft_found(path, tmp_path / "out.onnx")
+    assert report.found.startswith(
+        "found t5-bias (causal, num_buckets 16, max_distance 32; the model's buckets of k - q "
+        "equal edgepe's at every |k - q| <= 2^20) at Gather '/decoder/block.0/layer.0/"
+        "SelfAttention/relative_attention_bias/Gather_output_0' of 'decoder.block.0.layer.0."
+        "SelfAttention.relative_attention_bias.weight' [16, 4], relative positions '/decoder/"
+        "block.0/layer.0/SelfAttention/Sub_output_0' (from 'input_ids', "
+        "'past_key_values.0.decoder.key' by Range)"), report.found
+    assert report.lengths[:5] == ["1", "7", "16", "3+5", "1+127"], report.lengths
+    assert [c.name for c in report.checks][:5] == [
+        "logits", *[f"present.{i}.decoder.{k}" for i in range(2) for k in ("key", "value")]]
+    assert [(c.max_abs_err, c.tolerance) for c in report.checks] == [(0.0, 0.0)] * 6
+    grafted = onnx.load(tmp_path / "out.onnx")
+    assert "Log" in _ops(onnx.load(path)) and "Log" not in _ops(grafted)
+    a = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(grafted.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for batch, seq, past, source in ((1, 1, 0, 3), (2, 4, 0, 6), (2, 1, 1, 5), (1, 2, 40, 2),
+                                     (2, 1, 300, 4)):
+        feeds = _optimum_feeds(a, batch, seq, past, source, rng)
+        for want, got in zip(a.run(None, feeds), b.run(None, feeds), strict=True):
+            assert want.shape == got.shape and np.array_equal(want, got), (batch, seq, past)
+    config = json.loads((OPTIMUM_T5 / "config.json").read_text())
+    graft_found(path, tmp_path / "config.onnx", hf_config=config, check=False)  # (proven above)
+    (record,) = _records(onnx.load(tmp_path / "config.onnx"))
+    assert (record["direction"], record["max_distance"]) == ("causal", 32)
+    assert record["hf_config"]["params"]["max_distance"] == 32
+
+
+# ---- a transformers T5 decoder with its KV cache, as Optimum's decoder_with_past -------------
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["cross-cache", "encoder-states"])
+def t5_decoder_graft(request, tmp_path_factory):
+    """The decoder step of a tiny T5 (``_t5_models.t5_decoder``: 16 causal buckets,
+    max_distance 32) exported by TorchScript with its cache, no position input, grafted with
+    no PE given: with Optimum's cross-attention cache and encoder mask, or with the encoder's
+    states."""
+    folder = tmp_path_factory.mktemp("t5dec")
+    module, names = export_t5_decoder(folder / "model.onnx", cross_cache=request.param)
+    report = graft_found(folder / "model.onnx", folder / "grafted.onnx")
+    return module, names, folder / "model.onnx", folder / "grafted.onnx", report
+
+
+@pytest.mark.slow
+def test_a_t5_decoder_with_past_grafts_bit_for_bit_at_every_cache_length(t5_decoder_graft):
+    """The relative positions come from the cache's length (``k - (P + q)``), found and proven
+    at graft's decode steps; the grafted logits and present.* equal the original ONNX model's
+    bit for bit (the proof holds them to 0) and torch's, at caches of 0, 1 and past
+    max_distance (the buckets saturated), batch 1 and 2, one and several new tokens."""
+    import torch
+
+    module, names, path, out, report = t5_decoder_graft
+    assert report, report
+    (record,) = _records(onnx.load(out))
+    assert (record["direction"], record["num_buckets"], record["max_distance"]) == (
+        "causal", T5_CONFIG["relative_attention_num_buckets"],
+        T5_CONFIG["relative_attention_max_distance"])
+    assert record["table"] == \
+        "lm.decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+    assert "relative positions '/lm/decoder/block.0/layer.0/SelfAttention/Sub_output_0' (from " \
+        "'input_ids', 'past_key_values.0.decoder.key' by Range)" in report.found
+    assert sum(n.op_type == "Log" for n in onnx.load(path).graph.node) == 1
+    assert "Log" not in _ops(onnx.load(out))
+    # the decode step after max_len - 1 = 127 cached tokens (4 x max_distance), every output
+    # held to 0: integer buckets, the same float nodes after them
+    assert "3+5" in report.lengths and "1+127" in report.lengths, report.lengths
+    assert [c.name for c in report.checks][:5] == [
+        "logits", *[f"present.{i}.decoder.{k}" for i in range(2) for k in ("key", "value")]]
+    assert [(c.max_abs_err, c.tolerance) for c in report.checks] == [(0.0, 0.0)] * 6
+    a = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for batch, seq, past, source in ((1, 1, 0, 4), (2, 3, 0, 5), (2, 1, 1, 3), (1, 2, 1, 6),
+                                     (2, 1, 40, 3), (1, 3, 300, 2)):
+        args = t5_decoder_inputs(names, batch, seq, past, source, seed=past)
+        feeds = {n: x.numpy() for n, x in zip(names, args, strict=True)}
+        with torch.no_grad():
+            ref = module(*args)
+        for want, got, theirs in zip(a.run(None, feeds), b.run(None, feeds), ref, strict=True):
+            assert got.shape == want.shape and np.array_equal(got, want), (batch, seq, past)
+            # against torch: onnxruntime sums in another order (measured at most 1.4e-6 on
+            # logits of magnitude ~1e-1 to 1)
+            assert np.abs(got - theirs.numpy()).max() <= 1e-5, (batch, seq, past)

@@ -851,6 +851,48 @@ def test_a_declared_max_len_past_2_24_is_refused(monkeypatch):
         graft(LLAMA, hf_config=config, check=False)
 
 
+def test_a_pe_inside_an_if_is_refused_naming_the_subgraphs_not_searched(tmp_path):
+    """Optimum's decoder_model_merged (issue 40): one If on ``use_cache_branch`` whose branches
+    hold the whole decoder; graft searches the main graph only and says so, with the way round
+    for Optimum's file; another name, or a node with one subgraph, gets the plain words."""
+    from _t5_models import t5_like
+    from onnx import TensorProto, helper
+
+    inner = t5_like(("causal", 8, 16)).graph
+
+    def wrapped(condition: str, branches: int):
+        body = helper.make_graph(list(inner.node), "branch", [], list(inner.output),
+                                 list(inner.initializer))
+        attrs = {"then_branch": body, "else_branch": body} if branches == 2 else {"body": body}
+        node = helper.make_node("If" if branches == 2 else "Scan", [condition], ["out"],
+                                name="optimum::if", **attrs)
+        inputs = [*inner.input, helper.make_tensor_value_info(condition, TensorProto.BOOL, [1])]
+        first = helper.make_node("Identity", ["input_ids"], ["ids"])  # (no subgraph: passed)
+        graph = helper.make_graph([first, node], "merged", inputs, [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model.ir_version = 8
+        return model
+
+    nodes = len(inner.node)
+    for condition, branches, hint in (("use_cache_branch", 2, True), ("flag", 2, False),
+                                      ("use_cache_branch", 1, False)):
+        path = tmp_path / f"{condition}{branches}.onnx"
+        onnx.save(wrapped(condition, branches), path)
+        with pytest.raises(BadParameterError) as info:
+            graft_found(path, tmp_path / "out.onnx")
+        said = (f"{'If' if branches == 2 else 'Scan'} 'optimum::if' whose {branches} subgraph"
+                f"{'s' if branches == 2 else ''} ({branches * nodes:,} nodes) graft does not "
+                "search")
+        assert f"; saw {said}" in str(info.value), str(info.value)
+        way = (" (Optimum's decoder_model_merged: graft its decoder_model.onnx and "
+               "decoder_with_past_model.onnx, then merge the two grafted models with "
+               "optimum.onnx.merge_decoders); pass --pe")
+        assert (way in str(info.value)) == hint
+        assert str(info.value).endswith("; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+    assert not (tmp_path / "out.onnx").exists()
+
+
 def test_a_t5_bias_is_built_as_int64_buckets_over_4_x_max_distance(tmp_path):
     """T5's bias (issue 40, tests/test_graft_t5.py): edgepe/graft/t5.py's artifact, int64
     buckets, positions 4 x max_distance unless --max-len says otherwise."""
@@ -860,6 +902,8 @@ def test_a_t5_bias_is_built_as_int64_buckets_over_4_x_max_distance(tmp_path):
     onnx.save(t5_like(("causal", 8, 16)), path)
     report = graft_found(path, tmp_path / "out.onnx")
     assert report.artifact == "t5-bias (compute, int64, 64 positions)"
+    # integer buckets: every output held to 0 (prove_found's exact_outputs)
+    assert [c.tolerance for c in report.checks] == [0.0] * len(report.checks)
     assert report.max_len_from == ("4 x T5's max_distance 16 (the proof's distances reach past "
                                    "the last bucket's)")
     report = graft_found(path, tmp_path / "out.onnx", max_len=20, force=True)

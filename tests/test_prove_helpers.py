@@ -306,6 +306,16 @@ def test_dim_sizes_from_one_role_alone():
                                      "tensor(float)")), 2, 3, 5) == {"b": 2, "p": 5}
     assert prove._dim_sizes(_inputs(("attention_mask", ["b", "t"], "tensor(int64)")),
                             2, 3, 5) == {"b": 2, "t": 8}
+    # a cross-attention cache (Optimum's decoder with past): the encoder's past + seq keys,
+    # its mask with it; the decoder's own cache its past
+    seq2seq = _inputs(("past_key_values.0.encoder.key", ["b", 4, "e", 8], "tensor(float)"),
+                      ("past_key_values.0.decoder.key", ["b", 4, "p", 8], "tensor(float)"),
+                      ("encoder_attention_mask", ["b", "e"], "tensor(int64)"),
+                      ("input_ids", ["b", "s"], "tensor(int64)"))
+    assert prove._dim_sizes(seq2seq, 2, 3, 5) == {"b": 2, "e": 8, "p": 5, "s": 3}
+    # "encoder" as a part of the name, not within one
+    assert prove._dim_sizes(_inputs(("past_encoders.key", ["b", 4, "p", 8], "tensor(float)")),
+                            2, 3, 5) == {"b": 2, "p": 5}
 
 
 def test_multimodal_position_ids_are_three_different_streams_in_range():
@@ -714,6 +724,21 @@ def test_prove_found_with_a_cache_decodes_at_the_last_position():
     assert [(c.name, c.max_abs_err) for c in checks] == [("y", 0.5), ("cos", 0.5)]
     # the gain is measured on the last run (the decode step): |E| = 1 there too
     assert (checks[0].tolerance - 64 * ULP_3_4) / 0.02 == pytest.approx(1.0, abs=1e-3)
+
+
+def test_prove_found_exact_outputs_allows_the_outputs_no_ulp():
+    """A cos one ulp off at a position the runs reach: within the replaced tensor's 4 ulp, and
+    the output's 64; with ``exact_outputs`` (T5's integer buckets, issue 40) the output fails."""
+    rows = C.copy().astype(np.float32)
+    rows[1, 0] = np.nextafter(rows[1, 0], np.float32(1))
+    original = _hf()
+    y, cos = prove.prove_found(original, _found(original, rows), ["cos"], L)[1]
+    assert (y.max_abs_err, y.tolerance, y.passed) == (ULP_3_4, 64 * ULP_3_4, True)
+    assert cos.passed
+    y, cos = prove.prove_found(original, _found(original, rows), ["cos"], L,
+                               exact_outputs=True)[1]
+    assert (y.max_abs_err, y.tolerance, y.passed) == (ULP_3_4, 0.0, False)
+    assert (cos.tolerance, cos.passed) == (4 * ULP_3_4, True)
 
 
 def test_prove_found_skips_a_replaced_tensor_the_grafted_model_no_longer_makes():

@@ -274,6 +274,7 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     whole, more = whole_sinusoids(original)
     seen = list(dict.fromkeys([*seen, *more]))
     if not found and not whole:
+        seen = [*seen, *_unsearched(original)]
         raise BadParameterError(
             f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
             "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
@@ -402,7 +403,9 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
         report.lengths, report.checks = prove_found(
             original, grafted, replaces, length,
             bound=bound,
-            lengths=lengths, seed=seed, bounds=bounds)
+            lengths=lengths, seed=seed, bounds=bounds,
+            # T5's integer buckets: the outputs bit for bit (prove_found)
+            exact_outputs=all(f.family == "t5-bias" for f in found))
         for one in (f for f in found if f.family == "mrope"):  # streams the inputs may not vary
             label, checks = prove_streams(original, grafted.model, one, length, bound, seed)
             report.lengths.append(label)
@@ -412,6 +415,26 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
                     inputs=inputs, force=force)
         report.out = out
     return report
+
+
+def _unsearched(model) -> list[str]:
+    """The graph's nodes that hold subgraphs, in words: graft searches the main graph only, so a
+    PE inside an ``If``'s branches (Optimum's ``decoder_model_merged``: the whole decoder, with
+    and without its cache, issue 40) is not found; that file's two halves are."""
+    out = []
+    for node in model.graph.node:
+        graphs = [a.g for a in node.attribute if a.HasField("g")]  # (If, Loop, Scan)
+        if not graphs:
+            continue
+        said = (f"{node.op_type} {node.name or node.output[0]!r} whose {len(graphs)} "
+                f"subgraph{'s' if len(graphs) > 1 else ''} ({sum(len(g.node) for g in graphs):,} "
+                "nodes) graft does not search")
+        if node.op_type == "If" and list(node.input) == ["use_cache_branch"]:
+            said += (" (Optimum's decoder_model_merged: graft its decoder_model.onnx and "
+                     "decoder_with_past_model.onnx, then merge the two grafted models with "
+                     "optimum.onnx.merge_decoders)")
+        out.append(said)
+    return out
 
 
 def _how(record: dict) -> str:

@@ -324,9 +324,10 @@ def build_t5(model, found: Found, max_len: int | None, quantize: str = "none",
     if quantize not in (None, "none"):
         raise BadParameterError(f"--quantize {quantize}: T5's bias goes in as integer buckets; "
                                 "the model's own rows are gathered by them, nothing to quantise")
-    if mode is not None:
+    if mode not in (None, "compute"):  # (its bucket of a distance is already a lookup)
         raise BadParameterError(f"--mode {mode}: T5's bias goes in as its integer bucket graph "
-                                "(no --mode)")
+                                "(--mode compute: a lookup of each clamped distance's bucket, "
+                                "no Log), the model's own rows gathered by it")
     p = found.params
     params = {"num_buckets": p["num_buckets"], "max_distance": p["max_distance"],
               "direction": p["direction"]}
