@@ -731,11 +731,7 @@ EQUIVALENT: dict[str, str] = {
     SWP + "_reference__mutmut_28": ".to(None) keeps the dtype: encode and table_reference "
     "return float32 already",
     **{f"{SWP}onnx_chunks__mutmut_{i}": "np.arange of Python ints without dtype is int64 "
-       "(numpy's default integer on 64-bit Linux), the dtype given" for i in (120, 123)},
-    SWP + "onnx_chunks__mutmut_77": "_bias_chunks does not read its quick argument (stop and "
-    "the probe carry it)",
-    SWP + "onnx_chunks__mutmut_89": "_multi_chunks does not read its module argument (ref "
-    "carries it)",
+       "(numpy's default integer on 64-bit Linux), the dtype given" for i in (123, 126)},
     SWP + "position_spans__mutmut_36": "max(1, ...): a span moves from 0 to 1 only when 2^k <= "
     "width // 2, and the position width it adds is covered by the next power of two's span "
     "(which starts at 2^k' - width // 2 <= width // 2)",
