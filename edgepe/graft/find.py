@@ -43,7 +43,8 @@ def foreign_ops(graph) -> list[str]:
         if node.domain not in ONNX_DOMAINS and defs.has(node.op_type):
             kinds.setdefault(op(node), []).append(node)
     return [f"{name}{f' x{len(nodes)}' if len(nodes) > 1 else ''} at {nodes[0].output[0]!r} "
-            f"(domain {nodes[0].domain!r}, not ONNX's {nodes[0].op_type}: not read as it)"
+            f"(domain {nodes[0].domain!r}, another op than ONNX's {nodes[0].op_type}, not "
+            "read as it)"
             for name, nodes in kinds.items()]
 
 
