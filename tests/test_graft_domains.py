@@ -11,12 +11,10 @@ through ``find.op``, which names such a node ``domain.op_type`` (no match equals
   the PE is found by its values (``discover``) and proven equal, never read by the node's name;
 - graft's proof reads ONNX's ``Shape``/``Gather`` only (``prove._shape_read``, ``_int_high``).
 
-Also here: the refusal names every family graft finds, from one list (``find_hf.LOOKED_FOR``),
-and Whisper's encoder table gathered by an unfolded ``Range`` of constants is the table added
-whole (``discover.whole_sinusoids``), not a second "learned" candidate.
+Also here: the refusal names every family graft finds, from one list (``find_hf.LOOKED_FOR``).
+(Whisper's encoder table gathered by an unfolded ``Range``: tests/test_graft_whole.py.)
 
-Hand-built models and Optimum's committed Llama export (tests/data/optimum); the real Whisper
-export is ``slow``.
+Hand-built models and Optimum's committed Llama export (tests/data/optimum); no torch export.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
-import json
 import re
 from pathlib import Path
 
@@ -275,205 +272,6 @@ def test_every_family_graft_constructs_is_in_the_list():
                     node.args and isinstance(node.args[0], ast.Constant):
                 made.add(node.args[0].value)
     assert made <= set(LOOKED_FOR) <= made | {"learned"}, made
-
-
-# --- Whisper's encoder table gathered by an unfolded Range of constants ------------------------
-
-
-def _sinusoids(length: int, width: int) -> np.ndarray:
-    """transformers' ``modeling_whisper.sinusoids`` (tests/test_graft_whole.py's copy)."""
-    import math
-
-    import torch
-
-    inv = torch.exp(-math.log(10000) / (width // 2 - 1) * torch.arange(width // 2))
-    scaled = torch.arange(length).view(-1, 1) * inv.view(1, -1)
-    return torch.cat([scaled.sin(), scaled.cos()], dim=1).numpy()
-
-
-def _ranged(limit: int, start: int = 0, delta: int = 1, domain: str = "") -> list:
-    """``arange = Range(start, limit, delta)`` of ``Constant`` nodes, as an exporter that does
-    not fold ``torch.arange(L)`` writes it."""
-    consts = [helper.make_node("Constant", [], [f"arange_{k}"],
-                               value=numpy_helper.from_array(np.asarray(v, np.int64)))
-              for k, v in (("start", start), ("limit", limit), ("delta", delta))]
-    return [*consts, helper.make_node("Range", [c.output[0] for c in consts], ["arange"],
-                                      domain=domain)]
-
-
-def _whisper_like(length: int = 12, width: int = 8, start: int = 0, limit: int | None = None,
-                  delta: int = 1, domain: str = "") -> onnx.ModelProto:
-    """Whisper's two stacks in miniature (tests/test_graft_whole.py's ``_encoder_decoder``), the
-    encoder's table read as ``Gather(T, Range(0, L, 1))``: ``enc = x + T[arange]``, ``dec =
-    E[input_ids] + P[Range(0, S)]``, ``logits = MatMul(dec + mean over L of enc, W)``."""
-    rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(_sinusoids(length, width), "T"),
-             numpy_helper.from_array(rng.standard_normal((8, width)).astype(np.float32), "E"),
-             numpy_helper.from_array(rng.standard_normal((24, width)).astype(np.float32), "P"),
-             numpy_helper.from_array(rng.standard_normal((width, 8)).astype(np.float32), "W"),
-             numpy_helper.from_array(np.asarray(0, np.int64), "zero"),
-             numpy_helper.from_array(np.asarray(1, np.int64), "one"),
-             numpy_helper.from_array(np.asarray([0], np.int64), "axis0"),
-             numpy_helper.from_array(np.asarray([1], np.int64), "axis1")]
-    nodes = [*_ranged(length if limit is None else limit, start, delta, domain),
-             helper.make_node("Gather", ["T", "arange"], ["table_rows"]),
-             helper.make_node("Add", ["x", "table_rows"], ["enc"]),
-             helper.make_node("ReduceMean", ["enc", "axis1"], ["ctx"], keepdims=1),
-             helper.make_node("Gather", ["E", "input_ids"], ["tok"]),
-             helper.make_node("Shape", ["input_ids"], ["seq1"], start=1, end=2),
-             helper.make_node("Squeeze", ["seq1", "axis0"], ["seq"]),
-             helper.make_node("Range", ["zero", "seq", "one"], ["positions"]),
-             helper.make_node("Gather", ["P", "positions"], ["pos"]),
-             helper.make_node("Add", ["tok", "pos"], ["dec"]),
-             helper.make_node("Add", ["dec", "ctx"], ["h"]),
-             helper.make_node("MatMul", ["h", "W"], ["logits"])]
-    graph = helper.make_graph(
-        nodes, "whisper", [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", length, width]),
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 8])],
-        inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)] + (
-        [helper.make_opsetid(domain, 1)] if domain else []))
-    model.ir_version = 8
-    return model
-
-
-def test_whispers_table_gathered_by_a_range_of_constants_is_added_whole(tmp_path):
-    """Before hgr both tables were candidates, the encoder's a "learned" one with no input
-    stream: "2 PE candidates". The Range of constants is the table's rows 0..L-1: the table is
-    Whisper's, added whole, replaced by edgepe's sinusoidal beside the decoder's learned rows,
-    both proven exact."""
-    path = _save(_whisper_like(), tmp_path)
-    out = tmp_path / "out.onnx"
-    report = graft_found(path, out)
-    assert report.found == (
-        "found learned (table 'P' [24, 8]) at Gather 'pos', positions 'positions' (from "
-        "'input_ids' by Range); and sinusoidal (Whisper's encoder sinusoidal table 'T' [12, 8], "
-        "gathered by Range 0..11 'arange' added whole: base 10000, frequencies fairseq, layout "
-        "half) at Add 'enc', positions 0..11 (its rows)"), report.found
-    assert report.artifact == ("learned (table, float32, 24 positions) and sinusoidal (table, "
-                               "float32, 12 positions, added whole)")
-    assert [(c.name, c.max_abs_err) for c in report.checks] == [
-        ("logits", 0.0), ("pos", 0.0), ("table_rows", 0.0)]
-    grafted = onnx.load(str(out))
-    assert not {"T", "P"} & {t.name for t in grafted.graph.initializer}
-    assert "arange" not in {o for n in grafted.graph.node for o in n.output}
-    rng = np.random.default_rng(3)
-    feeds = {"x": rng.standard_normal((2, 12, 8)).astype(np.float32),
-             "input_ids": rng.integers(0, 8, (2, 5))}
-    assert np.array_equal(_run(out, feeds)[0], _run(path, feeds)[0])
-
-
-@pytest.mark.parametrize("ranged, why", [
-    ({"start": 1, "limit": 13}, "rows 1..12, not 0..11"),
-    ({"limit": 24, "delta": 2}, "every second row"),
-    ({"limit": 12, "domain": MS}, "com.microsoft's Range: not read as ONNX's"),
-])
-def test_a_range_that_is_not_the_tables_rows_from_0_is_no_whole_table(ranged, why):
-    found, seen = discover.whole_sinusoids(_whisper_like(**ranged))
-    assert found == [] and seen == [], why
-
-
-@pytest.mark.parametrize("ends, values", [
-    ((0, 12, 1), list(range(12))),
-    ((3, 0, -1), [3, 2, 1]),
-    ((0, 13, 1), None),        # more rows than the table's 12
-    ((0, 2**62, 1), None),     # counted, never made
-    ((0, 12, 0), None),
-    ((5, 5, 1), None),
-])
-def test_a_constant_range_is_counted_before_it_is_made(ends, values):
-    nodes = _ranged(ends[1], ends[0], ends[2])
-    graph = helper.make_graph(nodes, "r", [], [])
-    consts = discover._constants(graph)
-    makers = {o: n for n in nodes for o in n.output}
-    got = discover._constant_range("arange", makers, consts, 12)
-    assert (None if got is None else got.tolist()) == values
-    assert discover._constant_range("arange_limit", makers, consts, 12) is None  # no Range
-
-
-# --- the real thing: a tiny Whisper exported by TorchScript, its Range put back ----------------
-
-
-@pytest.mark.slow
-def test_a_whisper_export_with_its_encoder_range_unfolded_grafts_both_tables(tmp_path):
-    """WhisperForConditionalGeneration (tests/_hf_models.py's tiny config, random weights)
-    exported by TorchScript (``dynamo=False``; with ``decoder_attention_mask`` given, so that
-    transformers' packed-sequence check, ``aten::diff``, which TorchScript cannot export, is not
-    traced; ``do_constant_folding=False`` so that ``Gather(T, arange)`` stays). No exporter keeps
-    ``torch.arange(16)`` a Range (TorchScript traces it as a Constant, dynamo folds the whole
-    Gather), so that Constant is turned back into ``Range(0, 16, 1)`` of Constants with
-    onnx.helper: the form an unfolded export has. graft finds the decoder's learned table and
-    the encoder's sinusoids, replaces both, proves them, and the logits match the original
-    ONNX (64 ulp) and torch (1e-4 relative) at several batch sizes and lengths."""
-    import sys
-
-    import torch
-
-    sys.path.insert(0, str(REPO / "tests"))
-    import _hf_models as hf
-
-    torch.manual_seed(hf.SEED)
-    import transformers as tf
-
-    lm = tf.WhisperForConditionalGeneration(hf.config("whisper")).eval()
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, input_ids, attention_mask):
-            features = torch.ones(input_ids.shape[0], 8, 32) * 0.5
-            return self.lm(input_features=features, decoder_input_ids=input_ids,
-                           decoder_attention_mask=attention_mask, use_cache=False).logits
-
-    module = Logits().eval()
-    ids = torch.randint(3, hf.VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
-    path = tmp_path / "model.onnx"
-    torch.onnx.export(module, (ids, torch.ones_like(ids)), str(path), dynamo=False,
-                      opset_version=18, do_constant_folding=False,
-                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
-                      dynamic_axes={n: {0: "batch", 1: "seq"}
-                                    for n in ("input_ids", "attention_mask")})
-    model = onnx.load(str(path))
-    table = "lm.model.encoder.embed_positions.weight"
-    (gather,) = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] == table]
-    index = gather.input[1]
-    (constant,) = [n for n in model.graph.node if list(n.output) == [index]]
-    assert np.array_equal(numpy_helper.to_array(constant.attribute[0].t), np.arange(16))
-    at = list(model.graph.node).index(constant)
-    model.graph.node.remove(constant)
-    for k, node in enumerate(_ranged(16)):
-        node.output[:] = [index if o == "arange" else o for o in node.output]
-        model.graph.node.insert(at + k, node)
-    path = _save(model, tmp_path, "ranged.onnx")
-    out = tmp_path / "out.onnx"
-    report = graft_found(path, out)
-    assert report and report.found.startswith(
-        "found learned (table 'lm.model.decoder.embed_positions.weight' [32, 32]) at Gather "), \
-        report.found
-    assert report.found.endswith(
-        f"; and sinusoidal (Whisper's encoder sinusoidal table '{table}' [16, 32], gathered by "
-        f"Range 0..15 {index!r} added whole: base 10000, frequencies fairseq, layout half) at "
-        "Add '/lm/model/encoder/Add_2_output_0', positions 0..15 (its rows)"), report.found
-    assert {c.name for c in report.checks} >= {"logits", gather.output[0]}
-    assert all(c.passed for c in report.checks)
-    assert not {table, "lm.model.decoder.embed_positions.weight"} & {
-        t.name for t in onnx.load(str(out)).graph.initializer}
-    record = json.loads(next(p.value for p in onnx.load(str(out)).metadata_props
-                             if p.key == "edgepe.graft.1"))
-    assert (record["scheme"], record["table_distance"]) == ("sinusoidal", 0.0)
-    for batch, seq in ((1, 1), (3, 7), (2, 31)):
-        ids = np.random.default_rng(seq).integers(3, hf.VOCAB, (batch, seq))
-        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
-        want, got = _run(path, feeds)[0], _run(out, feeds)[0]
-        peak = float(np.abs(want).max())
-        assert np.abs(got - want).max() <= 64 * np.spacing(np.float32(peak)), (batch, seq)
-        with torch.no_grad():
-            ref = module(*(torch.from_numpy(v) for v in feeds.values())).numpy()
-        assert np.abs(got - ref).max() <= 1e-4 * max(1.0, peak), (batch, seq)
 
 
 def test_foreign_ops_are_worded_once_per_kind_with_their_count(tmp_path):
