@@ -351,6 +351,14 @@ def test_a_range_that_is_not_the_tables_rows_from_0_is_no_whole_table(ranged, wh
     assert whole_sinusoids(_encoder_decoder(_sinusoids(12, 8), ranged)) == ([], []), why
 
 
+def test_another_table_gathered_by_a_range_of_constants_is_left_to_the_gathered_search():
+    """Not Whisper's, a table added whole is said and kept; gathered by a Range, its rows are
+    positions by their values, the table a learned one for find_pe and discover (not "kept")."""
+    assert whole_sinusoids(_encoder_decoder(_marian(12, 8))) == ([], [
+        "a constant table 'T' [12, 8] added whole at Add 'enc', not Whisper's sinusoids (kept)"])
+    assert whole_sinusoids(_encoder_decoder(_marian(12, 8), {"limit": 12})) == ([], [])
+
+
 @pytest.mark.parametrize("ends, values", [
     ((0, 12, 1), list(range(12))),
     ((3, 0, -1), [3, 2, 1]),

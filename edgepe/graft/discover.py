@@ -279,6 +279,8 @@ def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
             length, width = table.shape
             shape = list(consts[table_name].shape)
             if not _is_whisper_sinusoidal(table):
+                if how.startswith("gathered by Range"):  # positions by their values: a learned
+                    continue                              # table find_pe or discover may graft
                 seen[name] = (f"a constant table {table_name!r} {shape} added whole"
                               + ("" if table_name == name else f" ({how})")
                               + f" at Add {node.output[0]!r}, not Whisper's sinusoids (kept)")
