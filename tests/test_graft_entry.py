@@ -184,6 +184,21 @@ def test_no_pe_found(tmp_path):
         "ARTIFACT --at TENSOR or --scheme ID instead")
 
 
+def test_no_pe_found_names_the_nodes_named_like_onnx_ops_of_another_domain(tmp_path):
+    """(hgr) An op is (domain, op_type): graft reads no node of another domain as ONNX's op, and
+    says so where it finds nothing."""
+    model = onnx.load(demo(tmp_path))
+    model.graph.node[-1].domain = "evil"  # the Identity making y
+    path = tmp_path / "evil.onnx"
+    onnx.save(model, path)
+    with pytest.raises(BadParameterError) as info:
+        graft(path)
+    assert str(info.value).endswith(
+        "(a table gathered by buckets of k - q); saw evil.Identity at 'y' (domain 'evil', another "
+        "op than ONNX's Identity, not read as it); pass --pe ARTIFACT --at TENSOR or --scheme ID "
+        "instead")
+
+
 def test_a_model_with_data_beside_it_is_written_with_data_beside(tmp_path):
     model = tmp_path / "model.onnx"
     shutil.copyfile(GPT2, model)

@@ -218,8 +218,8 @@ def _rows_whole(name: str, makers, consts):
 
 
 def _constant_range(name: str, makers, consts, most: int):
-    """The values of ``name`` when an ONNX ``Range`` of constant scalars makes it and they are
-    ``1 .. most`` integers (counted before any is made: a hostile bound costs nothing), else
+    """The values of ``name`` (int64) when an ONNX ``Range`` of constant integer scalars makes
+    it, 1 to ``most`` of them (counted before any is made: a hostile limit costs nothing); else
     None."""
     import numpy as np
 
