@@ -37,7 +37,6 @@ from edgepe.contract.errors import BadParameterError
 from edgepe.graft import graft_found
 from edgepe.graft.find_hf import LOOKED_FOR, Found, looked_for
 
-discover = importlib.import_module("edgepe.graft.discover")
 prove = importlib.import_module("edgepe.graft.prove")
 
 REPO = Path(__file__).resolve().parents[1]
