@@ -445,7 +445,10 @@ def test_origin_in_words():
     assert fh._origin("sc", makers, inputs) == "'sc' (from 'mask', 'n' by CumSum and Range)"
     assert fh._origin("r", makers, inputs) == "'r' (from 'n' by Range)"
     assert fh._origin("q", makers, inputs) == "'q' (from 'p')"
-    assert fh._origin("q", makers, set()) == "'q' (from )"
+    assert fh._origin("q", makers, set()) == "'q' (from no input)"
+    assert fh._origin("r", makers, set()) == "'r' (from no input by Range)"  # (hgr)
+    makers["r"].domain = "com.microsoft"  # another op than ONNX's Range: not said as one
+    assert fh._origin("r", makers, inputs) == "'r' (from 'n')"
 
 
 def test_through_climbs_first_inputs_of_the_given_ops_only():

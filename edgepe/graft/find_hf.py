@@ -565,8 +565,8 @@ def _origin(name: str, makers, inputs: set[str]) -> str:
             continue
         ops, leaves = _ancestors(name, makers)
         made = " and ".join(sorted(kind for kind in ops if kind in ("CumSum", "Range")))
-        return f"{seen!r} (from {', '.join(map(repr, sorted(leaves & inputs)))}" + (
-            f" by {made})" if made else ")")
+        sources = ", ".join(map(repr, sorted(leaves & inputs))) or "no input"  # (constants)
+        return f"{seen!r} (from {sources}" + (f" by {made})" if made else ")")
     return repr(seen)
 
 
