@@ -73,7 +73,8 @@ _WHOLE = tuple(f"tests/test_graft_whole.py::test_{name}" for name in (
     "a_table_added_whole_that_is_not_whispers_is_kept_and_named",
     "the_encoders_table_and_the_decoders_are_both_replaced",
     "int8_rows_are_held_to_their_quantisation_bound",
-    "a_mode_the_table_cannot_take_is_refused_in_one_line"))
+    "a_mode_the_table_cannot_take_is_refused_in_one_line",
+    "a_table_gathered_by_an_unfolded_range_of_constants_is_added_whole"))
 MODULES: dict[str, tuple[str, ...]] = {
     "edgepe/contract/errors.py": ("tests/test_cli_errors.py", "tests/test_mutation_kills.py"),
     "edgepe/contract/manifest.py": ("tests/test_edges.py", "tests/test_mutation_kills.py"),

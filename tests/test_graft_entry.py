@@ -175,9 +175,28 @@ def test_no_pe_found(tmp_path):
     with pytest.raises(BadParameterError) as info:
         graft(model)
     assert str(info.value) == (
-        f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
-        "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
-        "positions); pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+        f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w, any "
+        "layout, one per base; or GPT-J's [sin | cos] table gathered by positions), multimodal "
+        "RoPE (Qwen2-VL's three position streams), a position table (a constant [L, D] gathered "
+        "by positions), a sinusoidal table (fairseq's or Marian's gathered by positions; "
+        "Whisper's encoder's added whole), ALiBi (slopes times positions; MPT's constant bias) "
+        "and T5's relative position bias (a table gathered by buckets of k - q); pass --pe "
+        "ARTIFACT --at TENSOR or --scheme ID instead")
+
+
+def test_no_pe_found_names_the_nodes_named_like_onnx_ops_of_another_domain(tmp_path):
+    """(hgr) An op is (domain, op_type): graft reads no node of another domain as ONNX's op, and
+    says so where it finds nothing."""
+    model = onnx.load(demo(tmp_path))
+    model.graph.node[-1].domain = "evil"  # the Identity making y
+    path = tmp_path / "evil.onnx"
+    onnx.save(model, path)
+    with pytest.raises(BadParameterError) as info:
+        graft(path)
+    assert str(info.value).endswith(
+        "(a table gathered by buckets of k - q); saw evil.Identity at 'y' (domain 'evil', another "
+        "op than ONNX's Identity, not read as it); pass --pe ARTIFACT --at TENSOR or --scheme ID "
+        "instead")
 
 
 def test_a_model_with_data_beside_it_is_written_with_data_beside(tmp_path):

@@ -170,8 +170,9 @@ def test_family_exported_with_input_ids_alone_grafts(exported, family, start):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family, words", [
-    ("falcon-alibi", "ALiBi (slopes times positions); saw ALiBi-like slopes '_to_copy' [4, 1] in "
-                     "bfloat16"),
+    ("falcon-alibi", "ALiBi (slopes times positions; MPT's constant bias) and T5's relative "
+                     "position bias (a table gathered by buckets of k - q); saw ALiBi-like slopes "
+                     "'_to_copy' [4, 1] in bfloat16"),
 ])
 def test_family_refused_in_one_line_naming_what_was_seen(exported, family, words):
     path, _, _ = exported(family)

@@ -362,3 +362,47 @@ def test_the_built_artifact_holds_the_models_weight_and_names_it():
     out = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
         None, {"positions": np.arange(5, dtype=np.int64)})[0]
     np.testing.assert_allclose(out, BITS5 @ W, rtol=0, atol=1e-6)
+
+
+# --- ops by (domain, op_type) (hgr) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("domain, name", [
+    ("", "Range"), ("ai.onnx", "Range"), ("com.microsoft", "com.microsoft.Range"),
+    ("ai.onnx.ml", "ai.onnx.ml.Range"), ("evil", "evil.Range")])
+def test_op_is_the_op_type_in_onnxs_domain_only(domain, name):
+    assert find.op(helper.make_node("Range", ["a", "b", "c"], ["r"], domain=domain)) == name
+
+
+def test_a_range_of_another_domain_is_no_traced_length():
+    """``_table_read``: a table gathered by com.microsoft's Range of the length is not read as
+    ONNX's Range over it (unknown positions, not ``arange``)."""
+    length, inits = _length_of_ids()
+    nodes = [*length, helper.make_node("Range", ["zero", "len", "one"], ["rows"],
+                                       domain="com.microsoft"),
+             helper.make_node("Gather", ["pe_table", "rows"], ["picked"]), _matmul("picked")]
+    (c,) = find.detect(_model(nodes, [*inits, _const("zero", np.array(0, np.int64))]), "binary")
+    assert c.positions is None
+
+
+def test_constant_nodes_of_another_domain_are_not_constants():
+    nodes = [helper.make_node("Constant", [], ["c"], value=_const("v", np.ones(2, np.float32))),
+             helper.make_node("Constant", [], ["d"], domain="evil",
+                              value=_const("w", np.ones(2, np.float32))),
+             helper.make_node("Identity", ["c"], ["e"], domain="evil")]
+    assert set(find._constants(helper.make_graph(nodes, "g", [], []))) == {"c"}
+
+
+def test_foreign_ops_words_each_kind_once_with_its_count():
+    ms = "com.microsoft"
+    nodes = [helper.make_node("Gelu", ["a"], ["g1"], domain=ms),
+             helper.make_node("GatherND", ["t", "i"], ["g2"], domain=ms),
+             helper.make_node("Gelu", ["g1"], ["g3"], domain=ms),
+             helper.make_node("Foo", ["a"], ["g4"], domain=ms),  # no ONNX op of that name
+             helper.make_node("Gelu", ["a"], ["g5"]),  # ONNX's own
+             helper.make_node("Gelu", ["a"], ["g6"], domain="ai.onnx")]
+    assert find.foreign_ops(helper.make_graph(nodes, "g", [], [])) == [
+        f"{ms}.Gelu x2 at 'g1' (domain '{ms}', another op than ONNX's Gelu, not read as it)",
+        f"{ms}.GatherND at 'g2' (domain '{ms}', another op than ONNX's GatherND, not read as "
+        "it)"]
+    assert find.foreign_ops(helper.make_graph(nodes[4:], "g", [], [])) == []

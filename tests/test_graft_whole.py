@@ -4,11 +4,14 @@ and replaced by edgepe's ``sinusoidal`` (base 10000, frequencies fairseq, layout
 recipe), as a table or ``--mode sliced``, beside the decoder's PE.
 
 Hand-built ONNX models (no torch export): the table is transformers' own ``sinusoids(L, D)``; the
-tiny Whisper export (``tests/_hf_models.py``) is ``test_graft_families.py``'s, in the slow suite.
+tiny Whisper export (``tests/_hf_models.py``) is ``test_graft_families.py``'s, in the slow suite,
+and (hgr) the table gathered by an unfolded ``Range`` of constants: hand-built here, and a real
+TorchScript export with that Range put back (slow, at the end).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 
@@ -23,6 +26,8 @@ from edgepe.contract.errors import BadParameterError
 from edgepe.graft import graft_found
 from edgepe.graft.discover import WHISPER_PARAMS, _is_whisper_sinusoidal, whole_sinusoids
 from edgepe.schemes import build, resolve
+
+discover = importlib.import_module("edgepe.graft.discover")
 
 
 def _sinusoids(length: int, width: int) -> np.ndarray:
@@ -71,10 +76,22 @@ def _encoder(table: np.ndarray, form: str = "constant") -> onnx.ModelProto:
     return model
 
 
-def _encoder_decoder(table: np.ndarray) -> onnx.ModelProto:
+def _ranged(limit: int, start: int = 0, delta: int = 1, domain: str = "") -> list:
+    """``arange = Range(start, limit, delta)`` of ``Constant`` nodes, as an export that does not
+    fold ``torch.arange(L)`` writes it (hgr)."""
+    consts = [helper.make_node("Constant", [], [f"arange_{k}"],
+                               value=numpy_helper.from_array(np.asarray(v, np.int64)))
+              for k, v in (("start", start), ("limit", limit), ("delta", delta))]
+    return [*consts, helper.make_node("Range", [c.output[0] for c in consts], ["arange"],
+                                      domain=domain)]
+
+
+def _encoder_decoder(table: np.ndarray, ranged: dict | None = None) -> onnx.ModelProto:
     """Whisper's two stacks in miniature: the encoder's ``x + T`` (``T`` added whole) and the
     decoder's ``E[input_ids] + P[arange(S)]`` (a learned table gathered by positions from the
-    ids' length), joined: ``y = MatMul(dec + mean over L of enc, W)``."""
+    ids' length), joined: ``y = MatMul(dec + mean over L of enc, W)``. ``ranged``: the encoder
+    adds ``T[arange]`` instead, ``arange = _ranged(**ranged)`` (an unfolded
+    ``embed_positions(torch.arange(L))``)."""
     length, width = table.shape
     rng = np.random.default_rng(1)
     inits = [numpy_helper.from_array(table, "T"),
@@ -95,13 +112,18 @@ def _encoder_decoder(table: np.ndarray) -> onnx.ModelProto:
              helper.make_node("Add", ["tok", "pos"], ["dec"]),
              helper.make_node("Add", ["dec", "ctx"], ["h"]),
              helper.make_node("MatMul", ["h", "W"], ["logits"])]
+    if ranged is not None:
+        nodes[0].input[1] = "rows"
+        nodes[:0] = [*_ranged(**ranged), helper.make_node("Gather", ["T", "arange"], ["rows"])]
     graph = helper.make_graph(
         nodes, "whisper", [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", length, width]),
             helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 8])],
         inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    domain = (ranged or {}).get("domain")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)] + (
+        [helper.make_opsetid(domain, 1)] if domain else []))
     model.ir_version = 8
     return model
 
@@ -287,3 +309,152 @@ def test_a_mode_the_table_cannot_take_is_refused_in_one_line(tmp_path):
                        r"goes in as a table or sliced$"):
         graft_found(path, tmp_path / "never.onnx", mode="compute")
     assert not (tmp_path / "never.onnx").exists()
+
+
+# --- the table gathered by an unfolded Range of constants (hgr) --------------------------------
+
+
+def test_a_table_gathered_by_an_unfolded_range_of_constants_is_added_whole(tmp_path):
+    """Before hgr both tables were candidates, the encoder's a "learned" one gathered by
+    positions from no input ("2 PE candidates ..."; with the decoder's own read another way,
+    the encoder's table alone was grafted as learned and the decoder's left). The Range of
+    constants is the table's rows 0..L-1: Whisper's table, added whole, replaced by edgepe's
+    sinusoidal beside the decoder's learned rows, both proven exact, the Range gone with it."""
+    path = _save(_encoder_decoder(_sinusoids(12, 8), {"limit": 12}), tmp_path)
+    out = tmp_path / "out.onnx"
+    report = graft_found(path, out)
+    assert report.found == (
+        "found learned (table 'P' [24, 8]) at Gather 'pos', positions 'positions' (from "
+        "'input_ids' by Range); and sinusoidal (Whisper's encoder sinusoidal table 'T' [12, 8], "
+        "gathered by Range 0..11 'arange' added whole: base 10000, frequencies fairseq, layout "
+        "half) at Add 'enc', positions 0..11 (its rows)"), report.found
+    assert report.artifact == ("learned (table, float32, 24 positions) and sinusoidal (table, "
+                               "float32, 12 positions, added whole)")
+    assert report.at == "pos; rows"
+    assert [(c.name, c.max_abs_err) for c in report.checks] == [
+        ("logits", 0.0), ("pos", 0.0), ("rows", 0.0)]
+    grafted = onnx.load(str(out))
+    assert not {"T", "P"} & {t.name for t in grafted.graph.initializer}
+    assert not {"arange", "arange_limit"} & {o for n in grafted.graph.node for o in n.output}
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((2, 12, 8)).astype(np.float32),
+             "input_ids": rng.integers(0, 8, (2, 5))}
+    assert np.array_equal(_run(out, feeds), _run(path, feeds))
+
+
+@pytest.mark.parametrize("ranged, why", [
+    ({"start": 1, "limit": 13}, "rows 1..12, not 0..11"),
+    ({"limit": 24, "delta": 2}, "every second row"),
+    ({"limit": 12, "domain": "com.microsoft"}, "com.microsoft's Range, not read as ONNX's"),
+])
+def test_a_range_that_is_not_the_tables_rows_from_0_is_no_whole_table(ranged, why):
+    assert whole_sinusoids(_encoder_decoder(_sinusoids(12, 8), ranged)) == ([], []), why
+
+
+def test_another_table_gathered_by_a_range_of_constants_is_left_to_the_gathered_search():
+    """Not Whisper's, a table added whole is said and kept; gathered by a Range, its rows are
+    positions by their values, the table a learned one for find_pe and discover (not "kept")."""
+    assert whole_sinusoids(_encoder_decoder(_marian(12, 8))) == ([], [
+        "a constant table 'T' [12, 8] added whole at Add 'enc', not Whisper's sinusoids (kept)"])
+    assert whole_sinusoids(_encoder_decoder(_marian(12, 8), {"limit": 12})) == ([], [])
+
+
+@pytest.mark.parametrize("ends, values", [
+    ((0, 12, 1), list(range(12))),
+    ((3, 0, -1), [3, 2, 1]),
+    ((0, 13, 1), None),        # more rows than the table's 12
+    ((0, 2**62, 1), None),     # counted, never made
+    ((0, 12, 0), None),
+    ((5, 5, 1), None),
+])
+def test_a_constant_range_is_counted_before_it_is_made(ends, values):
+    nodes = _ranged(ends[1], ends[0], ends[2])
+    consts = discover._constants(helper.make_graph(nodes, "r", [], []))
+    makers = {o: n for n in nodes for o in n.output}
+    got = discover._constant_range("arange", makers, consts, 12)
+    assert (None if got is None else got.tolist()) == values
+    assert discover._constant_range("arange_limit", makers, consts, 12) is None  # no Range
+    assert discover._constant_range("arange", makers, {}, 12) is None  # ends not constant
+
+
+# --- the real thing: a tiny Whisper exported by TorchScript, its Range put back ----------------
+
+
+@pytest.mark.slow
+def test_a_whisper_export_with_its_encoder_range_unfolded_grafts_both_tables(tmp_path):
+    """WhisperForConditionalGeneration (tests/_hf_models.py's tiny config, random weights)
+    exported by TorchScript (``dynamo=False``; with ``decoder_attention_mask`` given, so that
+    transformers' packed-sequence check, ``aten::diff``, which TorchScript cannot export, is not
+    traced; ``do_constant_folding=False`` so that ``Gather(T, arange)`` stays). No exporter keeps
+    ``torch.arange(16)`` a Range (TorchScript traces it as a Constant, dynamo folds the whole
+    Gather), so that Constant is turned back into ``Range(0, 16, 1)`` of Constants with
+    onnx.helper: the form an unfolded export has. graft finds the decoder's learned table and
+    the encoder's sinusoids, replaces both, proves them, and the logits match the original
+    ONNX (64 ulp) and torch (1e-4 relative) at several batch sizes and lengths."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import _hf_models as hf
+
+    torch.manual_seed(hf.SEED)
+    import transformers as tf
+
+    lm = tf.WhisperForConditionalGeneration(hf.config("whisper")).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask):
+            features = torch.ones(input_ids.shape[0], 8, 32) * 0.5
+            return self.lm(input_features=features, decoder_input_ids=input_ids,
+                           decoder_attention_mask=attention_mask, use_cache=False).logits
+
+    module = Logits().eval()
+    ids = torch.randint(3, hf.VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(module, (ids, torch.ones_like(ids)), str(path), dynamo=False,
+                      opset_version=18, do_constant_folding=False,
+                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamic_axes={n: {0: "batch", 1: "seq"}
+                                    for n in ("input_ids", "attention_mask")})
+    model = onnx.load(str(path))
+    table = "lm.model.encoder.embed_positions.weight"
+    (gather,) = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] == table]
+    index = gather.input[1]
+    (constant,) = [n for n in model.graph.node if list(n.output) == [index]]
+    assert np.array_equal(numpy_helper.to_array(constant.attribute[0].t), np.arange(16))
+    at = list(model.graph.node).index(constant)
+    model.graph.node.remove(constant)
+    for k, node in enumerate(_ranged(16)):
+        node.output[:] = [index if o == "arange" else o for o in node.output]
+        model.graph.node.insert(at + k, node)
+    onnx.checker.check_model(model, full_check=True)
+    path = _save(model, tmp_path, "ranged.onnx")
+    out = tmp_path / "out.onnx"
+    report = graft_found(path, out)
+    assert report and report.found.startswith(
+        "found learned (table 'lm.model.decoder.embed_positions.weight' [32, 32]) at Gather "), \
+        report.found
+    assert report.found.endswith(
+        f"; and sinusoidal (Whisper's encoder sinusoidal table '{table}' [16, 32], gathered by "
+        f"Range 0..15 {index!r} added whole: base 10000, frequencies fairseq, layout half) at "
+        "Add '/lm/model/encoder/Add_2_output_0', positions 0..15 (its rows)"), report.found
+    assert {c.name for c in report.checks} >= {"logits", gather.output[0]}
+    assert all(c.passed for c in report.checks)
+    assert not {table, "lm.model.decoder.embed_positions.weight"} & {
+        t.name for t in onnx.load(str(out)).graph.initializer}
+    record = json.loads(next(p.value for p in onnx.load(str(out)).metadata_props
+                             if p.key == "edgepe.graft.1"))
+    assert (record["scheme"], record["table_distance"]) == ("sinusoidal", 0.0)
+    for batch, seq in ((1, 1), (3, 7), (2, 31)):
+        ids = np.random.default_rng(seq).integers(3, hf.VOCAB, (batch, seq))
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        want, got = _run(path, feeds), _run(out, feeds)
+        peak = float(np.abs(want).max())
+        assert np.abs(got - want).max() <= 64 * np.spacing(np.float32(peak)), (batch, seq)
+        with torch.no_grad():
+            ref = module(*(torch.from_numpy(v) for v in feeds.values())).numpy()
+        assert np.abs(got - ref).max() <= 1e-4 * max(1.0, peak), (batch, seq)

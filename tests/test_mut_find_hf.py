@@ -445,7 +445,10 @@ def test_origin_in_words():
     assert fh._origin("sc", makers, inputs) == "'sc' (from 'mask', 'n' by CumSum and Range)"
     assert fh._origin("r", makers, inputs) == "'r' (from 'n' by Range)"
     assert fh._origin("q", makers, inputs) == "'q' (from 'p')"
-    assert fh._origin("q", makers, set()) == "'q' (from )"
+    assert fh._origin("q", makers, set()) == "'q' (from no input)"
+    assert fh._origin("r", makers, set()) == "'r' (from no input by Range)"  # (hgr)
+    makers["r"].domain = "com.microsoft"  # another op than ONNX's Range: not said as one
+    assert fh._origin("r", makers, inputs) == "'r' (from 'n')"
 
 
 def test_through_climbs_first_inputs_of_the_given_ops_only():
@@ -1899,3 +1902,42 @@ def test_check_hf_config_of_t5_refuses_a_config_giving_other_buckets(change, wor
     one = _t5_found(16, 16)
     with pytest.raises(BadParameterError, match="max_distance 16, gathering 4 heads: the "):
         fh.check_hf_config(one, config, None)
+
+
+# --- what graft looks for, from one list (hgr) ----------------------------------------------
+
+
+def test_looked_for_is_every_family_in_order_the_last_after_and():
+    words = list(fh.LOOKED_FOR.values())
+    assert fh.looked_for() == ", ".join(words[:-1]) + " and " + words[-1]
+    assert fh.looked_for().startswith("RoPE (Cos/Sin of float32(p) * w, any layout, one per "
+                                      "base; or GPT-J's [sin | cos] table gathered by positions), "
+                                      "multimodal RoPE (")
+    assert fh.looked_for().endswith(", ALiBi (slopes times positions; MPT's constant bias) and "
+                                    "T5's relative position bias (a table gathered by buckets "
+                                    "of k - q)")
+    assert fh.looked_for().count(" and ") == 1
+
+
+def test_a_found_of_a_family_graft_does_not_name_is_an_internal_error():
+    for family in fh.LOOKED_FOR:
+        assert fh.Found(family, ["t"], "p", "(w)").family == family
+    with pytest.raises(AssertionError, match=r"^family 'Rope' not in LOOKED_FOR$"):
+        fh.Found("Rope", ["t"], "p", "(w)")
+
+
+def test_a_fused_rotation_of_another_domain_reads_no_caches():
+    """``_rope_fused``: caches read by onnxruntime's com.microsoft RotaryEmbedding (another op
+    than ONNX's opset-23 one, other inputs) are not the fused form."""
+    nodes = [oh.make_node("Cast", ["pos"], ["p"], to=TP.FLOAT),
+             oh.make_node("Mul", ["p", "inv"], ["f"]),
+             oh.make_node("Cos", ["f"], ["c"]), oh.make_node("Sin", ["f"], ["s"]),
+             oh.make_node("RotaryEmbedding", ["x", "c", "s"], ["y"], domain="com.microsoft")]
+    graph = oh.make_graph(nodes, "g", [], [], [nh.from_array(INV, "inv")])
+    consts = _constants(graph)
+    makers, readers = graph_index(graph)
+    assert fh._rope_fused(graph, consts, makers, readers) == []
+    graph.node[-1].domain = ""  # ONNX's: found
+    makers, readers = graph_index(graph)
+    (found,) = fh._rope_fused(graph, consts, makers, readers)
+    assert found.replaces == ["c", "s"]

@@ -63,7 +63,9 @@ from edgepe.graft.find import (
     _constants,
     build_detected,
     detect,
+    foreign_ops,
     graph_index,
+    op,
 )
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
@@ -71,6 +73,7 @@ from edgepe.graft.find_hf import (
     build_found,
     check_hf_config,
     find_pe,
+    looked_for,
     merge_duplicates,
     streams,
 )
@@ -259,26 +262,30 @@ def graft_found(model: str | Path, out: str | Path | None = None, check: bool = 
     external = len(inputs) > 2 or inputs[1].exists()  # as in graft
     if out is not None:
         check_output(out, inputs, force)
+    # tables no positions gather, added whole: Whisper's encoder (issue 40 point 2), replaced
+    # besides the PE found below (the decoder's), each by its own artifact; looked for first,
+    # so that a table's Gather by an unfolded Range of constants is not a second candidate there
+    whole, whole_seen = whole_sinusoids(original)
+    taken = {name for one in whole for name in one.replaces}
     # a table find_pe matched must be gathered by positions, by its values (issue 40)
-    found, seen = confirm(original, find_pe(original))
+    found, seen = confirm(original, [f for f in find_pe(original)
+                                     if taken.isdisjoint(f.replaces)])
     together = False
     if not found or (len(found) > 1 and streams(original, found) is None):
         # the exporter's graph shapes unknown to find_pe: the PE found by its values (issue 40)
         discovered, more = discover(original)
+        discovered = [f for f in discovered if taken.isdisjoint(f.replaces)]
         seen = list(dict.fromkeys([*seen, *more]))
         together = accepted_together(discovered)
         if len(discovered) == 1 or together or (discovered and not found):
             found = discovered
-    # tables no positions gather, added whole: Whisper's encoder (issue 40 point 2), replaced
-    # besides the PE found above (the decoder's), each by its own artifact
-    whole, more = whole_sinusoids(original)
-    seen = list(dict.fromkeys([*seen, *more]))
+    seen = list(dict.fromkeys([*seen, *whole_seen]))
     if not found and not whole:
-        seen = [*seen, *_unsearched(original)]
+        # named like ONNX's ops, not read as them; subgraphs graft does not search
+        seen += [*foreign_ops(original.graph), *_unsearched(original)]
         raise BadParameterError(
-            f"no PE found in {str(model)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a "
-            "position table (a constant [L, D] gathered by positions) and ALiBi (slopes times "
-            "positions)" + (f"; saw {'; '.join(seen)}" if seen else "") +
+            f"no PE found in {str(model)!r}: looked for {looked_for()}"
+            + (f"; saw {'; '.join(seen)}" if seen else "") +
             "; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
     per_stream = streams(original, found) if len(found) > 1 and not together else None
     if len(found) > 1 and ((per_stream is None and not together) or rope_lowering):
@@ -426,10 +433,10 @@ def _unsearched(model) -> list[str]:
         graphs = [a.g for a in node.attribute if a.HasField("g")]  # (If, Loop, Scan)
         if not graphs:
             continue
-        said = (f"{node.op_type} {node.name or node.output[0]!r} whose {len(graphs)} "
+        said = (f"{op(node)} {node.name or node.output[0]!r} whose {len(graphs)} "
                 f"subgraph{'s' if len(graphs) > 1 else ''} ({sum(len(g.node) for g in graphs):,} "
                 "nodes) graft does not search")
-        if node.op_type == "If" and list(node.input) == ["use_cache_branch"]:
+        if op(node) == "If" and list(node.input) == ["use_cache_branch"]:
             said += (" (Optimum's decoder_model_merged: graft its decoder_model.onnx and "
                      "decoder_with_past_model.onnx, then merge the two grafted models with "
                      "optimum.onnx.merge_decoders)")
@@ -485,7 +492,7 @@ def declared_max_len(model, found: Sequence[Found]) -> tuple[int | None, str]:
                     np.asarray(value).dtype, np.integer):
                 bounds.append(int(np.asarray(value).max()) + 1)
                 sources.append(f"the constant positions {name!r}")
-            elif node is not None and node.op_type == "Range":
+            elif node is not None and op(node) == "Range":
                 start, limit, delta = (consts.get(i) for i in node.input)
                 if any(v is None or np.asarray(v).size != 1 for v in (start, limit, delta)):
                     ok = False
@@ -496,9 +503,9 @@ def declared_max_len(model, found: Sequence[Found]) -> tuple[int | None, str]:
                 if count:
                     bounds.append(max(start, start + delta * (count - 1)) + 1)
                     sources.append(f"the bound of Range {node.output[0]!r} ({start} to {limit})")
-            elif node is not None and node.op_type in _SELECTING:
+            elif node is not None and op(node) in _SELECTING:
                 todo.append(node.input[0])
-            elif node is not None and node.op_type == "Concat":
+            elif node is not None and op(node) == "Concat":
                 todo += [i for i in node.input if i]
             else:
                 ok = False

@@ -48,7 +48,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from edgepe.graft.find import _constants, graph_index
+from edgepe.graft.find import _constants, graph_index, op
 from edgepe.graft.find_hf import (
     WHISPER_PARAMS,
     Found,
@@ -92,7 +92,7 @@ def _cast_sources(name: str, makers, consts, limit: int = CONE_LIMIT) -> list[st
         if node is None:
             continue
         count += 1
-        if node.op_type == "Cast" and node.input[0] not in consts:
+        if op(node) == "Cast" and node.input[0] not in consts:
             out.append(node.input[0])
         todo += [i for i in node.input if i]
     return out
@@ -109,9 +109,9 @@ def candidates(model) -> dict[str, Any]:
     rope, tables, alibi, notes = [], [], [], []
     seen_angles = set()
     for node in graph.node:
-        if node.op_type == "Cos" and node.input[0] not in seen_angles:
+        if op(node) == "Cos" and node.input[0] not in seen_angles:
             angle = node.input[0]
-            sin = next((n for n in readers.get(angle, []) if n.op_type == "Sin"), None)
+            sin = next((n for n in readers.get(angle, []) if op(n) == "Sin"), None)
             if sin is None or angle in consts:
                 continue
             seen_angles.add(angle)
@@ -126,22 +126,22 @@ def candidates(model) -> dict[str, Any]:
             rope.append({"angle": angle, "replaces": outs, "factor": factors[0],
                          "cos": node.output[0], "sin": sin.output[0],
                          "sources": _cast_sources(angle, makers, consts)})
-        elif node.op_type in ("Gather", "GatherND"):
+        elif op(node) in ("Gather", "GatherND"):
             table = consts.get(node.input[0])
             if table is None or table.ndim != 2 or table.dtype != np.float32 or \
                     node.input[1] in consts:
                 continue
-            nd = node.op_type == "GatherND"
+            nd = op(node) == "GatherND"
             if (_attr(node, "batch_dims", 0) if nd else _attr(node, "axis", 0)) != 0:
                 continue
             tables.append({"node": node, "index": node.input[1], "nd": nd, "table": table})
-        elif node.op_type == "Mul":
+        elif op(node) == "Mul":
             for i in (0, 1):
                 slopes = consts.get(node.input[i])
                 cast = makers.get(node.input[1 - i])
                 if slopes is None or slopes.ndim not in (2, 3) or slopes.shape[0] < 2 or \
                         any(d != 1 for d in slopes.shape[1:]) or cast is None or \
-                        cast.op_type != "Cast" or cast.input[0] in consts:
+                        op(cast) != "Cast" or cast.input[0] in consts:
                     continue
                 if slopes.dtype != np.float32:  # Falcon's ALiBi: slopes times positions in bf16
                     notes.append(f"ALiBi-like slopes {node.input[i]!r} {list(slopes.shape)} "
@@ -188,19 +188,21 @@ def _rows_whole(name: str, makers, consts):
     if table is not None:
         return table, name, "a constant"
     node = makers.get(name)
-    if node is None or node.op_type not in ("Gather", "Slice") or not node.input:
+    if node is None or op(node) not in ("Gather", "Slice") or not node.input:
         return None
     table = table_of(node.input[0])
     if table is None:
         return None
-    if node.op_type == "Gather":
-        index = consts.get(node.input[1])
+    if op(node) == "Gather":
+        index, how = consts.get(node.input[1]), "the constant"
+        if index is None:  # torch.arange(L) unfolded: a Range of constants (hgr)
+            index, how = _constant_range(node.input[1], makers, consts, table.shape[0]), "Range"
         if _attr(node, "axis", 0) != 0 or index is None or index.ndim != 1 or \
                 not 2 <= index.size <= table.shape[0] or \
                 not np.array_equal(index, np.arange(index.size)):
             return None
         return (table[: index.size], node.input[0],
-                f"gathered by the constant 0..{index.size - 1} {node.input[1]!r}")
+                f"gathered by {how} 0..{index.size - 1} {node.input[1]!r}")
     args = [*node.input, "", "", ""][:5]
     starts, ends, axes, steps = (np.asarray(consts[a]).ravel() if a in consts else None
                                  for a in args[1:5])
@@ -213,6 +215,24 @@ def _rows_whole(name: str, makers, consts):
     if end < 2:
         return None
     return table[:end], node.input[0], f"sliced to its rows 0..{end - 1} by {name!r}"
+
+
+def _constant_range(name: str, makers, consts, most: int):
+    """The values of ``name`` (int64) when an ONNX ``Range`` of constant integer scalars makes
+    it, 1 to ``most`` of them (counted before any is made: a hostile limit costs nothing); else
+    None."""
+    import numpy as np
+
+    node = makers.get(name)
+    if node is None or op(node) != "Range" or len(node.input) != 3:
+        return None
+    ends = [consts.get(i) for i in node.input]
+    if any(v is None or v.size != 1 or v.dtype.kind not in "iu" for v in ends):
+        return None
+    start, limit, delta = (int(v.ravel()[0]) for v in ends)
+    if delta == 0 or not 1 <= -(-(limit - start) // delta) <= most:
+        return None
+    return np.arange(start, limit, delta, dtype=np.int64)
 
 
 def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
@@ -232,18 +252,18 @@ def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
     # the constants an Add may read, and the inputs of the Gather/Slice/Identity making its
     # operands: only those converted to numpy (graft runs this on every model: a 7B model's
     # initializers are not copied for it)
-    wanted = {i for n in graph.node if n.op_type == "Add" for i in n.input}
+    wanted = {i for n in graph.node if op(n) == "Add" for i in n.input}
     for _ in range(2):
-        wanted |= {i for name in list(wanted) if name in makers and makers[name].op_type in
-                   ("Gather", "Slice", "Identity") for i in makers[name].input}
+        wanted |= {i for name in list(wanted) if name in makers and op(makers[name]) in
+                   ("Gather", "Slice", "Identity", "Range") for i in makers[name].input}
     consts = _constants(SimpleNamespace(
         initializer=[t for t in graph.initializer if t.name in wanted],
-        node=[n for n in graph.node if n.op_type in ("Constant", "Identity") and
+        node=[n for n in graph.node if op(n) in ("Constant", "Identity") and
               n.output[0] in wanted]))
     found: dict[str, Found] = {}
     seen: dict[str, str] = {}
     for node in graph.node:
-        if node.op_type != "Add":
+        if op(node) != "Add":
             continue
         for i in (0, 1):
             name, other = node.input[i], node.input[1 - i]
@@ -259,6 +279,8 @@ def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
             length, width = table.shape
             shape = list(consts[table_name].shape)
             if not _is_whisper_sinusoidal(table):
+                if how.startswith("gathered by Range"):  # positions by their values: a learned
+                    continue                              # table find_pe or discover may graft
                 seen[name] = (f"a constant table {table_name!r} {shape} added whole"
                               + ("" if table_name == name else f" ({how})")
                               + f" at Add {node.output[0]!r}, not Whisper's sinusoids (kept)")
@@ -498,7 +520,7 @@ def discover(model) -> tuple[list[Found], list[str]]:
                 "Marian sinusoidal [sin | cos] table " if half is not None else "table ")
         where = (f"({kind}{node.input[0]!r} [{length}, {width}]"
                  + (f", positions + offset {offset}" if offset else "")
-                 + f") at {node.op_type} {node.output[0]!r}, positions "
+                 + f") at {op(node)} {node.output[0]!r}, positions "
                  f"{_origin(t['index'], makers, inputs)}")
         family = "rope" if sincos else "sinusoidal" if fairseq or half is not None else "learned"
         found.append(Found(family, [node.output[0]], t["index"], where,

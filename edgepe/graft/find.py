@@ -18,6 +18,35 @@ if TYPE_CHECKING:  # numpy loads when a function needs it: `import edgepe` stays
 
 TABLE_OPS = ("Slice", "Gather")
 
+# The ONNX domain's names: "" and its alias "ai.onnx". An ONNX op is (domain, op_type): another
+# domain's op of the same name is another op (com.microsoft's own Range, GatherND, Gelu; a
+# model-local function a hostile model calls Cos), so graft reads a node as ONNX's op only in
+# this domain (``op``).
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def op(node) -> str:
+    """What ``node`` is, for every match of graft's: its ``op_type`` in the ONNX domain
+    (``ONNX_DOMAINS``), else ``"domain.op_type"`` (``com.microsoft.Range``), which no name
+    graft matches equals, and which its messages print as the node's real op."""
+    return node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+def foreign_ops(graph) -> list[str]:
+    """Nodes of another domain named like an ONNX op (``op``: never read as that op), in words,
+    one entry per kind with its count and first output: what graft's "no PE found" refusal names
+    as seen (a PE built of them is not found, by design)."""
+    from onnx import defs
+
+    kinds: dict[str, list] = {}
+    for node in graph.node:
+        if node.domain not in ONNX_DOMAINS and defs.has(node.op_type):
+            kinds.setdefault(op(node), []).append(node)
+    return [f"{name}{f' x{len(nodes)}' if len(nodes) > 1 else ''} at {nodes[0].output[0]!r} "
+            f"(domain {nodes[0].domain!r}, another op than ONNX's {nodes[0].op_type}, not "
+            "read as it)"
+            for name, nodes in kinds.items()]
+
 
 
 @dataclass
@@ -38,9 +67,9 @@ def _constants(graph) -> dict[str, np.ndarray]:
 
     found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     for node in graph.node:  # in topological order, so an Identity's input is known first
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        if op(node) == "Constant" and node.attribute and node.attribute[0].name == "value":
             found[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-        elif node.op_type == "Identity" and node.input[0] in found:  # torch shares equal tensors
+        elif op(node) == "Identity" and node.input[0] in found:  # torch shares equal tensors
             found[node.output[0]] = found[node.input[0]]
     return found
 
@@ -70,17 +99,17 @@ def _trace_length(graph, name: str, inputs: set[str], consts, makers=None
         if node is None:
             return None
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type in ("Unsqueeze", "Squeeze", "Reshape", "Cast", "Identity"):
+        if op(node) in ("Unsqueeze", "Squeeze", "Reshape", "Cast", "Identity"):
             name = node.input[0]
-        elif node.op_type == "Shape" and node.input[0] in inputs:
+        elif op(node) == "Shape" and node.input[0] in inputs:
             start, end = attrs.get("start", 0), attrs.get("end")
             if end is not None and end - start == 1 and start >= 0:
                 return Positions("arange", node.input[0], start)
             return None
-        elif node.op_type == "Gather" and node.input[1] in consts:
+        elif op(node) == "Gather" and node.input[1] in consts:
             shape = makers.get(node.input[0])
             index = np.asarray(consts[node.input[1]]).ravel()
-            if shape is None or shape.op_type != "Shape" or index.size != 1 or \
+            if shape is None or op(shape) != "Shape" or index.size != 1 or \
                     shape.input[0] not in inputs:
                 return None
             start = {a.name: helper.get_attribute_value(a) for a in shape.attribute}.get("start",
@@ -118,14 +147,14 @@ def detect(model, scheme: str) -> list[Candidate]:
         # L reads the whole table (torch drops the no-op slice), at the default positions
         reads = [(name, None)]
         for node in readers.get(name, []):
-            if node.input[0] == name and node.op_type in TABLE_OPS:
+            if node.input[0] == name and op(node) in TABLE_OPS:
                 positions = _table_read(graph, node, axis, table.ndim, inputs, consts, makers)
                 if positions is not False:
                     reads.append((node.output[0], positions))
         for rows, positions in reads:
             for user in readers.get(rows, []):
                 weight = consts.get(user.input[1]) if len(user.input) > 1 else None
-                if user.op_type == "MatMul" and user.input[0] == rows and weight is not None \
+                if op(user) == "MatMul" and user.input[0] == rows and weight is not None \
                         and weight.ndim == 2 and weight.shape[0] == width:
                     found.append(Candidate(user.output[0], name, length,
                                            weight.astype(np.float32), user.input[1], positions))
@@ -137,7 +166,7 @@ def _table_read(graph, node, axis: int, ndim: int, inputs, consts, makers):
     import numpy as np
     from onnx import helper
 
-    if node.op_type == "Gather":
+    if op(node) == "Gather":
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if attrs.get("axis", 0) % ndim != axis:
             return False
@@ -145,7 +174,7 @@ def _table_read(graph, node, axis: int, ndim: int, inputs, consts, makers):
         if index in inputs:
             return Positions("input", index)
         maker = makers.get(index)
-        if maker is not None and maker.op_type == "Range":
+        if maker is not None and op(maker) == "Range":
             return _trace_length(graph, maker.input[1], inputs, consts, makers)
         return None
     args = [*node.input, "", "", ""][:5]

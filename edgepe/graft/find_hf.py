@@ -61,7 +61,7 @@ from edgepe.contract.config import INT8_OPSET
 from edgepe.contract.errors import BadParameterError
 from edgepe.export import prepare
 from edgepe.export.options import make_config
-from edgepe.graft.find import _constants, graph_index
+from edgepe.graft.find import _constants, graph_index, op
 from edgepe.graft.read import parse_model
 from edgepe.graft.splice import _opset, _slim, _value_type
 
@@ -86,6 +86,27 @@ TABLE_BYTES_LIMIT = 32 * 2**20
 ANGLE_SLACK = 2.0**-19
 
 
+# Every family graft finds with no PE given (``Found.family``), and how it is seen, in words:
+# the "no PE found" refusal lists them all (``looked_for``), so a family added to graft's search
+# is named there too (a ``Found`` of a family not listed here is an internal error).
+LOOKED_FOR = {
+    "rope": "RoPE (Cos/Sin of float32(p) * w, any layout, one per base; or GPT-J's [sin | cos] "
+            "table gathered by positions)",
+    "mrope": "multimodal RoPE (Qwen2-VL's three position streams)",
+    "learned": "a position table (a constant [L, D] gathered by positions)",
+    "sinusoidal": "a sinusoidal table (fairseq's or Marian's gathered by positions; Whisper's "
+                  "encoder's added whole)",
+    "alibi": "ALiBi (slopes times positions; MPT's constant bias)",
+    "t5-bias": "T5's relative position bias (a table gathered by buckets of k - q)",
+}
+
+
+def looked_for() -> str:
+    """``LOOKED_FOR``'s words as one list: ``a, b, ... and z``."""
+    words = list(LOOKED_FOR.values())
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
 @dataclass
 class Found:
     """One PE subgraph: ``replaces`` (tensors the model reads, made by the artifact), ``positions``
@@ -96,6 +117,9 @@ class Found:
     positions: str
     where: str
     params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        assert self.family in LOOKED_FOR, f"family {self.family!r} not in LOOKED_FOR"
 
     def describe(self) -> str:
         return f"{self.family} {self.where}"
@@ -114,7 +138,7 @@ def _scalar_factor(node, consts):
     """The constant scalar a ``Mul`` node multiplies its other input by, or None."""
     import numpy as np
 
-    if node.op_type != "Mul":
+    if op(node) != "Mul":
         return None
     for i, other in ((0, 1), (1, 0)):
         value = consts.get(node.input[i])
@@ -127,21 +151,21 @@ def _rope(graph, consts, makers, readers) -> list[Found]:
     import numpy as np
 
     found = []
-    for cos in (n for n in graph.node if n.op_type == "Cos"):
+    for cos in (n for n in graph.node if op(n) == "Cos"):
         angle = cos.input[0]
-        sin = next((n for n in readers.get(angle, []) if n.op_type == "Sin"), None)
+        sin = next((n for n in readers.get(angle, []) if op(n) == "Sin"), None)
         concat = makers.get(angle)
-        if sin is None or concat is None or concat.op_type != "Concat" or \
+        if sin is None or concat is None or op(concat) != "Concat" or \
                 len(concat.input) != 2 or concat.input[0] != concat.input[1]:
             continue
         mul = makers.get(concat.input[0])
-        if mul is None or mul.op_type != "Mul":
+        if mul is None or op(mul) != "Mul":
             continue
         inv = [i for i in mul.input if i in consts and np.asarray(consts[i]).ndim == 1]
         choice = None  # longrope: Where(cond, long inv_freq, short inv_freq) picked at run time
         if not inv:
             where_node = next((makers.get(i) for i in mul.input if makers.get(i) is not None
-                               and makers[i].op_type == "Where"), None)
+                               and op(makers[i]) == "Where"), None)
             if where_node is not None and all(
                     i in consts and np.asarray(consts[i]).ndim == 1 for i in where_node.input[1:]):
                 inv = [where_node.output[0]]
@@ -153,7 +177,7 @@ def _rope(graph, consts, makers, readers) -> list[Found]:
             continue
         inv_freq = np.asarray(consts[inv[0]]) if choice is None else choice["if_false"]
         cast = makers.get(next(i for i in mul.input if i != inv[0]))
-        if cast is None or cast.op_type != "Cast" or inv_freq.dtype != np.float32 or (
+        if cast is None or op(cast) != "Cast" or inv_freq.dtype != np.float32 or (
                 choice is not None and choice["if_true"].shape != inv_freq.shape):
             continue
         outs, factors = [], []
@@ -192,13 +216,13 @@ def _rope_fused(graph, consts, makers, readers) -> list[Found]:
     import numpy as np
 
     found = []
-    for mul in (n for n in graph.node if n.op_type == "Mul"):
+    for mul in (n for n in graph.node if op(n) == "Mul"):
         inv = [i for i in mul.input if i in consts and np.asarray(consts[i]).ndim == 1]
         cast = makers.get(next((i for i in mul.input if i not in inv), ""))
-        if len(inv) != 1 or cast is None or cast.op_type != "Cast" or \
+        if len(inv) != 1 or cast is None or op(cast) != "Cast" or \
                 np.asarray(consts[inv[0]]).dtype != np.float32:
             continue
-        trig = [n for n in readers.get(mul.output[0], []) if n.op_type in ("Cos", "Sin")]
+        trig = [n for n in readers.get(mul.output[0], []) if op(n) in ("Cos", "Sin")]
         if not trig or len(trig) != len(readers[mul.output[0]]):
             continue
         caches: dict[str, list[str]] = {"Cos": [], "Sin": []}
@@ -210,12 +234,11 @@ def _rope_fused(graph, consts, makers, readers) -> list[Found]:
             if scaled is not None:
                 factor, out = scaled[0], users[0].output[0]
                 users = readers.get(out, [])
-            slot = 1 if node.op_type == "Cos" else 2
-            if not users or any(u.op_type != "RotaryEmbedding" or u.domain not in ("", "ai.onnx")
-                                or len(u.input) != 3 or list(u.input).index(out) != slot
-                                for u in users):
+            slot = 1 if op(node) == "Cos" else 2
+            if not users or any(op(u) != "RotaryEmbedding" or len(u.input) != 3 or
+                                list(u.input).index(out) != slot for u in users):
                 break
-            caches[node.op_type].append(out)
+            caches[op(node)].append(out)
             factors.add(factor)
             ops += users
         else:
@@ -288,7 +311,7 @@ def _ancestors(name: str, makers, limit: int = 64) -> tuple[set[str], set[str]]:
             leaves.add(name)
             continue
         count += 1
-        ops.add(node.op_type)
+        ops.add(op(node))
         todo += [i for i in node.input if i]
     return ops, leaves
 
@@ -302,8 +325,8 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
     found = []
     inputs = {v.name for v in graph.input}
     for node in graph.node:
-        nd = node.op_type == "GatherND"  # GPT-J: GatherND(table, positions[..., None])
-        if not (node.op_type == "Gather" and _attr(node, "axis", 0) == 0 or
+        nd = op(node) == "GatherND"  # GPT-J: GatherND(table, positions[..., None])
+        if not (op(node) == "Gather" and _attr(node, "axis", 0) == 0 or
                 nd and _attr(node, "batch_dims", 0) == 0):
             continue
         table = consts.get(node.input[0])
@@ -312,7 +335,7 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         if nd:
             unsqueeze = makers.get(node.input[1])
             axes = consts.get(unsqueeze.input[1]) if unsqueeze is not None and \
-                unsqueeze.op_type == "Unsqueeze" and len(unsqueeze.input) > 1 else None
+                op(unsqueeze) == "Unsqueeze" and len(unsqueeze.input) > 1 else None
             if axes is None or np.asarray(axes).ravel().tolist() != [-1]:
                 continue
         ops, leaves = _ancestors(node.input[1], makers)
@@ -326,7 +349,7 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
         offset = 0  # OPT: positions + 2 index the table (an Add of an integer constant)
         maker = makers.get(node.input[1])
         for _ in range(4):  # through reshapes (XGLM flattens positions + 2 before its Gather)
-            if maker is None or maker.op_type not in ("Reshape", "Unsqueeze", "Squeeze", "Cast",
+            if maker is None or op(maker) not in ("Reshape", "Unsqueeze", "Squeeze", "Cast",
                                                       "Identity", "Flatten"):
                 break
             maker = makers.get(maker.input[0])
@@ -343,7 +366,7 @@ def _learned(graph, consts, makers, readers) -> list[Found]:
             f"{node.input[0]!r} [{length}, {width}]")
         where = (f"{where}"
                  + (f", positions + offset {offset}" if offset else "")
-                 + f") at {node.op_type} {node.output[0]!r}, positions "
+                 + f") at {op(node)} {node.output[0]!r}, positions "
                  f"{_origin(node.input[1], makers, inputs)}")
         family = "rope" if sincos else "sinusoidal" if fairseq or half is not None else \
             "learned"
@@ -370,11 +393,11 @@ def _table_use(rows: str, readers, depth: int = 6) -> str | None:
         following = []
         for name in frontier:
             for node in readers.get(name, []):
-                if node.op_type in ("Split", "Slice"):
+                if op(node) in ("Split", "Slice"):
                     uses.add("rope")
-                elif node.op_type == "Add":
+                elif op(node) == "Add":
                     uses.add("sinusoidal")
-                elif node.op_type in PASS_THROUGH:
+                elif op(node) in PASS_THROUGH:
                     following += list(node.output)
         frontier = following
     return uses.pop() if len(uses) == 1 else None
@@ -462,7 +485,7 @@ def _scalar_add(node, consts) -> int | None:
     """The integer constant an ``Add`` node adds to its other input, or None."""
     import numpy as np
 
-    if node.op_type != "Add":
+    if op(node) != "Add":
         return None
     for i in (0, 1):
         value = consts.get(node.input[i])
@@ -480,13 +503,13 @@ def _alibi(graph, consts, makers, readers) -> list[Found]:
     found = []
     inputs = {v.name for v in graph.input}
     for node in graph.node:
-        if node.op_type != "Mul":
+        if op(node) != "Mul":
             continue
         for i in (0, 1):
             slopes = consts.get(node.input[i])
             cast = makers.get(node.input[1 - i])
             if slopes is None or slopes.ndim != 2 or slopes.shape[1] != 1 or \
-                    slopes.dtype != np.float32 or cast is None or cast.op_type != "Cast":
+                    slopes.dtype != np.float32 or cast is None or op(cast) != "Cast":
                 continue
             ops, _ = _ancestors(cast.input[0], makers)
             if not ops & {"CumSum", "Range"}:
@@ -509,11 +532,11 @@ def _mpt_alibi(graph, consts, makers, readers) -> list[Found]:
     found = []
     # an initializer, or a Constant node (the TorchScript exporter's, in Optimum's exports)
     names = [t.name for t in graph.initializer] + [n.output[0] for n in graph.node
-                                                   if n.op_type == "Constant"]
+                                                   if op(n) == "Constant"]
     for name in names:
         value = consts.get(name)
         if value is None or value.ndim != 3 or value.shape[1] != 1 or value.dtype != np.float32 \
-                or value.shape[2] < 2 or not any(n.op_type == "Slice"
+                or value.shape[2] < 2 or not any(op(n) == "Slice"
                                                  for n in readers.get(name, [])):
             continue
         heads, _, length = value.shape
@@ -537,13 +560,13 @@ def _origin(name: str, makers, inputs: set[str]) -> str:
         node = makers.get(name)
         if node is None:
             break
-        if node.op_type in ("Unsqueeze", "Cast", "Expand", "Reshape", "Identity", "Squeeze"):
+        if op(node) in ("Unsqueeze", "Cast", "Expand", "Reshape", "Identity", "Squeeze"):
             name = node.input[0]
             continue
         ops, leaves = _ancestors(name, makers)
-        made = " and ".join(sorted(op for op in ops if op in ("CumSum", "Range")))
-        return f"{seen!r} (from {', '.join(map(repr, sorted(leaves & inputs)))}" + (
-            f" by {made})" if made else ")")
+        made = " and ".join(sorted(kind for kind in ops if kind in ("CumSum", "Range")))
+        sources = ", ".join(map(repr, sorted(leaves & inputs))) or "no input"  # (constants)
+        return f"{seen!r} (from {sources}" + (f" by {made})" if made else ")")
     return repr(seen)
 
 
@@ -556,7 +579,7 @@ def _through(name: str, makers, ops: tuple[str, ...]):
     initializer)."""
     for _ in range(8):
         node = makers.get(name)
-        if node is None or node.op_type not in ops:
+        if node is None or op(node) not in ops:
             return name, node
         name = node.input[0]
     return name, makers.get(name)
@@ -574,18 +597,18 @@ def _rope_matmul(graph, consts, makers, readers) -> list[Found]:
 
     found = []
     inputs = {v.name for v in graph.input}
-    for cos in (n for n in graph.node if n.op_type == "Cos"):
-        sin = next((n for n in readers.get(cos.input[0], []) if n.op_type == "Sin"), None)
+    for cos in (n for n in graph.node if op(n) == "Cos"):
+        sin = next((n for n in readers.get(cos.input[0], []) if op(n) == "Sin"), None)
         concat = makers.get(cos.input[0])
-        if sin is None or concat is None or concat.op_type != "Concat" or \
+        if sin is None or concat is None or op(concat) != "Concat" or \
                 len(concat.input) != 2 or concat.input[0] != concat.input[1]:
             continue
         transpose = makers.get(concat.input[0])
-        if transpose is None or transpose.op_type != "Transpose" or \
+        if transpose is None or op(transpose) != "Transpose" or \
                 list(_attr(transpose, "perm", [])) != [0, 2, 1]:
             continue
         matmul = makers.get(transpose.input[0])
-        if matmul is None or matmul.op_type != "MatMul":
+        if matmul is None or op(matmul) != "MatMul":
             continue
         inv_name, _ = _through(matmul.input[0], makers, ("Cast", "Expand", "Identity"))
         inv = consts.get(inv_name)
@@ -593,7 +616,7 @@ def _rope_matmul(graph, consts, makers, readers) -> list[Found]:
                 inv.shape[0] != 1 or inv.shape[2] != 1:
             continue
         _, unsqueeze = _through(matmul.input[1], makers, ("Cast",))
-        if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or len(unsqueeze.input) < 2 \
+        if unsqueeze is None or op(unsqueeze) != "Unsqueeze" or len(unsqueeze.input) < 2 \
                 or np.asarray(consts.get(unsqueeze.input[1], [])).ravel().tolist() != [1]:
             continue
         inv_freq = inv.reshape(-1)
@@ -629,7 +652,7 @@ def _gptj_gather_elements(graph, consts, makers, readers) -> list[Found]:
     found = []
     inputs = {v.name for v in graph.input}
     for node in graph.node:
-        if node.op_type != "GatherElements" or _attr(node, "axis", 0) != 1:
+        if op(node) != "GatherElements" or _attr(node, "axis", 0) != 1:
             continue
         table_name, _ = _through(node.input[0], makers, ("Tile", "Expand", "Identity"))
         table = consts.get(table_name)
@@ -639,7 +662,7 @@ def _gptj_gather_elements(graph, consts, makers, readers) -> list[Found]:
                 not _is_sincos(table):
             continue
         _, unsqueeze = _through(node.input[1], makers, ("Tile", "Expand", "Identity"))
-        if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or len(unsqueeze.input) < 2 \
+        if unsqueeze is None or op(unsqueeze) != "Unsqueeze" or len(unsqueeze.input) < 2 \
                 or np.asarray(consts.get(unsqueeze.input[1], [])).ravel().tolist() not in (
                     [-1], [2]):
             continue

@@ -32,9 +32,11 @@ already (torch's opset-23 export): ``feed_tables``.
 from __future__ import annotations
 
 from edgepe.contract.errors import BadParameterError
-from edgepe.graft.find import _constants, graph_index
+from edgepe.graft.find import _constants, graph_index, op
 
 DOMAIN = "com.microsoft"
+# The rotations lower puts in, as ``find.op`` names them: ONNX's (rotary23) or onnxruntime's (ort).
+ROTATIONS = ("RotaryEmbedding", f"{DOMAIN}.RotaryEmbedding")
 LOWERINGS = {"ort": "com.microsoft.RotaryEmbedding", "rotary23": "RotaryEmbedding (ONNX opset 23)"}
 OPSET_23 = 23
 TABLES_NEEDED = ("--rope-lowering needs the float32 RoPE tables (--mode table, not with "
@@ -94,11 +96,11 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
         """``Unsqueeze(source)``, or of a float32-to-float32 ``Cast`` of it (Optimum's
         exports cast cos/sin to the query's dtype first)."""
         node = makers.get(name)
-        if node is None or node.op_type != "Unsqueeze":
+        if node is None or op(node) != "Unsqueeze":
             return False
         cast = makers.get(node.input[0])
         return node.input[0] == source or (
-            cast is not None and cast.op_type == "Cast" and cast.input[0] == source
+            cast is not None and op(cast) == "Cast" and cast.input[0] == source
             and cast.attribute[0].i == TensorProto.FLOAT)
 
     def const(name: str):
@@ -111,14 +113,14 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
         if const(end) == [half] and const(start) == [half]:
             return True
         a, b = makers.get(end), makers.get(start)
-        return (a is not None and b is not None and a.op_type == b.op_type == "Unsqueeze"
+        return (a is not None and b is not None and op(a) == op(b) == "Unsqueeze"
                 and a.input[0] == b.input[0] and const(a.input[1]) == const(b.input[1]))
 
     tables, chosen = _caches(graph, consts, makers, prefix, cos, sin)
     fused, drop = 0, []
-    for add in [n for n in graph.node if n.op_type == "Add"]:
+    for add in [n for n in graph.node if op(n) == "Add"]:
         muls = [makers.get(i) for i in add.input]
-        if any(m is None or m.op_type != "Mul" for m in muls):
+        if any(m is None or op(m) != "Mul" for m in muls):
             continue
         direct = next((m for m in muls if any(unsqueezed(i, cos) for i in m.input)), None)
         rotated = next((m for m in muls if any(unsqueezed(i, sin) for i in m.input)), None)
@@ -126,12 +128,12 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
             continue
         x = next(i for i in direct.input if not unsqueezed(i, cos))
         concat = makers.get(next(i for i in rotated.input if not unsqueezed(i, sin)))
-        if concat is None or concat.op_type != "Concat" or len(concat.input) != 2:
+        if concat is None or op(concat) != "Concat" or len(concat.input) != 2:
             continue
         neg, first = makers.get(concat.input[0]), makers.get(concat.input[1])
-        second = makers.get(neg.input[0]) if neg is not None and neg.op_type == "Neg" else None
-        if first is None or second is None or first.op_type != "Slice" or \
-                second.op_type != "Slice" or first.input[0] != x or second.input[0] != x:
+        second = makers.get(neg.input[0]) if neg is not None and op(neg) == "Neg" else None
+        if first is None or second is None or op(first) != "Slice" or \
+                op(second) != "Slice" or first.input[0] != x or second.input[0] != x:
             continue
         steps = [const(n.input[4]) for n in (first, second) if len(n.input) > 4]
         if const(first.input[1]) != [0] or not same_half(first.input[2], second.input[1]) or \
@@ -152,7 +154,7 @@ def lower_rope(model, prefix: str, cos: str, sin: str, lowering: str = "ort") ->
                                 "Mul(Concat(Neg(x2), x1), sin))) found on the RoPE's tensors")
     if chosen:  # before the first rotation that reads them
         first = min(list(graph.node).index(n) for n in graph.node
-                    if n.op_type == "RotaryEmbedding" and tables[0] in n.input)
+                    if op(n) in ROTATIONS and tables[0] in n.input)
         for k, node in enumerate(chosen):
             graph.node.insert(first + k, node)
     _batch_positions(graph, prefix, positions, (0, 2))  # x [B, H, S, R]
@@ -170,7 +172,7 @@ def _batch_positions(graph, prefix: str, positions: str, axes: tuple[int, int]) 
     from onnx import helper, numpy_helper
 
     nodes = list(graph.node)
-    rotations = [n for n in nodes if n.op_type == "RotaryEmbedding" and positions in n.input
+    rotations = [n for n in nodes if op(n) in ROTATIONS and positions in n.input
                  and n.name.startswith(prefix)]
     if not rotations:
         return
@@ -203,7 +205,7 @@ def _caches(graph, consts, makers, prefix: str, cos: str, sin: str):
     if not all(t in consts for t in picked):
         return tables, []
     where = makers.get(cos)
-    if where is None or where.op_type != "Where" or where.input[1:] != [
+    if where is None or op(where) != "Where" or where.input[1:] != [
             f"{prefix}{cos}_if_true_rows_out", f"{prefix}{cos}_rows_out"]:
         raise BadParameterError("--rope-lowering: this RoPE's tables are chosen at run time "
                                 f"and no Where on the model's condition makes {cos!r}")
@@ -235,9 +237,9 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     half = table.shape[1] // 2
     makers, readers = graph_index(graph)
     # the rows, or a float32 Cast of them (Optimum's export casts them to the query's dtype)
-    rows = [replaced, *(n.output[0] for n in readers.get(replaced, []) if n.op_type == "Cast"
+    rows = [replaced, *(n.output[0] for n in readers.get(replaced, []) if op(n) == "Cast"
                         and n.attribute[0].i == TensorProto.FLOAT)]
-    split = next((n for r in rows for n in readers.get(r, []) if n.op_type == "Split"
+    split = next((n for r in rows for n in readers.get(r, []) if op(n) == "Split"
                   and len(n.output) == 2), None)
     if split is None:
         raise BadParameterError(f"--rope-lowering: no Split of GPT-J's [sin | cos] rows "
@@ -255,30 +257,30 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
     def repeated(name: str) -> str:  # through repeat_interleave's Unsqueeze/Expand/Reshape
         for _ in range(6):  # (Tile where the TorchScript exporter wrote it: Optimum's)
             node = makers.get(name)
-            if node is None or node.op_type not in ("Unsqueeze", "Expand", "Reshape", "Tile"):
+            if node is None or op(node) not in ("Unsqueeze", "Expand", "Reshape", "Tile"):
                 break
             name = node.input[0]
         return name
 
     def every_two(node, x: str, start: int) -> bool:
-        return node is not None and node.op_type == "Slice" and node.input[0] == x and \
+        return node is not None and op(node) == "Slice" and node.input[0] == x and \
             const(node.input[1]) == [start] and const(node.input[3]) in ([3], [-1]) and \
             len(node.input) > 4 and const(node.input[4]) == [2]
 
     def unsqueezed(name: str):
         node = makers.get(name)
-        return makers.get(node.input[0]) if node is not None and node.op_type == "Unsqueeze" \
+        return makers.get(node.input[0]) if node is not None and op(node) == "Unsqueeze" \
             else None
 
     caches = [f"{prefix}cos_cache", f"{prefix}sin_cache"]
     positions = f"{prefix}positions_squeezed"
     if positions not in makers:  # the table read by the model's own [B, S] ids (Optimum's)
-        positions = next(n.input[1] for n in graph.node if n.op_type == "Gather"
+        positions = next(n.input[1] for n in graph.node if op(n) == "Gather"
                          and n.input[0] == f"{prefix}{replaced}_table")
     fused, drop, new = 0, [], []
-    for add in [n for n in graph.node if n.op_type == "Add"]:
+    for add in [n for n in graph.node if op(n) == "Add"]:
         muls = [makers.get(i) for i in add.input]
-        if any(m is None or m.op_type != "Mul" for m in muls):
+        if any(m is None or op(m) != "Mul" for m in muls):
             continue
         direct = next((m for m in muls if any(repeated(i) == cos_rows for i in m.input)), None)
         rotated = next((m for m in muls if any(repeated(i) == sin_rows for i in m.input)), None)
@@ -286,21 +288,21 @@ def lower_interleaved(model, prefix: str, replaced: str, lowering: str) -> tuple
             continue
         x = next(i for i in direct.input if repeated(i) != cos_rows)
         flat = makers.get(next(i for i in rotated.input if repeated(i) != sin_rows))
-        stack = makers.get(flat.input[0]) if flat is not None and flat.op_type == "Reshape" \
+        stack = makers.get(flat.input[0]) if flat is not None and op(flat) == "Reshape" \
             else None
-        if stack is None or stack.op_type != "Concat" or len(stack.input) != 2:
+        if stack is None or op(stack) != "Concat" or len(stack.input) != 2:
             continue
         neg, even = unsqueezed(stack.input[0]), unsqueezed(stack.input[1])
-        odd = makers.get(neg.input[0]) if neg is not None and neg.op_type == "Neg" else None
+        odd = makers.get(neg.input[0]) if neg is not None and op(neg) == "Neg" else None
         if not (every_two(odd, x, 1) and every_two(even, x, 0)):
             continue
         replaced_node, source = add, x
         sliced, users = makers.get(x), readers.get(add.output[0], [])
-        if sliced is not None and sliced.op_type == "Slice" and const(sliced.input[1]) == [0] \
+        if sliced is not None and op(sliced) == "Slice" and const(sliced.input[1]) == [0] \
                 and const(sliced.input[2]) == [2 * half] and len(users) == 1 and \
-                users[0].op_type == "Concat" and users[0].input[0] == add.output[0]:
+                op(users[0]) == "Concat" and users[0].input[0] == add.output[0]:
             rest = makers.get(users[0].input[1])
-            if rest is not None and rest.op_type == "Slice" and \
+            if rest is not None and op(rest) == "Slice" and \
                     rest.input[0] == sliced.input[0] and const(rest.input[1]) == [2 * half]:
                 replaced_node, source = users[0], sliced.input[0]
         dims = shapes.get(source)
@@ -348,7 +350,7 @@ def feed_tables(model, prefix: str, cos: str, sin: str) -> tuple[int, int]:
         raise BadParameterError(TABLES_NEEDED)
     fed = 0
     for node in graph.node:
-        if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx") and \
+        if op(node) == "RotaryEmbedding" and \
                 list(node.input[1:]) == [cos, sin]:
             node.input[1:] = [*tables, f"{prefix}positions_squeezed"]
             fed += 1
@@ -372,14 +374,14 @@ def _standard(add, x: str, rest: list[str], half: int, makers, readers, const, n
     def last_axis(node) -> bool:
         return len(node.input) > 3 and const(node.input[3]) in ([3], [-1])
 
-    if sliced is not None and sliced.op_type == "Slice" and last_axis(sliced) and \
+    if sliced is not None and op(sliced) == "Slice" and last_axis(sliced) and \
             const(sliced.input[1]) == [0] and const(sliced.input[2]) == [rot] and \
-            concat is not None and concat.op_type == "Concat" and len(concat.input) == 2 and \
+            concat is not None and op(concat) == "Concat" and len(concat.input) == 2 and \
             concat.input[0] == add.output[0] and \
             any(a.name == "axis" and a.i in (3, -1) for a in concat.attribute):
         passing = makers.get(concat.input[1])
         source = sliced.input[0]
-        if passing is not None and passing.op_type == "Slice" and passing.input[0] == source \
+        if passing is not None and op(passing) == "Slice" and passing.input[0] == source \
                 and last_axis(passing) and const(passing.input[1]) == [rot] and \
                 len(readers.get(x, [])) == 3:  # the Mul by cos and the two halves' Slices
             return helper.make_node("RotaryEmbedding", [source, *rest], [concat.output[0]],

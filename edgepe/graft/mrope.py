@@ -37,6 +37,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from edgepe.contract.errors import BadParameterError
+from edgepe.graft.find import op
 from edgepe.graft.find_hf import (
     DEFAULT_MAX_LEN,
     TABLE_BYTES_LIMIT,
@@ -75,7 +76,7 @@ def _constant_names(graph) -> set[str]:
     them) without reading any tensor's values (a user model's weights stay where they are)."""
     names = {t.name for t in graph.initializer}
     for node in graph.node:  # in topological order, as find._constants
-        if node.op_type == "Constant" or (node.op_type == "Identity" and node.input[0] in names):
+        if op(node) == "Constant" or (op(node) == "Identity" and node.input[0] in names):
             names.add(node.output[0])
     return names
 
@@ -86,9 +87,9 @@ def _closure(start: str, makers, readers, consts) -> list:
     inside, nodes, taken, todo = {start}, [], set(), [start]
     while todo:
         for node in readers.get(todo.pop(0), []):
-            if node.op_type not in SELECTING or id(node) in taken:
+            if op(node) not in SELECTING or id(node) in taken:
                 continue
-            at = DATA.get(node.op_type, (0,))
+            at = DATA.get(op(node), (0,))
             data = node.input if at is None else [node.input[k] for k in at]
             if any(i and i not in inside and i not in consts for i in data):
                 continue
@@ -137,15 +138,15 @@ def _read(model, start: str, shape, feeds: dict, makers, readers, consts):
     nodes = _closure(start, makers, readers, consts)
     inside = {id(n) for n in nodes}
     other = next((n for n in readers.get(start, []) if id(n) not in inside and
-                  n.op_type not in SHAPE_ONLY), None)
+                  op(n) not in SHAPE_ONLY), None)
     if other is not None or not nodes:
-        return None, (f"{start!r} is read by {other.op_type} {other.output[0]!r}, not only "
+        return None, (f"{start!r} is read by {op(other)} {other.output[0]!r}, not only "
                       "selected from" if other is not None else f"nothing reads {start!r}")
     made = [o for n in nodes for o in n.output if o]
     values = _codes_run(model, start, made, shape, feeds)
     outputs = {o.name for o in model.graph.output}
     frontier = [o for o in made if o in outputs or any(
-        id(r) not in inside and r.op_type not in SHAPE_ONLY for r in readers.get(o, []))]
+        id(r) not in inside and op(r) not in SHAPE_ONLY for r in readers.get(o, []))]
     lead = list(shape[1:-1])
     chosen = []
     for name in frontier:  # back from what the attention reads to the float32 [..., R] tensor

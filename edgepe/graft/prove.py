@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from edgepe.contract.errors import ArtifactError, BadParameterError, CheckpointError, ParityError
+from edgepe.graft.find import op
 from edgepe.graft.report import OutputCheck
 from edgepe.graft.splice import Grafted, _opset, graft_model
 from edgepe.rebuild import rebuild
@@ -290,7 +291,7 @@ def _int_high(model, name: str, default: int) -> int:
     tables = {t.name: list(t.dims) for t in model.graph.initializer}
     high = default
     for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name \
+        if op(node) == "Gather" and len(node.input) > 1 and node.input[1] == name \
                 and node.input[0] in tables:
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             dims = tables[node.input[0]]
@@ -1031,7 +1032,7 @@ def _cone_session(model, names: Sequence[str], which: str = "original",
         inputs = [helper.make_tensor_value_info(v.name, onnx.TensorProto.INT64, [ranks[v.name]])
                   if v.name in shaped else v for v in inputs]
         for k, node in enumerate(nodes):
-            if node.op_type != "Shape" or node.input[0] not in shaped:
+            if op(node) != "Shape" or node.input[0] not in shaped:
                 continue
             rank = ranks[node.input[0]]
             attrs = {a.name: a.i for a in node.attribute}
@@ -1063,7 +1064,7 @@ def _shape_read(model, names: Sequence[str]) -> set[str]:
     readers: dict[str, set[str]] = {}
     for node in nodes:
         for name in node.input:
-            readers.setdefault(name, set()).add(node.op_type)
+            readers.setdefault(name, set()).add(op(node))
     return {v.name for v in graph.input if v.name in used and v.name not in weights
             and v.name not in names and readers.get(v.name) == {"Shape"}
             and v.type.tensor_type.HasField("shape")}
