@@ -62,7 +62,7 @@ from edgepe.graft.find_hf import (
     _sinusoid_within,
 )
 from edgepe.graft.mrope import find as find_mrope
-from edgepe.graft.prove import _session, cone_of, hf_feeds
+from edgepe.graft.prove import _session, cone_model, hf_feeds
 from edgepe.graft.t5 import find_t5, square
 
 # The probing runs: a prefill of PROBE_SEQ tokens (positions 0 .. PROBE_SEQ - 1, so position 1,
@@ -296,30 +296,13 @@ def whole_sinusoids(model) -> tuple[list[Found], list[str]]:
     return list(found.values()), list(seen.values())
 
 
-def _probe_model(model, names: list[str]):
-    """A model computing ``names`` alone: their cone (no attention), each a graph output."""
-    import onnx
-    from onnx import helper
-
-    graph = model.graph
-    nodes, used = cone_of(graph, names)
-    inputs = [v for v in graph.input if v.name in used]
-    cone = helper.make_graph(nodes, "probe", inputs,
-                             [onnx.ValueInfoProto(name=n) for n in names],
-                             [t for t in graph.initializer if t.name in used])
-    probe = helper.make_model(cone, opset_imports=list(model.opset_import),
-                              ir_version=model.ir_version)
-    probe.functions.extend(model.functions)
-    return probe
-
-
 def _runs(model, names: list[str]) -> list[tuple[dict, dict, Any]]:
     """``[(values by name, feeds, expected positions [B, S])]``: the probing runs (module doc,
     step 2) of ``names``; the expected positions are those transformers gives the new tokens
     (``position_ids`` where the model takes them, else ``past + arange(seq)``)."""
     import numpy as np
 
-    session = _session(_probe_model(model, names))
+    session = _session(cone_model(model, names))  # the cone alone: no attention
     inputs = {i.name for i in session.get_inputs()}
     has_past = any("past" in n for n in inputs)
     rng = np.random.default_rng(0)

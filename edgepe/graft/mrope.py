@@ -52,7 +52,7 @@ from edgepe.graft.prove import (
     _run,
     _session,
     _Worst,
-    cone_of,
+    cone_model,
     hf_feeds,
     three_streams,
 )
@@ -109,18 +109,8 @@ def _codes_run(model, start: str, names: list[str], shape, feeds: dict) -> dict[
     import onnx
     from onnx import helper
 
-    graph = model.graph
-    kept = [n for n in graph.node if start not in n.output]
-    nodes, used = cone_of(helper.make_graph(kept, "cut", [], []), names)
-    inputs = [v for v in graph.input if v.name in used and v.name != start]
-    inputs.append(helper.make_tensor_value_info(start, onnx.TensorProto.FLOAT, None))
-    probe = helper.make_graph(nodes, "codes", inputs,
-                              [onnx.ValueInfoProto(name=n) for n in names],
-                              [t for t in graph.initializer if t.name in used])
-    probe_model = helper.make_model(probe, opset_imports=list(model.opset_import),
-                                    ir_version=model.ir_version)
-    probe_model.functions.extend(model.functions)
-    session = _session(probe_model)
+    session = _session(cone_model(
+        model, names, cut=[helper.make_tensor_value_info(start, onnx.TensorProto.FLOAT, None)]))
     k = shape[-1]
     codes = (np.arange(STREAMS, dtype=np.float32).reshape(-1, *[1] * (len(shape) - 1)) * k
              + np.arange(k, dtype=np.float32))
@@ -440,22 +430,10 @@ def _cut_at(model, positions: str, names: list[str], rank: int, which: str):
     import onnx
     from onnx import helper
 
-    graph = model.graph
-    kept = [n for n in graph.node if positions not in n.output]
-    nodes, used = cone_of(helper.make_graph(kept, "cut", [], []), names)
-    inputs = [v for v in graph.input if v.name in used and v.name != positions]
     elem, _ = _value_type(model, positions)
-    inputs.append(helper.make_tensor_value_info(
-        positions, elem or onnx.TensorProto.INT64,
-        [f"positions_{i}" for i in range(rank)]))
-    cone = helper.make_graph(nodes, "streams", inputs,
-                             [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                              for n in names],
-                             [t for t in graph.initializer if t.name in used])
-    cone_model = helper.make_model(cone, opset_imports=list(model.opset_import),
-                                   ir_version=model.ir_version)
-    cone_model.functions.extend(model.functions)
-    return _session(cone_model, which)
+    fed = helper.make_tensor_value_info(positions, elem or onnx.TensorProto.INT64,
+                                        [f"positions_{i}" for i in range(rank)])
+    return _session(cone_model(model, names, cut=[fed]), which)
 
 
 def stream_positions(start: int, size: int, max_len: int, rank: int, equal: bool = False):

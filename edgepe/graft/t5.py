@@ -44,7 +44,7 @@ from typing import Any
 
 from edgepe.contract.errors import BadParameterError
 from edgepe.graft.find_hf import Found, _origin
-from edgepe.graft.prove import _session
+from edgepe.graft.prove import _session, cone_model, cone_of
 from edgepe.graft.splice import _opset, _value_type
 
 # How far up from the bucket index the walk for the relative positions goes (nodes); T5's
@@ -105,31 +105,12 @@ def bucket_function(model, index: str, relative: str):
     import onnx
     from onnx import helper
 
-    graph = model.graph
-    makers = {o: n for n in graph.node for o in n.output}
-    inits = {t.name for t in graph.initializer}
-    kept, todo, seen, leaves = set(), [index], set(), set()
-    while todo:
-        name = todo.pop()
-        if name in seen or name == relative:
-            continue
-        seen.add(name)
-        node = makers.get(name)
-        if node is None:
-            leaves.add(name)
-            continue
-        kept.add(id(node))
-        todo += [i for i in node.input if i]
-    if leaves - inits:
+    fed = helper.make_tensor_value_info(relative, onnx.TensorProto.INT64, None)
+    nodes, used = cone_of(model.graph, [index], frozenset([relative]))
+    made = {o for n in nodes for o in n.output} | {relative}
+    if used - made - {t.name for t in model.graph.initializer}:
         return None
-    cut = helper.make_graph(
-        [n for n in graph.node if id(n) in kept], "t5_buckets",
-        [helper.make_tensor_value_info(relative, onnx.TensorProto.INT64, None)],
-        [onnx.ValueInfoProto(name=index)], [t for t in graph.initializer if t.name in leaves])
-    cut_model = helper.make_model(cut, opset_imports=list(model.opset_import),
-                                  ir_version=model.ir_version)
-    cut_model.functions.extend(model.functions)
-    return _session(cut_model)
+    return _session(cone_model(model, [index], cut=[fed]))
 
 
 def sweep(session, relative: str, ndim: int):
