@@ -397,3 +397,55 @@ def test_the_total_counts_known_shapes_and_evaluated_sizes_exactly():
                     helper.make_node("Identity", ["a"], ["y"])], [x], [Y_FLOAT])
     assert _refusal(model, 8) is None
     assert _refusal(model, 7) == _total(8, 7)
+
+
+# --- hostile inputs the evaluation of sizes once crashed on (hmut4) ------------------------------
+# Each was an "internal error" traceback (numpy's ValueError, onnx's KeyError, int(inf)'s
+# OverflowError) instead of one refusal line.
+
+
+def _range_of_input(x):
+    return _model([helper.make_node("Size", ["x"], ["n"]),
+                   helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                  [x], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+
+
+def test_an_input_with_a_negative_dimension_is_refused_not_allocated():
+    negative = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-5, 4])
+    assert _refusal(_range_of_input(negative), 10**6) == (
+        "'m.onnx': input 'x' of [-5, 4] has a negative dimension: refused")
+    # a 0 dimension is a size (an empty tensor), and a scalar input has no dimension at all
+    for dims in ([0, 4], []):
+        assert _refusal(_range_of_input(helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, dims)), 10**6) is None, dims
+
+
+@pytest.mark.parametrize("elem_type", [TensorProto.UNDEFINED, 999])
+def test_an_input_of_no_onnx_element_type_is_refused(elem_type):
+    x = helper.make_tensor_value_info("x", elem_type, ["s", 4])
+    assert _refusal(_range_of_input(x), 10**6) == (
+        f"'m.onnx': input 'x' has element type {elem_type}, which no ONNX tensor has: refused")
+
+
+def _float_range(start: str, limit: str, delta: str):
+    """Range over float32 values, each of which may be Size(x) / 0 (inf) or 0 / 0 (NaN)."""
+    consts = [numpy_helper.from_array(np.float32(v), n) for n, v in
+              (("f0", 0.0), ("f1", 1.0), ("fm1", -1.0))]
+    return _model([helper.make_node("Size", ["x"], ["n"]),
+                   helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+                   helper.make_node("Div", ["nf", "f0"], ["inf"]),
+                   helper.make_node("Div", ["fm1", "f0"], ["ninf"]),
+                   helper.make_node("Div", ["f0", "f0"], ["nan"]),
+                   helper.make_node("Range", [start, limit, delta], ["y"], name="r")],
+                  [X], [Y_FLOAT], consts)
+
+
+@pytest.mark.parametrize("start, limit, delta", [("f0", "inf", "f1"), ("nan", "nf", "f1"),
+                                                 ("f0", "nf", "ninf")])
+def test_a_range_with_an_infinite_or_nan_bound_is_endless(start, limit, delta):
+    """No count for it: C++'s cast of inf or NaN to int64 is undefined (onnxruntime's Range
+    casts ceil((limit - start) / delta) so), and int(inf) raised here."""
+    assert _refusal(_float_range(start, limit, delta), 10**6) == (
+        "'m.onnx': node 'r' (Range) makes an endless range, over the budget of 1000000: "
+        "refused before running it")
+    assert _refusal(_float_range("f0", "nf", "f1"), 10**6) is None  # finite: 4 elements
