@@ -453,11 +453,32 @@ def _range_of_input(x):
 def test_an_input_with_a_negative_dimension_is_refused_not_allocated():
     negative = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-5, 4])
     assert _refusal(_range_of_input(negative), 10**6) == (
-        "'m.onnx': input 'x' of [-5, 4] has a negative dimension: refused")
+        "'m.onnx': input 'x' of [-5, 4] has a negative dimension (onnxruntime takes it as "
+        "free): refused")
     # a 0 dimension is a size (an empty tensor), and a scalar input has no dimension at all
     for dims in ([0, 4], []):
         assert _refusal(_range_of_input(helper.make_tensor_value_info(
             "x", TensorProto.FLOAT, dims)), 10**6) is None, dims
+
+
+def test_a_negative_input_dimension_does_not_hide_a_tensor_from_the_bound():
+    """onnxruntime runs an input of dimension -1 at any size (the checker accepts it), while
+    shape inference keeps the -1: Expand(x [-1, 1], [1, 2^20]) was counted as 0 elements and
+    passed a budget of 1000, though it makes 2^20 floats at one position (hmut4). The same
+    graph with a named free dimension is refused by its Expand."""
+    def expand(first):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [first, 1])
+        return _model([helper.make_node("Expand", ["x", "dims"], ["y"], name="e")], [x],
+                      [Y_FLOAT], [_int([1, 1 << 20], "dims")])
+
+    assert _refusal(expand(-1), 1000) == (
+        "'m.onnx': input 'x' of [-1, 1] has a negative dimension (onnxruntime takes it as "
+        "free): refused")
+    assert _refusal(expand("s"), 1000) == _over("e", "Expand", 1 << 20, [1, 1 << 20], 1000)
+    named = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", -1, None])
+    assert _refusal(_range_of_input(named), 10**6) == (
+        "'m.onnx': input 'x' of ['s', -1, '?'] has a negative dimension (onnxruntime takes it "
+        "as free): refused")
 
 
 @pytest.mark.parametrize("elem_type", [TensorProto.UNDEFINED, 999])
