@@ -162,8 +162,8 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
     input SIZES only, never input values) with ONNX's reference evaluator, on inputs of free
     dimension 1 and ``SIZE_PROBE``, restricted to the nodes those inputs need; refuse a size
     over ``budget``, a Range with an infinite or NaN bound, and an input of no ONNX element
-    type (its zeros cannot be made). Returns the elements they make together at free dimension 1 (one
-    position: what the total bound counts)."""
+    type (its zeros cannot be made). Returns the elements they make together at free
+    dimension 1 (one position: what the total bound counts)."""
     import numpy as np
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
