@@ -47,3 +47,18 @@ def test_a_pte_is_described_from_its_program(tmp_path):
     assert set(program) >= {"constant_bytes", "methods"}
     (method,) = program["methods"]
     assert method["name"] == "forward" and method["instructions"] > 0 and method["operators"]
+
+
+def test_a_tflite_is_described_from_its_model(tmp_path):
+    """A .tflite is described from the model's own bytes (``describe_model``: ops, tensors,
+    constant bytes, TFLM's arena or why not), under the ``tflite`` key (hmut4)."""
+    pytest.importorskip("tflite", reason="the [tflite] extra is not installed")
+    from edgepe.formats.tflite import describe_model
+
+    path = api.export(api.make_config("gray", 16, format="tflite", out=tmp_path / "g.tflite"),
+                      verify=False)[0].path
+    info = describe(path)
+    assert set(info) == {"path", "bytes", "manifest", "sha256", "sha256_ok", "tflite"}
+    assert info["tflite"] == describe_model(path.read_bytes())
+    assert info["tflite"]["inputs"] == [{"name": "positions", "shape": [16], "dtype": "int32"}]
+    assert info["tflite"]["outputs"] == [{"name": "pe", "shape": [16, 5], "dtype": "float32"}]

@@ -102,3 +102,36 @@ def test_audit_flags_a_non_integer_op_on_positions():
                [onnx.numpy_helper.from_array(np.array([1], np.int64), "k")])
     a = audit(m)
     assert not a.integer_only and any("TopK" in v for v in a.violations)
+
+
+def test_an_output_of_unknown_type_is_not_counted_as_an_integer():
+    """An op shape inference cannot type (a custom domain's): its output's type is unknown,
+    whether declared UNDEFINED (y) or not declared at all (t), and unknown is not integer: each
+    node on the positions is a violation, not an integer op (hmut4: the audit's verdict on a
+    graph it cannot type must not be "integer-only")."""
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["positions"], ["t"], domain="com.example"),
+         helper.make_node("Identity", ["t"], ["y"], domain="com.example")], "g",
+        [helper.make_tensor_value_info("positions", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18),
+                                            helper.make_opsetid("com.example", 1)])
+    a = audit(m)
+    assert a.violations == ["Identity makes floats from position-derived integers"] * 2
+    assert not a.integer_only and a.integer_ops == []
+
+
+def test_a_wrong_declared_shape_does_not_hide_the_inferred_types():
+    """A declared output shape that inference contradicts ([5, 7, 9] for an Unsqueeze of [N])
+    fails strict shape inference; the audit's lenient one still types the undeclared
+    intermediate (u: int32), so the Cast stays an integer op, not a float boundary."""
+    m = _model([helper.make_node("Cast", ["positions"], ["u"], to=TensorProto.INT32),
+                helper.make_node("Unsqueeze", ["u", "axes"], ["y"])], TensorProto.INT32,
+               [onnx.numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    m.graph.output[0].type.tensor_type.shape.dim.extend(
+        [onnx.TensorShapeProto.Dimension(dim_value=v) for v in (5, 7, 9)])
+    with pytest.raises(onnx.shape_inference.InferenceError):
+        onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    a = audit(m)
+    assert a.integer_ops == ["Cast", "Unsqueeze"] and a.float_boundaries == []
+    assert a.integer_only

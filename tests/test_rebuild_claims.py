@@ -142,17 +142,19 @@ def test_a_float_rope_graphs_layout_is_a_claim(made):
         rebuild.check_claims(made["rope"], edited)
 
 
-def test_a_float_executorch_programs_manifest_is_not_rebuilt(made, tmp_path):
-    """A float .pte of a pe scheme gives its values from its bytes alone, like a float ONNX
-    graph: check_claims returns before it even looks at the file (none lies at the path here:
-    a .pte export takes seconds), whatever the manifest says beyond its inputs."""
+@pytest.mark.parametrize("fmt", ["pte", "tflite"])
+def test_a_float_executorch_programs_manifest_is_not_rebuilt(made, tmp_path, fmt):
+    """A float .pte (or .tflite, hmut4) of a pe scheme gives its values from its bytes alone,
+    like a float ONNX graph: check_claims returns before it even looks at the file (none lies
+    at the path here: a .pte export takes seconds), whatever the manifest says beyond its
+    inputs."""
     m = manifest_io.read(made["onnx"])
     program = {k: v for k, v in m.items() if k != "onnx"}
-    program.update(format="pte", inputs={**m["inputs"], "format": "pte"},
+    program.update(format=fmt, inputs={**m["inputs"], "format": fmt},
                    positions={**m["positions"], "limit": 3})
-    rebuild.check_claims(tmp_path / "absent.pte", program)
+    rebuild.check_claims(tmp_path / f"absent.{fmt}", program)
     with pytest.raises(FileNotFoundError):  # an int8 one is checked: the file is stat'ed
-        rebuild.check_claims(tmp_path / "absent.pte", {**program, "quant": {"scale": 1.0}})
+        rebuild.check_claims(tmp_path / f"absent.{fmt}", {**program, "quant": {"scale": 1.0}})
 
 
 def test_a_checkpoint_section_without_a_recorded_sha256_is_a_claim_not_an_input(made):
@@ -300,6 +302,17 @@ def _foreign(made, tmp_path, **changes):
     return path, m
 
 
+def _is_rebuilt_from_the_inputs(got, m, path):
+    """A foreign build's ``Rebuilt``: reproduced and same_version are False, not merely falsy
+    (verify's JSON report writes both: null there is no answer), and its config and module are
+    the ones the recorded inputs give (the numeric check's reference: this edgepe's, hmut4)."""
+    assert got.reproduced is False and got.same_version is False
+    config, module = rebuild.config_from_manifest(m, None, rebuild._cap(m, path.stat().st_size))
+    assert got.config == config
+    assert type(got.module) is type(module)
+    assert got.module.state_dict().keys() == module.state_dict().keys()
+
+
 def test_a_foreign_build_not_byte_identical_fails_or_lists_its_claims_when_accepted(
         made, tmp_path):
     from edgepe import __version__
@@ -317,9 +330,12 @@ def test_a_foreign_build_not_byte_identical_fails_or_lists_its_claims_when_accep
     assert got.unchecked == () and not got.ok and not got.reproduced and not got.same_version
     assert got.bytes_match  # only the manifest differs: the sweep may still show what it does
     assert got.manifest["positions"]["out_of_range"] == "clamp"  # this edgepe's
+    _is_rebuilt_from_the_inputs(got, m, path)
     accepted = rebuild.rebuild(path, m, accept_foreign=True)
     assert accepted.ok and accepted.unchecked == (claim,) and not accepted.reproduced
     assert accepted.bytes_match and not accepted.same_version
+    assert accepted.manifest["positions"]["out_of_range"] == "clamp"  # this edgepe's
+    _is_rebuilt_from_the_inputs(accepted, m, path)
     assert accepted.note == (f"written by edgepe '0.0.1', this is {__version__}: verified "
                              f"numerically only; 1 claim(s) accepted unchecked: {claim}")
     assert str(accepted) == f"not reproduced ({accepted.note})"

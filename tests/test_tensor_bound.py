@@ -10,6 +10,8 @@ tests/test_trust_round2.py reach only through the CLI.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -397,3 +399,118 @@ def test_the_total_counts_known_shapes_and_evaluated_sizes_exactly():
                     helper.make_node("Identity", ["a"], ["y"])], [x], [Y_FLOAT])
     assert _refusal(model, 8) is None
     assert _refusal(model, 7) == _total(8, 7)
+
+
+
+def _evaluated(op: str, count: int, length: int):
+    """``count`` Range(0, lim) (or Expand to [3, lim // 3]) nodes whose size input is
+    ``Add(stop, zero)`` of initializers: shape inference (without data propagation) cannot
+    size them, so they are evaluated; the same at free dimension 1 and 16 (no input)."""
+    if op == "Range":
+        inits = [_int(0, "zero"), _int(length, "stop"), _int(1, "one")]
+        made = [helper.make_node("Range", ["zero", "lim", "one"], [f"r{i}"], name=f"n{i}")
+                for i in range(count)]
+    else:
+        inits = [_int([0, 0], "zero"), _int([3, length // 3], "stop"), ZERO_F]
+        made = [helper.make_node("Expand", ["z", "lim"], [f"r{i}"], name=f"n{i}")
+                for i in range(count)]
+    nodes = [helper.make_node("Add", ["stop", "zero"], ["lim"]), *made]
+    outputs = [helper.make_tensor_value_info(f"r{i}", TensorProto.INT64 if op == "Range"
+                                             else TensorProto.FLOAT, None) for i in range(count)]
+    return helper.make_model(helper.make_graph(nodes, "g", [], outputs, inits),
+                             opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("op, lim", [("Range", 1), ("Expand", 2)])
+def test_the_total_adds_every_evaluated_size_to_the_known_shapes(op, lim):
+    """Two evaluated Range/Expand tensors of 12 elements each, and lim (a scalar, or Expand's
+    [2] shape): each within the budget, the total exact (the known shapes' elements plus each
+    evaluated size once), and refused one element under it."""
+    model = _evaluated(op, 2, 12)
+    assert _refusal(model, lim + 24) is None
+    assert _refusal(model, lim + 23) == _total(lim + 24, lim + 23)
+    assert _refusal(_evaluated(op, 1, 12), lim + 12) is None
+
+
+def test_an_empty_evaluated_range_adds_nothing():
+    """Range(0, 0 + 0): 0 elements (not 1): the total is lim's 1 element alone."""
+    model = _evaluated("Range", 1, 0)
+    assert _refusal(model, 1) is None
+    assert _refusal(model, 0) == _over("Add", "Add", 1, [], 0)
+
+
+# --- hostile inputs the evaluation of sizes once crashed on (hmut4) ------------------------------
+# Each was an "internal error" traceback (numpy's ValueError, onnx's KeyError, int(inf)'s
+# OverflowError) instead of one refusal line.
+
+
+def _range_of_input(x):
+    return _model([helper.make_node("Size", ["x"], ["n"]),
+                   helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                  [x], [Y_INT], [_int(0, "zero"), _int(1, "one")])
+
+
+def test_an_input_with_a_negative_dimension_is_refused_not_allocated():
+    negative = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-5, 4])
+    assert _refusal(_range_of_input(negative), 10**6) == (
+        "'m.onnx': input 'x' of [-5, 4] has a negative dimension (onnxruntime takes it as "
+        "free): refused")
+    # a 0 dimension is a size (an empty tensor), and a scalar input has no dimension at all
+    for dims in ([0, 4], []):
+        assert _refusal(_range_of_input(helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, dims)), 10**6) is None, dims
+
+
+def test_a_negative_input_dimension_does_not_hide_a_tensor_from_the_bound():
+    """onnxruntime runs an input of dimension -1 at any size (the checker accepts it), while
+    shape inference keeps the -1: Expand(x [-1, 1], [1, 2^20]) was counted as 0 elements and
+    passed a budget of 1000, though it makes 2^20 floats at one position (hmut4). The same
+    graph with a named free dimension is refused by its Expand."""
+    def expand(first):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [first, 1])
+        return _model([helper.make_node("Expand", ["x", "dims"], ["y"], name="e")], [x],
+                      [Y_FLOAT], [_int([1, 1 << 20], "dims")])
+
+    assert _refusal(expand(-1), 1000) == (
+        "'m.onnx': input 'x' of [-1, 1] has a negative dimension (onnxruntime takes it as "
+        "free): refused")
+    assert _refusal(expand("s"), 1000) == _over("e", "Expand", 1 << 20, [1, 1 << 20], 1000)
+    named = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", -1, None])
+    assert _refusal(_range_of_input(named), 10**6) == (
+        "'m.onnx': input 'x' of ['s', -1, '?'] has a negative dimension (onnxruntime takes it "
+        "as free): refused")
+
+
+@pytest.mark.parametrize("elem_type", [TensorProto.UNDEFINED, 999])
+def test_an_input_of_no_onnx_element_type_is_refused(elem_type):
+    x = helper.make_tensor_value_info("x", elem_type, ["s", 4])
+    assert _refusal(_range_of_input(x), 10**6) == (
+        f"'m.onnx': input 'x' has element type {elem_type}, which no ONNX tensor has: refused")
+
+
+def _float_range(start: str, limit: str, delta: str):
+    """Range over float32 values, each of which may be Size(x) / 0 (inf) or 0 / 0 (NaN)."""
+    consts = [numpy_helper.from_array(np.float32(v), n) for n, v in
+              (("f0", 0.0), ("f1", 1.0), ("fm1", -1.0))]
+    return _model([helper.make_node("Size", ["x"], ["n"]),
+                   helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+                   helper.make_node("Div", ["nf", "f0"], ["inf"]),
+                   helper.make_node("Div", ["fm1", "f0"], ["ninf"]),
+                   helper.make_node("Div", ["f0", "f0"], ["nan"]),
+                   helper.make_node("Range", [start, limit, delta], ["y"], name="r")],
+                  [X], [Y_FLOAT], consts)
+
+
+@pytest.mark.parametrize("start, limit, delta", [("f0", "inf", "f1"), ("nan", "nf", "f1"),
+                                                 ("f0", "nf", "ninf")])
+def test_a_range_with_an_infinite_or_nan_bound_is_endless(start, limit, delta):
+    """No count for it: C++'s cast of inf or NaN to int64 is undefined (onnxruntime's Range
+    casts ceil((limit - start) / delta) so), and int(inf) raised here. The division by zero
+    that made it is not warned of on stderr (the refusal is the one line)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's RuntimeWarning would be refused otherwise
+        refusal = _refusal(_float_range(start, limit, delta), 10**6)
+    assert refusal == (
+        "'m.onnx': node 'r' (Range) makes an endless range, over the budget of 1000000: "
+        "refused before running it")
+    assert _refusal(_float_range("f0", "nf", "f1"), 10**6) is None  # finite: 4 elements

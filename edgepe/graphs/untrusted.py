@@ -74,7 +74,8 @@ DATA_SHAPED = frozenset({"Expand", "Range", "ConstantOfShape", "Tile", "Resize",
 
 def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
     """Refuse (``ArtifactError``, one line, exit 2) a graph that can make a tensor of more than
-    ``budget`` elements at one position, before anything runs it: ONNX shape inference over a
+    ``budget`` elements at one position, before anything runs it (an input of a negative
+    dimension is refused first): ONNX shape inference over a
     copy whose free input dimensions are 1 bounds every tensor (without data propagation, which
     would materialise a constant ``Range(0, 2^31)`` itself: 16 GiB); one over
     ``budget``, or a data-shaped op (``DATA_SHAPED``: Expand, Range, Tile, ConstantOfShape,
@@ -85,6 +86,13 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for value in copy.graph.input:
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+                for d in value.type.tensor_type.shape.dim]
+        if any(isinstance(d, int) and d < 0 for d in dims):
+            # onnxruntime runs an input of dimension -1 at any size (a free dimension); shape
+            # inference keeps -1, counted as 0 elements: [-1, 2^30] passed (hmut4)
+            raise ArtifactError(f"{where!r}: input {value.name!r} of {dims} has a negative "
+                                "dimension (onnxruntime takes it as free): refused")
         for dim in value.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value"):
                 dim.Clear()
@@ -153,8 +161,9 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
     """Evaluate the size inputs of each Range/Expand in ``nodes`` (they depend on constants and
     input SIZES only, never input values) with ONNX's reference evaluator, on inputs of free
     dimension 1 and ``SIZE_PROBE``, restricted to the nodes those inputs need; refuse a size
-    over ``budget``. Returns the elements they make together at free dimension 1 (one
-    position: what the total bound counts)."""
+    over ``budget``, a Range with an infinite or NaN bound, and an input of no ONNX element
+    type (its zeros cannot be made). Returns the elements they make together at free
+    dimension 1 (one position: what the total bound counts)."""
     import numpy as np
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
@@ -188,11 +197,17 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
             if np.prod(dims, dtype=np.float64) * 8 > budget:
                 raise ArtifactError(f"{where!r}: input {value.name!r} of {dims} is over the "
                                     f"budget of {budget} elements: refused")
-            dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+            try:
+                dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+            except KeyError:  # UNDEFINED or no ONNX type at all (hmut4: was an internal error)
+                raise ArtifactError(f"{where!r}: input {value.name!r} has element type "
+                                    f"{t.elem_type}, which no ONNX tensor has: refused") from None
             feeds[value.name] = np.zeros(dims, dtype=dtype)
         try:
-            values = dict(zip(wanted, ReferenceEvaluator(sub).run(list(wanted), feeds),
-                              strict=True))
+            # a size computed by dividing by zero is refused below (non-finite), not warned
+            with np.errstate(all="ignore"):
+                values = dict(zip(wanted, ReferenceEvaluator(sub).run(list(wanted), feeds),
+                                  strict=True))
         except Exception as exc:  # noqa: BLE001 - a size the evaluator cannot compute
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
             raise ArtifactError(f"{where!r}: the sizes of its Range/Expand nodes cannot be "
@@ -201,11 +216,14 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
             if node.op_type == "Range":
                 start, limit, delta = (float(np.asarray(values[n]).reshape(-1)[0])
                                        for n in node.input)
-                count = 0 if delta == 0 else max(0.0, np.ceil((limit - start) / delta))
-                if delta == 0 or count > budget:
+                # An infinite or NaN bound has no count a runtime agrees on (C++'s cast of it
+                # to int64 is undefined): refused like a step of 0 (hmut4: int(inf) raised).
+                endless = delta == 0 or not np.isfinite((start, limit, delta)).all()
+                count = 0 if endless else max(0.0, np.ceil((limit - start) / delta))
+                if endless or count > budget:
                     raise ArtifactError(
                         f"{where!r}: node {node.name or 'Range'!r} (Range) makes "
-                        f"{'an endless range' if delta == 0 else f'{int(count)} elements'}, "
+                        f"{'an endless range' if endless else f'{int(count)} elements'}, "
                         f"over the budget of {budget}: refused before running it")
                 if free == 1:
                     made += int(count)
