@@ -133,3 +133,28 @@ def test_a_budgeted_run_skips_the_modules_whose_last_run_cannot_finish_in_what_i
     fits = _mutation().fits
     assert fits({"seconds": 150}, 150.0) and not fits({"seconds": 151}, 150.0)
     assert fits(None, 0.0) and fits({}, 0.0)  # never run, or no time recorded: tried
+
+
+def test_an_equivalent_whose_mutant_changed_counts_as_a_survivor_until_rerun():
+    """EQUIVALENT is keyed by mutmut's numbers, which move when a function changes: a key whose
+    diff is not the one recorded excuses nothing that run (hmut4: untrusted.py's keys were off by
+    2, one excusing a real survivor); the new diff is recorded, and rescore leaves it."""
+    mutation = _mutation()
+    name = next(iter(mutation.EQUIVALENT))
+    old_diff, new_diff = ["-    a = 1", "+    a = 2"], ["-    b < c", "+    b <= c"]
+    old = {"equivalent_marks": {name: mutation.diff_mark(old_diff)}}
+
+    def run(diff):
+        return {"mutants": 10, "killed": 8, "equivalent": 2, "score": 100.0, "survivors": {},
+                "equivalent_diffs": {name: diff, "other": ["-x", "+y"]},
+                "equivalent_marks": {name: mutation.diff_mark(diff), "other": "0"}}
+
+    assert mutation.moved_keys(old, run(old_diff)) == run(old_diff)  # the same mutant
+    assert mutation.moved_keys({}, run(new_diff)) == run(new_diff)  # nothing recorded yet
+    moved = mutation.moved_keys(old, run(new_diff))
+    assert moved["survivors"] == {name: {"status": mutation.MOVED, "diff": new_diff}}
+    assert moved["equivalent"] == 1 and moved["score"] == 88.9  # 8 / (10 - 1)
+    assert list(moved["equivalent_diffs"]) == ["other"]
+    assert moved["equivalent_marks"][name] == mutation.diff_mark(new_diff)  # recorded for next
+    assert mutation.rescore(moved) == moved  # its key is in EQUIVALENT, still not excused
+    assert mutation.diff_mark(old_diff) != mutation.diff_mark(new_diff)
