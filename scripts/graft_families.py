@@ -51,6 +51,11 @@ FAMILIES = ("llama", "llama-linear", "llama-dynamic", "llama-llama3", "llama-yar
             "marian", "mpt", *hf.FAMILIES_40, *EXTRA)
 # No cache form: encoders, and T5/Whisper/Qwen2-VL (their cache forms are not in this harness).
 NO_KV = {"bert", "roberta", "modernbert", "t5", "whisper", "qwen2_vl"}
+NO_KV_WHY = {  # the encoder-decoders' and Qwen2-VL's cache forms are not built here
+    "t5": "not in this harness: T5's decoder with its KV cache (Optimum's and torch.onnx's) "
+          "grafts, every output 0 ulp (docs/readme/graft-hf.md)",
+    "whisper": "not in this harness (an encoder-decoder)",
+    "qwen2_vl": "not in this harness (its cache form is a vision-language model's)"}
 # Tables of positions graft builds for RoPE: 64 rows cover every case below (and keep the proof
 # short); learned and sinusoidal tables keep the model's own length.
 ROPE_MAX_LEN = 64
@@ -210,8 +215,7 @@ def _export(family: str, form: str, folder: Path):
 
     if form == "dynamo-kv":
         if family in NO_KV:
-            return None, ("no cache form (an encoder; T5, Whisper, Qwen2-VL: not in this "
-                          "harness)")
+            return None, NO_KV_WHY.get(family, "no cache form (an encoder)")
         return hf.export(family, folder), None
     if form == "torchscript" and family in hf.ENC_DEC:
         return None, ("this harness's TorchScript wrapper is a decoder's (input_ids, mask, "
