@@ -1260,6 +1260,10 @@ EQUIVALENT: dict[str, str] = {
        "fewer than two (its first check), the value the else gives" for i in (59, 64)},
     **{f"{GRF}write_model__mutmut_{i}": "size_threshold=1024 dropped: 1024 is "
        "onnx.save_model's default" for i in (33, 35)},
+    **{f"{GRF}declared_max_len__mutmut_{i}": "ok = None for False: both falsy, and ok is "
+       "only tested for truth (the while, `not ok`)" for i in (78, 124)},
+    GRF + "declared_max_len__mutmut_80": "continue -> break right after ok = False: the "
+    "while's `ok` ends the walk at once either way",
     # h-n4: graft/find_hf.py
     FHF + "_alibi__mutmut_48": "continue -> break leaves only the Mul's other (slopes, Cast) "
     "reading: input 0 is then a constant and input 1 Cast-made, so the reverse would need a "

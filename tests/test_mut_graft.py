@@ -797,6 +797,56 @@ def test_positions_from_an_input_or_arithmetic_declare_nothing(tmp_path, case):
                      "--from-hf-config config.json for its max_position_embeddings)")
 
 
+@pytest.mark.parametrize("case", ["input-after-range", "dynamic-range-after-constant",
+                                  "empty-constant", "range-of-two-element-start"])
+def test_any_part_of_the_positions_undeclared_declares_nothing(tmp_path, case):
+    """A bound read off part of the positions is no bound: an input concatenated before a
+    constant Range (popped last: nothing left to follow), a Range of a run-time limit after a
+    constant, an empty constant (no position in it) and a Range whose start is no scalar each
+    give graft's default, not the other part's bound."""
+    from edgepe.graft import DEFAULT_MAX_LEN, declared_max_len
+
+    nodes, inits = _range(0, 4)
+    first = {"input-after-range": "position_ids", "dynamic-range-after-constant": "c",
+             "empty-constant": "empty", "range-of-two-element-start": "c"}[case]
+    last = "dyn" if case == "dynamic-range-after-constant" else "r"
+    if case == "range-of-two-element-start":
+        inits["r0"] = np.array([0, 1], np.int64)
+    nodes += [helper.make_node("Range", ["r0", "position_ids", "r2"], ["dyn"]),
+              helper.make_node("Concat", [first, last], ["p"], axis=0)]
+    inits.update(c=np.array([9, 2, 3, 4], np.int64), empty=np.zeros(0, np.int64))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model))[0] == DEFAULT_MAX_LEN
+
+
+def test_every_branch_of_nested_concats_is_followed_once(tmp_path):
+    """``Concat(c, inner, inner)`` with ``inner = Concat(r, c3)``: the second ``inner`` is
+    skipped (seen), not the end of the walk, and ``inner``'s inputs join those still to follow:
+    the largest is ``c``'s 9."""
+    from edgepe.graft import declared_max_len
+
+    nodes, inits = _range(0, 4)
+    nodes += [helper.make_node("Concat", ["r", "c3"], ["inner"], axis=0),
+              helper.make_node("Concat", ["c", "inner", "inner"], ["p"], axis=0)]
+    inits.update(c=np.array([9, 2, 3], np.int64), c3=np.array([1, 2, 3], np.int64))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model)) == (10, "the constant positions 'c'")
+
+
+@pytest.mark.parametrize("identities, bound", [(61, 8), (62, None)])
+def test_the_positions_are_followed_back_through_64_names_at_most(tmp_path, identities, bound):
+    """The walk back from the positions stops after 64 tensors (a bound on a hostile model's
+    work): ``pos``, ``p`` and 61 Identities' outputs reach the Range's (64 names); one Identity
+    more leaves it unread, and the default."""
+    from edgepe.graft import DEFAULT_MAX_LEN, declared_max_len
+
+    nodes, inits = _range(0, 8, out="i0")
+    nodes += [helper.make_node("Identity", [f"i{j}"], [f"i{j + 1}"]) for j in range(identities)]
+    nodes.append(helper.make_node("Identity", [f"i{identities}"], ["p"]))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model))[0] == (bound or DEFAULT_MAX_LEN)
+
+
 def test_a_table_keeps_its_rows_and_mpt_its_length_as_the_source():
     from edgepe.graft import declared_max_len
 
