@@ -666,6 +666,71 @@ def test_write_model_checks_the_output_rule_under_the_lock(tmp_path):
     assert onnx.load(out).graph.initializer
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["before-the-data", "after-the-data"])
+def test_write_model_a_failed_data_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                       staged):
+    """The data file's write fails (a full disk) before its staged file exists, or after: the
+    one line naming OUT and the system's reason, and no file left, staged or not."""
+    import errno
+
+    import onnx.external_data_helper as helper_module
+
+    real = helper_module.write_external_data_tensors
+
+    def full(model, folder):
+        if staged:
+            real(model, folder)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(helper_module, "write_external_data_tensors", full)
+    out = tmp_path / "m.onnx"
+    with pytest.raises(OutputPathError) as info:
+        write_model(_tensors_model(2048), out, external=True)
+    assert str(info.value) == f"cannot write {str(out)!r}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_model_a_failed_commit_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The rename of OUT's temporary file over OUT fails: the one line naming OUT and the
+    system's reason; the temporary file removed, the old OUT as it was."""
+    import errno
+
+    out = tmp_path / "m.onnx"
+    out.write_bytes(b"old")
+    real = os.replace
+
+    def refused(src, dst, *a, **k):
+        if Path(dst) == out:
+            raise OSError(errno.EACCES, "Permission denied")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OutputPathError) as info:
+        write_model(_tensors_model(16), out, external=False)
+    assert str(info.value) == f"cannot write {str(out)!r}: Permission denied"
+    assert _names(tmp_path) == ["m.onnx"] and out.read_bytes() == b"old"
+
+
+def test_write_model_an_old_data_file_gone_before_its_removal_is_no_error(tmp_path,
+                                                                         monkeypatch):
+    """The previous pair's data file, removed by someone else between graft listing it and
+    removing it (graft's lock keeps out grafts, not a user cleaning the folder): no error."""
+    module = sys.modules["edgepe.graft"]
+    out = tmp_path / "m.onnx"
+    write_model(_tensors_model(2048), out, external=True)
+    first, = module._ours(out)
+    real = module._ours
+
+    def vanishing(target):
+        first.unlink()
+        return real(target) + [first]
+
+    monkeypatch.setattr(module, "_ours", vanishing)
+    write_model(_tensors_model(4096), out, external=True)
+    data, = tmp_path.glob("m.onnx.*.data")
+    assert data.stat().st_size == 4096 and onnx.load(out).graph.initializer
+
+
 def test_an_overridable_initializer_is_refused_without_the_proof_too(tmp_path):
     """--no-check or not: graft never freezes an initializer that is also a graph input, on
     the --pe path and on the path that finds the PE itself."""
