@@ -367,6 +367,72 @@ def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp
         graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[3])
 
 
+def _with_big(tmp_path, weight) -> Path:
+    """demo's model with a 2 kB constant output ``big`` it keeps, every tensor inline."""
+    model = onnx.load(demo(tmp_path, weight=weight))
+    model.graph.initializer.append(numpy_helper.from_array(np.arange(512, dtype=np.float32),
+                                                           "big_table"))
+    model.graph.node.append(helper.make_node("Identity", ["big_table"], ["big"]))
+    model.graph.output.append(helper.make_tensor_value_info("big", TensorProto.FLOAT, [512]))
+    onnx.save(model, tmp_path / "m.onnx")
+    return tmp_path / "m.onnx"
+
+
+def test_pe_graft_writes_external_data_as_the_model_came_or_over_the_limit(tmp_path, artifact,
+                                                                          monkeypatch):
+    """--pe: OUT inline for an inline model up to MODEL_BYTES_LIMIT (the grafted model's
+    bytes), with external data beside it for one a byte over, or for a model that came with
+    MODEL.data beside it."""
+    pe, weight = artifact
+    model = _with_big(tmp_path, weight)
+    module = sys.modules["edgepe.graft"]
+
+    def data(name):
+        out = tmp_path / name
+        graft(model, pe=pe, at="pe0", positions="arange:x", out=out, check=False)
+        return sorted(p.name for p in tmp_path.glob(f"{name}*.data"))
+
+    grafted = graft(model, pe=pe, at="pe0", positions="arange:x", check=False).bytes_after
+    monkeypatch.setattr(module, "MODEL_BYTES_LIMIT", grafted)
+    assert data("inline.onnx") == []
+    monkeypatch.setattr(module, "MODEL_BYTES_LIMIT", grafted - 1)
+    assert len(data("over.onnx")) == 1
+    monkeypatch.undo()
+    (tmp_path / "m.onnx.data").write_bytes(b"")  # came with external data
+    assert len(data("beside.onnx")) == 1
+
+
+def test_pe_graft_refuses_an_out_made_meanwhile_without_force(tmp_path, artifact, monkeypatch):
+    """OUT made by someone else after graft's first check of it: refused at the commit
+    (write_model's check under the lock, with graft's --force), OUT left as it is."""
+    pe, weight = artifact
+    module = sys.modules["edgepe.graft"]
+    out = tmp_path / "out.onnx"
+    real = module.graft_model
+
+    def meanwhile(*args, **kwargs):
+        out.write_bytes(b"theirs")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "graft_model", meanwhile)
+    with pytest.raises(OutputPathError, match="exists; pass --force"):
+        graft(demo(tmp_path, weight=weight), pe=pe, at="pe0", positions="arange:x", out=out,
+              check=False)
+    assert out.read_bytes() == b"theirs"
+
+
+def test_pe_graft_never_writes_over_its_checkpoint(tmp_path, artifact):
+    pe, weight = artifact
+    checkpoint = tmp_path / "pe.pt"
+    checkpoint.write_bytes(b"weights")
+    with pytest.raises(OutputPathError) as info:
+        graft(demo(tmp_path, weight=weight), pe=pe, at="pe0", positions="arange:x",
+              checkpoint=checkpoint, out=checkpoint, force=True)
+    assert str(info.value) == (f"--out {str(checkpoint)!r} is the input {str(checkpoint)!r}; "
+                               "write somewhere else")
+    assert checkpoint.read_bytes() == b"weights"
+
+
 def test_pe_graft_proof_is_seeded_default_0(tmp_path, artifact):
     """``y = x * PE`` with the weight off by 1: the error scales with the random ``x``."""
     pe, weight = artifact
