@@ -820,6 +820,113 @@ def test_max_len_up_to_2_24_passes_the_option_check(tmp_path):
         graft(demo(tmp_path), max_len=1 << 24, check=False)
 
 
+# --- tables added whole (issue 40 point 2), more than one, and what was seen besides ------------
+
+
+def _wholes(tables, decoder: bool = True, opset: int = 18) -> onnx.ModelProto:
+    """tests/test_graft_whole.py's Whisper in miniature with any number of encoder tables:
+    ``x<i> + T<i>`` (each added whole), their means summed; ``decoder``: plus the decoder's
+    ``E[input_ids] + P[arange(S)]`` (a learned table gathered by positions)."""
+    rng = np.random.default_rng(1)
+    width = 8
+    inits = [numpy_helper.from_array(np.asarray([1], np.int64), "axis1"),
+             numpy_helper.from_array(rng.standard_normal((width, 8)).astype(np.float32), "W")]
+    nodes, inputs, total = [], [], None
+    for i, table in enumerate(tables):
+        inits.append(numpy_helper.from_array(table, f"T{i}"))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT,
+                                                    ["batch", table.shape[0], width]))
+        nodes += [helper.make_node("Add", [f"x{i}", f"T{i}"], [f"enc{i}"]),
+                  helper.make_node("ReduceMean", [f"enc{i}", "axis1"], [f"ctx{i}"], keepdims=1)]
+        if total is not None:
+            nodes.append(helper.make_node("Add", [total, f"ctx{i}"], [f"sum{i}"]))
+        total = f"ctx{i}" if total is None else f"sum{i}"
+    shape = ["batch", 1, 8]
+    if decoder:
+        inits += [numpy_helper.from_array(rng.standard_normal((8, width)).astype(np.float32), "E"),
+                  numpy_helper.from_array(rng.standard_normal((24, width)).astype(np.float32),
+                                          "P"),
+                  numpy_helper.from_array(np.asarray(0, np.int64), "zero"),
+                  numpy_helper.from_array(np.asarray(1, np.int64), "one"),
+                  numpy_helper.from_array(np.asarray([0], np.int64), "axis0")]
+        nodes += [helper.make_node("Gather", ["E", "input_ids"], ["tok"]),
+                  helper.make_node("Shape", ["input_ids"], ["seq1"], start=1, end=2),
+                  helper.make_node("Squeeze", ["seq1", "axis0"], ["seq"]),
+                  helper.make_node("Range", ["zero", "seq", "one"], ["positions"]),
+                  helper.make_node("Gather", ["P", "positions"], ["pos"]),
+                  helper.make_node("Add", ["tok", "pos"], ["dec"]),
+                  helper.make_node("Add", ["dec", total], ["h"])]
+        inputs.append(helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                                    ["batch", "seq"]))
+        total, shape = "h", ["batch", "seq", 8]
+    nodes.append(helper.make_node("MatMul", [total, "W"], ["logits"]))
+    graph = helper.make_graph(nodes, "wholes", inputs, [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+LEARNED_P = "learned (table 'P' [24, 8]) at Gather 'pos', positions 'positions' (from 'input_ids' " \
+    "by Range)"
+
+
+def _whisper(i: int, rows: int) -> str:
+    return (f"sinusoidal (Whisper's encoder sinusoidal table 'T{i}' [{rows}, 8], a constant added "
+            f"whole: base 10000, frequencies fairseq, layout half) at Add 'enc{i}', positions "
+            f"0..{rows - 1} (its rows)")
+
+
+def test_every_table_added_whole_is_replaced_and_named(tmp_path):
+    """Two encoder tables added whole beside the decoder's learned one: each its own artifact,
+    named in the found line, the artifact and the positions, in order."""
+    from test_graft_whole import _sinusoids
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_wholes([_sinusoids(12, 8), _sinusoids(6, 8)]), path)
+    report = graft_found(path, check=False)
+    assert report.found == (f"found {LEARNED_P}; and {_whisper(0, 12)}; and {_whisper(1, 6)}")
+    assert report.artifact == ("learned (table, float32, 24 positions) and sinusoidal (table, "
+                               "float32, 12 positions, added whole) and sinusoidal (table, "
+                               "float32, 6 positions, added whole)")
+    assert report.positions == ("positions, 0..11 (a Range inside the PE), 0..5 (a Range inside "
+                                "the PE)")
+    assert [r["table"] for r in _records(report.model)] == ["P", "T0", "T1"]
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, rope_lowering="ort", check=False)
+    assert str(info.value) == (f"--rope-lowering fuses one RoPE; {str(path)!r} also adds "
+                               f"{_whisper(0, 12)}: graft it without --rope-lowering")
+
+
+def test_a_table_added_whole_beside_int8_says_int8(tmp_path):
+    from test_graft_whole import _sinusoids
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_wholes([_sinusoids(12, 8)], opset=19), path)
+    report = graft_found(path, check=False, quantize="int8")
+    assert report.artifact == ("learned (table, int8, 24 positions) and sinusoidal (table, int8, "
+                               "12 positions, added whole)")
+
+
+def test_what_was_seen_and_kept_is_said_each(tmp_path):
+    """Two tables added whole that are not Whisper's: each said (kept), after the PE found, or
+    in the refusal when there is none."""
+    from test_graft_whole import _marian
+
+    seen = "; ".join(f"a constant table 'T{i}' [{rows}, 8] added whole at Add 'enc{i}', not "
+                     "Whisper's sinusoids (kept)" for i, rows in enumerate((12, 6)))
+    path = tmp_path / "m.onnx"
+    onnx.save(_wholes([_marian(12, 8), _marian(6, 8)]), path)
+    assert graft_found(path, check=False).found == f"found {LEARNED_P}; also saw {seen}"
+    onnx.save(_wholes([_marian(12, 8), _marian(6, 8)], decoder=False), path)
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, check=False)
+    assert str(info.value) == (
+        f"no PE found in {str(path)!r}: looked for RoPE (Cos/Sin of float32(p) * w), a position "
+        "table (a constant [L, D] gathered by positions) and ALiBi (slopes times positions); "
+        f"saw {seen}; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
+
+
 # --- the positions' count when --max-len is not given (issue 40) --------------------------------
 
 INV2 = np.array([1.0, 0.01], np.float32)
