@@ -159,6 +159,95 @@ def test_two_pes_on_one_stream_or_with_a_rope_lowering_are_refused(tmp_path):
                                "ARTIFACT --at TENSOR")
 
 
+def test_two_t5_biases_discovered_are_each_replaced_not_per_stream(tmp_path):
+    """T5's two stacks (found by their values, ``discover``; one per input, too): accepted
+    together, so the found line says each replaced, the two named in order."""
+    from _t5_models import t5_like
+
+    from edgepe.graft.discover import discover
+
+    model = t5_like(("bidirectional", 8, 16), ("causal", 8, 16))
+    onnx.save(model, tmp_path / "t5.onnx")
+    where = [f.where for f in discover(model)[0]]
+    report = graft_found(tmp_path / "t5.onnx", check=False)
+    assert report.found == f"found t5-bias x2, each replaced: {where[0]}; {where[1]}"
+
+
+def test_two_ropes_only_discover_finds_are_refused_as_its_candidates(tmp_path):
+    """find_pe finds nothing, ``discover`` two RoPEs of the same frequencies (not accepted
+    together): refused naming discover's two, not "no PE found"."""
+    from test_graft_families import _two_ropes
+
+    h = np.array([1.0, 0.1], np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_ropes(h, h), path)
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, check=False)
+    assert str(info.value).startswith(f"2 PE candidates in {str(path)!r}: rope (caches layout, "
+                                      "R=4, angle 'angle' = float32(p) * w, w read off the "
+                                      "model's values [2], base 100)")
+
+
+def test_two_ropes_find_pe_finds_on_one_stream_are_refused_as_its_own(tmp_path):
+    """find_pe's two RoPEs on one stream, which discover finds too (same frequencies: not
+    together): the refusal names find_pe's (their inv_freq), not discover's reading."""
+    path = _rope_positions_model(tmp_path / "m.onnx",
+                                 [helper.make_node("Identity", ["position_ids"], ["p"])], {},
+                                 ["position_ids"])
+    model = onnx.load(path)
+    model.graph.node.extend([helper.make_node("Mul", ["posf", "inv_freq"], ["f2"]),
+                             helper.make_node("Concat", ["f2", "f2"], ["emb2"], axis=-1),
+                             helper.make_node("Cos", ["emb2"], ["cos2"]),
+                             helper.make_node("Sin", ["emb2"], ["sin2"]),
+                             helper.make_node("Mul", ["y", "cos2"], ["yc"]),
+                             helper.make_node("Add", ["yc", "sin2"], ["y2"])])
+    model.graph.output[0].name = "y2"
+    onnx.save(model, path)
+    rope = "rope (half layout, R=4, inv_freq 'inv_freq' [2]) at Cos '{}' / Sin '{}', positions " \
+        "from input 'position_ids' (via 'pos')"
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, check=False)
+    assert str(info.value) == (f"2 PE candidates in {str(path)!r}: {rope.format('cos', 'sin')}; "
+                               f"{rope.format('cos2', 'sin2')}; graft one with --pe ARTIFACT "
+                               "--at TENSOR")
+
+
+def test_one_pe_discover_confirms_of_two_on_one_stream_is_grafted(tmp_path):
+    """MPT's constant ALiBi bias (no positions) beside a learned table gathered by
+    position_ids: find_pe's two are not one per stream, discover finds the table alone by its
+    values: that one is grafted (the bias stays as the model has it)."""
+    model = onnx.load(str(MPT))
+    graph = model.graph
+    graph.input.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                     ["batch_size", "sequence_length"]))
+    graph.initializer.append(numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32), "wpe"))
+    graph.node.append(helper.make_node("Gather", ["wpe", "position_ids"], ["pe_rows"]))
+    graph.output.append(helper.make_tensor_value_info("pe_rows", TensorProto.FLOAT,
+                                                      ["batch_size", "sequence_length", 4]))
+    path = tmp_path / "mpt.onnx"
+    onnx.save(model, path)
+    assert len(find_pe(model)) == 2
+    report = graft_found(path, check=False)
+    assert report.found == ("found learned (table 'wpe' [16, 4]) at Gather 'pe_rows', positions "
+                            "from input 'position_ids'")
+
+
+def test_one_pe_per_stream_is_not_looked_for_by_its_values_again(tmp_path):
+    """find_pe's one PE per input stream stands: discover (which runs the model) is not asked,
+    so a Cos/Sin of no positions it would have said is not said."""
+    model = onnx.load(_streams(tmp_path))
+    model.graph.node.extend([helper.make_node("Cos", ["x"], ["cx"]),
+                             helper.make_node("Sin", ["x"], ["sx"]),
+                             helper.make_node("Add", ["cx", "sx"], ["y2"])])
+    model.graph.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT,
+                                                            ["B", "S", 4]))
+    onnx.save(model, tmp_path / "m.onnx")
+    where = [f.where for f in find_pe(model)]
+    report = graft_found(tmp_path / "m.onnx", check=False)
+    assert report.found == f"found learned x2, one per input stream: {where[0]}; {where[1]}"
+
+
 # --- the found path's options and fixtures ------------------------------------------------------
 
 
