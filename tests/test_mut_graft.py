@@ -909,6 +909,56 @@ def test_max_len_up_to_2_24_passes_the_option_check(tmp_path):
         graft(demo(tmp_path), max_len=1 << 24, check=False)
 
 
+# --- mrope (issue 40 point 3): its config check, its builder, its streams' proof -------------------
+
+
+def test_mrope_is_checked_built_and_proven_as_mrope(tmp_path):
+    """Qwen2-VL's mrope (tests/test_graft_mrope.py's model) with its config, int8: checked by
+    ``mrope.check_config`` (its record: the frequencies compared; a section not the model's
+    refused), built by ``mrope.build`` (no Cos/Sin left), and proven besides by
+    ``mrope.prove_streams``, held to the int8 bound: its line after the whole model's, its checks
+    after the others."""
+    from test_graft_mrope import _model
+
+    from edgepe.graft.mrope import prove_streams
+
+    path = tmp_path / "model.onnx"
+    original = _model((2, 1, 3))
+    onnx.save(original, path)
+    config = {"model_type": "qwen2_vl", "hidden_size": 24, "num_attention_heads": 2,
+              "max_position_embeddings": 16,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                  "mrope_section": [2, 1, 3]}}
+    report = graft_found(path, hf_config=config, quantize="int8")
+    assert report, report.checks
+    (record,) = _records(report.model)
+    assert record["scheme"] == "mrope" and record["hf_config"] == {
+        "inv_freq": "equal to edgepe's mrope scheme (float32) bit for bit",
+        "model_type": "qwen2_vl", "params": {"base": 10000.0, "mrope_section": [2, 1, 3]},
+        "scheme": "mrope"}
+    assert not {"Cos", "Sin"} & {n.op_type for n in report.model.graph.node}
+    found, = discover_found(original)
+    bound = record["quant"]["bound"]
+    assert bound > 0
+    label, checks = prove_streams(original, report.model, found, 16, bound, 0)
+    assert report.lengths[-1] == label == (
+        "three distinct, and equal, position streams at every position 0..15 (the replaced "
+        "tensors, from the positions tensor)")
+    assert [c.name for c in report.checks] == ["y", *found.replaces, *(c.name for c in checks)]
+    assert [(c.max_abs_err, c.tolerance) for c in report.checks[-len(checks):]] == [
+        (c.max_abs_err, c.tolerance) for c in checks]
+    wrong = {**config, "rope_parameters": {**config["rope_parameters"],
+                                           "mrope_section": [1, 2, 3]}}
+    with pytest.raises(BadParameterError, match="^--from-hf-config's mrope_section"):
+        graft_found(path, hf_config=wrong, check=False)
+
+
+def discover_found(model):
+    from edgepe.graft.discover import discover
+
+    return discover(model)[0]
+
+
 # --- tables added whole (issue 40 point 2), more than one, and what was seen besides ------------
 
 
