@@ -376,6 +376,47 @@ def test_a_small_model_that_came_with_data_beside_it_is_written_whole(tmp_path):
     assert onnx.load(out) == report.model
 
 
+def test_found_graft_counts_the_data_files_the_model_read_as_inputs(tmp_path):
+    """A model whose external data is named like OUT's own data files (OUT.<16 hex>.data): it
+    came with external data, so OUT goes out as a pair; the model's data file is an input, kept
+    byte for byte (never taken for an earlier pair's), and never an OUT."""
+    model = onnx.load(_streams(tmp_path, rows=(70, 80)))
+    theirs = tmp_path / "out.onnx.0123456789abcdef.data"
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location=theirs.name, size_threshold=0)
+    kept = theirs.read_bytes()
+    out = tmp_path / "out.onnx"
+    report = graft_found(tmp_path / "m.onnx", out, check=False)
+    assert report.out == out and theirs.read_bytes() == kept
+    mine, = (p for p in tmp_path.glob("out.onnx.*.data") if p != theirs)
+    assert onnx.load(out).graph.initializer and mine.stat().st_size > 0
+    with pytest.raises(OutputPathError, match=r"is the input .*write somewhere else"):
+        graft_found(tmp_path / "m.onnx", theirs, check=False, force=True)
+    assert theirs.read_bytes() == kept
+
+
+class _Built(Exception):
+    pass
+
+
+def test_a_declared_max_len_of_1_or_of_2_24_is_taken(monkeypatch):
+    """The declared positions' bounds are inclusive (1 and 2^24 built, as --max-len's)."""
+    module = sys.modules["edgepe.graft"]
+    built = []
+
+    def build(original, one, max_len, **options):  # (what a 2^24 table would cost: stop here)
+        built.append(max_len)
+        raise _Built
+
+    monkeypatch.setattr(module, "build_found", build)
+    for length in (1, 1 << 24):
+        monkeypatch.setattr(module, "declared_max_len",
+                            lambda model, found, n=length: (n, "the model's table 'x'"))
+        with pytest.raises(_Built):
+            graft(LLAMA, check=False)
+    assert built == [1, 1 << 24]
+
+
 # --- the --pe path ------------------------------------------------------------------------------
 
 
