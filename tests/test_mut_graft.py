@@ -5,7 +5,11 @@ two position inputs) with its report totals and its proof's bound and length, th
 lowering, sliced RoPE's proof bound, hand-built opset-23 RotaryEmbedding ops and longrope's
 run-time choice, ``--pe`` with given positions, ``add``, a loosened manifest and a checkpoint,
 and ``write_model``'s folders, staging place, umask and external-data threshold (issue 33: the
-mutation run of that module runs this file first; the whole file takes seconds).
+mutation run of that module runs this file first; the whole file takes seconds). Issues 40/41's
+lines too: which of find_pe's and discover's PEs are grafted (T5's biases together, MPT's bias
+beside a table, two RoPEs), mrope's check, build and streams' proof, tables added whole (two,
+int8, what is seen and kept), the declared max_len's walk and bounds, the data files a model
+read as inputs, and write_model's failures.
 """
 
 from __future__ import annotations
@@ -950,7 +954,7 @@ def test_max_len_up_to_2_24_passes_the_option_check(tmp_path):
         graft(demo(tmp_path), max_len=1 << 24, check=False)
 
 
-# --- mrope (issue 40 point 3): its config check, its builder, its streams' proof -------------------
+# --- mrope (issue 40 point 3): its config check, its builder, its streams' proof ----------------
 
 
 def test_mrope_is_checked_built_and_proven_as_mrope(tmp_path):
@@ -978,7 +982,7 @@ def test_mrope_is_checked_built_and_proven_as_mrope(tmp_path):
         "model_type": "qwen2_vl", "params": {"base": 10000.0, "mrope_section": [2, 1, 3]},
         "scheme": "mrope"}
     assert not {"Cos", "Sin"} & {n.op_type for n in report.model.graph.node}
-    found, = discover_found(original)
+    found, = _discovered(original)
     bound = record["quant"]["bound"]
     assert bound > 0
     label, checks = prove_streams(original, report.model, found, 16, bound, 0)
@@ -994,7 +998,7 @@ def test_mrope_is_checked_built_and_proven_as_mrope(tmp_path):
         graft_found(path, hf_config=wrong, check=False)
 
 
-def discover_found(model):
+def _discovered(model):
     from edgepe.graft.discover import discover
 
     return discover(model)[0]
@@ -1047,8 +1051,8 @@ def _wholes(tables, decoder: bool = True, opset: int = 18) -> onnx.ModelProto:
     return model
 
 
-LEARNED_P = "learned (table 'P' [24, 8]) at Gather 'pos', positions 'positions' (from 'input_ids' " \
-    "by Range)"
+LEARNED_P = ("learned (table 'P' [24, 8]) at Gather 'pos', positions 'positions' (from "
+             "'input_ids' by Range)")
 
 
 def _whisper(i: int, rows: int) -> str:
