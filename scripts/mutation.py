@@ -1255,16 +1255,48 @@ EQUIVALENT: dict[str, str] = {
     # h-n1: edgepe/graft/__init__.py
     GRF + "_umask__mutmut_3": "os.umask(1) instead of umask(0) to read the mask: either call "
     "returns the mask it replaces, and the next line puts that back",
+    # (renumbered by issues 40/41's lines: hmut3)
     **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over found and hf_records: "
        "hf_records is made [None] * len(found) just above, so strict never fires"
-       for i in (107, 110, 111)},
+       for i in (205, 208, 209)},
     **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over the PE's outputs and "
-       "one.replaces: build_found makes one output per replaced tensor (find_hf's tables are "
-       "keyed by found.replaces), so strict never fires" for i in (154, 157, 158)},
-    **{f"{GRF}graft_found__mutmut_{i}": "streams() for one candidate too: it returns None for "
-       "fewer than two (its first check), the value the else gives" for i in (59, 64)},
-    **{f"{GRF}write_model__mutmut_{i}": "size_threshold=1024 dropped: 1024 is "
-       "onnx.save_model's default" for i in (33, 35)},
+       "one.replaces: build_found, build_t5 and mrope.build each make one output per replaced "
+       "tensor (find_hf's tables are keyed by found.replaces; T5's one bucket; mrope's cos, "
+       "sin), so strict never fires" for i in (276, 279, 280)},
+    **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over found and records: the loop "
+       "above appends one record per PE found (a whole table's `continue` comes after its "
+       "append), so strict never fires" for i in (531, 534, 535)},
+    GRF + "graft_found__mutmut_127": "streams() for one candidate too: it returns None for "
+    "fewer than two (its first check), the value the else gives",
+    GRF + "graft_found__mutmut_68": "together = None for False: both falsy, and together is "
+    "only tested for truth (`not together`, `if together`) until accepted_together sets it",
+    **{f"{GRF}graft_found__mutmut_{i}": "the '--max-len' fallback of the declared bound's "
+       "refusal: max_len_from is None only when --max-len was given, which the option check "
+       "at the top holds to the same 1 .. 2^24, and check_hf_config / mrope.check_config "
+       "return the given one unchanged: unreachable" for i in (197, 198)},
+    **{f"{GRF}graft_found__mutmut_{i}": "prove_streams' seed (None: fresh entropy; dropped: "
+       "its default 0): it draws only the batch-of-2 random positions (and the cone's other "
+       "inputs, which cos/sin do not read), every column of which repeats a (stream, position) "
+       "the full sweep of 0 .. max_len - 1 already compared: the same worst errors"
+       for i in (644, 650)},
+    **{f"{GRF}write_model__mutmut_{i}": f"{what} dropped: it is "
+       "onnx.external_data_helper.convert_model_to_external_data's default"
+       for i, what in ((29, "all_tensors_to_one_file=True"), (31, "size_threshold=1024"))},
+    GRF + "write_model__mutmut_17": "name = '' for None: name is compared only with a data "
+    "file's name (never empty) in the clean-up, where both mean 'no new data file'",
+    **{f"{GRF}write_model__mutmut_{i}": "the random part of the staged data file's temporary "
+       "name (renamed or removed within the call): 8, 10 or 64 hex digits after temp_prefix's "
+       "29 characters, unique and short either way" for i in (22, 23)},
+    **{f"{GRF}write_model__mutmut_{i}": "the block size of the staged data file's sha256: "
+       "the digest of the same bytes whatever the blocks (whole-file read: memory only, "
+       "peak set by the model's serialisation before it)" for i in (53, 55, 56)},
+    **{f"{GRF}write_model__mutmut_{i}": "missing_ok on OUT's temporary file after os.replace "
+       "failed: write_temp made it just before and a failed rename leaves it, so it is there "
+       "to remove" for i in (109, 111)},
+    **{f"{GRF}declared_max_len__mutmut_{i}": "ok = None for False: both falsy, and ok is "
+       "only tested for truth (the while, `not ok`)" for i in (78, 124)},
+    GRF + "declared_max_len__mutmut_80": "continue -> break right after ok = False: the "
+    "while's `ok` ends the walk at once either way",
     # h-n4: graft/find_hf.py
     FHF + "_alibi__mutmut_48": "continue -> break leaves only the Mul's other (slopes, Cast) "
     "reading: input 0 is then a constant and input 1 Cast-made, so the reverse would need a "

@@ -5,7 +5,11 @@ two position inputs) with its report totals and its proof's bound and length, th
 lowering, sliced RoPE's proof bound, hand-built opset-23 RotaryEmbedding ops and longrope's
 run-time choice, ``--pe`` with given positions, ``add``, a loosened manifest and a checkpoint,
 and ``write_model``'s folders, staging place, umask and external-data threshold (issue 33: the
-mutation run of that module runs this file first; the whole file takes seconds).
+mutation run of that module runs this file first; the whole file takes seconds). Issues 40/41's
+lines too: which of find_pe's and discover's PEs are grafted (T5's biases together, MPT's bias
+beside a table, two RoPEs), mrope's check, build and streams' proof, tables added whole (two,
+int8, what is seen and kept), the declared max_len's walk and bounds, the data files a model
+read as inputs, and write_model's failures.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgepe.contract.commit import TMP_MARK, lock_path
 from edgepe.contract.errors import BadParameterError, CheckpointError, OutputPathError
 from edgepe.graft import graft, graft_found, write_model
-from edgepe.graft.find_hf import find_pe
+from edgepe.graft.find_hf import find_pe, looked_for
 
 DATA = Path(__file__).resolve().parent / "data" / "optimum"
 LLAMA, OPT, MPT, GPTJ = (DATA / name / "model.onnx" for name in ("llama", "opt", "mpt", "gptj"))
@@ -159,6 +163,95 @@ def test_two_pes_on_one_stream_or_with_a_rope_lowering_are_refused(tmp_path):
                                "ARTIFACT --at TENSOR")
 
 
+def test_two_t5_biases_discovered_are_each_replaced_not_per_stream(tmp_path):
+    """T5's two stacks (found by their values, ``discover``; one per input, too): accepted
+    together, so the found line says each replaced, the two named in order."""
+    from _t5_models import t5_like
+
+    from edgepe.graft.discover import discover
+
+    model = t5_like(("bidirectional", 8, 16), ("causal", 8, 16))
+    onnx.save(model, tmp_path / "t5.onnx")
+    where = [f.where for f in discover(model)[0]]
+    report = graft_found(tmp_path / "t5.onnx", check=False)
+    assert report.found == f"found t5-bias x2, each replaced: {where[0]}; {where[1]}"
+
+
+def test_two_ropes_only_discover_finds_are_refused_as_its_candidates(tmp_path):
+    """find_pe finds nothing, ``discover`` two RoPEs of the same frequencies (not accepted
+    together): refused naming discover's two, not "no PE found"."""
+    from test_graft_families import _two_ropes
+
+    h = np.array([1.0, 0.1], np.float32)
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_ropes(h, h), path)
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, check=False)
+    assert str(info.value).startswith(f"2 PE candidates in {str(path)!r}: rope (caches layout, "
+                                      "R=4, angle 'angle' = float32(p) * w, w read off the "
+                                      "model's values [2], base 100)")
+
+
+def test_two_ropes_find_pe_finds_on_one_stream_are_refused_as_its_own(tmp_path):
+    """find_pe's two RoPEs on one stream, which discover finds too (same frequencies: not
+    together): the refusal names find_pe's (their inv_freq), not discover's reading."""
+    path = _rope_positions_model(tmp_path / "m.onnx",
+                                 [helper.make_node("Identity", ["position_ids"], ["p"])], {},
+                                 ["position_ids"])
+    model = onnx.load(path)
+    model.graph.node.extend([helper.make_node("Mul", ["posf", "inv_freq"], ["f2"]),
+                             helper.make_node("Concat", ["f2", "f2"], ["emb2"], axis=-1),
+                             helper.make_node("Cos", ["emb2"], ["cos2"]),
+                             helper.make_node("Sin", ["emb2"], ["sin2"]),
+                             helper.make_node("Mul", ["y", "cos2"], ["yc"]),
+                             helper.make_node("Add", ["yc", "sin2"], ["y2"])])
+    model.graph.output[0].name = "y2"
+    onnx.save(model, path)
+    rope = "rope (half layout, R=4, inv_freq 'inv_freq' [2]) at Cos '{}' / Sin '{}', positions " \
+        "from input 'position_ids' (via 'pos')"
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, check=False)
+    assert str(info.value) == (f"2 PE candidates in {str(path)!r}: {rope.format('cos', 'sin')}; "
+                               f"{rope.format('cos2', 'sin2')}; graft one with --pe ARTIFACT "
+                               "--at TENSOR")
+
+
+def test_one_pe_discover_confirms_of_two_on_one_stream_is_grafted(tmp_path):
+    """MPT's constant ALiBi bias (no positions) beside a learned table gathered by
+    position_ids: find_pe's two are not one per stream, discover finds the table alone by its
+    values: that one is grafted (the bias stays as the model has it)."""
+    model = onnx.load(str(MPT))
+    graph = model.graph
+    graph.input.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                     ["batch_size", "sequence_length"]))
+    graph.initializer.append(numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32), "wpe"))
+    graph.node.append(helper.make_node("Gather", ["wpe", "position_ids"], ["pe_rows"]))
+    graph.output.append(helper.make_tensor_value_info("pe_rows", TensorProto.FLOAT,
+                                                      ["batch_size", "sequence_length", 4]))
+    path = tmp_path / "mpt.onnx"
+    onnx.save(model, path)
+    assert len(find_pe(model)) == 2
+    report = graft_found(path, check=False)
+    assert report.found == ("found learned (table 'wpe' [16, 4]) at Gather 'pe_rows', positions "
+                            "from input 'position_ids'")
+
+
+def test_one_pe_per_stream_is_not_looked_for_by_its_values_again(tmp_path):
+    """find_pe's one PE per input stream stands: discover (which runs the model) is not asked,
+    so a Cos/Sin of no positions it would have said is not said."""
+    model = onnx.load(_streams(tmp_path))
+    model.graph.node.extend([helper.make_node("Cos", ["x"], ["cx"]),
+                             helper.make_node("Sin", ["x"], ["sx"]),
+                             helper.make_node("Add", ["cx", "sx"], ["y2"])])
+    model.graph.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT,
+                                                            ["B", "S", 4]))
+    onnx.save(model, tmp_path / "m.onnx")
+    where = [f.where for f in find_pe(model)]
+    report = graft_found(tmp_path / "m.onnx", check=False)
+    assert report.found == f"found learned x2, one per input stream: {where[0]}; {where[1]}"
+
+
 # --- the found path's options and fixtures ------------------------------------------------------
 
 
@@ -287,6 +380,47 @@ def test_a_small_model_that_came_with_data_beside_it_is_written_whole(tmp_path):
     assert onnx.load(out) == report.model
 
 
+def test_found_graft_counts_the_data_files_the_model_read_as_inputs(tmp_path):
+    """A model whose external data is named like OUT's own data files (OUT.<16 hex>.data): it
+    came with external data, so OUT goes out as a pair; the model's data file is an input, kept
+    byte for byte (never taken for an earlier pair's), and never an OUT."""
+    model = onnx.load(_streams(tmp_path, rows=(70, 80)))
+    theirs = tmp_path / "out.onnx.0123456789abcdef.data"
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location=theirs.name, size_threshold=0)
+    kept = theirs.read_bytes()
+    out = tmp_path / "out.onnx"
+    report = graft_found(tmp_path / "m.onnx", out, check=False)
+    assert report.out == out and theirs.read_bytes() == kept
+    mine, = (p for p in tmp_path.glob("out.onnx.*.data") if p != theirs)
+    assert onnx.load(out).graph.initializer and mine.stat().st_size > 0
+    with pytest.raises(OutputPathError, match=r"is the input .*write somewhere else"):
+        graft_found(tmp_path / "m.onnx", theirs, check=False, force=True)
+    assert theirs.read_bytes() == kept
+
+
+class _Built(Exception):
+    pass
+
+
+def test_a_declared_max_len_of_1_or_of_2_24_is_taken(monkeypatch):
+    """The declared positions' bounds are inclusive (1 and 2^24 built, as --max-len's)."""
+    module = sys.modules["edgepe.graft"]
+    built = []
+
+    def build(original, one, max_len, **options):  # (what a 2^24 table would cost: stop here)
+        built.append(max_len)
+        raise _Built
+
+    monkeypatch.setattr(module, "build_found", build)
+    for length in (1, 1 << 24):
+        monkeypatch.setattr(module, "declared_max_len",
+                            lambda model, found, n=length: (n, "the model's table 'x'"))
+        with pytest.raises(_Built):
+            graft(LLAMA, check=False)
+    assert built == [1, 1 << 24]
+
+
 # --- the --pe path ------------------------------------------------------------------------------
 
 
@@ -365,6 +499,72 @@ def test_pe_graft_of_an_int8_artifact_from_a_checkpoint_needs_the_checkpoint(tmp
     assert report and 0 < report.checks[0].max_abs_err <= report.checks[0].tolerance
     with pytest.raises(CheckpointError):  # its int8 bound comes from the weights
         graft(model, pe=pe, at="pe0", positions="arange:x", lengths=[3])
+
+
+def _with_big(tmp_path, weight) -> Path:
+    """demo's model with a 2 kB constant output ``big`` it keeps, every tensor inline."""
+    model = onnx.load(demo(tmp_path, weight=weight))
+    model.graph.initializer.append(numpy_helper.from_array(np.arange(512, dtype=np.float32),
+                                                           "big_table"))
+    model.graph.node.append(helper.make_node("Identity", ["big_table"], ["big"]))
+    model.graph.output.append(helper.make_tensor_value_info("big", TensorProto.FLOAT, [512]))
+    onnx.save(model, tmp_path / "m.onnx")
+    return tmp_path / "m.onnx"
+
+
+def test_pe_graft_writes_external_data_as_the_model_came_or_over_the_limit(tmp_path, artifact,
+                                                                          monkeypatch):
+    """--pe: OUT inline for an inline model up to MODEL_BYTES_LIMIT (the grafted model's
+    bytes), with external data beside it for one a byte over, or for a model that came with
+    MODEL.data beside it."""
+    pe, weight = artifact
+    model = _with_big(tmp_path, weight)
+    module = sys.modules["edgepe.graft"]
+
+    def data(name):
+        out = tmp_path / name
+        graft(model, pe=pe, at="pe0", positions="arange:x", out=out, check=False)
+        return sorted(p.name for p in tmp_path.glob(f"{name}*.data"))
+
+    grafted = graft(model, pe=pe, at="pe0", positions="arange:x", check=False).bytes_after
+    monkeypatch.setattr(module, "MODEL_BYTES_LIMIT", grafted)
+    assert data("inline.onnx") == []
+    monkeypatch.setattr(module, "MODEL_BYTES_LIMIT", grafted - 1)
+    assert len(data("over.onnx")) == 1
+    monkeypatch.undo()
+    (tmp_path / "m.onnx.data").write_bytes(b"")  # came with external data
+    assert len(data("beside.onnx")) == 1
+
+
+def test_pe_graft_refuses_an_out_made_meanwhile_without_force(tmp_path, artifact, monkeypatch):
+    """OUT made by someone else after graft's first check of it: refused at the commit
+    (write_model's check under the lock, with graft's --force), OUT left as it is."""
+    pe, weight = artifact
+    module = sys.modules["edgepe.graft"]
+    out = tmp_path / "out.onnx"
+    real = module.graft_model
+
+    def meanwhile(*args, **kwargs):
+        out.write_bytes(b"theirs")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "graft_model", meanwhile)
+    with pytest.raises(OutputPathError, match="exists; pass --force"):
+        graft(demo(tmp_path, weight=weight), pe=pe, at="pe0", positions="arange:x", out=out,
+              check=False)
+    assert out.read_bytes() == b"theirs"
+
+
+def test_pe_graft_never_writes_over_its_checkpoint(tmp_path, artifact):
+    pe, weight = artifact
+    checkpoint = tmp_path / "pe.pt"
+    checkpoint.write_bytes(b"weights")
+    with pytest.raises(OutputPathError) as info:
+        graft(demo(tmp_path, weight=weight), pe=pe, at="pe0", positions="arange:x",
+              checkpoint=checkpoint, out=checkpoint, force=True)
+    assert str(info.value) == (f"--out {str(checkpoint)!r} is the input {str(checkpoint)!r}; "
+                               "write somewhere else")
+    assert checkpoint.read_bytes() == b"weights"
 
 
 def test_pe_graft_proof_is_seeded_default_0(tmp_path, artifact):
@@ -666,6 +866,71 @@ def test_write_model_checks_the_output_rule_under_the_lock(tmp_path):
     assert onnx.load(out).graph.initializer
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["before-the-data", "after-the-data"])
+def test_write_model_a_failed_data_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                       staged):
+    """The data file's write fails (a full disk) before its staged file exists, or after: the
+    one line naming OUT and the system's reason, and no file left, staged or not."""
+    import errno
+
+    import onnx.external_data_helper as helper_module
+
+    real = helper_module.write_external_data_tensors
+
+    def full(model, folder):
+        if staged:
+            real(model, folder)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(helper_module, "write_external_data_tensors", full)
+    out = tmp_path / "m.onnx"
+    with pytest.raises(OutputPathError) as info:
+        write_model(_tensors_model(2048), out, external=True)
+    assert str(info.value) == f"cannot write {str(out)!r}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_model_a_failed_commit_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The rename of OUT's temporary file over OUT fails: the one line naming OUT and the
+    system's reason; the temporary file removed, the old OUT as it was."""
+    import errno
+
+    out = tmp_path / "m.onnx"
+    out.write_bytes(b"old")
+    real = os.replace
+
+    def refused(src, dst, *a, **k):
+        if Path(dst) == out:
+            raise OSError(errno.EACCES, "Permission denied")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OutputPathError) as info:
+        write_model(_tensors_model(16), out, external=False)
+    assert str(info.value) == f"cannot write {str(out)!r}: Permission denied"
+    assert _names(tmp_path) == ["m.onnx"] and out.read_bytes() == b"old"
+
+
+def test_write_model_an_old_data_file_gone_before_its_removal_is_no_error(tmp_path,
+                                                                         monkeypatch):
+    """The previous pair's data file, removed by someone else between graft listing it and
+    removing it (graft's lock keeps out grafts, not a user cleaning the folder): no error."""
+    module = sys.modules["edgepe.graft"]
+    out = tmp_path / "m.onnx"
+    write_model(_tensors_model(2048), out, external=True)
+    first, = module._ours(out)
+    real = module._ours
+
+    def vanishing(target):
+        first.unlink()
+        return real(target) + [first]
+
+    monkeypatch.setattr(module, "_ours", vanishing)
+    write_model(_tensors_model(4096), out, external=True)
+    data, = tmp_path.glob("m.onnx.*.data")
+    assert data.stat().st_size == 4096 and onnx.load(out).graph.initializer
+
+
 def test_an_overridable_initializer_is_refused_without_the_proof_too(tmp_path):
     """--no-check or not: graft never freezes an initializer that is also a graph input, on
     the --pe path and on the path that finds the PE itself."""
@@ -687,6 +952,162 @@ def test_max_len_up_to_2_24_passes_the_option_check(tmp_path):
     """2^24 itself is taken (the model is read: here it has no PE)."""
     with pytest.raises(BadParameterError, match="^no PE found in "):
         graft(demo(tmp_path), max_len=1 << 24, check=False)
+
+
+# --- mrope (issue 40 point 3): its config check, its builder, its streams' proof ----------------
+
+
+def test_mrope_is_checked_built_and_proven_as_mrope(tmp_path):
+    """Qwen2-VL's mrope (tests/test_graft_mrope.py's model) with its config, int8: checked by
+    ``mrope.check_config`` (its record: the frequencies compared; a section not the model's
+    refused), built by ``mrope.build`` (no Cos/Sin left), and proven besides by
+    ``mrope.prove_streams``, held to the int8 bound: its line after the whole model's, its checks
+    after the others."""
+    from test_graft_mrope import _model
+
+    from edgepe.graft.mrope import prove_streams
+
+    path = tmp_path / "model.onnx"
+    original = _model((2, 1, 3))
+    onnx.save(original, path)
+    config = {"model_type": "qwen2_vl", "hidden_size": 24, "num_attention_heads": 2,
+              "max_position_embeddings": 16,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                  "mrope_section": [2, 1, 3]}}
+    report = graft_found(path, hf_config=config, quantize="int8")
+    assert report, report.checks
+    (record,) = _records(report.model)
+    assert record["scheme"] == "mrope" and record["hf_config"] == {
+        "inv_freq": "equal to edgepe's mrope scheme (float32) bit for bit",
+        "model_type": "qwen2_vl", "params": {"base": 10000.0, "mrope_section": [2, 1, 3]},
+        "scheme": "mrope"}
+    assert not {"Cos", "Sin"} & {n.op_type for n in report.model.graph.node}
+    found, = _discovered(original)
+    bound = record["quant"]["bound"]
+    assert bound > 0
+    label, checks = prove_streams(original, report.model, found, 16, bound, 0)
+    assert report.lengths[-1] == label == (
+        "three distinct, and equal, position streams at every position 0..15 (the replaced "
+        "tensors, from the positions tensor)")
+    assert [c.name for c in report.checks] == ["y", *found.replaces, *(c.name for c in checks)]
+    assert [(c.max_abs_err, c.tolerance) for c in report.checks[-len(checks):]] == [
+        (c.max_abs_err, c.tolerance) for c in checks]
+    wrong = {**config, "rope_parameters": {**config["rope_parameters"],
+                                           "mrope_section": [1, 2, 3]}}
+    with pytest.raises(BadParameterError, match="^--from-hf-config's mrope_section"):
+        graft_found(path, hf_config=wrong, check=False)
+
+
+def _discovered(model):
+    from edgepe.graft.discover import discover
+
+    return discover(model)[0]
+
+
+# --- tables added whole (issue 40 point 2), more than one, and what was seen besides ------------
+
+
+def _wholes(tables, decoder: bool = True, opset: int = 18) -> onnx.ModelProto:
+    """tests/test_graft_whole.py's Whisper in miniature with any number of encoder tables:
+    ``x<i> + T<i>`` (each added whole), their means summed; ``decoder``: plus the decoder's
+    ``E[input_ids] + P[arange(S)]`` (a learned table gathered by positions)."""
+    rng = np.random.default_rng(1)
+    width = 8
+    inits = [numpy_helper.from_array(np.asarray([1], np.int64), "axis1"),
+             numpy_helper.from_array(rng.standard_normal((width, 8)).astype(np.float32), "W")]
+    nodes, inputs, total = [], [], None
+    for i, table in enumerate(tables):
+        inits.append(numpy_helper.from_array(table, f"T{i}"))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT,
+                                                    ["batch", table.shape[0], width]))
+        nodes += [helper.make_node("Add", [f"x{i}", f"T{i}"], [f"enc{i}"]),
+                  helper.make_node("ReduceMean", [f"enc{i}", "axis1"], [f"ctx{i}"], keepdims=1)]
+        if total is not None:
+            nodes.append(helper.make_node("Add", [total, f"ctx{i}"], [f"sum{i}"]))
+        total = f"ctx{i}" if total is None else f"sum{i}"
+    shape = ["batch", 1, 8]
+    if decoder:
+        inits += [numpy_helper.from_array(rng.standard_normal((8, width)).astype(np.float32), "E"),
+                  numpy_helper.from_array(rng.standard_normal((24, width)).astype(np.float32),
+                                          "P"),
+                  numpy_helper.from_array(np.asarray(0, np.int64), "zero"),
+                  numpy_helper.from_array(np.asarray(1, np.int64), "one"),
+                  numpy_helper.from_array(np.asarray([0], np.int64), "axis0")]
+        nodes += [helper.make_node("Gather", ["E", "input_ids"], ["tok"]),
+                  helper.make_node("Shape", ["input_ids"], ["seq1"], start=1, end=2),
+                  helper.make_node("Squeeze", ["seq1", "axis0"], ["seq"]),
+                  helper.make_node("Range", ["zero", "seq", "one"], ["positions"]),
+                  helper.make_node("Gather", ["P", "positions"], ["pos"]),
+                  helper.make_node("Add", ["tok", "pos"], ["dec"]),
+                  helper.make_node("Add", ["dec", total], ["h"])]
+        inputs.append(helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                                    ["batch", "seq"]))
+        total, shape = "h", ["batch", "seq", 8]
+    nodes.append(helper.make_node("MatMul", [total, "W"], ["logits"]))
+    graph = helper.make_graph(nodes, "wholes", inputs, [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+LEARNED_P = ("learned (table 'P' [24, 8]) at Gather 'pos', positions 'positions' (from "
+             "'input_ids' by Range)")
+
+
+def _whisper(i: int, rows: int) -> str:
+    return (f"sinusoidal (Whisper's encoder sinusoidal table 'T{i}' [{rows}, 8], a constant added "
+            f"whole: base 10000, frequencies fairseq, layout half) at Add 'enc{i}', positions "
+            f"0..{rows - 1} (its rows)")
+
+
+def test_every_table_added_whole_is_replaced_and_named(tmp_path):
+    """Two encoder tables added whole beside the decoder's learned one: each its own artifact,
+    named in the found line, the artifact and the positions, in order."""
+    from test_graft_whole import _sinusoids
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_wholes([_sinusoids(12, 8), _sinusoids(6, 8)]), path)
+    report = graft_found(path, check=False)
+    assert report.found == (f"found {LEARNED_P}; and {_whisper(0, 12)}; and {_whisper(1, 6)}")
+    assert report.artifact == ("learned (table, float32, 24 positions) and sinusoidal (table, "
+                               "float32, 12 positions, added whole) and sinusoidal (table, "
+                               "float32, 6 positions, added whole)")
+    assert report.positions == ("positions, 0..11 (a Range inside the PE), 0..5 (a Range inside "
+                                "the PE)")
+    assert [r["table"] for r in _records(report.model)] == ["P", "T0", "T1"]
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, rope_lowering="ort", check=False)
+    assert str(info.value) == (f"--rope-lowering fuses one RoPE; {str(path)!r} also adds "
+                               f"{_whisper(0, 12)}: graft it without --rope-lowering")
+
+
+def test_a_table_added_whole_beside_int8_says_int8(tmp_path):
+    from test_graft_whole import _sinusoids
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_wholes([_sinusoids(12, 8)], opset=19), path)
+    report = graft_found(path, check=False, quantize="int8")
+    assert report.artifact == ("learned (table, int8, 24 positions) and sinusoidal (table, int8, "
+                               "12 positions, added whole)")
+
+
+def test_what_was_seen_and_kept_is_said_each(tmp_path):
+    """Two tables added whole that are not Whisper's: each said (kept), after the PE found, or
+    in the refusal when there is none."""
+    from test_graft_whole import _marian
+
+    seen = "; ".join(f"a constant table 'T{i}' [{rows}, 8] added whole at Add 'enc{i}', not "
+                     "Whisper's sinusoids (kept)" for i, rows in enumerate((12, 6)))
+    path = tmp_path / "m.onnx"
+    onnx.save(_wholes([_marian(12, 8), _marian(6, 8)]), path)
+    assert graft_found(path, check=False).found == f"found {LEARNED_P}; also saw {seen}"
+    onnx.save(_wholes([_marian(12, 8), _marian(6, 8)], decoder=False), path)
+    with pytest.raises(BadParameterError) as info:
+        graft_found(path, check=False)
+    assert str(info.value) == (
+        f"no PE found in {str(path)!r}: looked for {looked_for()}; "
+        f"saw {seen}; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
 
 
 # --- the positions' count when --max-len is not given (issue 40) --------------------------------
@@ -795,6 +1216,56 @@ def test_positions_from_an_input_or_arithmetic_declare_nothing(tmp_path, case):
     assert length == DEFAULT_MAX_LEN
     assert where == ("graft's default 4096: the model declares no length (give --max-len, or "
                      "--from-hf-config config.json for its max_position_embeddings)")
+
+
+@pytest.mark.parametrize("case", ["input-after-range", "dynamic-range-after-constant",
+                                  "empty-constant", "range-of-two-element-start"])
+def test_any_part_of_the_positions_undeclared_declares_nothing(tmp_path, case):
+    """A bound read off part of the positions is no bound: an input concatenated before a
+    constant Range (popped last: nothing left to follow), a Range of a run-time limit after a
+    constant, an empty constant (no position in it) and a Range whose start is no scalar each
+    give graft's default, not the other part's bound."""
+    from edgepe.graft import DEFAULT_MAX_LEN, declared_max_len
+
+    nodes, inits = _range(0, 4)
+    first = {"input-after-range": "position_ids", "dynamic-range-after-constant": "c",
+             "empty-constant": "empty", "range-of-two-element-start": "c"}[case]
+    last = "dyn" if case == "dynamic-range-after-constant" else "r"
+    if case == "range-of-two-element-start":
+        inits["r0"] = np.array([0, 1], np.int64)
+    nodes += [helper.make_node("Range", ["r0", "position_ids", "r2"], ["dyn"]),
+              helper.make_node("Concat", [first, last], ["p"], axis=0)]
+    inits.update(c=np.array([9, 2, 3, 4], np.int64), empty=np.zeros(0, np.int64))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model))[0] == DEFAULT_MAX_LEN
+
+
+def test_every_branch_of_nested_concats_is_followed_once(tmp_path):
+    """``Concat(c, inner, inner)`` with ``inner = Concat(r, c3)``: the second ``inner`` is
+    skipped (seen), not the end of the walk, and ``inner``'s inputs join those still to follow:
+    the largest is ``c``'s 9."""
+    from edgepe.graft import declared_max_len
+
+    nodes, inits = _range(0, 4)
+    nodes += [helper.make_node("Concat", ["r", "c3"], ["inner"], axis=0),
+              helper.make_node("Concat", ["c", "inner", "inner"], ["p"], axis=0)]
+    inits.update(c=np.array([9, 2, 3], np.int64), c3=np.array([1, 2, 3], np.int64))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model)) == (10, "the constant positions 'c'")
+
+
+@pytest.mark.parametrize("identities, bound", [(61, 8), (62, None)])
+def test_the_positions_are_followed_back_through_64_names_at_most(tmp_path, identities, bound):
+    """The walk back from the positions stops after 64 tensors (a bound on a hostile model's
+    work): ``pos``, ``p`` and 61 Identities' outputs reach the Range's (64 names); one Identity
+    more leaves it unread, and the default."""
+    from edgepe.graft import DEFAULT_MAX_LEN, declared_max_len
+
+    nodes, inits = _range(0, 8, out="i0")
+    nodes += [helper.make_node("Identity", [f"i{j}"], [f"i{j + 1}"]) for j in range(identities)]
+    nodes.append(helper.make_node("Identity", [f"i{identities}"], ["p"]))
+    model = onnx.load(_rope_positions_model(tmp_path / "m.onnx", nodes, inits))
+    assert declared_max_len(model, find_pe(model))[0] == (bound or DEFAULT_MAX_LEN)
 
 
 def test_a_table_keeps_its_rows_and_mpt_its_length_as_the_source():
