@@ -1,7 +1,7 @@
 """The resource bound on untrusted graphs (``edgepe.graphs.untrusted.check_tensor_bound``, issue
 30), called directly with small budgets so every edge is reached: a tensor at the budget passes,
 one element over is refused; free input dimensions are taken as 1; a Range or Expand sized by
-input SIZES is evaluated at free dimension 1 and ``SIZE_PROBE`` (16); one sized by input VALUES,
+input SIZES is evaluated at free dimension 1, ``SIZE_PROBE`` (16) and 32; one sized by input VALUES,
 or another data-shaped op shape inference cannot size, is refused. Each refusal's message is
 pinned whole (one line naming the node, the count and the budget). Issue 33: these kill the
 mutmut survivors of graphs/untrusted.py, which the subprocess-driven tests of
@@ -138,22 +138,24 @@ def test_a_range_sized_by_input_values_is_refused():
 
 def test_an_expand_of_input_values_to_a_shape_of_input_sizes_is_evaluated():
     """Expand's data input may depend on values (it does not size the output); its shape input,
-    [10] ++ Shape(x) (Shape cuts the dependence on values), is evaluated: [10, 16, 4] at most."""
+    [10] ++ Shape(x) (Shape cuts the dependence on values), is evaluated: [10, 32, 4] at most
+    (free dimension 2 x SIZE_PROBE)."""
     model = _model([helper.make_node("Shape", ["x"], ["sh"]),
                     helper.make_node("Concat", ["ten", "sh"], ["dims"], axis=0),
                     helper.make_node("Expand", ["x", "dims"], ["y"], name="e")],
                    [X], [Y_FLOAT], [_int([10], "ten")])
-    assert _refusal(model, 640) is None
-    assert _refusal(model, 639) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 640 "
-                                    "elements, over the budget of 639: refused before running it")
+    assert _refusal(model, 1280) is None
+    assert _refusal(model, 1279) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 1280 "
+                                     "elements, over the budget of 1279: refused before running "
+                                     "it")
 
 
-# ---- Range / Expand sized by input sizes: evaluated at free dimension 1 and 16 ----------------
+# ---- Range / Expand sized by input sizes: evaluated at free dimension 1, 16 and 32 ------------
 
 
 def _range_of_size(factor: int):
     """Range(0, Size(x) * factor, 1): 4 * factor elements at free dimension 1, 64 * factor at
-    16."""
+    16, 128 * factor at 32."""
     return _model([helper.make_node("Size", ["x"], ["n"]),
                    helper.make_node("Mul", ["n", "k"], ["lim"]),
                    helper.make_node("Range", ["zero", "lim", "one"], ["y"], name="r")],
@@ -165,11 +167,12 @@ def _range_over(count: int, budget: int, node: str = "r") -> str:
             f"{budget}: refused before running it")
 
 
-def test_a_range_sized_by_input_sizes_is_evaluated_at_free_dimension_16():
+def test_a_range_sized_by_input_sizes_is_evaluated_at_free_dimension_16_and_32():
     assert SIZE_PROBE == 16
     model = _range_of_size(1000)
-    assert _refusal(model, 64000) is None  # 16 x 4 x 1000
-    assert _refusal(model, 63999) == _range_over(64000, 63999)
+    assert _refusal(model, 128000) is None  # 32 x 4 x 1000
+    assert _refusal(model, 127999) == _range_over(128000, 127999)
+    assert _refusal(model, 63999) == _range_over(64000, 63999)  # 16 x 4 x 1000, first
 
 
 def test_a_range_is_evaluated_at_free_dimension_1_first():
@@ -177,13 +180,13 @@ def test_a_range_is_evaluated_at_free_dimension_1_first():
 
 
 def test_a_range_counts_ceil_of_span_over_step_for_a_negative_step():
-    """Range(Size(x) * 100, 0, -3): ceil(-6400 / -3) = 2134 elements at free dimension 16."""
+    """Range(Size(x) * 100, 0, -3): ceil(-12800 / -3) = 4267 elements at free dimension 32."""
     model = _model([helper.make_node("Size", ["x"], ["n"]),
                     helper.make_node("Mul", ["n", "k"], ["start"]),
                     helper.make_node("Range", ["start", "zero", "step"], ["y"])],
                    [X], [Y_INT], [_int(100, "k"), _int(0, "zero"), _int(-3, "step")])
-    assert _refusal(model, 2134) is None
-    assert _refusal(model, 2133) == _range_over(2134, 2133, node="Range")
+    assert _refusal(model, 4267) is None
+    assert _refusal(model, 4266) == _range_over(4267, 4266, node="Range")
 
 
 def test_a_range_with_step_zero_is_endless():
@@ -196,27 +199,30 @@ def test_a_range_with_step_zero_is_endless():
 
 
 def test_an_expand_sized_by_input_sizes_counts_each_dimension_at_least_one():
-    """Expand(z, [1, 0] ++ 3 * Shape(x)): [1, 0, 48, 12] at free dimension 16, counted as
-    1 x 1 x 48 x 12 = 576 (a 0 counted as 1: broadcasting can make it the other side's)."""
+    """Expand(z, [1, 0] ++ 3 * Shape(x)): [1, 0, 96, 12] at free dimension 32, counted as
+    1 x 1 x 96 x 12 = 1152 (a 0 counted as 1: broadcasting can make it the other side's)."""
     model = _model([helper.make_node("Shape", ["x"], ["sh"]),
                     helper.make_node("Mul", ["sh", "k"], ["sh3"]),
                     helper.make_node("Concat", ["lead", "sh3"], ["dims"], axis=0),
                     helper.make_node("Expand", ["z", "dims"], ["y"], name="e")],
                    [X], [Y_FLOAT], [_int(3, "k"), _int([1, 0], "lead"), ZERO_F])
-    assert _refusal(model, 576) is None
-    assert _refusal(model, 575) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 576 "
-                                    "elements, over the budget of 575: refused before running it")
+    assert _refusal(model, 1152) is None
+    assert _refusal(model, 1151) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 1152 "
+                                     "elements, over the budget of 1151: refused before running "
+                                     "it")
     model.graph.node[-1].name = ""
-    assert _refusal(model, 575).startswith("'m.onnx': node 'Expand' (Expand) makes a tensor")
+    assert _refusal(model, 1151).startswith("'m.onnx': node 'Expand' (Expand) makes a tensor")
 
 
 def test_an_input_too_big_to_evaluate_the_sizes_with_is_refused():
     """The evaluation feeds zeros of each input at the free dimension: 8 bytes an element may
-    not pass the budget (x at free dimension 16 is [16, 4]: 512)."""
+    not pass the budget (x at free dimension 16 is [16, 4]: 512; at 32, [32, 4]: 1024)."""
     model = _model([helper.make_node("Size", ["x"], ["n"]),
                     helper.make_node("Range", ["zero", "n", "one"], ["y"])],
                    [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
-    assert _refusal(model, 512) is None
+    assert _refusal(model, 1024) is None
+    assert _refusal(model, 1023) == ("'m.onnx': input 'x' of [32, 4] is over the budget of 1023 "
+                                     "elements: refused")
     assert _refusal(model, 511) == ("'m.onnx': input 'x' of [16, 4] is over the budget of 511 "
                                     "elements: refused")
     assert _refusal(model, 31) == ("'m.onnx': input 'x' of [1, 4] is over the budget of 31 "
