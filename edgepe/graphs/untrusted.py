@@ -204,12 +204,12 @@ def _check_growth(where: str, node, low, high, allowed: int) -> None:
     """Refuse a tensor of ``low`` elements at every free dimension ``SIZE_PROBE`` and ``high``
     at twice it when it grows more than ``allowed`` times (from 0 to anything counts as more)."""
     if high > allowed * low:
-        grown = f"{high / low:.4g}x" if low else "from 0"
+        grown = f"{high / low:.4g}x, " if low else ""
         raise ArtifactError(
-            f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) makes {int(low)} "
-            f"elements at free input dimensions {SIZE_PROBE} and {int(high)} at "
-            f"{2 * SIZE_PROBE} ({grown}), faster than the {allowed}x its inputs allow: refused "
-            "before running it")
+            f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) grows {grown}from "
+            f"{int(low)} to {int(high)} elements when every free input dimension doubles from "
+            f"{SIZE_PROBE} to {2 * SIZE_PROBE}, faster than the {allowed}x its inputs allow: "
+            "refused before running it")
 
 
 # The free input dimension at which a Range or Expand sized by input sizes is evaluated besides 1
