@@ -213,7 +213,8 @@ def _check_growth(where: str, node, low, high, allowed: int) -> None:
 
 
 # The free input dimension at which a Range or Expand sized by input sizes is evaluated besides 1
-# (every free dimension at once: apply-4d's x [B, H, S, d] is then 16^3 x d).
+# and twice it (every free dimension at once: apply-4d's x [B, H, S, d] is then 16^3 x d); from
+# it to twice it every tensor's growth is bounded (_allowed_growth).
 SIZE_PROBE = 16
 
 
