@@ -5,7 +5,9 @@ input SIZES is evaluated at free dimension 1, ``SIZE_PROBE`` (16) and 32; one si
 or another data-shaped op shape inference cannot size, is refused. Each refusal's message is
 pinned whole (one line naming the node, the count and the budget). Issue 33: these kill the
 mutmut survivors of graphs/untrusted.py, which the subprocess-driven tests of
-tests/test_trust_round2.py reach only through the CLI.
+tests/test_trust_round2.py reach only through the CLI. hbound: an input of no declared shape or
+an unnamed dimension is refused, and every tensor's growth from free dimension 16 to 32 is
+bounded (4x, or the fastest input's): powers of an input's size are refused.
 """
 
 from __future__ import annotations
@@ -628,6 +630,23 @@ def test_an_expand_counts_its_data_broadcast_with_its_shape():
     assert _refusal(model, 10**6) == _grows("e", "Expand", 4096, 32768)
     model.graph.node[1].input[:] = ["one", "one", "sh"]  # [1, 1, N] with [N, 1]: [1, N, N]
     assert _refusal(model, 10**6) is None
+
+
+def test_an_expand_whose_data_dims_are_partly_unknown_counts_its_shape():
+    """data = Concat(x [s, 1], a Reshape to input values, axis 1): inferred [N, ?]; its dims are
+    not broadcast (the shape alone, Shape(x) twice: N^2, 4x, accepted)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 1])
+    dims = helper.make_tensor_value_info("d", TensorProto.INT64, [2])
+    model = _model([helper.make_node("Reshape", ["x", "d"], ["r"]),
+                    helper.make_node("Concat", ["x", "r"], ["data"], axis=1),
+                    helper.make_node("Shape", ["x"], ["sh"], end=1),
+                    helper.make_node("Concat", ["sh", "sh"], ["to"], axis=0),
+                    helper.make_node("Expand", ["data", "to"], ["y"], name="e")],
+                   [x, dims], [Y_FLOAT])
+    assert _refusal(model, 10**6) is None
+    assert _refusal(model, 1023) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 1024 "
+                                     "elements, over the budget of 1023: refused before running "
+                                     "it")
 
 
 def test_an_input_of_more_free_dimensions_allows_its_own_growth():
