@@ -1,11 +1,13 @@
 """The resource bound on untrusted graphs (``edgepe.graphs.untrusted.check_tensor_bound``, issue
 30), called directly with small budgets so every edge is reached: a tensor at the budget passes,
 one element over is refused; free input dimensions are taken as 1; a Range or Expand sized by
-input SIZES is evaluated at free dimension 1 and ``SIZE_PROBE`` (16); one sized by input VALUES,
+input SIZES is evaluated at free dimension 1, ``SIZE_PROBE`` (16) and 32; one sized by input VALUES,
 or another data-shaped op shape inference cannot size, is refused. Each refusal's message is
 pinned whole (one line naming the node, the count and the budget). Issue 33: these kill the
 mutmut survivors of graphs/untrusted.py, which the subprocess-driven tests of
-tests/test_trust_round2.py reach only through the CLI.
+tests/test_trust_round2.py reach only through the CLI. hbound: an input of no declared shape or
+an unnamed dimension is refused, and every tensor's growth from free dimension 16 to 32 is
+bounded (4x, or the fastest input's): powers of an input's size are refused.
 """
 
 from __future__ import annotations
@@ -138,22 +140,24 @@ def test_a_range_sized_by_input_values_is_refused():
 
 def test_an_expand_of_input_values_to_a_shape_of_input_sizes_is_evaluated():
     """Expand's data input may depend on values (it does not size the output); its shape input,
-    [10] ++ Shape(x) (Shape cuts the dependence on values), is evaluated: [10, 16, 4] at most."""
+    [10] ++ Shape(x) (Shape cuts the dependence on values), is evaluated: [10, 32, 4] at most
+    (free dimension 2 x SIZE_PROBE)."""
     model = _model([helper.make_node("Shape", ["x"], ["sh"]),
                     helper.make_node("Concat", ["ten", "sh"], ["dims"], axis=0),
                     helper.make_node("Expand", ["x", "dims"], ["y"], name="e")],
                    [X], [Y_FLOAT], [_int([10], "ten")])
-    assert _refusal(model, 640) is None
-    assert _refusal(model, 639) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 640 "
-                                    "elements, over the budget of 639: refused before running it")
+    assert _refusal(model, 1280) is None
+    assert _refusal(model, 1279) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 1280 "
+                                     "elements, over the budget of 1279: refused before running "
+                                     "it")
 
 
-# ---- Range / Expand sized by input sizes: evaluated at free dimension 1 and 16 ----------------
+# ---- Range / Expand sized by input sizes: evaluated at free dimension 1, 16 and 32 ------------
 
 
 def _range_of_size(factor: int):
     """Range(0, Size(x) * factor, 1): 4 * factor elements at free dimension 1, 64 * factor at
-    16."""
+    16, 128 * factor at 32."""
     return _model([helper.make_node("Size", ["x"], ["n"]),
                    helper.make_node("Mul", ["n", "k"], ["lim"]),
                    helper.make_node("Range", ["zero", "lim", "one"], ["y"], name="r")],
@@ -165,11 +169,12 @@ def _range_over(count: int, budget: int, node: str = "r") -> str:
             f"{budget}: refused before running it")
 
 
-def test_a_range_sized_by_input_sizes_is_evaluated_at_free_dimension_16():
+def test_a_range_sized_by_input_sizes_is_evaluated_at_free_dimension_16_and_32():
     assert SIZE_PROBE == 16
     model = _range_of_size(1000)
-    assert _refusal(model, 64000) is None  # 16 x 4 x 1000
-    assert _refusal(model, 63999) == _range_over(64000, 63999)
+    assert _refusal(model, 128000) is None  # 32 x 4 x 1000
+    assert _refusal(model, 127999) == _range_over(128000, 127999)
+    assert _refusal(model, 63999) == _range_over(64000, 63999)  # 16 x 4 x 1000, first
 
 
 def test_a_range_is_evaluated_at_free_dimension_1_first():
@@ -177,13 +182,13 @@ def test_a_range_is_evaluated_at_free_dimension_1_first():
 
 
 def test_a_range_counts_ceil_of_span_over_step_for_a_negative_step():
-    """Range(Size(x) * 100, 0, -3): ceil(-6400 / -3) = 2134 elements at free dimension 16."""
+    """Range(Size(x) * 100, 0, -3): ceil(-12800 / -3) = 4267 elements at free dimension 32."""
     model = _model([helper.make_node("Size", ["x"], ["n"]),
                     helper.make_node("Mul", ["n", "k"], ["start"]),
                     helper.make_node("Range", ["start", "zero", "step"], ["y"])],
                    [X], [Y_INT], [_int(100, "k"), _int(0, "zero"), _int(-3, "step")])
-    assert _refusal(model, 2134) is None
-    assert _refusal(model, 2133) == _range_over(2134, 2133, node="Range")
+    assert _refusal(model, 4267) is None
+    assert _refusal(model, 4266) == _range_over(4267, 4266, node="Range")
 
 
 def test_a_range_with_step_zero_is_endless():
@@ -196,27 +201,30 @@ def test_a_range_with_step_zero_is_endless():
 
 
 def test_an_expand_sized_by_input_sizes_counts_each_dimension_at_least_one():
-    """Expand(z, [1, 0] ++ 3 * Shape(x)): [1, 0, 48, 12] at free dimension 16, counted as
-    1 x 1 x 48 x 12 = 576 (a 0 counted as 1: broadcasting can make it the other side's)."""
+    """Expand(z, [1, 0] ++ 3 * Shape(x)): [1, 0, 96, 12] at free dimension 32, counted as
+    1 x 1 x 96 x 12 = 1152 (a 0 counted as 1: broadcasting can make it the other side's)."""
     model = _model([helper.make_node("Shape", ["x"], ["sh"]),
                     helper.make_node("Mul", ["sh", "k"], ["sh3"]),
                     helper.make_node("Concat", ["lead", "sh3"], ["dims"], axis=0),
                     helper.make_node("Expand", ["z", "dims"], ["y"], name="e")],
                    [X], [Y_FLOAT], [_int(3, "k"), _int([1, 0], "lead"), ZERO_F])
-    assert _refusal(model, 576) is None
-    assert _refusal(model, 575) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 576 "
-                                    "elements, over the budget of 575: refused before running it")
+    assert _refusal(model, 1152) is None
+    assert _refusal(model, 1151) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 1152 "
+                                     "elements, over the budget of 1151: refused before running "
+                                     "it")
     model.graph.node[-1].name = ""
-    assert _refusal(model, 575).startswith("'m.onnx': node 'Expand' (Expand) makes a tensor")
+    assert _refusal(model, 1151).startswith("'m.onnx': node 'Expand' (Expand) makes a tensor")
 
 
 def test_an_input_too_big_to_evaluate_the_sizes_with_is_refused():
     """The evaluation feeds zeros of each input at the free dimension: 8 bytes an element may
-    not pass the budget (x at free dimension 16 is [16, 4]: 512)."""
+    not pass the budget (x at free dimension 16 is [16, 4]: 512; at 32, [32, 4]: 1024)."""
     model = _model([helper.make_node("Size", ["x"], ["n"]),
                     helper.make_node("Range", ["zero", "n", "one"], ["y"])],
                    [X], [Y_INT], [_int(0, "zero"), _int(1, "one")])
-    assert _refusal(model, 512) is None
+    assert _refusal(model, 1024) is None
+    assert _refusal(model, 1023) == ("'m.onnx': input 'x' of [32, 4] is over the budget of 1023 "
+                                     "elements: refused")
     assert _refusal(model, 511) == ("'m.onnx': input 'x' of [16, 4] is over the budget of 511 "
                                     "elements: refused")
     assert _refusal(model, 31) == ("'m.onnx': input 'x' of [1, 4] is over the budget of 31 "
@@ -514,3 +522,203 @@ def test_a_range_with_an_infinite_or_nan_bound_is_endless(start, limit, delta):
         "'m.onnx': node 'r' (Range) makes an endless range, over the budget of 1000000: "
         "refused before running it")
     assert _refusal(_float_range("f0", "nf", "f1"), 10**6) is None  # finite: 4 elements
+
+
+# --- inputs of no declared shape, and sizes that grow as a power of an input's (hbound) ---------
+# The bound counts elements at one position and evaluates sizes at free dimension 16; a graph that
+# raises an input's size to a power got past it (hmut4). Measured in onnxruntime 1.x (not here):
+# _powers(None, 3) made 46,656 elements from a 36-float x; _powers(["s"], 4) makes 65,536 at
+# N = 16, 1,048,576 at 32, 16,777,216 at 64 (N^4: 6.9e10 at N = 512); _cube() made 16,777,216
+# floats at N = 256.
+
+
+def _powers(x_shape, copies: int, name: str = "e"):
+    """Expand(z, Shape(x) ++ ... ``copies`` times): N^copies elements for an x of [N]."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    nodes = [helper.make_node("Shape", ["x"], [f"s{i}"]) for i in range(copies)]
+    nodes += [helper.make_node("Concat", [f"s{i}" for i in range(copies)], ["dims"], axis=0),
+              helper.make_node("Expand", ["z", "dims"], ["y"], name=name)]
+    return _model(nodes, [x], [Y_FLOAT], [ZERO_F])
+
+
+def _grows(node: str, op: str, low: int, high: int, allowed: int = 4,
+           grown: str | None = None) -> str:
+    grown = f"{high / low:.4g}x, " if grown is None else grown
+    return (f"'m.onnx': node {node!r} ({op}) grows {grown}from {low} to {high} elements when "
+            f"every free input dimension doubles from 16 to 32, faster than the {allowed}x its "
+            "inputs allow: refused before running it")
+
+
+def test_an_input_without_a_declared_shape_is_refused():
+    """x with no shape: onnxruntime runs it at any rank and size (Shape(x) x 3 sized an Expand to
+    46,656 elements from 36 floats, past a budget of 2^20)."""
+    assert _refusal(_powers(None, 3), TENSOR_BUDGET) == (
+        "'m.onnx': input 'x' declares no shape (any rank and size would run): refused")
+    assert _refusal(_powers([], 3), TENSOR_BUDGET) is None  # a scalar declares its shape: []
+
+
+def test_an_input_dimension_neither_a_size_nor_named_is_refused():
+    for dims, shown in ((["s", None], "['s', '?']"), ([None], "['?']")):
+        assert _refusal(_powers(dims, 1), TENSOR_BUDGET) == (
+            f"'m.onnx': input 'x' of {shown} has a dimension that is neither a size nor a named "
+            "parameter: refused"), dims
+
+
+def test_an_expand_to_a_power_of_an_input_size_is_refused_by_its_growth():
+    # N^3 and N^4 each within a budget of 2^20 at N = 16 (4096, 65536) and 32
+    assert _refusal(_powers(["s"], 3), 1 << 20) == _grows("e", "Expand", 4096, 32768)
+    assert _refusal(_powers(["s"], 4), 1 << 21) == _grows("e", "Expand", 65536, 1048576)
+    # N^2 (a bias's [N, M] with M = N): exactly 4x, accepted
+    assert _refusal(_powers(["s"], 2), 1 << 20) is None
+
+
+def _range_of(extra: int):
+    """Range(0, N * N + (N - 16) * extra // 16): N^2 at N = 16, 4 N^2 + 2 * extra at 32."""
+    return _model([helper.make_node("Size", ["x"], ["n"]),
+                   helper.make_node("Mul", ["n", "n"], ["sq"]),
+                   helper.make_node("Sub", ["n", "sixteen"], ["off"]),
+                   helper.make_node("Mul", ["off", "k"], ["offk"]),
+                   helper.make_node("Div", ["offk", "sixteen"], ["add"]),
+                   helper.make_node("Add", ["sq", "add"], ["lim"]),
+                   helper.make_node("Range", ["zero", "lim", "one"], ["y"], name="r")],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s"])], [Y_INT],
+                  [_int(0, "zero"), _int(1, "one"), _int(16, "sixteen"), _int(extra, "k")])
+
+
+def test_growth_exactly_4x_is_accepted_one_element_more_is_refused():
+    assert _refusal(_range_of(0), 10**6) is None  # 256 -> 1024
+    assert _refusal(_range_of(1), 10**6) == _grows("r", "Range", 256, 1025)
+    assert _refusal(_range_of(-16), 10**6) is None  # 256 -> 1008: slower than 4x
+
+
+def test_a_size_growing_from_zero_is_refused():
+    """Range(0, Size(x) - 16): empty at 16, 16 elements at 32 (no finite growth)."""
+    model = _model([helper.make_node("Size", ["x"], ["n"]),
+                    helper.make_node("Sub", ["n", "sixteen"], ["lim"]),
+                    helper.make_node("Range", ["zero", "lim", "one"], ["y"], name="r")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s"])], [Y_INT],
+                   [_int(0, "zero"), _int(1, "one"), _int(16, "sixteen")])
+    assert _refusal(model, 10**6) == _grows("r", "Range", 0, 16, grown="")
+
+
+def _cube(axes: int = 3):
+    """x [s] unsqueezed along each of ``axes`` axes and added: [N] * ``axes`` by broadcasting,
+    a size shape inference knows (no Expand or Range)."""
+    others = [[j for j in range(axes) if j != i] for i in range(axes)]
+    nodes = [helper.make_node("Unsqueeze", ["x", f"a{i}"], [f"u{i}"]) for i in range(axes)]
+    nodes += [helper.make_node("Add", ["u0", "u1"], ["p1"], name="p1")]
+    nodes += [helper.make_node("Add", [f"p{i - 1}", f"u{i}"], [f"p{i}"], name=f"p{i}")
+              for i in range(2, axes)]
+    nodes.append(helper.make_node("Identity", [f"p{axes - 1}"], ["y"]))
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s"])],
+                  [Y_FLOAT], [_int(axis, f"a{i}") for i, axis in enumerate(others)])
+
+
+def test_a_tensor_shape_inference_sizes_is_refused_by_its_growth():
+    assert _refusal(_cube(3), 10**6) == _grows("p2", "Add", 4096, 32768)
+    assert _refusal(_cube(2), 10**6) is None  # [N, N]: 4x
+
+
+def test_an_expand_counts_its_data_broadcast_with_its_shape():
+    """x [s, 1] expanded to [N, 1, N] makes [N, N, N] (x aligned right: [1, N, 1]); the shape
+    alone, N^2, grows 4x: the broadcast with x's inferred dims is 8x, refused."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 1])
+    model = _model([helper.make_node("Shape", ["x"], ["sh"], end=1),
+                    helper.make_node("Concat", ["sh", "one", "sh"], ["dims"], axis=0),
+                    helper.make_node("Expand", ["x", "dims"], ["y"], name="e")],
+                   [x], [Y_FLOAT], [_int([1], "one")])
+    assert _refusal(model, 10**6) == _grows("e", "Expand", 4096, 32768)
+    model.graph.node[1].input[:] = ["one", "one", "sh"]  # [1, 1, N] with [N, 1]: [1, N, N]
+    assert _refusal(model, 10**6) is None
+
+
+def test_an_expand_whose_data_dims_are_partly_unknown_counts_its_shape():
+    """data = Concat(x [s, 1], a Reshape to input values, axis 1): inferred [N, ?]; its dims are
+    not broadcast (the shape alone, Shape(x) twice: N^2, 4x, accepted)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 1])
+    dims = helper.make_tensor_value_info("d", TensorProto.INT64, [2])
+    model = _model([helper.make_node("Reshape", ["x", "d"], ["r"]),
+                    helper.make_node("Concat", ["x", "r"], ["data"], axis=1),
+                    helper.make_node("Shape", ["x"], ["sh"], end=1),
+                    helper.make_node("Concat", ["sh", "sh"], ["to"], axis=0),
+                    helper.make_node("Expand", ["data", "to"], ["y"], name="e")],
+                   [x, dims], [Y_FLOAT])
+    assert _refusal(model, 10**6) is None
+    assert _refusal(model, 1023) == ("'m.onnx': node 'e' (Expand) makes a tensor of up to 1024 "
+                                     "elements, over the budget of 1023: refused before running "
+                                     "it")
+
+
+def test_an_input_of_more_free_dimensions_allows_its_own_growth():
+    """rope's apply-4d x [B, H, S, 4] grows 8x and so does its output: an input of k free
+    dimensions allows 2^k (fixed dimensions do not count); Shape(x) twice (2^6) is refused."""
+    from edgepe.graphs.untrusted import _allowed_growth
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "h", "s", 4])
+    assert _refusal(_model([helper.make_node("Abs", ["x"], ["y"])], [x], [Y_FLOAT]),
+                    10**6) is None
+    assert _refusal(_powers(["b", "h", "s", 1], 2), 1 << 31) == _grows(
+        "e", "Expand", 16**6, 32**6, allowed=8)
+    cases = {(): 4, (("s",),): 4, (("b", "h", "s", 4),): 8, (("b", 2), ("h", "s", "t", "u")): 16,
+             ((3, 4),): 4}
+    for shapes, allowed in cases.items():
+        inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, list(dims))
+                  for i, dims in enumerate(shapes)]
+        model = _model([helper.make_node("Abs", [i.name], [f"y{i.name}"]) for i in inputs],
+                       inputs, [Y_FLOAT])
+        assert _allowed_growth(model) == allowed, shapes
+
+
+def test_every_golden_edgepe_artifact_passes_the_bound():
+    """Every ONNX artifact of tests/goldens (each scheme, compute/table/sliced, int8, float16,
+    rope's apply/apply-4d/cache graphs, bias graphs [h, N, M]) declares its inputs' shapes and
+    grows within the bound. (tests/test_trust.py's every-op test runs the same bound on every
+    scheme x mode x quantisation x lowering x dtype the exporter builds.)"""
+    from pathlib import Path
+
+    import onnx
+
+    from edgepe.graphs.untrusted import check_untrusted
+
+    paths = sorted((Path(__file__).parent / "goldens").rglob("*.onnx"))
+    assert len(paths) > 40
+    kinds = set()
+    for path in paths:
+        model = onnx.load(path)
+        check_untrusted(model, str(path))
+        kinds.add(tuple(len(i.type.tensor_type.shape.dim) for i in model.graph.input))
+    assert {(1,), (1, 1), (2,), (4, 2), (3, 1)} <= kinds  # PE, bias, 2-d, apply-4d, apply
+
+
+def test_the_cli_refuses_a_hostile_artifact_with_one_line(tmp_path, edgepe_exe):
+    """`edgepe run` on an artifact (a golden's manifest, re-signed) whose graph is the N^4
+    Expand: exit 2, one stderr line, no --out written, the folder unchanged."""
+    import hashlib
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import onnx
+
+    golden = Path(__file__).parent / "goldens" / "artifacts" / "binary-compute-L64-d64.onnx"
+    path = tmp_path / golden.name
+    shutil.copy(golden.with_name(golden.name + ".json"), tmp_path)
+    x = helper.make_tensor_value_info("positions", TensorProto.INT64, ["N"])
+    nodes = [helper.make_node("Shape", ["positions"], [f"s{i}"]) for i in range(4)]
+    nodes += [helper.make_node("Concat", [f"s{i}" for i in range(4)], ["dims"], axis=0),
+              helper.make_node("Expand", ["z", "dims"], ["pe"], name="e")]
+    onnx.save(_model(nodes, [x], [helper.make_tensor_value_info("pe", TensorProto.FLOAT, None)],
+                     [ZERO_F]), path)
+    manifest_path = tmp_path / (golden.name + ".json")
+    manifest = json.loads(manifest_path.read_text())
+    manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    result = subprocess.run([edgepe_exe, "run", str(path), "-p", "0:512", "--out",
+                             str(tmp_path / "y.npy")], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2
+    assert result.stderr == "error: " + _grows("e", "Expand", 65536, 1048576).replace(
+        "'m.onnx'", repr(str(path))) + "\n"
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -74,42 +74,40 @@ DATA_SHAPED = frozenset({"Expand", "Range", "ConstantOfShape", "Tile", "Resize",
 
 def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
     """Refuse (``ArtifactError``, one line, exit 2) a graph that can make a tensor of more than
-    ``budget`` elements at one position, before anything runs it (an input of a negative
-    dimension is refused first): ONNX shape inference over a
+    ``budget`` elements at one position, or one that grows faster than its inputs, before
+    anything runs it. An input without a declared shape, or with a dimension that is neither a
+    size nor a named parameter, or of a negative dimension, is refused first (its rank and size
+    are free: hbound). ONNX shape inference over a
     copy whose free input dimensions are 1 bounds every tensor (without data propagation, which
     would materialise a constant ``Range(0, 2^31)`` itself: 16 GiB); one over
     ``budget``, or a data-shaped op (``DATA_SHAPED``: Expand, Range, Tile, ConstantOfShape,
-    Resize, Pad, loops...) whose output size it cannot bound, is refused naming the node."""
-    import onnx
-    from onnx import shape_inference
-
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    for value in copy.graph.input:
+    Resize, Pad, loops...) whose output size it cannot bound, is refused naming the node. The
+    same counts at every free dimension ``SIZE_PROBE`` and twice it bound growth: a tensor that
+    grows more than ``max(4, the fastest input's growth)`` times is refused
+    (``_allowed_growth``)."""
+    for value in model.graph.input:
+        t = value.type.tensor_type
+        if not t.HasField("shape"):
+            # onnxruntime runs an input of no declared shape at any rank and size: Shape(x)
+            # concatenated 3 times sized an Expand to 46,656 elements from 36 floats, past the
+            # probes' 1 and 16 (hmut4); edgepe declares every input's shape
+            raise ArtifactError(f"{where!r}: input {value.name!r} declares no shape (any rank "
+                                "and size would run): refused")
         dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
-                for d in value.type.tensor_type.shape.dim]
+                for d in t.shape.dim]
         if any(isinstance(d, int) and d < 0 for d in dims):
             # onnxruntime runs an input of dimension -1 at any size (a free dimension); shape
             # inference keeps -1, counted as 0 elements: [-1, 2^30] passed (hmut4)
             raise ArtifactError(f"{where!r}: input {value.name!r} of {dims} has a negative "
                                 "dimension (onnxruntime takes it as free): refused")
-        for dim in value.type.tensor_type.shape.dim:
-            if not dim.HasField("dim_value"):
-                dim.Clear()
-                dim.dim_value = 1
-    del copy.graph.value_info[:]
-    try:
-        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=False)
-    except Exception as exc:  # noqa: BLE001 - a graph inference rejects is not edgepe's
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise ArtifactError(f"{where!r}: ONNX shape inference fails on its graph ({first}): "
-                            "its tensors cannot be bounded: refused") from None
-    shapes = {}
-    for value in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
-        t = value.type.tensor_type
-        if t.HasField("shape"):
-            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None
-                                  for d in t.shape.dim]
+        if "?" in dims:
+            raise ArtifactError(f"{where!r}: input {value.name!r} of {dims} has a dimension "
+                                "that is neither a size nor a named parameter: refused")
+    allowed = _allowed_growth(model)
+    inferred, shapes = _infer(model, 1, where)
+    _, low = _infer(model, SIZE_PROBE, where)
+    _, high = _infer(model, 2 * SIZE_PROBE, where)
+    at = {1: shapes, SIZE_PROBE: low, 2 * SIZE_PROBE: high}
     # Tensors whose VALUES depend on the graph's input values (Shape and Size cut that: they
     # depend on sizes only); initializers and constants do not.
     by_values = {value.name for value in model.graph.input}
@@ -134,17 +132,17 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
                         f"tensor whose size depends on values shape inference cannot bound: "
                         f"refused (edgepe's graphs bound every tensor)")
                 continue
-            elements = 1
-            for d in dims:
-                elements *= max(int(d), 0)
+            elements = _elements(dims)
             if elements > budget:
                 raise ArtifactError(
                     f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) makes a "
                     f"tensor of {elements} elements {dims} at one position, over the budget of "
                     f"{budget}: refused before running it")
             total += elements
+            if None not in (*low.get(name, [None]), *high.get(name, [None])):
+                _check_growth(where, node, _elements(low[name]), _elements(high[name]), allowed)
     if unknown:
-        total += _check_sized_by_shapes(model, unknown, where, budget)
+        total += _check_sized_by_shapes(model, unknown, where, budget, allowed, at)
     if total > budget:
         raise ArtifactError(
             f"{where!r}: its nodes make {total} tensor elements in all at one position, over "
@@ -152,18 +150,84 @@ def check_tensor_bound(model, where: str, budget: int = TENSOR_BUDGET) -> None:
             "before running it")
 
 
+def _infer(model, free: int, where: str):
+    """ONNX shape inference over a copy of ``model`` with every free input dimension set to
+    ``free``: the inferred model and each tensor's dims (None where unknown)."""
+    import onnx
+    from onnx import shape_inference
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.value_info[:]  # shapes are inferred afresh, never believed
+    for value in probe.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                dim.Clear()
+                dim.dim_value = free
+    try:
+        inferred = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=False)
+    except Exception as exc:  # noqa: BLE001 - a graph inference rejects is not edgepe's
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ArtifactError(f"{where!r}: ONNX shape inference fails on its graph ({first}): "
+                            "its tensors cannot be bounded: refused") from None
+    shapes = {}
+    for value in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
+        t = value.type.tensor_type
+        if t.HasField("shape"):
+            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None
+                                  for d in t.shape.dim]
+    return inferred, shapes
+
+
+def _elements(dims) -> int:
+    elements = 1
+    for d in dims:
+        elements *= max(int(d), 0)
+    return elements
+
+
+def _allowed_growth(model) -> int:
+    """The most a tensor may grow when every free input dimension doubles: 4 (degree 2 in the
+    free dimensions), or the fastest-growing input's growth where that is more (2^k for an input
+    of k free dimensions)."""
+    # Degree 2 is the line: edgepe's tensors are at most linear in each free dimension, and a
+    # bias [h, N, M] (or [h, N, N]) pairs two of them: 4x. An input of k free dimensions
+    # (rope apply-4d's x [B, H, S, d]: 8x) is data the caller feeds: a tensor as big as it, at
+    # the same order, grows no faster than what the caller already holds. Anything faster is a
+    # power of an input's size: Shape(x) four times made N^4 elements, 6.9e10 at N = 512 (hmut4).
+    free = [sum(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+            for v in model.graph.input]
+    return 1 << max([2, *free])
+
+
+def _check_growth(where: str, node, low, high, allowed: int) -> None:
+    """Refuse a tensor of ``low`` elements at every free dimension ``SIZE_PROBE`` and ``high``
+    at twice it when it grows more than ``allowed`` times (from 0 to anything counts as more)."""
+    if high > allowed * low:
+        grown = f"{high / low:.4g}x, " if low else ""
+        raise ArtifactError(
+            f"{where!r}: node {node.name or node.op_type!r} ({node.op_type}) grows {grown}from "
+            f"{int(low)} to {int(high)} elements when every free input dimension doubles from "
+            f"{SIZE_PROBE} to {2 * SIZE_PROBE}, faster than the {allowed}x its inputs allow: "
+            "refused before running it")
+
+
 # The free input dimension at which a Range or Expand sized by input sizes is evaluated besides 1
-# (every free dimension at once: apply-4d's x [B, H, S, d] is then 16^3 x d).
+# and twice it (every free dimension at once: apply-4d's x [B, H, S, d] is then 16^3 x d); from
+# it to twice it every tensor's growth is bounded (_allowed_growth).
 SIZE_PROBE = 16
 
 
-def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
+def _check_sized_by_shapes(model, nodes, where: str, budget: int, allowed: int,
+                           at: dict) -> int:
     """Evaluate the size inputs of each Range/Expand in ``nodes`` (they depend on constants and
     input SIZES only, never input values) with ONNX's reference evaluator, on inputs of free
-    dimension 1 and ``SIZE_PROBE``, restricted to the nodes those inputs need; refuse a size
-    over ``budget``, a Range with an infinite or NaN bound, and an input of no ONNX element
-    type (its zeros cannot be made). Returns the elements they make together at free
-    dimension 1 (one position: what the total bound counts)."""
+    dimension 1, ``SIZE_PROBE`` and twice it, restricted to the nodes those inputs need; refuse
+    a size over ``budget``, one that grows more than ``allowed`` times from ``SIZE_PROBE`` to
+    twice it, a Range with an infinite or NaN bound, and an input of no ONNX element
+    type (its zeros cannot be made). An Expand's count broadcasts its shape with its data's
+    inferred dims at that free dimension (``at``) where known. Returns the elements they make
+    together at free dimension 1 (one position: what the total bound counts)."""
     import numpy as np
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
@@ -189,7 +253,8 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
         helper.make_graph(order, "sizes", list(graph.input), outputs, list(graph.initializer)),
         opset_imports=list(model.opset_import), ir_version=model.ir_version)
     made = 0
-    for free in (1, SIZE_PROBE):
+    counts = {}  # id(node) -> its count at each free dimension
+    for free in (1, SIZE_PROBE, 2 * SIZE_PROBE):
         feeds = {}
         for value in graph.input:
             t = value.type.tensor_type
@@ -225,16 +290,30 @@ def _check_sized_by_shapes(model, nodes, where: str, budget: int) -> int:
                         f"{where!r}: node {node.name or 'Range'!r} (Range) makes "
                         f"{'an endless range' if endless else f'{int(count)} elements'}, "
                         f"over the budget of {budget}: refused before running it")
+                counts.setdefault(id(node), []).append(count)
                 if free == 1:
                     made += int(count)
             else:
-                shape = np.asarray(values[node.input[1]]).reshape(-1)
-                count = float(np.prod(np.maximum(shape.astype(np.float64), 1)))
+                shape = np.maximum(np.asarray(values[node.input[1]]).reshape(-1)
+                                   .astype(np.float64), 1)
+                data = at[free].get(node.input[0])
+                if data is not None and None not in data:
+                    # the output broadcasts both: x [N, 1, 1] expanded to [1, N, N] is N^3,
+                    # not the shape's N^2 (hbound)
+                    data = np.maximum(np.asarray(data, np.float64), 1)
+                    rank = max(len(shape), len(data))
+                    shape = np.maximum(np.pad(shape, (rank - len(shape), 0), constant_values=1),
+                                       np.pad(data, (rank - len(data), 0), constant_values=1))
+                count = float(np.prod(shape))
                 if count > budget:
                     raise ArtifactError(
                         f"{where!r}: node {node.name or 'Expand'!r} (Expand) makes a tensor of "
                         f"up to {int(count)} elements, over the budget of {budget}: refused "
                         "before running it")
+                counts.setdefault(id(node), []).append(count)
                 if free == 1:
                     made += int(count)
+    for node in nodes:  # a power of input sizes (Shape(x) x 4 sizing an Expand: N^4) is refused
+        _, low, high = counts[id(node)]
+        _check_growth(where, node, low, high, allowed)
     return made
