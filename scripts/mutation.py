@@ -837,17 +837,17 @@ EQUIVALENT: dict[str, str] = {
            ("binary", (93, 96, 115, 118, 139, 142)),
            ("columns_graph", (181, 182, 183, 184, 186, 187, 192, 199, 200, 207, 215, 216)),
            ("cos_sin", (48, 49, 51, 52, 53, 54)),
-           ("rotary_columns", (161, 162, 164, 165, 166, 167, 169, 170, 179, 180, 181, 182, 184,
-                               185, 187, 188)),
+           ("rotary_columns", (312, 313, 315, 316, 317, 318, 320, 321, 330, 331, 332, 333, 335,
+                               336, 338, 339)),
            ("sinusoidal", (57, 60, 62, 63))) for i in nums},
     **{f"{SLI}{fn}__mutmut_{i}": "g.const(python int(s), None): np.asarray infers int64, the "
        "dtype given" for fn, nums in (
            ("_slice_indices", (42, 71, 92)), ("cos_sin", (34, 43)), ("sinusoidal", (56,)),
-           ("rotary_columns", (35, 69, 99, 156, 174, 324))) for i in nums},
+           ("rotary_columns", (78, 84, 132, 152, 209, 325, 451, 531, 554, 561))) for i in nums},
     **{f"{SLI}{fn}__mutmut_{i}": "g.const(a float32 array, None) keeps float32 (the slice "
        "tables, is_sin and 1 - 2 is_sin are float32 already)" for fn, nums in (
            ("binary", (138,)), ("columns_graph", (24, 30, 87, 94, 103, 219)),
-           ("rotary_columns", (111, 139, 146))) for i in nums},
+           ("rotary_columns", (253, 290, 297))) for i in nums},
     **{f"{SLI}columns_graph__mutmut_{i}": "the slot indices' dtype: asarray(slots, None) is "
        "int64 and g.const converts it to index_type, or g.const(.., None) keeps the index_type "
        "array as it is" for i in (44, 50, 52)},
@@ -857,18 +857,24 @@ EQUIVALENT: dict[str, str] = {
        "None attribute and Gather's axis defaults to 0" for fn, nums in (
            ("binary", (129, 133)),
            ("columns_graph", (280, 284, 300, 304, 317, 321, 341, 345, 356, 360, 426, 430)),
-           ("rotary_columns", (121, 125))) for i in nums},
-    **{f"{SLI}rotary_columns__mutmut_{i}": "RotaryEmbedding's interleaved=None or dropped "
-       "(make_node drops None): 0 is its default in com.microsoft's op and ONNX's"
-       for i in (277, 285, 300, 307)},
+           ("rotary_columns", (262, 266))) for i in nums},
     **{f"{SLI}rotary_columns__mutmut_{i}": "com.microsoft RotaryEmbedding's num_heads=None or "
        "dropped: its default 0 makes the kernel take the head size from the cache (2 x k "
-       "columns) and num_heads = hidden / head size = 1, the value given" for i in (278, 286)},
+       "columns) and num_heads = hidden / head size = 1, the value given" for i in (486, 494)},
     **{f"{SLI}{fn}__mutmut_{i}": "zip's strict flag: the sequences have equal lengths (strict "
-       "never fires), or strict=False's default where they do not (idx, one shorter; "
-       "rotary_columns' shifts, one longer)" for fn, nums in (
-           ("_slice_indices", (18, 21, 22, 349, 352)), ("binary", (70, 73, 74)),
-           ("rotary_columns", (45, 48))) for i in nums},
+       "never fires), or strict=False's default where they do not (idx, one shorter)"
+       for fn, nums in (
+           ("_slice_indices", (18, 21, 22, 349, 352)), ("binary", (70, 73, 74))) for i in nums},
+    # hmut5: rotary_columns after issue 44 (fold, mirrored slices, cache padding), renumbered
+    **{f"{SLI}rotary_columns__mutmut_{i}": "Mod's fmod=None or dropped: make_node drops a None "
+       "attribute and fmod's default is 0, the value given" for i in (94, 98)},
+    SLI + "rotary_columns__mutmut_137": "the positions' pad rows hold 1 instead of 0: every id "
+    "is masked into its cache (BitwiseAnd) and the pad rows come after the N rows, which the "
+    "final Slice keeps: their values never reach the output",
+    SLI + "rotary_columns__mutmut_281": "zero = \"\" instead of None: as falsy (zero or "
+    "g.const(..) makes the constant at the first padded cache either way)",
+    SLI + "rotary_columns__mutmut_549": "the final Slice's axes [0] dropped: Slice's axes default "
+    "to [0 .. len(starts) - 1] = [0]",
     SLI + "_frequencies__mutmut_5": "getattr's default None instead of False: as falsy",
     SLI + "_half_ulp_below__mutmut_11": "x >= 1: at x = 1 ceil(log2 x) = 0, e = 0 either way",
     SLI + "_half_ulp_below__mutmut_3": "the branch for every x: for 0 < x <= 1 ceil(log2 x) <= "

@@ -451,6 +451,56 @@ def test_rotary_columns_pad_short_caches_to_the_longest_fold(widths, padded):
     assert stored == sum(2 * (1 << w) * 3 for w in widths) + 2 * 3 + 1 + padded
 
 
+@pytest.mark.parametrize("longest", [4, 5])
+def test_rotary_columns_pad_only_a_cache_shorter_than_the_longest_fold(monkeypatch, longest):
+    """The padding boundary (``have < longest``): with the kernels' int limit made small the
+    longest fold is 4 or 5 rows; of widths (1, 1, 1) the middle cache holds 2 rows, the top one 4
+    (its negative rows). A cache of exactly ``longest`` rows gets no Expand/Concat (issue 44:
+    a zero-row pad is a node pair for nothing); a shorter one is padded by the difference."""
+    monkeypatch.setattr(sl, "KERNEL_INT_LIMIT", 6 * (longest - 1) * sl.CUDA_GRID_YZ_LIMIT)
+    assert sl.fold(sl.max_rows(6))[1] == longest
+    g = Graph("t")
+    out = sl.rotary_columns(g, "positions", W, (1, 1, 1), None, "ort", "p_")
+    pads = [onnx.numpy_helper.to_array(i).tolist() for i in g.initializers
+            if i.name.startswith("p_cache_pad")]
+    assert pads == [[longest - 2, 3], *([[longest - 4, 3]] if longest > 4 else [])]
+    ops = [n.op_type for n in g.nodes]
+    # the positions' pad row, then one Expand per padded cache (its zeros) and two Concats
+    assert ops.count("Expand") == 1 + len(pads) and ops.count("Concat") == 2 + 2 + 2 * len(pads)
+    caches = [cache for _, _, cache in _rotary_inputs(g)]
+    p = np.arange(-7, 8, dtype=np.int64)
+    got = run_graph(g, [out, *caches], {"positions": p}, 18, ms=True)
+    assert [v.shape for v in got[1:]] == [(longest, 3), (longest, 3)]
+    c, s = exact(p, W)
+    assert np.abs(got[0] - np.hstack([c, s])).max() <= sl.bound((1, 1, 1))
+
+
+@pytest.mark.parametrize("rotary,opset", [("ort", 18), ("rotary23", 23)])
+def test_rotary_columns_fold_around_multiples_of_a_small_grid_limit(monkeypatch, rotary, opset):
+    """The fold in the graph at ``N`` just below, at and just above multiples of the grid limit
+    (made 5 here, so a few rows do what 65535 does at 65535 x 2 = 131070): the ops see
+    ``fold(N)`` (the graph's Div/Add/Mod on the positions' Shape, Python's fold the reference),
+    the last entry padded, and the ``[N, 2k]`` rows bit for bit those of the unfolded graph."""
+    widths = (2, 1, 2)
+    plain = Graph("t")
+    plain_out = sl.rotary_columns(plain, "positions", W, widths, SCALE, rotary, "p_")
+    monkeypatch.setattr(sl, "CUDA_GRID_YZ_LIMIT", 5)
+    # and the kernels' int limit small with it: at most 30 rows a call, caches padded to
+    # fold(30)[1] = 7 rows (the real limit at grid 5 would pad them to 71582789 rows)
+    monkeypatch.setattr(sl, "KERNEL_INT_LIMIT", 6 * 30)
+    g = Graph("t")
+    out = sl.rotary_columns(g, "positions", W, widths, SCALE, rotary, "p_")
+    xs = [x for x, _, _ in _rotary_inputs(g)]
+    for n in (1, 4, 5, 6, 9, 10, 11, 14, 15, 16, 24, 25, 26):
+        p = (np.arange(n, dtype=np.int64) * 13) % 63 - 31
+        got = run_graph(g, [out, *xs], {"positions": p}, opset, ms=rotary == "ort")
+        b, s = sl.fold(n)
+        assert (s, b * s - n < s) == (n // 5 + 1, True)
+        assert [v.shape for v in got[1:]] == [(b, s, 6)] * 2, n
+        want = run_graph(plain, [plain_out], {"positions": p}, opset, ms=rotary == "ort")[0]
+        assert got[0].shape == (n, 6) and np.array_equal(got[0], want), n
+
+
 @pytest.mark.parametrize("pairs", ["sin-cos", "sin-cos-interleaved"])
 @pytest.mark.parametrize("rotary,opset", [("ort", 18), ("rotary23", 23)])
 def test_rotary_columns_sinusoidal_pairs(pairs, rotary, opset):
