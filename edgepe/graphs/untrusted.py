@@ -159,11 +159,17 @@ def _infer(model, free: int, where: str):
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.value_info[:]  # shapes are inferred afresh, never believed
+    defaults = {t.name: list(t.dims) for t in probe.graph.initializer}
     for value in probe.graph.input:
-        for dim in value.type.tensor_type.shape.dim:
+        dims = value.type.tensor_type.shape.dim
+        # an input with an initializer (its default) has the default's size unless fed: its
+        # declared free dims are not probed (at 16 they contradicted the default's [1])
+        given = defaults.get(value.name)
+        for k, dim in enumerate(dims):
             if not dim.HasField("dim_value"):
                 dim.Clear()
-                dim.dim_value = free
+                dim.dim_value = given[k] if given is not None and len(given) == len(dims) \
+                    else free
     try:
         inferred = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=False)
     except Exception as exc:  # noqa: BLE001 - a graph inference rejects is not edgepe's
