@@ -1390,6 +1390,108 @@ def test_build_found_bloom_alibi_refuses_other_slopes_and_guesses_unknown_shapes
     assert [d.dim_param or d.dim_value for d in value.shape.dim] == ["batch", 1, "seq"]
 
 
+def _bloom_unmasked(pos_dims=("s",), opset=17):
+    """Bloom exported without a mask input (issue 40): slopes [4, 1, 1] times int32 positions
+    [S] from a Range, the bias [4, 1, S]; discover finds it by its values, slopes_shape kept."""
+    nodes = [oh.make_node("Cast", ["pos"], ["posf"], to=TP.FLOAT),
+             oh.make_node("Mul", ["slopes", "posf"], ["alibi"])]
+    model = _model(nodes, [_vi("pos", TP.INT32, list(pos_dims) if pos_dims else None)],
+                   [_vi("alibi", TP.FLOAT, None)], {"slopes": SLOPES4.reshape(4, 1, 1)}, opset)
+    found = fh.Found("alibi", ["alibi"], "pos", "", {
+        "slopes": SLOPES41, "slopes_shape": [4, 1, 1], "slopes_name": "slopes",
+        "discovered": True})
+    return model, found
+
+
+def _dims(value):
+    return [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+
+
+def test_build_found_alibi_found_by_values_keeps_the_models_shapes_and_types():
+    """``_alibi_shaped`` through build_found: the model's own slopes shape [H, 1, 1] against
+    positions [S] gives [H, 1, S] (numpy's broadcast, as the model's Mul), its positions' int32
+    kept, its opset and the lowest IR version that opset needs (splice takes the max of the
+    model's and the PE's: an IR-8 model stays IR 8), and the checker's full check passes."""
+    model, found = _bloom_unmasked()
+    pe, record = fh.build_found(model, found, None)
+    assert record["model_slopes"] == "slopes" and record["positions"] == "pos"
+    onnx.checker.check_model(pe, full_check=True)
+    assert [(o.domain, o.version) for o in pe.opset_import] == [("", 17)]
+    assert pe.ir_version == oh.find_min_ir_version_for(list(pe.opset_import)) == 8
+    (value,), (out,) = pe.graph.input, pe.graph.output
+    assert value.type.tensor_type.elem_type == TP.INT32 and _dims(value) == ["s"]
+    assert out.type.tensor_type.elem_type == TP.FLOAT and _dims(out) == [4, 1, "s"]
+    positions = np.array([0, 1, 5, 4095], np.int32)
+    (bias,) = _run(pe, **{value.name: positions}).values()
+    assert bias.dtype == np.float32 and bias.shape == (4, 1, 4)
+    assert np.array_equal(bias, SLOPES4.reshape(4, 1, 1) * positions.astype(np.float32))
+    # the model's own run of its Mul gives the same [4, 1, S] values
+    (theirs,) = _run(model, pos=positions).values()
+    assert np.array_equal(bias, theirs)
+
+
+def test_alibi_shaped_broadcasts_like_numpy_and_names_unknown_axes():
+    """Positions of unknown shape are ``[seq]``; an axis with no name or size gets
+    ``positions_<i>``; slopes [H, 1] of lower rank than positions [B, 1, S] align on the last
+    axis ([B, H, S]); float64 slopes are stored float32 (the bias is float32)."""
+    model, found = _bloom_unmasked(pos_dims=None, opset=18)
+    pe, _ = fh.build_found(model, found, None)
+    assert _dims(pe.graph.input[0]) == ["seq"] and _dims(pe.graph.output[0]) == [4, 1, "seq"]
+    pe = fh._alibi_shaped(SLOPES4.reshape(4, 1, 1), 18, [None], TP.INT64)
+    assert _dims(pe.graph.input[0]) == ["positions_0"]
+    assert _dims(pe.graph.output[0]) == [4, 1, "positions_0"]
+    pe = fh._alibi_shaped(SLOPES41.astype(np.float64), 18, ["b", 1, None], TP.INT64)
+    assert _dims(pe.graph.input[0]) == ["b", 1, "positions_2"]
+    assert _dims(pe.graph.output[0]) == ["b", 4, "positions_2"]
+    assert pe.graph.initializer[0].data_type == TP.FLOAT
+    positions = np.array([[[0, 3, 9]], [[2, 2, 2]]], np.int64)
+    (bias,) = _run(pe, **{pe.graph.input[0].name: positions}).values()
+    assert bias.shape == (2, 4, 3)
+    assert np.array_equal(bias, SLOPES41[None] * positions.astype(np.float32))
+    onnx.checker.check_model(pe, full_check=True)
+
+
+W4 = np.array([1.0, 1.0, 0.1, 0.1], np.float32)  # an interleaved angle's own 4 columns
+
+
+def _columns_rope():
+    """An interleaved angle discover found by its values (issue 40): its K = 4 columns stored
+    as they are (``columns``), not R/2 = 2 columns each doubled."""
+    nodes = [oh.make_node("Cast", ["p"], ["pf"], to=TP.FLOAT),
+             oh.make_node("Mul", ["pf", "w"], ["angle"]),
+             oh.make_node("Cos", ["angle"], ["cos"]), oh.make_node("Sin", ["angle"], ["sin"])]
+    model = _model(nodes, [_vi("p", TP.INT64, [1, "s", 1])],
+                   [_vi("cos", TP.FLOAT, None), _vi("sin", TP.FLOAT, None)], {"w": W4})
+    found = fh.Found("rope", ["cos", "sin"], "p", "", {
+        "inv_freq": W4, "inv_freq_name": "angle", "attention_factor": np.float32(1.0),
+        "layout": "interleaved", "rotary_dim": 4, "choice": None, "columns": 4,
+        "flat_positions": False, "discovered": True})
+    return model, found
+
+
+def test_build_found_rope_columns_count_all_their_bytes_and_refuse_sliced():
+    """Both tables' K values per position count against the size limit (not R/2 doubled),
+    over it the refusal (an angle of its own columns has no sliced form to fall back to), the
+    rows stored column for column, and --mode sliced refused in one line."""
+    model, found = _columns_rope()
+    limit = 16 * 2 * 4 * 4  # 16 positions, two tables of K = 4 float32 columns
+    pe, record = fh.build_found(model, found, 16, table_bytes_limit=limit)
+    assert (record["mode"], record["layout"], record["max_len"]) == ("table", "interleaved", 16)
+    out = _run(pe, **{pe.graph.input[0].name: np.arange(16).reshape(1, 16, 1)})
+    angle = np.arange(16, dtype=np.float32)[:, None] * W4
+    assert np.array_equal(out["cos"][0], np.cos(angle.astype(np.float64)).astype(np.float32))
+    assert np.array_equal(out["sin"][0], np.sin(angle.astype(np.float64)).astype(np.float32))
+    with pytest.raises(BadParameterError) as err:
+        fh.build_found(model, found, 16, table_bytes_limit=limit - 1)
+    assert str(err.value) == ("the tables for 16 positions would be 512 B, over graft's 511 B "
+                              "limit; give fewer positions (--max-len), --quantize int8 or "
+                              "--mode sliced")
+    with pytest.raises(BadParameterError) as err:
+        fh.build_found(model, found, 16, mode="sliced")
+    assert str(err.value) == ("--mode sliced makes RoPE's half-layout cos/sin; this model's "
+                              "angle is interleaved: it goes in as tables (--mode table)")
+
+
 def test_build_found_mpt_bias_from_a_range():
     model = _mpt_model(_mpt_bias(6))
     f, = fh.find_pe(model)
