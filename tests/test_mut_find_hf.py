@@ -1492,6 +1492,49 @@ def test_build_found_rope_columns_count_all_their_bytes_and_refuse_sliced():
                               "angle is interleaved: it goes in as tables (--mode table)")
 
 
+def _whisper_whole(opset):
+    """Whisper's encoder table ``[12, 8]`` as ``discover.whole_sinusoids`` finds it (added whole
+    at Add 'h'), one element off by 2^-12: the rebuilt table's distance from it is not 0."""
+    w = np.exp(-math.log(10000) / 3 * np.arange(4))  # log_timescale_increment: D/2 - 1 = 3
+    angle = np.arange(12)[:, None] * w[None, :]
+    table = np.concatenate([np.sin(angle), np.cos(angle)], axis=1).astype(np.float32)
+    table[3, 1] += np.float32(2.0**-12)
+    model = _model([oh.make_node("Add", ["x", "T"], ["h"])], [_vi("x", TP.FLOAT, [1, 12, 8])],
+                   [_vi("h", TP.FLOAT, None)], {"T": table}, opset)
+    found = fh.Found("sinusoidal", ["T"], "", "", {"whole": True, "table": table,
+                                                  "table_name": "T", "add": "h"})
+    return model, found, table
+
+
+def test_build_found_whole_table_records_where_and_bounds_int8_on_top_of_the_distance():
+    """build_whole: edgepe's table at the model's opset, its positions Range(0, 12) inside the
+    PE; the record graft stores (``edgepe.graft.N``) names the table, the Add, the positions'
+    source, and its proof bound is the rebuilt table's distance plus int8's bound."""
+    from edgepe.graft.discover import WHISPER_PARAMS
+
+    model, found, table = _whisper_whole(19)
+    pe, record = fh.build_found(model, found, 99, "int8", mode="table")  # max_len: the model's
+    assert [(o.domain, o.version) for o in pe.opset_import] == [("", 19)]
+    assert len(pe.graph.input) == 0 and pe.graph.node[0].op_type == "Range"
+    (out,) = _run(pe).values()
+    assert out.shape == (12, 8)
+    assert {k: v for k, v in record.items() if k not in ("manifest", "quant")} == {
+        "scheme": "sinusoidal", **WHISPER_PARAMS, "table": "T", "added_at": "h", "max_len": 12,
+        "mode": "table", "quantize": "int8", "replaces": ["T"], "positions": None,
+        "positions_from": "Range(0, 12) inside the PE (the table's rows)",
+        "table_distance": record["table_distance"], "proof_bound": record["proof_bound"]}
+    assert 2.0**-13 < record["table_distance"] < 2.0**-11  # the bump, within float32 recipe
+    assert 0 < record["quant"]["bound"] < 2.0**-7
+    assert record["proof_bound"] == record["table_distance"] + record["quant"]["bound"]
+    assert np.abs(out.astype(np.float64) - table).max() <= record["proof_bound"]
+    model, found, table = _whisper_whole(17)  # float32 rows at opset 17
+    pe, record = fh.build_found(model, found, None, mode="table")
+    assert [(o.domain, o.version) for o in pe.opset_import] == [("", 17)]
+    assert record["proof_bound"] == record["table_distance"] > 0
+    (out,) = _run(pe).values()
+    assert np.abs(out.astype(np.float64) - table).max() == record["table_distance"]
+
+
 def test_build_found_mpt_bias_from_a_range():
     model = _mpt_model(_mpt_bias(6))
     f, = fh.find_pe(model)
@@ -1612,6 +1655,29 @@ def test_check_hf_config_rope_of_another_size_is_refused():
         fh.check_hf_config(f, LLAMA, None)
     assert str(err.value).startswith("the model's inv_freq 'inv_freq' [4] differs from edgepe's "
                                      "rope for this config ([2]): the config is not")
+
+
+def test_check_hf_config_yarn_attention_factor_of_the_rotated_slots():
+    """yarn scales cos/sin by 0.1 ln(factor) + 1 on the rotated slots only (phi, R = 2 of head
+    size 4: edgepe's rope holds [1.0693, 1] per slot): a model scaling by it passes, one
+    scaling by 1 is refused in one line naming both factors."""
+    phi = {"model_type": "phi", "hidden_size": 8, "num_attention_heads": 2,
+           "rope_theta": 10000.0, "max_position_embeddings": 32, "partial_rotary_factor": 0.5,
+           "rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+                            "original_max_position_embeddings": 16}}
+    yarn = np.float32(0.1 * math.log(2.0) + 1.0)
+    inv = np.array([1.0], np.float32)  # 1 / 10000^0: yarn leaves the fastest frequency as is
+    f, = fh.find_pe(_rope_model(factor=yarn, inv=inv))
+    assert f.params["rotary_dim"] == 2
+    length, record = fh.check_hf_config(f, phi, None)
+    assert length == 32 and record["params"]["rope_type"] == "yarn"
+    assert record["inv_freq"].startswith("equal to edgepe's rope scheme")
+    f, = fh.find_pe(_rope_model(factor=None, inv=inv))
+    with pytest.raises(BadParameterError) as err:
+        fh.check_hf_config(f, phi, None)
+    assert str(err.value) == (f"the model scales cos/sin by 1, edgepe's rope for this config by "
+                              f"{float(yarn):.9g} (the attention factor): the config is not "
+                              "this model's")
 
 
 def test_check_hf_config_refuses_another_family_and_dynamic_ntk_past_its_length():
@@ -1979,7 +2045,8 @@ def test_check_hf_config_of_t5_takes_the_configs_max_distance_within_the_fitted_
               "relative_attention_max_distance": max_distance}
     length, record = fh.check_hf_config(f, config, None)
     assert f.params["max_distance"] == max_distance and length is None
-    assert record["buckets"].startswith("equal to edgepe's t5-bias")
+    assert record["buckets"] == ("equal to edgepe's t5-bias for this config's num_buckets and "
+                                 "max_distance, at every relative position up to 2^20")
     assert record["params"] == {"num_buckets": 8, "max_distance": max_distance,
                                 "direction": "bidirectional"}
 
