@@ -1707,6 +1707,9 @@ def test_check_hf_config_longrope_compares_both_sets_and_gptj_skips_the_check():
     assert length == 32
     assert record["inv_freq"] == ("equal to edgepe's rope scheme (freq_dtype=float32) bit for "
                                   "bit, short_factor's and long_factor's")
+    # --max-len 8, within the original 16: the long set is still long_factor's (the model
+    # picks it past 16 positions whatever the table's length)
+    assert fh.check_hf_config(f, config, 8)[0] == 8
     assert record["params"]["short_factor"] == [1.0, 1.0]  # tuples written as lists
     assert record["params"]["long_factor"] == [2.0, 2.0]
     for key, name in (("long_factor", "long_inv"), ("short_factor", "short_inv")):
@@ -1725,6 +1728,17 @@ def test_check_hf_config_longrope_compares_both_sets_and_gptj_skips_the_check():
     length, record = fh.check_hf_config(f, gptj, None)
     assert length is None and "inv_freq" not in record  # the table keeps its rows
     assert fh.check_hf_config(f, gptj, 8)[0] == 8
+
+
+def test_check_hf_config_a_choice_against_another_rope_type_is_one_set_at_the_length():
+    """A model choosing between two inv_freq (its Where) checked against a config that is not
+    longrope: both branches are compared with the config's one set at the table's length, none
+    at a sequence length past it (dynamic NTK's frequencies grow there: 33 > 32)."""
+    f, = fh.find_pe(_longrope_model(if_true=INV))  # both branches the default frequencies
+    dynamic = {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    length, record = fh.check_hf_config(f, dynamic, None)
+    assert length == 32 and record["params"]["rope_type"] == "dynamic"
+    assert record["inv_freq"].endswith("bit for bit, short_factor's and long_factor's")
 
 
 def test_check_hf_config_learned_keeps_the_tables_rows():
