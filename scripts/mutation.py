@@ -369,12 +369,12 @@ EQUIVALENT: dict[str, str] = {
     # lead: graft/find.py
     **{f"{FIND}_table_read__mutmut_{i}": "the padding of Slice's absent inputs: a padded name "
        "('XXXX', or one more) names no constant, as '' does, so the default (axes 0, step 1) "
-       "applies the same" for i in (46, 47, 48, 49)},
-    FIND + "_table_read__mutmut_52": "consts.get('') for an absent input: ONNX names no tensor "
+       "applies the same" for i in (48, 49, 50, 51)},
+    FIND + "_table_read__mutmut_54": "consts.get('') for an absent input: ONNX names no tensor "
     "'' (the empty name means absent), so it is None as the guard makes it",
     **{f"{FIND}{fn}__mutmut_{i}": "graph given as None beside graph_index's makers: "
        "_trace_length reads graph only to build makers when none is given, and every caller "
-       "gives them" for fn, i in (("_table_read", 34), ("_table_read", 81), ("detect", 61))},
+       "gives them" for fn, i in (("_table_read", 36), ("_table_read", 83), ("detect", 62))},
     FIND + "build_detected__mutmut_16": "the module's seed: it draws only the projection, which "
     "is overwritten with the model's weight at once",
     **{f"{FIND}build_detected__mutmut_{i}": "the name parse_model gives the artifact just built: "
@@ -1099,25 +1099,25 @@ EQUIVALENT: dict[str, str] = {
        "version converter always says why it failed" for i in (19, 22, 23)},
     **{f"{SPL}splice_found__mutmut_{i}": "zip(strict=False) is the default: None or no "
        "argument is the same" for i in (15, 18)},
-    LOW + "lower_interleaved__mutmut_119": "the positions' name left to the fallback: graft's "
+    LOW + "lower_interleaved__mutmut_124": "the positions' name left to the fallback: graft's "
     "own Gather of the table reads {prefix}positions_squeezed whenever graft made that tensor, "
     "so the fallback finds the same name",
     **{f"{LOW}lower_interleaved__mutmut_{i}": "np.asarray([0, 0, -1], None) is int64, the "
-       "dtype given" for i in (417, 419)},
+       "dtype given" for i in (431, 433)},
     **{f"{LOW}_batch_positions__mutmut_{i}": "Gather's axis None or left out: ONNX's default "
-       "is 0" for i in (31, 36)},
+       "is 0" for i in (29, 34)},
     **{f"{LOW}_batch_positions__mutmut_{i}": "np.asarray of a tuple of ints with no dtype is "
-       "int64, the dtype given" for i in (59, 61)},
+       "int64, the dtype given" for i in (57, 59)},
     **{f"{LOW}_caches__mutmut_{i}": "zip's strict flag: picked, tables and caches are each two "
-       "long" for i in (39, 43, 44)},
-    LOW + "lower_rope__mutmut_75": "_caches never reads its graph argument (makers and consts "
+       "long" for i in (40, 44, 45)},
+    LOW + "lower_rope__mutmut_79": "_caches never reads its graph argument (makers and consts "
     "carry what it needs)",
-    LOW + "lower_rope__mutmut_280": "the first node reading the chosen cache or a "
+    LOW + "lower_rope__mutmut_290": "the first node reading the chosen cache or a "
     "RotaryEmbedding: only the rotations read the chosen caches (the Wheres write them), so it "
     "is the first rotation either way",
-    LOW + "lower_rope__mutmut_285": "the first rotation reading the sin cache instead of the "
+    LOW + "lower_rope__mutmut_293": "the first rotation reading the sin cache instead of the "
     "cos cache: every rotation reads both",
-    LOW + "lower_interleaved__mutmut_51": "shapes None instead of {} after infer_shapes raised: "
+    LOW + "lower_interleaved__mutmut_53": "shapes None instead of {} after infer_shapes raised: "
     "non-strict inference skips a node it cannot infer instead of raising, for every model "
     "graft has read (it was parsed and found first)",
     # h-n2: graphs/lowerings.py, graphs/bits.py
@@ -1278,7 +1278,8 @@ EQUIVALENT: dict[str, str] = {
        "both differ from 1" for i in (11, 14)},
     **{f"{FHF}{fn}__mutmut_{i}": "the default for axes that are no constant: "
        "np.asarray(None).ravel().tolist() is [None], refused as [] is" for fn, i in (
-           ("_gptj_gather_elements", 92), ("_rope_matmul", 136), ("_rope_matmul", 138))},
+           ("_gptj_gather_elements", 90), ("_gptj_gather_elements", 92),
+           ("_rope_matmul", 136), ("_rope_matmul", 138))},
     **{f"{FHF}_half_sinusoidal_distance__mutmut_{i}": "np.arange's dtype dropped: an int64 "
        "arange times a float64 (-2.0 * i, p * w) is the same float64 values" for i in (21, 23,
                                                                                     27, 29)},
