@@ -369,12 +369,12 @@ EQUIVALENT: dict[str, str] = {
     # lead: graft/find.py
     **{f"{FIND}_table_read__mutmut_{i}": "the padding of Slice's absent inputs: a padded name "
        "('XXXX', or one more) names no constant, as '' does, so the default (axes 0, step 1) "
-       "applies the same" for i in (46, 47, 48, 49)},
-    FIND + "_table_read__mutmut_52": "consts.get('') for an absent input: ONNX names no tensor "
+       "applies the same" for i in (48, 49, 50, 51)},
+    FIND + "_table_read__mutmut_54": "consts.get('') for an absent input: ONNX names no tensor "
     "'' (the empty name means absent), so it is None as the guard makes it",
     **{f"{FIND}{fn}__mutmut_{i}": "graph given as None beside graph_index's makers: "
        "_trace_length reads graph only to build makers when none is given, and every caller "
-       "gives them" for fn, i in (("_table_read", 34), ("_table_read", 81), ("detect", 61))},
+       "gives them" for fn, i in (("_table_read", 36), ("_table_read", 83), ("detect", 62))},
     FIND + "build_detected__mutmut_16": "the module's seed: it draws only the projection, which "
     "is overwritten with the model's weight at once",
     **{f"{FIND}build_detected__mutmut_{i}": "the name parse_model gives the artifact just built: "
@@ -1105,25 +1105,25 @@ EQUIVALENT: dict[str, str] = {
        "version converter always says why it failed" for i in (19, 22, 23)},
     **{f"{SPL}splice_found__mutmut_{i}": "zip(strict=False) is the default: None or no "
        "argument is the same" for i in (15, 18)},
-    LOW + "lower_interleaved__mutmut_119": "the positions' name left to the fallback: graft's "
+    LOW + "lower_interleaved__mutmut_124": "the positions' name left to the fallback: graft's "
     "own Gather of the table reads {prefix}positions_squeezed whenever graft made that tensor, "
     "so the fallback finds the same name",
     **{f"{LOW}lower_interleaved__mutmut_{i}": "np.asarray([0, 0, -1], None) is int64, the "
-       "dtype given" for i in (417, 419)},
+       "dtype given" for i in (431, 433)},
     **{f"{LOW}_batch_positions__mutmut_{i}": "Gather's axis None or left out: ONNX's default "
-       "is 0" for i in (31, 36)},
+       "is 0" for i in (29, 34)},
     **{f"{LOW}_batch_positions__mutmut_{i}": "np.asarray of a tuple of ints with no dtype is "
-       "int64, the dtype given" for i in (59, 61)},
+       "int64, the dtype given" for i in (57, 59)},
     **{f"{LOW}_caches__mutmut_{i}": "zip's strict flag: picked, tables and caches are each two "
-       "long" for i in (39, 43, 44)},
-    LOW + "lower_rope__mutmut_75": "_caches never reads its graph argument (makers and consts "
+       "long" for i in (40, 44, 45)},
+    LOW + "lower_rope__mutmut_79": "_caches never reads its graph argument (makers and consts "
     "carry what it needs)",
-    LOW + "lower_rope__mutmut_280": "the first node reading the chosen cache or a "
+    LOW + "lower_rope__mutmut_290": "the first node reading the chosen cache or a "
     "RotaryEmbedding: only the rotations read the chosen caches (the Wheres write them), so it "
     "is the first rotation either way",
-    LOW + "lower_rope__mutmut_285": "the first rotation reading the sin cache instead of the "
+    LOW + "lower_rope__mutmut_293": "the first rotation reading the sin cache instead of the "
     "cos cache: every rotation reads both",
-    LOW + "lower_interleaved__mutmut_51": "shapes None instead of {} after infer_shapes raised: "
+    LOW + "lower_interleaved__mutmut_53": "shapes None instead of {} after infer_shapes raised: "
     "non-strict inference skips a node it cannot infer instead of raising, for every model "
     "graft has read (it was parsed and found first)",
     # h-n2: graphs/lowerings.py, graphs/bits.py
@@ -1304,7 +1304,7 @@ EQUIVALENT: dict[str, str] = {
     GRF + "declared_max_len__mutmut_80": "continue -> break right after ok = False: the "
     "while's `ok` ends the walk at once either way",
     # h-n4: graft/find_hf.py
-    FHF + "_alibi__mutmut_48": "continue -> break leaves only the Mul's other (slopes, Cast) "
+    FHF + "_alibi__mutmut_50": "continue -> break leaves only the Mul's other (slopes, Cast) "
     "reading: input 0 is then a constant and input 1 Cast-made, so the reverse would need a "
     "constant (an initializer, a Constant's or an Identity's output) made by a Cast",
     **{f"{FHF}_flat_positions__mutmut_{i}": "np.asarray([-1], None) is int64, the dtype given"
@@ -1313,11 +1313,11 @@ EQUIVALENT: dict[str, str] = {
        "passes the full check (edgepe's own gathered_tables/sliced_rope graph plus one "
        "Unsqueeze; the tests run every one through onnxruntime)" for i in (39, 40)},
     **{f"{FHF}_gptj_gather_elements__mutmut_{i}": "GatherElements' axis when unset: None and 0 "
-       "both differ from 1" for i in (10, 13)},
+       "both differ from 1" for i in (11, 14)},
     **{f"{FHF}{fn}__mutmut_{i}": "the default for axes that are no constant: "
        "np.asarray(None).ravel().tolist() is [None], refused as [] is" for fn, i in (
-           ("_gptj_gather_elements", 88), ("_gptj_gather_elements", 90),
-           ("_rope_matmul", 130), ("_rope_matmul", 132))},
+           ("_gptj_gather_elements", 90), ("_gptj_gather_elements", 92),
+           ("_rope_matmul", 136), ("_rope_matmul", 138))},
     **{f"{FHF}_half_sinusoidal_distance__mutmut_{i}": "np.arange's dtype dropped: an int64 "
        "arange times a float64 (-2.0 * i, p * w) is the same float64 values" for i in (21, 23,
                                                                                     27, 29)},
@@ -1326,49 +1326,74 @@ EQUIVALENT: dict[str, str] = {
        for fn in ("_half_sinusoidal_distance", "_is_fairseq_sinusoidal")},
     **{f"{FHF}_sinusoid_within__mutmut_{i}": "np.arange's dtype dropped: an int64 arange times "
        "the float64 w is the same float64 angles" for i in (4, 6)},
-    FHF + "_learned__mutmut_157": "half computed for a Gather of a fairseq table too: its row 1 "
+    FHF + "_learned__mutmut_161": "half computed for a Gather of a fairseq table too: its row 1 "
     "is zero where Marian's definition has cos(w) >= cos(1) > 0.5, far past the bound: None, "
     "as before",
     **{f"{FHF}{fn}__mutmut_{i}": "readers.get's default for a Cos's input: the Cos itself reads "
-       "it, so it is always there" for fn, i in (("_rope", 13), ("_rope", 15),
-                                                 ("_rope_matmul", 12), ("_rope_matmul", 14))},
+       "it, so it is always there" for fn, i in (("_rope", 14), ("_rope", 16),
+                                                 ("_rope_matmul", 13), ("_rope_matmul", 15))},
     **{f"{FHF}{fn}__mutmut_{i}": "concat.input[1] for [0]: the check before requires them "
-       "equal" for fn, i in (("_rope", 40), ("_rope_matmul", 41))},
+       "equal" for fn, i in (("_rope", 43), ("_rope_matmul", 44))},
     **{f"{FHF}{fn}__mutmut_{i}": "factors[1] for factors[0]: the check before requires them "
-       "equal" for fn, i in (("_rope", 178), ("_rope", 179), ("_rope", 215),
-                             ("_rope_matmul", 184), ("_rope_matmul", 185),
-                             ("_rope_matmul", 217))},
+       "equal" for fn, i in (("_rope", 184), ("_rope", 185), ("_rope", 221),
+                             ("_rope_matmul", 190), ("_rope_matmul", 191),
+                             ("_rope_matmul", 223))},
     **{f"{FHF}_rope_fused__mutmut_{i}": "next()'s default (no non-constant input): then both "
        "inputs are 1-D constants, len(inv) == 2 refuses the Mul, and makers.get of None or of "
-       "an absent name is None alike" for i in (15, 19)},
+       "an absent name is None alike" for i in (16, 20)},
     **{f"{FHF}_rope_fused__mutmut_{i}": "readers.get's default for a scaled cache read by "
        "nothing: None and [] are both refused by `not users` before anything iterates them"
-       for i in (84, 86)},
-    FHF + "_rope_matmul__mutmut_140": "reshape(-2): numpy takes any negative size as the "
+       for i in (87, 89)},
+    FHF + "_rope_matmul__mutmut_146": "reshape(-2): numpy takes any negative size as the "
     "unknown dimension, as -1",
-    FHF + "_scalar_add__mutmut_17": "dtype.kind in 'XXiuXX': kind is one letter, never X; 'i' "
+    FHF + "_scalar_add__mutmut_18": "dtype.kind in 'XXiuXX': kind is one letter, never X; 'i' "
     "and 'u' are found as in 'iu'",
     **{f"{FHF}build_found__mutmut_{i}": "flat_positions' default None for False: both falsy, "
-       "and flat is only tested for truth" for i in (10, 12)},
-    **{f"{FHF}build_found__mutmut_{i}": "stored's longrope factor or int8 byte size: stored is "
-       "compared only when choice is None and quantize is 'none' (the same `and`), where the "
-       "factor is 1 and the size 4 either way" for i in (52, 56, 58, 60, 62, 64, 65)},
+       "and flat is only tested for truth" for i in (21, 23)},
+    **{f"{FHF}build_found__mutmut_{i}": "an angle's own columns counted as R/2 in the early "
+       "size check: the final _check_size over the built tables (their real size) refuses with "
+       "the same line; the early one only spares building tables up to twice the limit"
+       for i in (64, 68, 69)},
     **{f"{FHF}check_hf_config__mutmut_{i}": "`family = 'rope' if found.family == 'rope' else "
        "found.family` is found.family whatever the test" for i in (4, 9, 10)},
-    **{f"{FHF}check_hf_config__mutmut_{i}": "Marian's refusal on frequencies or offset: "
-       "hf_config._sinusoidal gives frequencies 'fairseq' and an offset >= 1 together (xglm, "
-       "m2m100: pad_token_id + 1), or neither (marian), so either test alone refuses the same "
-       "configs" for i in (141, 144, 148, 149, 155, 156, 157, 158, 159, 160)},
     **{f"{FHF}check_hf_config__mutmut_{i}": "astype(None) is float64, the dtype given" for i in
-       (104, 181)},
-    FHF + "check_hf_config__mutmut_78": "edgepe's inv_freq kept in float64: rope with "
+       (143, 271)},
+    **{f"{FHF}check_hf_config__mutmut_{i}": "original_max_position_embeddings' default: "
+       "hf_config._rope records it for every rope_type but default, and it is read only for "
+       "longrope" for i in (71, 73, 76)},
+    FHF + "check_hf_config__mutmut_93": "the long set at original + 2 for original + 1: rope "
+    "takes long_factor for any seq_len > original_max_position_embeddings",
+    FHF + "check_hf_config__mutmut_119": "edgepe's inv_freq kept in float64: rope with "
     "freq_dtype=float32 holds float32 values, equal as float64 to the model's float32 ones "
     "(array_equal compares values)",
     **{f"{FHF}check_hf_config__mutmut_{i}": "np.asarray of the found inv_freq without float32: "
-       "every matcher requires it float32 already" for i in (86, 88)},
+       "every matcher requires it float32 already" for i in (127, 129)},
     **{f"{FHF}find_pe__mutmut_{i}": "an argument the matcher never reads (readers for _learned, "
        "_alibi and _gptj_gather_elements; makers for _mpt_alibi) passed as None"
        for i in (25, 33, 40, 57)},
+    **{f"{FHF}_alibi_shaped__mutmut_{i}": "zip's strict flag: left and right are each padded "
+       "to rank, so their lengths are equal" for i in (33, 36, 37)},
+    **{f"{FHF}_alibi_shaped__mutmut_{i}": "the PE graph's name: splice takes its nodes, "
+       "initializers and values into the model's graph, and nothing reads the name"
+       for i in (77, 78)},
+    **{f"{FHF}_alibi_shaped__mutmut_{i}": "the checker without full_check on a graph that "
+       "passes the full check (two nodes; the tests run the full check and onnxruntime on it)"
+       for i in (118, 119)},
+    **{f"{FHF}build_whole__mutmut_{i}": "the module built by build(scheme) with its default "
+       "seed, or by prepare itself (prepare(config, None) builds it as build_whole does): "
+       "sinusoidal has no random weights and no checkpoint" for i in (62, 65, 67)},
+    **{f"{FHF}build_whole__mutmut_{i}": "parse_model's label names the bytes in its refusal "
+       "only; edgepe's own export always parses" for i in (74, 77, 78)},
+    **{f"{FHF}build_whole__mutmut_{i}": "np.asarray of a Python int without a dtype is int64, "
+       "the dtype given" for i in (87, 89)},
+    **{f"{FHF}build_whole__mutmut_{i}": "the Range's initializer names: three distinct names "
+       "under each mutant, and nothing reads them by name" for i in (90, 91, 93, 94, 95, 96)},
+    **{f"{FHF}build_whole__mutmut_{i}": "the Range node's name: node names are optional, "
+       "splice finds nodes by their outputs (it renames only the last)" for i in (107, 111)},
+    **{f"{FHF}build_whole__mutmut_{i}": "astype(None) is float64, the dtype given"
+       for i in (116, 124)},
+    **{f"{FHF}build_whole__mutmut_{i}": "np.arange's dtype dropped: an int64 arange times the "
+       "float64 w is the same float64 angles" for i in (128, 130)},
     **{f"{FHF}rope_tables__mutmut_{i}": "astype(None) is float64, the dtype given"
        for i in (21, 27)},
     FHF + "streams__mutmut_12": "_ancestors of MPT's empty positions name: '' has no maker and "

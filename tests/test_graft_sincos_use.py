@@ -73,3 +73,24 @@ def test_table_use_is_none_where_the_consumer_says_neither_or_both():
     sliced = _model("add")  # a Slice of the rows (torch's tensor[..., :half]) is a split too
     sliced.graph.node[1].CopyFrom(helper.make_node("Slice", ["rows", "s0", "s1"], ["y"]))
     assert _table_use("rows", graph_index(sliced.graph)[1]) == "rope"
+
+
+def _chain(reshapes: int, dead_branch: bool = False):
+    """``rows`` through ``reshapes`` Reshapes into a Split; ``dead_branch``: a second Reshape
+    of ``rows``, read by nothing, after the first in the graph."""
+    nodes, name = [], "rows"
+    for i in range(reshapes):
+        nodes.append(helper.make_node("Reshape", [name, "shape"], [f"r{i}"]))
+        name = f"r{i}"
+    nodes.append(helper.make_node("Split", [name, "halves"], ["sin", "cos"], axis=-1))
+    if dead_branch:
+        nodes.append(helper.make_node("Reshape", ["rows", "shape"], ["unread"]))
+    return graph_index(helper.make_graph(nodes, "g", [], []))[1]
+
+
+def test_table_use_looks_six_nodes_deep_along_every_branch():
+    """The default depth: a Split behind 5 pass-through nodes is seen (the sixth step), behind
+    6 it is not; every pass-through reader of one tensor is followed, not only the last."""
+    assert _table_use("rows", _chain(5)) == "rope"
+    assert _table_use("rows", _chain(6)) is None
+    assert _table_use("rows", _chain(1, dead_branch=True)) == "rope"

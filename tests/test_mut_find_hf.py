@@ -1390,6 +1390,151 @@ def test_build_found_bloom_alibi_refuses_other_slopes_and_guesses_unknown_shapes
     assert [d.dim_param or d.dim_value for d in value.shape.dim] == ["batch", 1, "seq"]
 
 
+def _bloom_unmasked(pos_dims=("s",), opset=17):
+    """Bloom exported without a mask input (issue 40): slopes [4, 1, 1] times int32 positions
+    [S] from a Range, the bias [4, 1, S]; discover finds it by its values, slopes_shape kept."""
+    nodes = [oh.make_node("Cast", ["pos"], ["posf"], to=TP.FLOAT),
+             oh.make_node("Mul", ["slopes", "posf"], ["alibi"])]
+    model = _model(nodes, [_vi("pos", TP.INT32, list(pos_dims) if pos_dims else None)],
+                   [_vi("alibi", TP.FLOAT, None)], {"slopes": SLOPES4.reshape(4, 1, 1)}, opset)
+    found = fh.Found("alibi", ["alibi"], "pos", "", {
+        "slopes": SLOPES41, "slopes_shape": [4, 1, 1], "slopes_name": "slopes",
+        "discovered": True})
+    return model, found
+
+
+def _dims(value):
+    return [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+
+
+def test_build_found_alibi_found_by_values_keeps_the_models_shapes_and_types():
+    """``_alibi_shaped`` through build_found: the model's own slopes shape [H, 1, 1] against
+    positions [S] gives [H, 1, S] (numpy's broadcast, as the model's Mul), its positions' int32
+    kept, its opset and the lowest IR version that opset needs (splice takes the max of the
+    model's and the PE's: an IR-8 model stays IR 8), and the checker's full check passes."""
+    model, found = _bloom_unmasked()
+    pe, record = fh.build_found(model, found, None)
+    assert record["model_slopes"] == "slopes" and record["positions"] == "pos"
+    onnx.checker.check_model(pe, full_check=True)
+    assert [(o.domain, o.version) for o in pe.opset_import] == [("", 17)]
+    assert pe.ir_version == oh.find_min_ir_version_for(list(pe.opset_import)) == 8
+    (value,), (out,) = pe.graph.input, pe.graph.output
+    assert value.type.tensor_type.elem_type == TP.INT32 and _dims(value) == ["s"]
+    assert out.type.tensor_type.elem_type == TP.FLOAT and _dims(out) == [4, 1, "s"]
+    positions = np.array([0, 1, 5, 4095], np.int32)
+    (bias,) = _run(pe, **{value.name: positions}).values()
+    assert bias.dtype == np.float32 and bias.shape == (4, 1, 4)
+    assert np.array_equal(bias, SLOPES4.reshape(4, 1, 1) * positions.astype(np.float32))
+    # the model's own run of its Mul gives the same [4, 1, S] values
+    (theirs,) = _run(model, pos=positions).values()
+    assert np.array_equal(bias, theirs)
+
+
+def test_alibi_shaped_broadcasts_like_numpy_and_names_unknown_axes():
+    """Positions of unknown shape are ``[seq]``; an axis with no name or size gets
+    ``positions_<i>``; slopes [H, 1] of lower rank than positions [B, 1, S] align on the last
+    axis ([B, H, S]); float64 slopes are stored float32 (the bias is float32)."""
+    model, found = _bloom_unmasked(pos_dims=None, opset=18)
+    pe, _ = fh.build_found(model, found, None)
+    assert _dims(pe.graph.input[0]) == ["seq"] and _dims(pe.graph.output[0]) == [4, 1, "seq"]
+    pe = fh._alibi_shaped(SLOPES4.reshape(4, 1, 1), 18, [None], TP.INT64)
+    assert _dims(pe.graph.input[0]) == ["positions_0"]
+    assert _dims(pe.graph.output[0]) == [4, 1, "positions_0"]
+    pe = fh._alibi_shaped(SLOPES41.astype(np.float64), 18, ["b", 1, None], TP.INT64)
+    assert _dims(pe.graph.input[0]) == ["b", 1, "positions_2"]
+    assert _dims(pe.graph.output[0]) == ["b", 4, "positions_2"]
+    assert pe.graph.initializer[0].data_type == TP.FLOAT
+    positions = np.array([[[0, 3, 9]], [[2, 2, 2]]], np.int64)
+    (bias,) = _run(pe, **{pe.graph.input[0].name: positions}).values()
+    assert bias.shape == (2, 4, 3)
+    assert np.array_equal(bias, SLOPES41[None] * positions.astype(np.float32))
+    onnx.checker.check_model(pe, full_check=True)
+
+
+W4 = np.array([1.0, 1.0, 0.1, 0.1], np.float32)  # an interleaved angle's own 4 columns
+
+
+def _columns_rope():
+    """An interleaved angle discover found by its values (issue 40): its K = 4 columns stored
+    as they are (``columns``), not R/2 = 2 columns each doubled."""
+    nodes = [oh.make_node("Cast", ["p"], ["pf"], to=TP.FLOAT),
+             oh.make_node("Mul", ["pf", "w"], ["angle"]),
+             oh.make_node("Cos", ["angle"], ["cos"]), oh.make_node("Sin", ["angle"], ["sin"])]
+    model = _model(nodes, [_vi("p", TP.INT64, [1, "s", 1])],
+                   [_vi("cos", TP.FLOAT, None), _vi("sin", TP.FLOAT, None)], {"w": W4})
+    found = fh.Found("rope", ["cos", "sin"], "p", "", {
+        "inv_freq": W4, "inv_freq_name": "angle", "attention_factor": np.float32(1.0),
+        "layout": "interleaved", "rotary_dim": 4, "choice": None, "columns": 4,
+        "flat_positions": False, "discovered": True})
+    return model, found
+
+
+def test_build_found_rope_columns_count_all_their_bytes_and_refuse_sliced():
+    """Both tables' K values per position count against the size limit (not R/2 doubled),
+    over it the refusal (an angle of its own columns has no sliced form to fall back to), the
+    rows stored column for column, and --mode sliced refused in one line."""
+    model, found = _columns_rope()
+    limit = 16 * 2 * 4 * 4  # 16 positions, two tables of K = 4 float32 columns
+    pe, record = fh.build_found(model, found, 16, table_bytes_limit=limit)
+    assert (record["mode"], record["layout"], record["max_len"]) == ("table", "interleaved", 16)
+    out = _run(pe, **{pe.graph.input[0].name: np.arange(16).reshape(1, 16, 1)})
+    angle = np.arange(16, dtype=np.float32)[:, None] * W4
+    assert np.array_equal(out["cos"][0], np.cos(angle.astype(np.float64)).astype(np.float32))
+    assert np.array_equal(out["sin"][0], np.sin(angle.astype(np.float64)).astype(np.float32))
+    with pytest.raises(BadParameterError) as err:
+        fh.build_found(model, found, 16, table_bytes_limit=limit - 1)
+    assert str(err.value) == ("the tables for 16 positions would be 512 B, over graft's 511 B "
+                              "limit; give fewer positions (--max-len), --quantize int8 or "
+                              "--mode sliced")
+    with pytest.raises(BadParameterError) as err:
+        fh.build_found(model, found, 16, mode="sliced")
+    assert str(err.value) == ("--mode sliced makes RoPE's half-layout cos/sin; this model's "
+                              "angle is interleaved: it goes in as tables (--mode table)")
+
+
+def _whisper_whole(opset):
+    """Whisper's encoder table ``[12, 8]`` as ``discover.whole_sinusoids`` finds it (added whole
+    at Add 'h'), one element off by 2^-12: the rebuilt table's distance from it is not 0."""
+    w = np.exp(-math.log(10000) / 3 * np.arange(4))  # log_timescale_increment: D/2 - 1 = 3
+    angle = np.arange(12)[:, None] * w[None, :]
+    table = np.concatenate([np.sin(angle), np.cos(angle)], axis=1).astype(np.float32)
+    table[3, 1] += np.float32(2.0**-12)
+    model = _model([oh.make_node("Add", ["x", "T"], ["h"])], [_vi("x", TP.FLOAT, [1, 12, 8])],
+                   [_vi("h", TP.FLOAT, None)], {"T": table}, opset)
+    found = fh.Found("sinusoidal", ["T"], "", "", {"whole": True, "table": table,
+                                                  "table_name": "T", "add": "h"})
+    return model, found, table
+
+
+def test_build_found_whole_table_records_where_and_bounds_int8_on_top_of_the_distance():
+    """build_whole: edgepe's table at the model's opset, its positions Range(0, 12) inside the
+    PE; the record graft stores (``edgepe.graft.N``) names the table, the Add, the positions'
+    source, and its proof bound is the rebuilt table's distance plus int8's bound."""
+    from edgepe.graft.discover import WHISPER_PARAMS
+
+    model, found, table = _whisper_whole(19)
+    pe, record = fh.build_found(model, found, 99, "int8", mode="table")  # max_len: the model's
+    assert [(o.domain, o.version) for o in pe.opset_import] == [("", 19)]
+    assert len(pe.graph.input) == 0 and pe.graph.node[0].op_type == "Range"
+    (out,) = _run(pe).values()
+    assert out.shape == (12, 8)
+    assert {k: v for k, v in record.items() if k not in ("manifest", "quant")} == {
+        "scheme": "sinusoidal", **WHISPER_PARAMS, "table": "T", "added_at": "h", "max_len": 12,
+        "mode": "table", "quantize": "int8", "replaces": ["T"], "positions": None,
+        "positions_from": "Range(0, 12) inside the PE (the table's rows)",
+        "table_distance": record["table_distance"], "proof_bound": record["proof_bound"]}
+    assert 2.0**-13 < record["table_distance"] < 2.0**-11  # the bump, within float32 recipe
+    assert 0 < record["quant"]["bound"] < 2.0**-7
+    assert record["proof_bound"] == record["table_distance"] + record["quant"]["bound"]
+    assert np.abs(out.astype(np.float64) - table).max() <= record["proof_bound"]
+    model, found, table = _whisper_whole(17)  # float32 rows at opset 17
+    pe, record = fh.build_found(model, found, None, mode="table")
+    assert [(o.domain, o.version) for o in pe.opset_import] == [("", 17)]
+    assert record["proof_bound"] == record["table_distance"] > 0
+    (out,) = _run(pe).values()
+    assert np.abs(out.astype(np.float64) - table).max() == record["table_distance"]
+
+
 def test_build_found_mpt_bias_from_a_range():
     model = _mpt_model(_mpt_bias(6))
     f, = fh.find_pe(model)
@@ -1512,6 +1657,29 @@ def test_check_hf_config_rope_of_another_size_is_refused():
                                      "rope for this config ([2]): the config is not")
 
 
+def test_check_hf_config_yarn_attention_factor_of_the_rotated_slots():
+    """yarn scales cos/sin by 0.1 ln(factor) + 1 on the rotated slots only (phi, R = 2 of head
+    size 4: edgepe's rope holds [1.0693, 1] per slot): a model scaling by it passes, one
+    scaling by 1 is refused in one line naming both factors."""
+    phi = {"model_type": "phi", "hidden_size": 8, "num_attention_heads": 2,
+           "rope_theta": 10000.0, "max_position_embeddings": 32, "partial_rotary_factor": 0.5,
+           "rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+                            "original_max_position_embeddings": 16}}
+    yarn = np.float32(0.1 * math.log(2.0) + 1.0)
+    inv = np.array([1.0], np.float32)  # 1 / 10000^0: yarn leaves the fastest frequency as is
+    f, = fh.find_pe(_rope_model(factor=yarn, inv=inv))
+    assert f.params["rotary_dim"] == 2
+    length, record = fh.check_hf_config(f, phi, None)
+    assert length == 32 and record["params"]["rope_type"] == "yarn"
+    assert record["inv_freq"].startswith("equal to edgepe's rope scheme")
+    f, = fh.find_pe(_rope_model(factor=None, inv=inv))
+    with pytest.raises(BadParameterError) as err:
+        fh.check_hf_config(f, phi, None)
+    assert str(err.value) == (f"the model scales cos/sin by 1, edgepe's rope for this config by "
+                              f"{float(yarn):.9g} (the attention factor): the config is not "
+                              "this model's")
+
+
 def test_check_hf_config_refuses_another_family_and_dynamic_ntk_past_its_length():
     f, = fh.find_pe(_rope_model())
     with pytest.raises(BadParameterError) as err:
@@ -1539,6 +1707,9 @@ def test_check_hf_config_longrope_compares_both_sets_and_gptj_skips_the_check():
     assert length == 32
     assert record["inv_freq"] == ("equal to edgepe's rope scheme (freq_dtype=float32) bit for "
                                   "bit, short_factor's and long_factor's")
+    # --max-len 8, within the original 16: the long set is still long_factor's (the model
+    # picks it past 16 positions whatever the table's length)
+    assert fh.check_hf_config(f, config, 8)[0] == 8
     assert record["params"]["short_factor"] == [1.0, 1.0]  # tuples written as lists
     assert record["params"]["long_factor"] == [2.0, 2.0]
     for key, name in (("long_factor", "long_inv"), ("short_factor", "short_inv")):
@@ -1557,6 +1728,17 @@ def test_check_hf_config_longrope_compares_both_sets_and_gptj_skips_the_check():
     length, record = fh.check_hf_config(f, gptj, None)
     assert length is None and "inv_freq" not in record  # the table keeps its rows
     assert fh.check_hf_config(f, gptj, 8)[0] == 8
+
+
+def test_check_hf_config_a_choice_against_another_rope_type_is_one_set_at_the_length():
+    """A model choosing between two inv_freq (its Where) checked against a config that is not
+    longrope: both branches are compared with the config's one set at the table's length, none
+    at a sequence length past it (dynamic NTK's frequencies grow there: 33 > 32)."""
+    f, = fh.find_pe(_longrope_model(if_true=INV))  # both branches the default frequencies
+    dynamic = {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    length, record = fh.check_hf_config(f, dynamic, None)
+    assert length == 32 and record["params"]["rope_type"] == "dynamic"
+    assert record["inv_freq"].endswith("bit for bit, short_factor's and long_factor's")
 
 
 def test_check_hf_config_learned_keeps_the_tables_rows():
@@ -1877,7 +2059,8 @@ def test_check_hf_config_of_t5_takes_the_configs_max_distance_within_the_fitted_
               "relative_attention_max_distance": max_distance}
     length, record = fh.check_hf_config(f, config, None)
     assert f.params["max_distance"] == max_distance and length is None
-    assert record["buckets"].startswith("equal to edgepe's t5-bias")
+    assert record["buckets"] == ("equal to edgepe's t5-bias for this config's num_buckets and "
+                                 "max_distance, at every relative position up to 2^20")
     assert record["params"] == {"num_buckets": 8, "max_distance": max_distance,
                                 "direction": "bidirectional"}
 

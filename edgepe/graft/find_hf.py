@@ -868,7 +868,7 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
                     + "): the config is not this model's, or its scaling is not static (dynamic "
                     "NTK); graft without --from-hf-config keeps the model's own")
         ours = float(rope.scale[0])
-        theirs_factor = float(np.float32(found.params.get("attention_factor", 1.0)))
+        theirs_factor = float(np.float32(found.params["attention_factor"]))  # every rope's
         if ours != theirs_factor:  # yarn's and longrope's cos/sin scale, float32 both
             raise BadParameterError(
                 f"the model scales cos/sin by {theirs_factor:.9g}, edgepe's rope for this config "
@@ -894,8 +894,8 @@ def check_hf_config(found: Found, config: dict, max_len: int | None) -> tuple[in
 
         table = found.params["table"]
         rows, width = table.shape
-        if t.d_model != width or t.params.get("frequencies", "base") != "base" or \
-                t.params.get("offset", 0):
+        # (hf_config gives an offset with fairseq frequencies only: one test covers both)
+        if t.d_model != width or t.params.get("frequencies", "base") != "base":
             raise BadParameterError(
                 f"--from-hf-config describes sinusoidal d_model {t.d_model} with "
                 f"{t.params}; the PE found is Marian's ({found.where})")
@@ -935,7 +935,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     from edgepe.graphs.model_tensors import gathered_tables, int8_tables
 
     if found.params.get("whole"):  # Whisper's encoder table, added whole (issue 40 point 2)
-        return build_whole(model, found, max_len, quantize, mode)
+        return build_whole(model, found, quantize, mode)  # L is the model's: no max_len
     elem, dims = _value_type(model, found.positions)
     flat = found.params.get("flat_positions", False)
     if flat and dims is not None:  # Optimum's position_ids [B, S]: the artifact unsqueezes them
@@ -953,8 +953,8 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
         # both tables' values per position: R/2 each, or the angle's own columns each (issue 40:
         # an interleaved or per-frequency angle found by its values is stored as it is)
         width = 2 * found.params.get("columns", found.params["rotary_dim"] // 2)
-        stored = max_len * width * (2 if choice else 1) * (
-            1 if quantize == "int8" else 4)
+        # float32 bytes: read only below, for one table set (no choice) not quantised
+        stored = max_len * width * 4
         fused = found.params.get("fused")
         if mode == "sliced" and fused:
             raise BadParameterError("--mode sliced makes RoPE's cos/sin [.., R]; this model's "
@@ -1063,8 +1063,7 @@ def build_found(model, found: Found, max_len: int | None, quantize: str = "none"
     return pe, record
 
 
-def build_whole(model, found: Found, max_len: int | None, quantize: str = "none",
-                mode: str | None = None):
+def build_whole(model, found: Found, quantize: str, mode: str | None):
     """``(pe ModelProto, record)`` for a table the model adds whole (``discover.
     whole_sinusoids``: Whisper's encoder ``sinusoids(L, D)``, issue 40 point 2): edgepe's
     ``sinusoidal`` scheme (``WHISPER_PARAMS``) for positions ``0 .. L - 1``, exported
@@ -1073,14 +1072,13 @@ def build_whole(model, found: Found, max_len: int | None, quantize: str = "none"
     at the model's opset, its positions a ``Range`` inside the PE (no input: the table's rows
     are the positions, as ``embed_positions(arange(L))`` made them; the grafted Add broadcasts
     ``[L, D]`` against the encoder's ``[B, L, D]`` exactly as the constant did, so a wrong
-    number of frames fails there as before). ``max_len`` is not used: the model fixes ``L``
+    number of frames fails there as before). No ``max_len``: the model fixes ``L``
     (``--max-len`` sizes the other PEs of the model, a decoder's).
 
     ``record["proof_bound"]``: how far the PE may be from the model's table, per element: the
     rebuilt table's measured distance from it (``table``: 0 when edgepe's float32 recipe
     reproduces transformers' bit for bit), or the sliced graph's bound against the float64
     definition plus the model table's measured distance from that definition (``sliced``)."""
-    import hashlib
     import io
 
     import numpy as np
@@ -1109,7 +1107,7 @@ def build_whole(model, found: Found, max_len: int | None, quantize: str = "none"
     buffer = io.BytesIO()
     prepared.write(buffer)
     data = buffer.getvalue()
-    manifest = {**prepared.manifest, "sha256": hashlib.sha256(data).hexdigest()}
+    manifest = prepared.manifest  # (no file's sha256: _slim drops it from the record)
     pe = parse_model(data, "the built artifact")
     # the positions 0 .. L - 1 inside the PE: Range(0, L, 1) feeds the artifact's input
     given = pe.graph.input[0].name
