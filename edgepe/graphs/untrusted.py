@@ -192,18 +192,23 @@ def _elements(dims) -> int:
     return elements
 
 
+MOST_FREE = 3  # free dimensions of edgepe's widest input (rope apply-4d's x [B, H, S, d])
+
+
 def _allowed_growth(model) -> int:
     """The most a tensor may grow when every free input dimension doubles: 4 (degree 2 in the
     free dimensions), or the fastest-growing input's growth where that is more (2^k for an input
-    of k free dimensions)."""
+    of k free dimensions, k at most ``MOST_FREE``)."""
     # Degree 2 is the line: edgepe's tensors are at most linear in each free dimension, and a
     # bias [h, N, M] (or [h, N, N]) pairs two of them: 4x. An input of k free dimensions
     # (rope apply-4d's x [B, H, S, d]: 8x) is data the caller feeds: a tensor as big as it, at
     # the same order, grows no faster than what the caller already holds. Anything faster is a
     # power of an input's size: Shape(x) four times made N^4 elements, 6.9e10 at N = 512 (hmut4).
+    # Capped at 8: no input edgepe writes has more than 3 free dimensions, and a hostile one
+    # declaring 10 would otherwise allow a growth of N^10.
     free = [sum(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
             for v in model.graph.input]
-    return 1 << max([2, *free])
+    return 1 << min(MOST_FREE, max([2, *free]))
 
 
 def _check_growth(where: str, node, low, high, allowed: int) -> None:
