@@ -1264,27 +1264,27 @@ EQUIVALENT: dict[str, str] = {
     # (renumbered by issues 40/41's lines: hmut3)
     **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over found and hf_records: "
        "hf_records is made [None] * len(found) just above, so strict never fires"
-       for i in (205, 208, 209)},
+       for i in (211, 212)},
     **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over the PE's outputs and "
        "one.replaces: build_found, build_t5 and mrope.build each make one output per replaced "
        "tensor (find_hf's tables are keyed by found.replaces; T5's one bucket; mrope's cos, "
-       "sin), so strict never fires" for i in (276, 279, 280)},
+       "sin), so strict never fires" for i in (282, 283)},
     **{f"{GRF}graft_found__mutmut_{i}": "zip's strict flag over found and records: the loop "
        "above appends one record per PE found (a whole table's `continue` comes after its "
-       "append), so strict never fires" for i in (531, 534, 535)},
-    GRF + "graft_found__mutmut_127": "streams() for one candidate too: it returns None for "
+       "append), so strict never fires" for i in (537, 538)},
+    GRF + "graft_found__mutmut_130": "streams() for one candidate too: it returns None for "
     "fewer than two (its first check), the value the else gives",
-    GRF + "graft_found__mutmut_68": "together = None for False: both falsy, and together is "
+    GRF + "graft_found__mutmut_72": "together = None for False: both falsy, and together is "
     "only tested for truth (`not together`, `if together`) until accepted_together sets it",
     **{f"{GRF}graft_found__mutmut_{i}": "the '--max-len' fallback of the declared bound's "
        "refusal: max_len_from is None only when --max-len was given, which the option check "
        "at the top holds to the same 1 .. 2^24, and check_hf_config / mrope.check_config "
-       "return the given one unchanged: unreachable" for i in (197, 198)},
+       "return the given one unchanged: unreachable" for i in (200, 201)},
     **{f"{GRF}graft_found__mutmut_{i}": "prove_streams' seed (None: fresh entropy; dropped: "
        "its default 0): it draws only the batch-of-2 random positions (and the cone's other "
        "inputs, which cos/sin do not read), every column of which repeats a (stream, position) "
        "the full sweep of 0 .. max_len - 1 already compared: the same worst errors"
-       for i in (644, 650)},
+       for i in (653, 659)},
     **{f"{GRF}write_model__mutmut_{i}": f"{what} dropped: it is "
        "onnx.external_data_helper.convert_model_to_external_data's default"
        for i, what in ((29, "all_tensors_to_one_file=True"), (31, "size_threshold=1024"))},
@@ -1300,8 +1300,8 @@ EQUIVALENT: dict[str, str] = {
        "failed: write_temp made it just before and a failed rename leaves it, so it is there "
        "to remove" for i in (109, 111)},
     **{f"{GRF}declared_max_len__mutmut_{i}": "ok = None for False: both falsy, and ok is "
-       "only tested for truth (the while, `not ok`)" for i in (78, 124)},
-    GRF + "declared_max_len__mutmut_80": "continue -> break right after ok = False: the "
+       "only tested for truth (the while, `not ok`)" for i in (79, 127)},
+    GRF + "declared_max_len__mutmut_81": "continue -> break right after ok = False: the "
     "while's `ok` ends the walk at once either way",
     # h-n4: graft/find_hf.py
     FHF + "_alibi__mutmut_50": "continue -> break leaves only the Mul's other (slopes, Cast) "

@@ -1331,12 +1331,12 @@ def test_a_pe_inside_an_if_is_refused_naming_the_subgraphs_not_searched(tmp_path
 
     inner = t5_like(("causal", 8, 16)).graph
 
-    def wrapped(condition: str, branches: int):
+    def wrapped(condition: str, branches: int, name: str = "optimum::if"):
         body = helper.make_graph(list(inner.node), "branch", [], list(inner.output),
                                  list(inner.initializer))
         attrs = {"then_branch": body, "else_branch": body} if branches == 2 else {"body": body}
         node = helper.make_node("If" if branches == 2 else "Scan", [condition], ["out"],
-                                name="optimum::if", **attrs)
+                                name=name, **attrs)
         inputs = [*inner.input, helper.make_tensor_value_info(condition, TensorProto.BOOL, [1])]
         first = helper.make_node("Identity", ["input_ids"], ["ids"])  # (no subgraph: passed)
         graph = helper.make_graph([first, node], "merged", inputs, [
@@ -1362,6 +1362,9 @@ def test_a_pe_inside_an_if_is_refused_naming_the_subgraphs_not_searched(tmp_path
         assert (way in str(info.value)) == hint
         assert str(info.value).endswith("; pass --pe ARTIFACT --at TENSOR or --scheme ID instead")
     assert not (tmp_path / "out.onnx").exists()
+    onnx.save(wrapped("flag", 2, name=""), tmp_path / "nameless.onnx")  # named by its output
+    with pytest.raises(BadParameterError, match="; saw If 'out' whose 2 subgraphs "):
+        graft_found(tmp_path / "nameless.onnx", tmp_path / "out.onnx")
 
 
 def test_a_t5_bias_is_built_as_int64_buckets_over_4_x_max_distance(tmp_path):
