@@ -843,7 +843,8 @@ EQUIVALENT: dict[str, str] = {
     **{f"{SLI}{fn}__mutmut_{i}": "g.const(python int(s), None): np.asarray infers int64, the "
        "dtype given" for fn, nums in (
            ("_slice_indices", (42, 71, 92)), ("cos_sin", (34, 43)), ("sinusoidal", (56,)),
-           ("rotary_columns", (78, 84, 132, 152, 209, 325, 451, 531, 554, 561))) for i in nums},
+           ("rotary_columns", (78, 84, 132, 152, 188, 209, 307, 325, 451, 531, 554, 561)))
+       for i in nums},
     **{f"{SLI}{fn}__mutmut_{i}": "g.const(a float32 array, None) keeps float32 (the slice "
        "tables, is_sin and 1 - 2 is_sin are float32 already)" for fn, nums in (
            ("binary", (138,)), ("columns_graph", (24, 30, 87, 94, 103, 219)),
@@ -862,9 +863,11 @@ EQUIVALENT: dict[str, str] = {
        "dropped: its default 0 makes the kernel take the head size from the cache (2 x k "
        "columns) and num_heads = hidden / head size = 1, the value given" for i in (486, 494)},
     **{f"{SLI}{fn}__mutmut_{i}": "zip's strict flag: the sequences have equal lengths (strict "
-       "never fires), or strict=False's default where they do not (idx, one shorter)"
+       "never fires), or strict=False's default where they do not (idx, one shorter; "
+       "rotary_columns' shifts, one longer than widths_low: strict=None or dropped is False)"
        for fn, nums in (
-           ("_slice_indices", (18, 21, 22, 349, 352)), ("binary", (70, 73, 74))) for i in nums},
+           ("_slice_indices", (18, 21, 22, 349, 352)), ("binary", (70, 73, 74)),
+           ("rotary_columns", (164, 167))) for i in nums},
     # hmut5: rotary_columns after issue 44 (fold, mirrored slices, cache padding), renumbered
     **{f"{SLI}rotary_columns__mutmut_{i}": "Mod's fmod=None or dropped: make_node drops a None "
        "attribute and fmod's default is 0, the value given" for i in (94, 98)},
