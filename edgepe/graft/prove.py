@@ -1014,25 +1014,21 @@ def cone_of(graph, names: Sequence[str], cut: frozenset[str] = frozenset()
     return nodes, {i for n in nodes for i in n.input} | set(names)
 
 
-def cone_model(model, names: Sequence[str], cut: Sequence = (), nodes=None, inputs=None,
-               extra: Sequence = ()):
+def cone_model(model, names: Sequence[str], cut: Sequence = ()):
     """``model``'s cone of ``names`` as a model of its own: the nodes (``cone_of``), the graph
     inputs and initializers they read, ``model``'s opsets, IR version and functions (a node may
     call one), ``names`` its outputs, untyped (T5's buckets are int64, a table float). Each
     ``ValueInfoProto`` in ``cut`` is an input of that name, its maker left out (the tensor is
-    fed instead of made). ``nodes``/``inputs``: the cone's own, rewritten by the caller
-    (``_cone_session``), with ``extra`` initializers."""
+    fed instead of made)."""
     import onnx
     from onnx import helper
 
     graph = model.graph
     cuts = frozenset(v.name for v in cut)
-    cone, used = cone_of(graph, names, cuts)
-    if inputs is None:
-        inputs = [v for v in graph.input if v.name in used and v.name not in cuts] + list(cut)
-    made = helper.make_graph(nodes if nodes is not None else cone, "cone", inputs,
-                             [onnx.ValueInfoProto(name=n) for n in names],
-                             [t for t in graph.initializer if t.name in used] + list(extra))
+    nodes, used = cone_of(graph, names, cuts)
+    inputs = [v for v in graph.input if v.name in used and v.name not in cuts] + list(cut)
+    made = helper.make_graph(nodes, "cone", inputs, [onnx.ValueInfoProto(name=n) for n in names],
+                             [t for t in graph.initializer if t.name in used])
     out = helper.make_model(made, opset_imports=list(model.opset_import),
                             ir_version=model.ir_version)
     out.functions.extend(model.functions)
@@ -1046,30 +1042,29 @@ def _cone_session(model, names: Sequence[str], which: str = "original",
     ``[rank]`` input of the same name holding that shape, each ``Shape`` of it a ``Slice`` of it
     with the same start and end (ONNX's Shape clamps them as Slice does), so a KV cache of
     ``max_len`` tokens is fed as 4 numbers (issue 41)."""
-    if not shaped:
-        return _session(cone_model(model, names), which)
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
 
-    graph = model.graph
-    nodes, used = cone_of(graph, names)
-    inputs = [v for v in graph.input if v.name in used]
-    extra = []
-    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in inputs if v.name in shaped}
-    inputs = [helper.make_tensor_value_info(v.name, onnx.TensorProto.INT64, [ranks[v.name]])
-              if v.name in shaped else v for v in inputs]
-    for k, node in enumerate(nodes):
+    cone = cone_model(model, names)
+    graph = cone.graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in graph.input if v.name in shaped}
+    for value in graph.input:
+        if value.name in shaped:
+            value.CopyFrom(helper.make_tensor_value_info(value.name, onnx.TensorProto.INT64,
+                                                         [ranks[value.name]]))
+    for k, node in enumerate(graph.node):
         if op(node) != "Shape" or node.input[0] not in shaped:
             continue
         rank = ranks[node.input[0]]
         attrs = {a.name: a.i for a in node.attribute}
         ends = (f"edgepe_shape{k}/start", attrs.get("start", 0)), \
             (f"edgepe_shape{k}/end", attrs.get("end", rank))
-        extra += [numpy_helper.from_array(np.asarray([v], np.int64), n) for n, v in ends]
-        nodes[k] = helper.make_node("Slice", [node.input[0], ends[0][0], ends[1][0]],
-                                    list(node.output), name=node.name)
-    return _session(cone_model(model, names, nodes=nodes, inputs=inputs, extra=extra), which)
+        graph.initializer.extend(numpy_helper.from_array(np.asarray([v], np.int64), n)
+                                 for n, v in ends)
+        node.CopyFrom(helper.make_node("Slice", [node.input[0], ends[0][0], ends[1][0]],
+                                       list(node.output), name=node.name))
+    return _session(cone, which)
 
 
 def _shape_read(model, names: Sequence[str]) -> set[str]:
